@@ -1,0 +1,84 @@
+//===- PigAttrs.td - pig attributes ------------------------*- tablegen -*-===//
+
+#ifndef PIG_DIALECT_PIGATTRS_TD
+#define PIG_DIALECT_PIGATTRS_TD
+
+include "mlir/IR/AttrTypeBase.td"
+include "pig/Dialect/PigDialect.td"
+
+class Pig_Attr<string name, string attrMnemonic, list<Trait> traits = []>
+    : AttrDef<Pig_Dialect, name, traits> {
+  let mnemonic = attrMnemonic;
+}
+
+def Pig_LshAttr : Pig_Attr<"Lsh", "lsh"> {
+  let summary = "LSH configuration: K bits per table, L tables, threshold t, seed of W";
+  let description = [{
+    SimHash with one Gaussian matrix W (d x K*L) drawn from `seed`: table l uses columns
+    [l*K, (l+1)*K) and a token is sampled when its bucket equals the query's in at least `t`
+    of the `l` tables. K (`k`) is in [1, 16] (codes are uint16), L in [1, 1024], t in [1, L].
+    `k` and `l` may be `?` in a generic description; `pig-specialize` folds them.
+
+    ```mlir
+    #pig.lsh<k = 10, l = 150, t = 2, seed = 0>
+    #pig.lsh<k = ?, l = ?, t = 2, seed = 0>
+    ```
+  }];
+  let parameters = (ins "int64_t":$k, "int64_t":$l, "int64_t":$t, "uint64_t":$seed);
+  let hasCustomAssemblyFormat = 1;
+  let genVerifyDecl = 1;
+  let extraClassDeclaration = [{
+    /// True when K and L are both known.
+    bool isStatic() const;
+  }];
+}
+
+def Pig_StaticTokensAttr : Pig_Attr<"StaticTokens", "static"> {
+  let summary = "static tokens: the attention sink and the local window";
+  let description = [{
+    The first `sink` tokens and the last `local` tokens are always attended exactly (with
+    collision probability 1) and never sampled.
+
+    ```mlir
+    #pig.static<sink = 4, local = 64>
+    ```
+  }];
+  let parameters = (ins "int64_t":$sink, "int64_t":$local);
+  let assemblyFormat = "`<` struct(params) `>`";
+  let genVerifyDecl = 1;
+  let extraClassDeclaration = [{
+    bool isEmpty() const { return getSink() == 0 && getLocal() == 0; }
+  }];
+}
+
+def Pig_DeviceAttr : Pig_Attr<"Device", "device"> {
+  let summary = "where an op runs: `cpu` or `gpu`";
+  let description = [{
+    ```mlir
+    %ids = pig.query %index, %codes[0] threshold 2 {pig.device = #pig.device<cpu>}
+        : (!pig.index<150x10>, !pig.codes<1x150x10>) -> tensor<?xi32>
+    ```
+  }];
+  let parameters = (ins StringRefParameter<"device kind">:$kind);
+  let hasCustomAssemblyFormat = 1;
+  let genVerifyDecl = 1;
+  let extraClassDeclaration = [{
+    bool isGpu() const { return getKind() == "gpu"; }
+  }];
+}
+
+def Pig_KernelAttr : Pig_Attr<"Kernel", "kernel"> {
+  let summary = "the kernel configuration a function was specialised for";
+  let description = [{
+    Set on a function by `pig-specialize`: the key (K, L, d, element type) under which code
+    generators emit and the runtime looks up kernels.
+
+    ```mlir
+    func.func @step(...) attributes {pig.kernel = #pig.kernel<k = 10, l = 150, d = 128, dtype = bf16>}
+    ```
+  }];
+  let parameters = (ins "int64_t":$k, "int64_t":$l, "int64_t":$d, "::mlir::Type":$dtype);
+  let assemblyFormat = "`<` struct(params) `>`";
+}
+
+#endif // PIG_DIALECT_PIGATTRS_TD

@@ -1,0 +1,44 @@
+//===- PigTypes.td - pig types -----------------------------*- tablegen -*-===//
+
+#ifndef PIG_DIALECT_PIGTYPES_TD
+#define PIG_DIALECT_PIGTYPES_TD
+
+include "mlir/IR/AttrTypeBase.td"
+include "pig/Dialect/PigDialect.td"
+
+class Pig_Type<string name, string typeMnemonic, list<Trait> traits = []>
+    : TypeDef<Pig_Dialect, name, traits> {
+  let mnemonic = typeMnemonic;
+}
+
+def Pig_CodesType : Pig_Type<"Codes", "codes"> {
+  let summary = "SimHash codes: rows x L tables x K bits";
+  let description = [{
+    One K-bit bucket id per (vector, table), stored as uint16: K is in [1, 16], L in
+    [1, 1024]. Any dimension may be `?` (rows usually is for keys).
+
+    ```mlir
+    !pig.codes<?x150x10>   // the codes of n keys
+    !pig.codes<4x150x10>   // the codes of the 4 query heads of a GQA group
+    ```
+  }];
+  let parameters = (ins "int64_t":$rows, "int64_t":$tables, "int64_t":$bits);
+  let hasCustomAssemblyFormat = 1;
+  let genVerifyDecl = 1;
+}
+
+def Pig_BucketIndexType : Pig_Type<"BucketIndex", "index"> {
+  let summary = "bucket index of one kv-head: L tables of 2^K buckets of token ids";
+  let description = [{
+    Per table, 2^K bucket start offsets into an array of int32 token ids sorted by bucket.
+
+    ```mlir
+    !pig.index<150x10>
+    ```
+  }];
+  let parameters = (ins "int64_t":$tables, "int64_t":$bits);
+  let hasCustomAssemblyFormat = 1;
+  let genVerifyDecl = 1;
+}
+
+#endif // PIG_DIALECT_PIGTYPES_TD

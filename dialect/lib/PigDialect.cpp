@@ -1,0 +1,218 @@
+//===- PigDialect.cpp - the pig dialect, attributes and types -------------===//
+
+#include "pig/Dialect/PigDialect.h"
+#include "pig/Dialect/PigOps.h"
+
+#include "mlir/IR/Builders.h"
+#include "mlir/IR/DialectImplementation.h"
+#include "llvm/ADT/STLExtras.h"
+#include "llvm/ADT/TypeSwitch.h"
+
+using namespace mlir;
+using namespace mlir::pig;
+
+#include "pig/Dialect/PigDialect.cpp.inc"
+
+#define GET_ATTRDEF_CLASSES
+#include "pig/Dialect/PigAttrs.cpp.inc"
+
+#define GET_TYPEDEF_CLASSES
+#include "pig/Dialect/PigTypes.cpp.inc"
+
+void PigDialect::initialize() {
+  registerAttributes();
+  registerTypes();
+  addOperations<
+#define GET_OP_LIST
+#include "pig/Dialect/PigOps.cpp.inc"
+      >();
+}
+
+void PigDialect::registerAttributes() {
+  addAttributes<
+#define GET_ATTRDEF_LIST
+#include "pig/Dialect/PigAttrs.cpp.inc"
+      >();
+}
+
+void PigDialect::registerTypes() {
+  addTypes<
+#define GET_TYPEDEF_LIST
+#include "pig/Dialect/PigTypes.cpp.inc"
+      >();
+}
+
+bool mlir::pig::isSupportedElementType(Type type) {
+  return type.isF32() || type.isBF16() || type.isF16();
+}
+
+LogicalResult PigDialect::verifyOperationAttribute(Operation *op, NamedAttribute attr) {
+  if (attr.getName() == kDeviceAttrName) {
+    if (!isa<DeviceAttr>(attr.getValue()))
+      return op->emitError() << "'" << kDeviceAttrName << "' must be a #pig.device attribute";
+    return success();
+  }
+  if (attr.getName() == kKernelAttrName) {
+    if (!isa<KernelAttr>(attr.getValue()))
+      return op->emitError() << "'" << kKernelAttrName << "' must be a #pig.kernel attribute";
+    return success();
+  }
+  return op->emitError() << "unknown pig attribute '" << attr.getName().getValue() << "'";
+}
+
+//===----------------------------------------------------------------------===//
+// Shared range checks (attributes and types report the same messages)
+//===----------------------------------------------------------------------===//
+
+static LogicalResult verifyBitsAndTables(function_ref<InFlightDiagnostic()> emitError, int64_t bits,
+                                         int64_t tables) {
+  if (!ShapedType::isDynamic(bits) && (bits < kMinBits || bits > kMaxBits))
+    return emitError() << "K = " << bits << " is outside [" << kMinBits << ", " << kMaxBits
+                       << "]: codes are uint16, one 2^K-bucket table per table";
+  if (!ShapedType::isDynamic(tables) && (tables < kMinTables || tables > kMaxTables))
+    return emitError() << "L = " << tables << " is outside [" << kMinTables << ", " << kMaxTables
+                       << "]";
+  return success();
+}
+
+static ParseResult parseMaybeDynamic(AsmParser &parser, int64_t &value) {
+  if (succeeded(parser.parseOptionalQuestion())) {
+    value = ShapedType::kDynamic;
+    return success();
+  }
+  return parser.parseInteger(value);
+}
+
+static void printMaybeDynamic(AsmPrinter &printer, int64_t value) {
+  if (ShapedType::isDynamic(value))
+    printer << "?";
+  else
+    printer << value;
+}
+
+//===----------------------------------------------------------------------===//
+// Attributes
+//===----------------------------------------------------------------------===//
+
+bool LshAttr::isStatic() const {
+  return !ShapedType::isDynamic(getK()) && !ShapedType::isDynamic(getL());
+}
+
+LogicalResult LshAttr::verify(function_ref<InFlightDiagnostic()> emitError, int64_t k, int64_t l,
+                              int64_t t, uint64_t seed) {
+  if (failed(verifyBitsAndTables(emitError, k, l)))
+    return failure();
+  if (t < 1)
+    return emitError() << "collision threshold t = " << t << " must be at least 1";
+  if (!ShapedType::isDynamic(l) && l < t)
+    return emitError() << "L = " << l << " is smaller than the collision threshold t = " << t
+                       << ": no token could ever be sampled";
+  return success();
+}
+
+Attribute LshAttr::parse(AsmParser &parser, Type) {
+  SMLoc loc = parser.getCurrentLocation();
+  int64_t k = 0, l = 0, t = 0;
+  uint64_t seed = 0;
+  if (parser.parseLess() || parser.parseKeyword("k") || parser.parseEqual() ||
+      parseMaybeDynamic(parser, k) || parser.parseComma() || parser.parseKeyword("l") ||
+      parser.parseEqual() || parseMaybeDynamic(parser, l) || parser.parseComma() ||
+      parser.parseKeyword("t") || parser.parseEqual() || parser.parseInteger(t) ||
+      parser.parseComma() || parser.parseKeyword("seed") || parser.parseEqual() ||
+      parser.parseInteger(seed) || parser.parseGreater())
+    return {};
+  return LshAttr::getChecked([&] { return parser.emitError(loc); }, parser.getContext(), k, l, t,
+                             seed);
+}
+
+void LshAttr::print(AsmPrinter &printer) const {
+  printer << "<k = ";
+  printMaybeDynamic(printer, getK());
+  printer << ", l = ";
+  printMaybeDynamic(printer, getL());
+  printer << ", t = " << getT() << ", seed = " << getSeed() << ">";
+}
+
+LogicalResult StaticTokensAttr::verify(function_ref<InFlightDiagnostic()> emitError, int64_t sink,
+                                       int64_t local) {
+  if (sink < 0 || local < 0)
+    return emitError() << "static token counts must be non-negative (sink = " << sink
+                       << ", local = " << local << ")";
+  return success();
+}
+
+LogicalResult DeviceAttr::verify(function_ref<InFlightDiagnostic()> emitError, StringRef kind) {
+  if (kind != "cpu" && kind != "gpu")
+    return emitError() << "unknown device '" << kind << "' (expected cpu or gpu)";
+  return success();
+}
+
+Attribute DeviceAttr::parse(AsmParser &parser, Type) {
+  SMLoc loc = parser.getCurrentLocation();
+  std::string kind;
+  if (parser.parseLess() || parser.parseKeywordOrString(&kind) || parser.parseGreater())
+    return {};
+  return DeviceAttr::getChecked([&] { return parser.emitError(loc); }, parser.getContext(), kind);
+}
+
+void DeviceAttr::print(AsmPrinter &printer) const { printer << "<" << getKind() << ">"; }
+
+//===----------------------------------------------------------------------===//
+// Types
+//===----------------------------------------------------------------------===//
+
+static void printDims(AsmPrinter &printer, ArrayRef<int64_t> dims) {
+  printer << "<";
+  llvm::interleave(
+      dims, printer, [&](int64_t d) { printMaybeDynamic(printer, d); }, "x");
+  printer << ">";
+}
+
+static ParseResult parseDims(AsmParser &parser, SmallVectorImpl<int64_t> &dims, size_t count) {
+  SMLoc loc = parser.getCurrentLocation();
+  if (parser.parseLess() ||
+      parser.parseDimensionList(dims, /*allowDynamic=*/true, /*withTrailingX=*/false) ||
+      parser.parseGreater())
+    return failure();
+  if (dims.size() != count)
+    return parser.emitError(loc) << "expected " << count << " dimensions";
+  return success();
+}
+
+LogicalResult CodesType::verify(function_ref<InFlightDiagnostic()> emitError, int64_t rows,
+                                int64_t tables, int64_t bits) {
+  if (!ShapedType::isDynamic(rows) && rows < 0)
+    return emitError() << "negative row count " << rows;
+  return verifyBitsAndTables(emitError, bits, tables);
+}
+
+Type CodesType::parse(AsmParser &parser) {
+  SMLoc loc = parser.getCurrentLocation();
+  SmallVector<int64_t, 3> dims;
+  if (failed(parseDims(parser, dims, 3)))
+    return {};
+  return CodesType::getChecked([&] { return parser.emitError(loc); }, parser.getContext(), dims[0],
+                               dims[1], dims[2]);
+}
+
+void CodesType::print(AsmPrinter &printer) const {
+  printDims(printer, {getRows(), getTables(), getBits()});
+}
+
+LogicalResult BucketIndexType::verify(function_ref<InFlightDiagnostic()> emitError, int64_t tables,
+                                      int64_t bits) {
+  return verifyBitsAndTables(emitError, bits, tables);
+}
+
+Type BucketIndexType::parse(AsmParser &parser) {
+  SMLoc loc = parser.getCurrentLocation();
+  SmallVector<int64_t, 2> dims;
+  if (failed(parseDims(parser, dims, 2)))
+    return {};
+  return BucketIndexType::getChecked([&] { return parser.emitError(loc); }, parser.getContext(),
+                                     dims[0], dims[1]);
+}
+
+void BucketIndexType::print(AsmPrinter &printer) const {
+  printDims(printer, {getTables(), getBits()});
+}

@@ -1,0 +1,69 @@
+//===- Passes.td - pig passes ------------------------------*- tablegen -*-===//
+
+#ifndef PIG_PASSES_PASSES_TD
+#define PIG_PASSES_PASSES_TD
+
+include "mlir/Pass/PassBase.td"
+
+def PigDecompose : Pass<"pig-decompose", "::mlir::ModuleOp"> {
+  let summary = "expand pig.sampled_attention into the primitive pig ops";
+  let description = [{
+    Per kv-head: center the keys, encode them, build the bucket index (without the static
+    tokens). Per query head: encode, query, collision_prob, weighted_softmax over the sample
+    set, dense_attention over the static tokens, merge; the results are inserted into the
+    H x d output and the H log-sum-exps. `pig.sampled_attention` is illegal afterwards.
+  }];
+  let dependentDialects = ["::mlir::arith::ArithDialect", "::mlir::tensor::TensorDialect"];
+}
+
+def PigSpecialize : Pass<"pig-specialize", "::mlir::ModuleOp"> {
+  let summary = "fold (K, L, d, dtype) into the IR; reject what no kernel serves";
+  let description = [{
+    Picks one kernel configuration per function from the options and/or a manifest (lines
+    `K=10 L=150 d=128 bf16`, `#` comments): candidates must agree with everything the IR
+    already fixes (K and L of `#pig.lsh`, head dim and element type of the queries). Exactly
+    one must remain. The configuration is then checked against what kernels exist for
+    (K in [1, 16], L in [1, 1024], t <= L, d in {64, 128}, f32 or bf16), every `?` K and L in
+    attributes, codes and index types is replaced by its value, and the function gets
+    `pig.kernel = #pig.kernel<...>`.
+  }];
+  let options = [
+    Option<"k", "k", "int64_t", "0", "bits per table K (0: from the IR or the manifest)">,
+    Option<"l", "l", "int64_t", "0", "number of tables L (0: from the IR or the manifest)">,
+    Option<"d", "d", "int64_t", "0", "head dim (0: from the IR or the manifest)">,
+    Option<"dtype", "dtype", "std::string", "\"\"", "element type: f32 or bf16">,
+    Option<"manifest", "manifest", "std::string", "\"\"",
+           "file listing the kernel configurations that exist">,
+  ];
+}
+
+def PigPartition : Pass<"pig-partition", "::mlir::ModuleOp"> {
+  let summary = "place each pig op on the cpu or the gpu and insert transfers";
+  let description = [{
+    `target=cpu`: every pig op gets `pig.device = #pig.device<cpu>`. `target=cpu+gpu` (or
+    `gpu`): the paper's partition: center, encode, the dense attention over the static tokens
+    and the merge run on the GPU; the index, retrieval and the sampled softmax on the CPU.
+    A `pig.transfer` is inserted (once per value and destination) wherever a value produced on
+    one device is used on the other. Function arguments and non-pig ops are not placed: the
+    runtime makes arguments available where they are used.
+  }];
+  let options = [
+    Option<"target", "target", "std::string", "\"cpu\"",
+           "target description: cpu, or cpu+gpu (also written gpu)">,
+  ];
+}
+
+def PigFuse : Pass<"pig-fuse", "::mlir::ModuleOp"> {
+  let summary = "fuse what streams the same data";
+  let description = [{
+    - `pig.collision_prob` + `pig.weighted_softmax` over the same query and sample set, with
+      keys centered by `pig.center`, become one `pig.sampled_softmax_fused`: one pass over the
+      sampled rows.
+    - The one-row `pig.encode`s of all query heads of a GQA group (slices of the same block,
+      covering it) become one encode of the block; each `pig.query` then reads its row.
+    Ops are fused only when they are placed on the same device.
+  }];
+  let dependentDialects = ["::mlir::tensor::TensorDialect"];
+}
+
+#endif // PIG_PASSES_PASSES_TD

@@ -1,0 +1,249 @@
+//===- Specialize.cpp - fold (K, L, d, dtype) into the IR -----------------===//
+
+#include "pig/Dialect/PigOps.h"
+#include "pig/Passes/Passes.h"
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/IR/BuiltinOps.h"
+#include "llvm/ADT/STLExtras.h"
+#include "llvm/ADT/StringExtras.h"
+#include "llvm/Support/MemoryBuffer.h"
+
+#include <optional>
+
+namespace mlir::pig {
+#define GEN_PASS_DEF_PIGSPECIALIZE
+#include "pig/Passes/Passes.h.inc"
+} // namespace mlir::pig
+
+using namespace mlir;
+using namespace mlir::pig;
+
+namespace {
+/// Head dims for which kernels are generated (tiles are specialised per head dim).
+constexpr int64_t kKernelHeadDims[] = {64, 128};
+
+/// One kernel configuration; 0 / empty means "not fixed".
+struct Config {
+  int64_t k = 0, l = 0, d = 0;
+  std::string dtype;
+
+  std::string str() const {
+    return "K=" + std::to_string(k) + " L=" + std::to_string(l) + " d=" + std::to_string(d) + " " +
+           dtype;
+  }
+};
+
+std::string typeName(Type type) {
+  std::string s;
+  llvm::raw_string_ostream os(s);
+  os << type;
+  return s;
+}
+
+/// Parses `K=10 L=150 d=128 bf16` lines; `#` starts a comment.
+FailureOr<SmallVector<Config>> parseManifest(StringRef path, std::string &error) {
+  auto buffer = llvm::MemoryBuffer::getFile(path);
+  if (!buffer) {
+    error = "cannot read manifest '" + path.str() + "': " + buffer.getError().message();
+    return failure();
+  }
+  SmallVector<Config> configs;
+  SmallVector<StringRef> lines;
+  (*buffer)->getBuffer().split(lines, '\n');
+  for (auto [number, rawLine] : llvm::enumerate(lines)) {
+    StringRef line = rawLine.split('#').first.trim();
+    if (line.empty())
+      continue;
+    Config config;
+    SmallVector<StringRef> words;
+    line.split(words, ' ', -1, /*KeepEmpty=*/false);
+    for (StringRef word : words) {
+      auto [key, value] = word.split('=');
+      int64_t *field = key == "K"   ? &config.k
+                       : key == "L" ? &config.l
+                       : key == "d" ? &config.d
+                                    : nullptr;
+      if (field && !value.getAsInteger(10, *field))
+        continue;
+      if (value.empty() && (key == "f32" || key == "bf16" || key == "f16")) {
+        config.dtype = key.str();
+        continue;
+      }
+      error = "manifest '" + path.str() + "' line " + std::to_string(number + 1) +
+              ": cannot read '" + word.str() + "' (expected K=.. L=.. d=.. and f32 or bf16)";
+      return failure();
+    }
+    configs.push_back(config);
+  }
+  return configs;
+}
+
+/// What a function already fixes: K and L of its `#pig.lsh`, head dim and element type of
+/// its queries. Fails on disagreement.
+LogicalResult collectFromIR(func::FuncOp func, Config &fixed) {
+  LogicalResult result = success();
+  auto fix = [&](Operation *op, int64_t &slot, int64_t value, StringRef what) {
+    if (ShapedType::isDynamic(value) || value == 0)
+      return;
+    if (slot != 0 && slot != value) {
+      op->emitOpError() << "uses " << what << " = " << value << " but the function already uses "
+                        << what << " = " << slot << ": one kernel configuration per function";
+      result = failure();
+    }
+    slot = value;
+  };
+  func.walk([&](Operation *op) {
+    if (op->getDialect() == nullptr || !isa<PigDialect>(op->getDialect()))
+      return;
+    for (NamedAttribute attr : op->getAttrs())
+      if (auto lsh = dyn_cast<LshAttr>(attr.getValue())) {
+        fix(op, fixed.k, lsh.getK(), "K");
+        fix(op, fixed.l, lsh.getL(), "L");
+      }
+    if (isa<TransferOp, MergeOp, BuildIndexOp, QueryOp>(op) || op->getNumOperands() == 0)
+      return;
+    auto type = dyn_cast<RankedTensorType>(op->getOperand(0).getType());
+    if (!type || type.getRank() < 2)
+      return;
+    fix(op, fixed.d, type.getShape().back(), "d");
+    std::string dtype = typeName(type.getElementType());
+    if (!fixed.dtype.empty() && fixed.dtype != dtype) {
+      op->emitOpError() << "uses element type " << dtype << " but the function already uses "
+                        << fixed.dtype;
+      result = failure();
+    }
+    fixed.dtype = dtype;
+  });
+  return result;
+}
+
+bool agrees(int64_t want, int64_t have) { return want == 0 || have == 0 || want == have; }
+bool agrees(const std::string &want, const std::string &have) {
+  return want.empty() || have.empty() || want == have;
+}
+bool agrees(const Config &a, const Config &b) {
+  return agrees(a.k, b.k) && agrees(a.l, b.l) && agrees(a.d, b.d) && agrees(a.dtype, b.dtype);
+}
+Config combine(const Config &a, const Config &b) {
+  return {a.k ? a.k : b.k, a.l ? a.l : b.l, a.d ? a.d : b.d, a.dtype.empty() ? b.dtype : a.dtype};
+}
+
+/// Reasons no kernel can serve `config`; empty when one can.
+std::string unservable(const Config &config, int64_t maxThreshold) {
+  if (config.k == 0 || config.l == 0 || config.d == 0 || config.dtype.empty())
+    return "the configuration is incomplete (" + config.str() +
+           "): give k=, l=, d=, dtype= or a manifest";
+  if (config.k < kMinBits || config.k > kMaxBits)
+    return "K=" + std::to_string(config.k) + " is outside [1, 16] (uint16 codes)";
+  if (config.l < kMinTables || config.l > kMaxTables)
+    return "L=" + std::to_string(config.l) + " is outside [1, 1024]";
+  if (config.l < maxThreshold)
+    return "L=" + std::to_string(config.l) +
+           " is smaller than the collision threshold t=" + std::to_string(maxThreshold);
+  if (!llvm::is_contained(kKernelHeadDims, config.d))
+    return "head dim d=" + std::to_string(config.d) + " has no kernel (kernels exist for 64, 128)";
+  if (config.dtype != "f32" && config.dtype != "bf16")
+    return "element type " + config.dtype + " has no kernel (kernels exist for f32, bf16)";
+  return {};
+}
+
+int64_t fold(int64_t value, int64_t config) {
+  return ShapedType::isDynamic(value) ? config : value;
+}
+
+/// Replaces every `?` K and L in the function's attributes and codes / index types.
+void foldConfig(func::FuncOp func, const Config &config) {
+  MLIRContext *ctx = func.getContext();
+  auto retype = [&](Value value) {
+    if (auto codes = dyn_cast<CodesType>(value.getType()))
+      value.setType(CodesType::get(ctx, codes.getRows(), fold(codes.getTables(), config.l),
+                                   fold(codes.getBits(), config.k)));
+    else if (auto index = dyn_cast<BucketIndexType>(value.getType()))
+      value.setType(BucketIndexType::get(ctx, fold(index.getTables(), config.l),
+                                         fold(index.getBits(), config.k)));
+  };
+  func.walk([&](Operation *op) {
+    for (NamedAttribute attr : op->getAttrs())
+      if (auto lsh = dyn_cast<LshAttr>(attr.getValue()))
+        op->setAttr(attr.getName(),
+                    LshAttr::get(ctx, fold(lsh.getK(), config.k), fold(lsh.getL(), config.l),
+                                 lsh.getT(), lsh.getSeed()));
+    for (Region &region : op->getRegions())
+      for (Block &block : region)
+        for (BlockArgument arg : block.getArguments())
+          retype(arg);
+    for (Value result : op->getResults())
+      retype(result);
+  });
+  SmallVector<Type> results;
+  func.walk([&](func::ReturnOp ret) {
+    results.assign(ret.getOperandTypes().begin(), ret.getOperandTypes().end());
+  });
+  func.setType(FunctionType::get(ctx, func.front().getArgumentTypes(), results));
+  Type dtype = config.dtype == "bf16" ? Type(BFloat16Type::get(ctx)) : Float32Type::get(ctx);
+  func->setAttr(kKernelAttrName, KernelAttr::get(ctx, config.k, config.l, config.d, dtype));
+}
+
+struct PigSpecialize : mlir::pig::impl::PigSpecializeBase<PigSpecialize> {
+  using PigSpecializeBase::PigSpecializeBase;
+
+  void runOnOperation() override {
+    Config requested{k, l, d, dtype};
+    SmallVector<Config> candidates{requested};
+    if (!manifest.empty()) {
+      std::string error;
+      auto listed = parseManifest(manifest, error);
+      if (failed(listed)) {
+        getOperation().emitError() << error;
+        return signalPassFailure();
+      }
+      candidates.clear();
+      for (const Config &entry : *listed)
+        if (agrees(requested, entry))
+          candidates.push_back(combine(requested, entry));
+    }
+
+    for (auto func : getOperation().getOps<func::FuncOp>()) {
+      if (func.isExternal())
+        continue;
+      bool usesPig = false;
+      int64_t maxThreshold = 1;
+      func.walk([&](Operation *op) {
+        if (op->getDialect() && isa<PigDialect>(op->getDialect()))
+          usesPig = true;
+        for (NamedAttribute attr : op->getAttrs())
+          if (auto lsh = dyn_cast<LshAttr>(attr.getValue()))
+            maxThreshold = std::max(maxThreshold, lsh.getT());
+        if (auto query = dyn_cast<QueryOp>(op))
+          maxThreshold = std::max<int64_t>(maxThreshold, query.getThreshold());
+      });
+      if (!usesPig)
+        continue;
+      Config fixed;
+      if (failed(collectFromIR(func, fixed)))
+        return signalPassFailure();
+
+      SmallVector<Config> matching;
+      for (const Config &candidate : candidates)
+        if (agrees(candidate, fixed))
+          matching.push_back(combine(candidate, fixed));
+      if (matching.empty()) {
+        func.emitError() << "no kernel configuration serves this function (it fixes " << fixed.str()
+                         << ")" << (manifest.empty() ? "" : "; the manifest has no matching entry");
+        return signalPassFailure();
+      }
+      if (matching.size() > 1) {
+        func.emitError() << matching.size() << " manifest entries match this function ("
+                         << fixed.str() << "); choose one with k=, l=, d=, dtype=";
+        return signalPassFailure();
+      }
+      if (std::string reason = unservable(matching.front(), maxThreshold); !reason.empty()) {
+        func.emitError() << "no kernel can serve this function: " << reason;
+        return signalPassFailure();
+      }
+      foldConfig(func, matching.front());
+    }
+  }
+};
+} // namespace

@@ -1,0 +1,79 @@
+// The builder API: the IR of one decode step for a model shape.
+#include "pig/Dialect/PigBuilder.h"
+#include "pig/Dialect/PigOps.h"
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+
+#include <gtest/gtest.h>
+
+#include <string>
+
+using namespace mlir;
+using namespace mlir::pig;
+
+namespace {
+template <typename OpTy> int count(Operation *root) {
+  int n = 0;
+  root->walk([&](OpTy) { ++n; });
+  return n;
+}
+
+// SmolLM2-135M: 9 query heads, 3 kv-heads, head dim 64, 30 layers.
+ModelShape smollm2() { return {9, 3, 64, 30, {0, 15}, "bf16"}; }
+
+TEST(BuilderTest, OneFunctionPerLayerDenseWhereAsked) {
+  MLIRContext context;
+  std::string error;
+  auto module = buildDecodeStep(context, smollm2(), {}, {}, error);
+  ASSERT_TRUE(module) << error;
+  EXPECT_EQ(count<func::FuncOp>(*module), 30);
+  EXPECT_EQ(count<SampledAttentionOp>(*module), 28);
+  EXPECT_EQ(count<DenseAttentionOp>(*module), 2 * 3); // one per kv-head group
+  auto layer0 = module->lookupSymbol<func::FuncOp>("layer0");
+  ASSERT_TRUE(layer0);
+  EXPECT_EQ(count<SampledAttentionOp>(layer0), 0);
+  auto layer1 = module->lookupSymbol<func::FuncOp>("layer1");
+  ASSERT_TRUE(layer1);
+  auto qType = cast<RankedTensorType>(layer1.getArgumentTypes()[0]);
+  EXPECT_EQ(qType.getShape(), ArrayRef<int64_t>({9, 64}));
+  EXPECT_TRUE(qType.getElementType().isBF16());
+  auto kType = cast<RankedTensorType>(layer1.getArgumentTypes()[1]);
+  EXPECT_TRUE(ShapedType::isDynamic(kType.getDimSize(1)));
+  SampledAttentionOp op;
+  layer1.walk([&](SampledAttentionOp found) { op = found; });
+  ASSERT_TRUE(op);
+  EXPECT_EQ(op.getLsh().getK(), 10);
+  EXPECT_EQ(op.getLsh().getL(), 150);
+  EXPECT_EQ(op.getStaticTokens().getSink(), 4);
+  EXPECT_EQ(op.getStaticTokens().getLocal(), 64);
+}
+
+TEST(BuilderTest, GenericLshLeavesKAndLOpen) {
+  MLIRContext context;
+  std::string error;
+  auto module = buildDecodeStep(context, {4, 2, 128, 2, {}, "f32"}, {0, 0, 2, 1}, {}, error);
+  ASSERT_TRUE(module) << error;
+  int generic = 0;
+  module->walk([&](SampledAttentionOp op) { generic += !op.getLsh().isStatic(); });
+  EXPECT_EQ(generic, 2);
+}
+
+TEST(BuilderTest, RejectsGqaGroupsThatDoNotDivide) {
+  MLIRContext context;
+  std::string error;
+  auto module = buildDecodeStep(context, {9, 2, 64, 1, {}, "bf16"}, {}, {}, error);
+  EXPECT_FALSE(module);
+  EXPECT_NE(error.find("GQA"), std::string::npos) << error;
+}
+
+TEST(BuilderTest, RejectsBadConfigurations) {
+  MLIRContext context;
+  std::string error;
+  EXPECT_FALSE(buildDecodeStep(context, {4, 2, 64, 1, {}, "f64"}, {}, {}, error));
+  EXPECT_NE(error.find("element type"), std::string::npos) << error;
+  EXPECT_FALSE(buildDecodeStep(context, {4, 2, 64, 4, {4}, "bf16"}, {}, {}, error));
+  EXPECT_NE(error.find("dense layer 4"), std::string::npos) << error;
+  EXPECT_FALSE(buildDecodeStep(context, {4, 2, 64, 1, {}, "bf16"}, {10, 1, 2, 0}, {}, error));
+  EXPECT_NE(error.find("smaller than the collision threshold"), std::string::npos) << error;
+}
+} // namespace

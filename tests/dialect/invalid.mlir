@@ -1,0 +1,344 @@
+// RUN: pig-opt %s -split-input-file -verify-diagnostics
+
+// Every verifier error of the pig dialect, one case per split.
+
+//===----------------------------------------------------------------------===//
+// Attributes and types: K in [1, 16] (uint16 codes), L in [1, 1024], t in [1, L].
+//===----------------------------------------------------------------------===//
+
+func.func @k_too_large(%x: tensor<1x64xf32>) {
+  // expected-error @+1 {{K = 17 is outside [1, 16]}}
+  %c = pig.encode %x {lsh = #pig.lsh<k = 17, l = 150, t = 2, seed = 0>} : tensor<1x64xf32> -> !pig.codes<1x150x17>
+  return
+}
+
+// -----
+
+func.func @k_zero(%x: tensor<1x64xf32>) {
+  // expected-error @+1 {{K = 0 is outside [1, 16]}}
+  %c = pig.encode %x {lsh = #pig.lsh<k = 0, l = 150, t = 2, seed = 0>} : tensor<1x64xf32> -> !pig.codes<1x150x10>
+  return
+}
+
+// -----
+
+func.func @l_too_large(%x: tensor<1x64xf32>) {
+  // expected-error @+1 {{L = 1025 is outside [1, 1024]}}
+  %c = pig.encode %x {lsh = #pig.lsh<k = 10, l = 1025, t = 2, seed = 0>} : tensor<1x64xf32> -> !pig.codes<1x150x10>
+  return
+}
+
+// -----
+
+func.func @l_below_t(%x: tensor<1x64xf32>) {
+  // expected-error @+1 {{L = 1 is smaller than the collision threshold t = 2}}
+  %c = pig.encode %x {lsh = #pig.lsh<k = 10, l = 1, t = 2, seed = 0>} : tensor<1x64xf32> -> !pig.codes<1x1x10>
+  return
+}
+
+// -----
+
+func.func @t_zero(%x: tensor<1x64xf32>) {
+  // expected-error @+1 {{collision threshold t = 0 must be at least 1}}
+  %c = pig.encode %x {lsh = #pig.lsh<k = 10, l = 150, t = 0, seed = 0>} : tensor<1x64xf32> -> !pig.codes<1x150x10>
+  return
+}
+
+// -----
+
+// expected-error @+1 {{K = 17 is outside [1, 16]}}
+func.func @codes_k_too_large(%c: !pig.codes<?x150x17>) {
+  return
+}
+
+// -----
+
+// expected-error @+1 {{L = 0 is outside [1, 1024]}}
+func.func @index_no_tables(%i: !pig.index<0x10>) {
+  return
+}
+
+// -----
+
+// expected-error @+1 {{expected 3 dimensions}}
+func.func @codes_rank(%c: !pig.codes<150x10>) {
+  return
+}
+
+// -----
+
+func.func @negative_static(%c: !pig.codes<?x150x10>) {
+  // expected-error @+1 {{static token counts must be non-negative}}
+  %i = pig.build_index %c {static_tokens = #pig.static<sink = -1, local = 64>} : !pig.codes<?x150x10> -> !pig.index<150x10>
+  return
+}
+
+// -----
+
+func.func @unknown_device(%c: !pig.codes<?x150x10>) {
+  // expected-error @+1 {{unknown device 'tpu' (expected cpu or gpu)}}
+  %m = pig.transfer %c {from = #pig.device<tpu>, to = #pig.device<cpu>} : !pig.codes<?x150x10>
+  return
+}
+
+// -----
+
+func.func @device_attr_kind(%c: !pig.codes<?x150x10>) {
+  // expected-error @+1 {{'pig.device' must be a #pig.device attribute}}
+  %i = pig.build_index %c {pig.device = "gpu"} : !pig.codes<?x150x10> -> !pig.index<150x10>
+  return
+}
+
+// -----
+
+// expected-error @+1 {{'pig.kernel' must be a #pig.kernel attribute}}
+func.func @kernel_attr_kind() attributes {pig.kernel = 3} {
+  return
+}
+
+// -----
+
+// expected-error @+1 {{unknown pig attribute 'pig.colour'}}
+func.func @unknown_pig_attr() attributes {pig.colour = 3} {
+  return
+}
+
+//===----------------------------------------------------------------------===//
+// pig.center
+//===----------------------------------------------------------------------===//
+
+// -----
+
+func.func @center_rank(%k: tensor<2x?x64xbf16>) {
+  // expected-error @+1 {{keys must have rank 2}}
+  %c, %m = pig.center %k : tensor<2x?x64xbf16> -> tensor<2x?x64xbf16>, tensor<1x64xf32>
+  return
+}
+
+// -----
+
+func.func @center_type(%k: tensor<?x64xbf16>) {
+  // expected-error @+1 {{centered keys must have the type of the keys}}
+  %c, %m = pig.center %k : tensor<?x64xbf16> -> tensor<?x64xf32>, tensor<1x64xf32>
+  return
+}
+
+// -----
+
+func.func @center_mean(%k: tensor<?x64xbf16>) {
+  // expected-error @+1 {{mean must be 1 x d}}
+  %c, %m = pig.center %k : tensor<?x64xbf16> -> tensor<?x64xbf16>, tensor<1x128xf32>
+  return
+}
+
+//===----------------------------------------------------------------------===//
+// pig.encode, pig.build_index, pig.query
+//===----------------------------------------------------------------------===//
+
+// -----
+
+func.func @encode_element_type(%x: tensor<1x64xf64>) {
+  // expected-error @+1 {{input has unsupported element type 'f64' (supported: f32, bf16, f16)}}
+  %c = pig.encode %x {lsh = #pig.lsh<k = 10, l = 150, t = 2, seed = 0>} : tensor<1x64xf64> -> !pig.codes<1x150x10>
+  return
+}
+
+// -----
+
+func.func @encode_rows(%x: tensor<4x64xf32>) {
+  // expected-error @+1 {{produces 1 rows of codes for 4 input rows}}
+  %c = pig.encode %x {lsh = #pig.lsh<k = 10, l = 150, t = 2, seed = 0>} : tensor<4x64xf32> -> !pig.codes<1x150x10>
+  return
+}
+
+// -----
+
+func.func @encode_config(%x: tensor<1x64xf32>) {
+  // expected-error @+1 {{result has L = 150, K = 8 but expected L = 150, K = 10}}
+  %c = pig.encode %x {lsh = #pig.lsh<k = 10, l = 150, t = 2, seed = 0>} : tensor<1x64xf32> -> !pig.codes<1x150x8>
+  return
+}
+
+// -----
+
+func.func @build_index_config(%c: !pig.codes<?x150x10>) {
+  // expected-error @+1 {{index has L = 75, K = 10 but expected L = 150, K = 10}}
+  %i = pig.build_index %c : !pig.codes<?x150x10> -> !pig.index<75x10>
+  return
+}
+
+// -----
+
+func.func @query_config(%i: !pig.index<150x10>, %c: !pig.codes<1x150x9>) {
+  // expected-error @+1 {{query codes has L = 150, K = 9 but expected L = 150, K = 10}}
+  %ids = pig.query %i, %c[0] threshold 2 : (!pig.index<150x10>, !pig.codes<1x150x9>) -> tensor<?xi32>
+  return
+}
+
+// -----
+
+func.func @query_l_below_t(%i: !pig.index<2x10>, %c: !pig.codes<1x2x10>) {
+  // expected-error @+1 {{L = 2 is smaller than the collision threshold t = 3}}
+  %ids = pig.query %i, %c[0] threshold 3 : (!pig.index<2x10>, !pig.codes<1x2x10>) -> tensor<?xi32>
+  return
+}
+
+// -----
+
+func.func @query_t_zero(%i: !pig.index<150x10>, %c: !pig.codes<1x150x10>) {
+  // expected-error @+1 {{collision threshold t = 0 must be at least 1}}
+  %ids = pig.query %i, %c[0] threshold 0 : (!pig.index<150x10>, !pig.codes<1x150x10>) -> tensor<?xi32>
+  return
+}
+
+// -----
+
+func.func @query_row(%i: !pig.index<150x10>, %c: !pig.codes<2x150x10>) {
+  // expected-error @+1 {{row 2 is outside the 2 rows of the query codes}}
+  %ids = pig.query %i, %c[2] threshold 2 : (!pig.index<150x10>, !pig.codes<2x150x10>) -> tensor<?xi32>
+  return
+}
+
+//===----------------------------------------------------------------------===//
+// pig.collision_prob, pig.weighted_softmax, pig.sampled_softmax_fused
+//===----------------------------------------------------------------------===//
+
+// -----
+
+func.func @prob_rows(%q: tensor<2x64xf32>, %k: tensor<?x64xf32>, %ids: tensor<?xi32>) {
+  // expected-error @+1 {{query must be one row (1 x d)}}
+  %u = pig.collision_prob %q, %k, %ids {lsh = #pig.lsh<k = 10, l = 150, t = 2, seed = 0>} : (tensor<2x64xf32>, tensor<?x64xf32>, tensor<?xi32>) -> tensor<?xf32>
+  return
+}
+
+// -----
+
+func.func @prob_head_dims(%q: tensor<1x64xf32>, %k: tensor<?x128xf32>, %ids: tensor<?xi32>) {
+  // expected-error @+1 {{head dims disagree: query 64, keys 128}}
+  %u = pig.collision_prob %q, %k, %ids {lsh = #pig.lsh<k = 10, l = 150, t = 2, seed = 0>} : (tensor<1x64xf32>, tensor<?x128xf32>, tensor<?xi32>) -> tensor<?xf32>
+  return
+}
+
+// -----
+
+func.func @prob_count(%q: tensor<1x64xf32>, %k: tensor<?x64xf32>, %ids: tensor<8xi32>) {
+  // expected-error @+1 {{needs one probability per sampled id}}
+  %u = pig.collision_prob %q, %k, %ids {lsh = #pig.lsh<k = 10, l = 150, t = 2, seed = 0>} : (tensor<1x64xf32>, tensor<?x64xf32>, tensor<8xi32>) -> tensor<7xf32>
+  return
+}
+
+// -----
+
+func.func @softmax_value_dim(%q: tensor<1x64xbf16>, %k: tensor<?x64xbf16>, %v: tensor<?x128xbf16>, %ids: tensor<?xi32>, %u: tensor<?xf32>) {
+  // expected-error @+1 {{head dims disagree: query 64, keys 64, values 128}}
+  %o, %l = pig.weighted_softmax %q, %k, %v, %ids, %u : (tensor<1x64xbf16>, tensor<?x64xbf16>, tensor<?x128xbf16>, tensor<?xi32>, tensor<?xf32>) -> (tensor<1x64xf32>, tensor<1xf32>)
+  return
+}
+
+// -----
+
+func.func @softmax_mixed_types(%q: tensor<1x64xf32>, %k: tensor<?x64xbf16>, %v: tensor<?x64xbf16>, %ids: tensor<?xi32>, %u: tensor<?xf32>) {
+  // expected-error @+1 {{query, keys and values must share one element type}}
+  %o, %l = pig.weighted_softmax %q, %k, %v, %ids, %u : (tensor<1x64xf32>, tensor<?x64xbf16>, tensor<?x64xbf16>, tensor<?xi32>, tensor<?xf32>) -> (tensor<1x64xf32>, tensor<1xf32>)
+  return
+}
+
+// -----
+
+func.func @softmax_tokens(%q: tensor<1x64xf32>, %k: tensor<10x64xf32>, %v: tensor<12x64xf32>, %ids: tensor<?xi32>, %u: tensor<?xf32>) {
+  // expected-error @+1 {{disagree on their leading dims}}
+  %o, %l = pig.weighted_softmax %q, %k, %v, %ids, %u : (tensor<1x64xf32>, tensor<10x64xf32>, tensor<12x64xf32>, tensor<?xi32>, tensor<?xf32>) -> (tensor<1x64xf32>, tensor<1xf32>)
+  return
+}
+
+// -----
+
+func.func @softmax_output(%q: tensor<1x64xf32>, %k: tensor<?x64xf32>, %v: tensor<?x64xf32>, %ids: tensor<?xi32>, %u: tensor<?xf32>) {
+  // expected-error @+1 {{output must be 1x64 (query rows x head dim)}}
+  %o, %l = pig.weighted_softmax %q, %k, %v, %ids, %u : (tensor<1x64xf32>, tensor<?x64xf32>, tensor<?x64xf32>, tensor<?xi32>, tensor<?xf32>) -> (tensor<1x32xf32>, tensor<1xf32>)
+  return
+}
+
+// -----
+
+func.func @softmax_lse(%q: tensor<1x64xf32>, %k: tensor<?x64xf32>, %v: tensor<?x64xf32>, %ids: tensor<?xi32>, %u: tensor<?xf32>) {
+  // expected-error @+1 {{lse must have one entry per query row (1)}}
+  %o, %l = pig.weighted_softmax %q, %k, %v, %ids, %u : (tensor<1x64xf32>, tensor<?x64xf32>, tensor<?x64xf32>, tensor<?xi32>, tensor<?xf32>) -> (tensor<1x64xf32>, tensor<2xf32>)
+  return
+}
+
+// -----
+
+func.func @fused_mean(%q: tensor<1x64xf32>, %k: tensor<?x64xf32>, %v: tensor<?x64xf32>, %m: tensor<1x128xf32>, %ids: tensor<?xi32>) {
+  // expected-error @+1 {{mean must be 1 x 64}}
+  %o, %l = pig.sampled_softmax_fused %q, %k, %v, %m, %ids {lsh = #pig.lsh<k = 10, l = 150, t = 2, seed = 0>} : (tensor<1x64xf32>, tensor<?x64xf32>, tensor<?x64xf32>, tensor<1x128xf32>, tensor<?xi32>) -> (tensor<1x64xf32>, tensor<1xf32>)
+  return
+}
+
+//===----------------------------------------------------------------------===//
+// pig.dense_attention, pig.merge, pig.sampled_attention
+//===----------------------------------------------------------------------===//
+
+// -----
+
+func.func @dense_rows(%q: tensor<4x64xf16>, %k: tensor<?x64xf16>, %v: tensor<?x64xf16>) {
+  // expected-error @+1 {{output must be 4x64}}
+  %o, %l = pig.dense_attention %q, %k, %v : (tensor<4x64xf16>, tensor<?x64xf16>, tensor<?x64xf16>) -> (tensor<1x64xf32>, tensor<4xf32>)
+  return
+}
+
+// -----
+
+func.func @dense_element_type(%q: tensor<4x64xi8>, %k: tensor<?x64xi8>, %v: tensor<?x64xi8>) {
+  // expected-error @+1 {{query has unsupported element type 'i8'}}
+  %o, %l = pig.dense_attention %q, %k, %v : (tensor<4x64xi8>, tensor<?x64xi8>, tensor<?x64xi8>) -> (tensor<4x64xf32>, tensor<4xf32>)
+  return
+}
+
+// -----
+
+func.func @merge_rank(%o: tensor<64xf32>, %l: tensor<1xf32>) {
+  // expected-error @+1 {{partial outputs must be rows x d}}
+  %r, %rl = pig.merge %o, %l, %o, %l : tensor<64xf32>, tensor<1xf32>
+  return
+}
+
+// -----
+
+func.func @merge_lse(%o: tensor<2x64xf32>, %l: tensor<1xf32>) {
+  // expected-error @+1 {{lse must have one entry per query row (2)}}
+  %r, %rl = pig.merge %o, %l, %o, %l : tensor<2x64xf32>, tensor<1xf32>
+  return
+}
+
+// -----
+
+func.func @gqa_divides(%q: tensor<9x64xbf16>, %k: tensor<2x?x64xbf16>, %v: tensor<2x?x64xbf16>) {
+  // expected-error @+1 {{GQA: 9 query heads cannot be grouped over 2 kv-heads (the group size must divide)}}
+  %o, %l = pig.sampled_attention %q, %k, %v {lsh = #pig.lsh<k = 10, l = 150, t = 2, seed = 0>, static_tokens = #pig.static<sink = 4, local = 64>} : (tensor<9x64xbf16>, tensor<2x?x64xbf16>, tensor<2x?x64xbf16>) -> (tensor<9x64xf32>, tensor<9xf32>)
+  return
+}
+
+// -----
+
+func.func @composite_head_dims(%q: tensor<8x64xbf16>, %k: tensor<2x?x128xbf16>, %v: tensor<2x?x128xbf16>) {
+  // expected-error @+1 {{head dims disagree: query 64, keys 128, values 128}}
+  %o, %l = pig.sampled_attention %q, %k, %v {lsh = #pig.lsh<k = 10, l = 150, t = 2, seed = 0>, static_tokens = #pig.static<sink = 4, local = 64>} : (tensor<8x64xbf16>, tensor<2x?x128xbf16>, tensor<2x?x128xbf16>) -> (tensor<8x64xf32>, tensor<8xf32>)
+  return
+}
+
+// -----
+
+func.func @composite_dynamic_heads(%q: tensor<?x64xbf16>, %k: tensor<2x?x64xbf16>, %v: tensor<2x?x64xbf16>) {
+  // expected-error @+1 {{needs static head counts}}
+  %o, %l = pig.sampled_attention %q, %k, %v {lsh = #pig.lsh<k = 10, l = 150, t = 2, seed = 0>, static_tokens = #pig.static<sink = 4, local = 64>} : (tensor<?x64xbf16>, tensor<2x?x64xbf16>, tensor<2x?x64xbf16>) -> (tensor<?x64xf32>, tensor<?xf32>)
+  return
+}
+
+// -----
+
+func.func @composite_kv_rank(%q: tensor<8x64xbf16>, %k: tensor<?x64xbf16>, %v: tensor<?x64xbf16>) {
+  // expected-error @+1 {{keys must have rank 3}}
+  %o, %l = pig.sampled_attention %q, %k, %v {lsh = #pig.lsh<k = 10, l = 150, t = 2, seed = 0>, static_tokens = #pig.static<sink = 4, local = 64>} : (tensor<8x64xbf16>, tensor<?x64xbf16>, tensor<?x64xbf16>) -> (tensor<8x64xf32>, tensor<8xf32>)
+  return
+}

@@ -1,0 +1,76 @@
+// RUN: pig-opt %s | pig-opt | FileCheck %s
+// RUN: pig-opt %s --mlir-print-op-generic | pig-opt | FileCheck %s
+
+// Round trip of every pig op, attribute and type.
+
+// CHECK-LABEL: func.func @index_side
+// CHECK: %[[C:.*]], %[[M:.*]] = pig.center %{{.*}} : tensor<?x128xbf16> -> tensor<?x128xbf16>, tensor<1x128xf32>
+// CHECK: %[[CODES:.*]] = pig.encode %[[C]] {lsh = #pig.lsh<k = 10, l = 150, t = 2, seed = 7>} : tensor<?x128xbf16> -> !pig.codes<?x150x10>
+// CHECK: pig.build_index %[[CODES]] {static_tokens = #pig.static<sink = 4, local = 64>} : !pig.codes<?x150x10> -> !pig.index<150x10>
+// CHECK: pig.build_index %[[CODES]] : !pig.codes<?x150x10> -> !pig.index<150x10>
+func.func @index_side(%k: tensor<?x128xbf16>) -> (!pig.index<150x10>, !pig.index<150x10>, tensor<1x128xf32>) {
+  %c, %m = pig.center %k : tensor<?x128xbf16> -> tensor<?x128xbf16>, tensor<1x128xf32>
+  %codes = pig.encode %c {lsh = #pig.lsh<k = 10, l = 150, t = 2, seed = 7>} : tensor<?x128xbf16> -> !pig.codes<?x150x10>
+  %i0 = pig.build_index %codes {static_tokens = #pig.static<sink = 4, local = 64>} : !pig.codes<?x150x10> -> !pig.index<150x10>
+  %i1 = pig.build_index %codes : !pig.codes<?x150x10> -> !pig.index<150x10>
+  return %i0, %i1, %m : !pig.index<150x10>, !pig.index<150x10>, tensor<1x128xf32>
+}
+
+// CHECK-LABEL: func.func @query_side
+// CHECK: pig.encode %{{.*}} {lsh = #pig.lsh<k = 16, l = 1024, t = 1, seed = 0>} : tensor<4x64xf32> -> !pig.codes<4x1024x16>
+// CHECK: pig.query %{{.*}}, %{{.*}}[3] threshold 2 : (!pig.index<1024x16>, !pig.codes<4x1024x16>) -> tensor<?xi32>
+// CHECK: pig.collision_prob %{{.*}} {lsh = #pig.lsh<k = 16, l = 1024, t = 2, seed = 0>} : (tensor<1x64xf32>, tensor<?x64xf32>, tensor<?xi32>) -> tensor<?xf32>
+// CHECK: pig.weighted_softmax {{.*}} : (tensor<1x64xf32>, tensor<?x64xf32>, tensor<?x64xf32>, tensor<?xi32>, tensor<?xf32>) -> (tensor<1x64xf32>, tensor<1xf32>)
+// CHECK: pig.weighted_softmax {{.*}} {static_tokens = #pig.static<sink = 4, local = 64>}
+func.func @query_side(%index: !pig.index<1024x16>, %qs: tensor<4x64xf32>, %q: tensor<1x64xf32>,
+                      %k: tensor<?x64xf32>, %v: tensor<?x64xf32>) -> (tensor<1x64xf32>, tensor<1xf32>) {
+  %codes = pig.encode %qs {lsh = #pig.lsh<k = 16, l = 1024, t = 1, seed = 0>} : tensor<4x64xf32> -> !pig.codes<4x1024x16>
+  %ids = pig.query %index, %codes[3] threshold 2 : (!pig.index<1024x16>, !pig.codes<4x1024x16>) -> tensor<?xi32>
+  %u = pig.collision_prob %q, %k, %ids {lsh = #pig.lsh<k = 16, l = 1024, t = 2, seed = 0>} : (tensor<1x64xf32>, tensor<?x64xf32>, tensor<?xi32>) -> tensor<?xf32>
+  %o, %lse = pig.weighted_softmax %q, %k, %v, %ids, %u : (tensor<1x64xf32>, tensor<?x64xf32>, tensor<?x64xf32>, tensor<?xi32>, tensor<?xf32>) -> (tensor<1x64xf32>, tensor<1xf32>)
+  %o2, %lse2 = pig.weighted_softmax %q, %k, %v, %ids, %u {static_tokens = #pig.static<sink = 4, local = 64>} : (tensor<1x64xf32>, tensor<?x64xf32>, tensor<?x64xf32>, tensor<?xi32>, tensor<?xf32>) -> (tensor<1x64xf32>, tensor<1xf32>)
+  %r, %rl = pig.merge %o, %lse, %o2, %lse2 : tensor<1x64xf32>, tensor<1xf32>
+  return %r, %rl : tensor<1x64xf32>, tensor<1xf32>
+}
+
+// CHECK-LABEL: func.func @fused
+// CHECK: pig.sampled_softmax_fused %{{.*}} {lsh = #pig.lsh<k = 10, l = 150, t = 2, seed = 0>} : (tensor<1x128xbf16>, tensor<?x128xbf16>, tensor<?x128xbf16>, tensor<1x128xf32>, tensor<?xi32>) -> (tensor<1x128xf32>, tensor<1xf32>)
+func.func @fused(%q: tensor<1x128xbf16>, %k: tensor<?x128xbf16>, %v: tensor<?x128xbf16>, %mean: tensor<1x128xf32>, %ids: tensor<?xi32>) -> (tensor<1x128xf32>, tensor<1xf32>) {
+  %o, %lse = pig.sampled_softmax_fused %q, %k, %v, %mean, %ids {lsh = #pig.lsh<k = 10, l = 150, t = 2, seed = 0>} : (tensor<1x128xbf16>, tensor<?x128xbf16>, tensor<?x128xbf16>, tensor<1x128xf32>, tensor<?xi32>) -> (tensor<1x128xf32>, tensor<1xf32>)
+  return %o, %lse : tensor<1x128xf32>, tensor<1xf32>
+}
+
+// CHECK-LABEL: func.func @dense_and_merge
+// CHECK: pig.dense_attention %{{.*}} : (tensor<4x128xf16>, tensor<?x128xf16>, tensor<?x128xf16>) -> (tensor<4x128xf32>, tensor<4xf32>)
+// CHECK: pig.dense_attention %{{.*}} {window = #pig.static<sink = 4, local = 64>} : (tensor<4x128xf16>
+// CHECK: pig.merge %{{.*}} : tensor<4x128xf32>, tensor<4xf32>
+func.func @dense_and_merge(%q: tensor<4x128xf16>, %k: tensor<?x128xf16>, %v: tensor<?x128xf16>) -> (tensor<4x128xf32>, tensor<4xf32>) {
+  %o1, %l1 = pig.dense_attention %q, %k, %v : (tensor<4x128xf16>, tensor<?x128xf16>, tensor<?x128xf16>) -> (tensor<4x128xf32>, tensor<4xf32>)
+  %o2, %l2 = pig.dense_attention %q, %k, %v {window = #pig.static<sink = 4, local = 64>} : (tensor<4x128xf16>, tensor<?x128xf16>, tensor<?x128xf16>) -> (tensor<4x128xf32>, tensor<4xf32>)
+  %o, %l = pig.merge %o1, %l1, %o2, %l2 : tensor<4x128xf32>, tensor<4xf32>
+  return %o, %l : tensor<4x128xf32>, tensor<4xf32>
+}
+
+// CHECK-LABEL: func.func @composite
+// CHECK: pig.sampled_attention %{{.*}} {lsh = #pig.lsh<k = ?, l = ?, t = 2, seed = 0>, static_tokens = #pig.static<sink = 4, local = 64>} : (tensor<32x128xbf16>, tensor<8x?x128xbf16>, tensor<8x?x128xbf16>) -> (tensor<32x128xf32>, tensor<32xf32>)
+func.func @composite(%q: tensor<32x128xbf16>, %k: tensor<8x?x128xbf16>, %v: tensor<8x?x128xbf16>) -> (tensor<32x128xf32>, tensor<32xf32>) {
+  %o, %lse = pig.sampled_attention %q, %k, %v {lsh = #pig.lsh<k = ?, l = ?, t = 2, seed = 0>, static_tokens = #pig.static<sink = 4, local = 64>} : (tensor<32x128xbf16>, tensor<8x?x128xbf16>, tensor<8x?x128xbf16>) -> (tensor<32x128xf32>, tensor<32xf32>)
+  return %o, %lse : tensor<32x128xf32>, tensor<32xf32>
+}
+
+// CHECK-LABEL: func.func @placement
+// CHECK: pig.encode %{{.*}} {lsh = #pig.lsh<k = 8, l = 75, t = 2, seed = 1>, pig.device = #pig.device<gpu>}
+// CHECK: pig.transfer %{{.*}} {from = #pig.device<gpu>, to = #pig.device<cpu>} : !pig.codes<1x75x8>
+// CHECK: pig.query {{.*}}[0] threshold 2 {pig.device = #pig.device<cpu>} : (!pig.index<?x?>, !pig.codes<1x75x8>)
+func.func @placement(%q: tensor<1x64xbf16>, %index: !pig.index<?x?>) -> tensor<?xi32> {
+  %codes = pig.encode %q {lsh = #pig.lsh<k = 8, l = 75, t = 2, seed = 1>, pig.device = #pig.device<gpu>} : tensor<1x64xbf16> -> !pig.codes<1x75x8>
+  %moved = pig.transfer %codes {from = #pig.device<gpu>, to = #pig.device<cpu>} : !pig.codes<1x75x8>
+  %ids = pig.query %index, %moved[0] threshold 2 {pig.device = #pig.device<cpu>} : (!pig.index<?x?>, !pig.codes<1x75x8>) -> tensor<?xi32>
+  return %ids : tensor<?xi32>
+}
+
+// CHECK-LABEL: func.func @kernel_key
+// CHECK-SAME: attributes {pig.kernel = #pig.kernel<k = 10, l = 150, d = 128, dtype = bf16>}
+func.func @kernel_key() attributes {pig.kernel = #pig.kernel<k = 10, l = 150, d = 128, dtype = bf16>} {
+  return
+}

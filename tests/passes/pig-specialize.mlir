@@ -1,0 +1,73 @@
+// RUN: split-file %s %t
+// RUN: pig-opt %t/generic.mlir --pig-specialize="k=10 l=150" | FileCheck %s --check-prefix=OPTION
+// RUN: pig-opt %t/generic.mlir --pig-specialize="manifest=%t/manifest.txt l=150" | FileCheck %s --check-prefix=MANIFEST
+// RUN: pig-opt %t/fixed.mlir --pig-specialize="manifest=%t/manifest.txt" | FileCheck %s --check-prefix=FIXED
+// RUN: not pig-opt %t/generic.mlir --pig-specialize="k=10 l=150 d=64" 2>&1 | FileCheck %s --check-prefix=MISMATCH
+// RUN: not pig-opt %t/generic.mlir --pig-specialize="manifest=%t/manifest.txt" 2>&1 | FileCheck %s --check-prefix=AMBIGUOUS
+// RUN: not pig-opt %t/generic.mlir --pig-specialize="k=17 l=150" 2>&1 | FileCheck %s --check-prefix=BADK
+// RUN: not pig-opt %t/generic.mlir --pig-specialize="k=10 l=1" 2>&1 | FileCheck %s --check-prefix=BADL
+// RUN: not pig-opt %t/generic.mlir --pig-specialize="k=10" 2>&1 | FileCheck %s --check-prefix=INCOMPLETE
+// RUN: not pig-opt %t/d96.mlir --pig-specialize="k=10 l=150" 2>&1 | FileCheck %s --check-prefix=D96
+// RUN: not pig-opt %t/f16.mlir --pig-specialize="k=10 l=150" 2>&1 | FileCheck %s --check-prefix=F16
+// RUN: not pig-opt %t/fixed.mlir --pig-specialize="manifest=%t/missing.txt" 2>&1 | FileCheck %s --check-prefix=NOFILE
+
+// Generic K and L are folded into the attributes and the codes / index types; the function
+// records the kernel key. Configurations no kernel serves are rejected with the reason.
+
+// OPTION-LABEL: func.func @generic
+// OPTION-SAME: pig.kernel = #pig.kernel<k = 10, l = 150, d = 128, dtype = bf16>
+// OPTION: pig.encode %{{.*}} {lsh = #pig.lsh<k = 10, l = 150, t = 2, seed = 0>} : tensor<?x128xbf16> -> !pig.codes<?x150x10>
+// OPTION: pig.build_index %{{.*}} : !pig.codes<?x150x10> -> !pig.index<150x10>
+// OPTION: pig.encode %{{.*}} -> !pig.codes<1x150x10>
+// OPTION: pig.query {{.*}} : (!pig.index<150x10>, !pig.codes<1x150x10>) -> tensor<?xi32>
+
+// MANIFEST-LABEL: func.func @generic
+// MANIFEST-SAME: pig.kernel = #pig.kernel<k = 10, l = 150, d = 128, dtype = bf16>
+// MANIFEST: !pig.codes<?x150x10>
+
+// FIXED-LABEL: func.func @fixed
+// FIXED-SAME: pig.kernel = #pig.kernel<k = 8, l = 75, d = 64, dtype = bf16>
+// FIXED: !pig.codes<1x75x8>
+
+// MISMATCH: error: no kernel configuration serves this function (it fixes K=0 L=0 d=128 bf16)
+// AMBIGUOUS: error: 2 manifest entries match this function (K=0 L=0 d=128 bf16); choose one
+// BADK: error: no kernel can serve this function: K=17 is outside [1, 16] (uint16 codes)
+// BADL: error: no kernel can serve this function: L=1 is smaller than the collision threshold t=2
+// INCOMPLETE: error: no kernel can serve this function: the configuration is incomplete
+// D96: error: no kernel can serve this function: head dim d=96 has no kernel (kernels exist for 64, 128)
+// F16: error: no kernel can serve this function: element type f16 has no kernel (kernels exist for f32, bf16)
+// NOFILE: error: cannot read manifest
+
+//--- manifest.txt
+# Kernel configurations that exist: K, L, head dim, element type.
+K=10 L=150 d=128 bf16
+K=12 L=200 d=128 bf16
+K=8 L=75 d=64 bf16
+K=9 L=120 d=128 f32
+
+//--- generic.mlir
+func.func @generic(%k: tensor<?x128xbf16>, %q: tensor<1x128xbf16>) -> tensor<?xi32> {
+  %c = pig.encode %k {lsh = #pig.lsh<k = ?, l = ?, t = 2, seed = 0>} : tensor<?x128xbf16> -> !pig.codes<?x?x?>
+  %i = pig.build_index %c : !pig.codes<?x?x?> -> !pig.index<?x?>
+  %qc = pig.encode %q {lsh = #pig.lsh<k = ?, l = ?, t = 2, seed = 0>} : tensor<1x128xbf16> -> !pig.codes<1x?x?>
+  %ids = pig.query %i, %qc[0] threshold 2 : (!pig.index<?x?>, !pig.codes<1x?x?>) -> tensor<?xi32>
+  return %ids : tensor<?xi32>
+}
+
+//--- fixed.mlir
+func.func @fixed(%q: tensor<1x64xbf16>) -> !pig.codes<1x75x8> {
+  %qc = pig.encode %q {lsh = #pig.lsh<k = 8, l = 75, t = 2, seed = 0>} : tensor<1x64xbf16> -> !pig.codes<1x75x8>
+  return %qc : !pig.codes<1x75x8>
+}
+
+//--- d96.mlir
+func.func @d96(%q: tensor<1x96xbf16>) -> !pig.codes<1x?x?> {
+  %qc = pig.encode %q {lsh = #pig.lsh<k = ?, l = ?, t = 2, seed = 0>} : tensor<1x96xbf16> -> !pig.codes<1x?x?>
+  return %qc : !pig.codes<1x?x?>
+}
+
+//--- f16.mlir
+func.func @f16(%q: tensor<1x64xf16>) -> !pig.codes<1x?x?> {
+  %qc = pig.encode %q {lsh = #pig.lsh<k = ?, l = ?, t = 2, seed = 0>} : tensor<1x64xf16> -> !pig.codes<1x?x?>
+  return %qc : !pig.codes<1x?x?>
+}
