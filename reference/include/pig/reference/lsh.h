@@ -1,0 +1,85 @@
+// SimHash locality-sensitive hashing as MagicPIG uses it (ALGORITHM.md section 1, steps 1-4).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "pig/reference/matrix.h"
+
+namespace pig::ref {
+
+/// Largest K: a code is a uint16_t, and every (layer, kv-head, table) keeps a bucket table of
+/// 2^K entries, so K = 16 already means 65536 buckets per table. Larger K would also make
+/// collisions (p^K) too rare to sample anything at practical L.
+inline constexpr int kMaxK = 16;
+/// Largest L: the index stores one entry per token per table; beyond ~1000 tables the index
+/// outweighs the KV cache many times over (the paper uses L <= 150).
+inline constexpr int kMaxL = 1024;
+
+struct LshConfig {
+  int K = 10;             ///< bits per table, [1, 16]
+  int L = 150;            ///< tables, [1, 1024]
+  int t = 2;              ///< a token is sampled when it collides in >= t tables, [1, L]
+  std::uint64_t seed = 0; ///< seed of W (see simhash_matrix)
+
+  /// Throws std::invalid_argument naming the parameter, its range and the value given.
+  void validate() const;
+  std::size_t columns() const { return std::size_t(K) * std::size_t(L); }
+};
+
+/// The mean of rows [begin, end) of X (accumulated in double, rounded to float once).
+/// Throws if the range is empty or out of bounds.
+std::vector<float> mean_of_rows(Matrix X, std::size_t begin, std::size_t end);
+
+struct Centered {
+  std::vector<float> mean; ///< the mean of the rows it was taken over
+  OwnedMatrix keys;        ///< every row of the input minus `mean`
+};
+
+/// Centering (ALGORITHM.md 1.1): subtract the mean of rows [begin, end) from every row. Keys and
+/// queries sit in opposite cones; after centering, keys spread around the origin and the query
+/// collides with the ones it actually aligns with.
+Centered center(Matrix K, std::size_t begin, std::size_t end);
+Centered center(Matrix K);
+
+/// The L codes of x: bit j of code l is `x . W[:, l*K + j] > 0` (dot product in double). W must
+/// have x.size() rows and at least K*L columns; only the first K*L are used, which is exact
+/// because smaller configurations are column prefixes of simhash_matrix (see random.h).
+/// A zero vector (and any NaN) hashes to all-zero bits, since the comparison is false.
+std::vector<std::uint16_t> encode(std::span<const float> x, Matrix W, const LshConfig &cfg);
+
+/// encode() of every row of X: n*L codes, token-major (codes of token i at [i*L, (i+1)*L)).
+std::vector<std::uint16_t> encode_rows(Matrix X, Matrix W, const LshConfig &cfg);
+
+/// In how many of the L tables the two code lists agree.
+int count_collisions(std::span<const std::uint16_t> a, std::span<const std::uint16_t> b);
+
+/// Tokens i in [begin, end) whose codes collide with the query's in at least cfg.t tables,
+/// ascending. key_codes are token-major as returned by encode_rows (row i = token i).
+std::vector<std::size_t> sample_set(std::span<const std::uint16_t> query_codes,
+                                    std::span<const std::uint16_t> key_codes, const LshConfig &cfg,
+                                    std::size_t begin, std::size_t end);
+
+/// cos of the angle between a and b in double. A zero-norm vector has no direction; it is
+/// defined to have cosine 0 (angle pi/2, the uninformative choice: collision p = 1/2). The result
+/// is NOT clamped here (rounding can push it just past +-1); collision_probability clamps.
+double cosine(std::span<const float> a, std::span<const float> b);
+
+/// Probability that two vectors at cosine `cos_theta` share a code in one table:
+/// p^K with p = 1 - acos(clamp(cos, -1, 1)) / pi. NaN in, NaN out; never NaN otherwise.
+double table_collision_probability(double cos_theta, int K);
+
+/// u = P[Binomial(L, P) >= t] with P the per-table probability: the probability that a token
+/// at this cosine is sampled (t = 1: 1 - (1-P)^L; t = 2: 1 - (1-P)^L - L P (1-P)^(L-1)).
+/// Computed in log space from whichever side of the threshold is smaller, each a sum of positive
+/// binomial terms: no cancellation when u is tiny (the regime that matters, u ~ C(L,t) P^t,
+/// where the formulas above lose every digit) nor when u is close to 1. Validates K, L, t like
+/// LshConfig.
+double collision_probability(double cos_theta, int K, int L, int t);
+
+/// log u, accurate even where u itself underflows a double. -inf when P == 0 (cos = -1).
+double log_collision_probability(double cos_theta, int K, int L, int t);
+
+} // namespace pig::ref
