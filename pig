@@ -10,6 +10,7 @@
 # its real work within seconds. Environment knobs:
 #   PIG_CACHE   where the model files live (default: ~/.cache/pig), outside the repository
 #   PIG_JOBS    parallel build jobs (default: nproc)
+#   PIG_PARITY  0 to skip installing the transformers parity reference (its tests then skip)
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -55,6 +56,20 @@ setup_venv() {
   log "creating the Python environment in .venv"
   [ -x "$VENV/bin/python" ] || python3 -m venv "$VENV"
   "$VENV/bin/python" -m pip install -q --disable-pip-version-check -r "$req"
+  echo "$want" >"$stamp"
+}
+
+# The parity reference (transformers on CPU torch, ~2.7 GB from PyPI; see the comment at the top
+# of python/requirements-parity.txt for why --no-deps and that exact list). Only ./pig test
+# needs it; PIG_PARITY=0 skips it, and the parity tests then skip with a message.
+setup_parity() {
+  [ "${PIG_PARITY:-1}" = "0" ] && return 0
+  local req="$ROOT/python/requirements-parity.txt" stamp="$VENV/.parity.sha256"
+  local want
+  want=$(sha256sum "$req" | cut -d' ' -f1)
+  [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ] && return 0
+  log "installing the parity reference (torch CPU + transformers) into .venv"
+  "$VENV/bin/python" -m pip install -q --disable-pip-version-check --no-cache-dir --no-deps -r "$req"
   echo "$want" >"$stamp"
 }
 
@@ -132,6 +147,7 @@ case "$cmd" in
     ;;
   test)
     setup
+    setup_parity
     # Sanitizer configuration first (address + undefined, MLIR-free layers), so that the full
     # suite's ctest summary is the last thing printed.
     log "sanitizer build (address + undefined)"
@@ -143,7 +159,7 @@ case "$cmd" in
     ctest --test-dir "$BUILD" --output-on-failure -j "$JOBS" "$@"
     ;;
   help | -h | --help)
-    sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//'
+    sed -n '2,14p' "$0" | sed 's/^# \{0,1\}//'
     ;;
   *) die "unknown command '$cmd' (try ./pig help)" ;;
 esac

@@ -1,0 +1,182 @@
+// Owning host-side objects around the LSH kernels (lsh_kernels.h): the SimHash matrix, the index
+// of one (layer, kv-head), the per-thread retrieval scratch, the log u table, and one decode step
+// that chains them (encode queries -> retrieve -> fused sampled attention).
+//
+// Index layout (bytes per token per kv-head, see IndexLayout::bytes_per_token):
+//   tokens are cut into segments of 65535; per (segment, table) the token ids (u16, relative to the
+//   segment) sorted by bucket, and 2^K + 1 bucket offsets (u16, <= 65535 by the segment size).
+//   ids: 2 L bytes per token (the public implementation stores int32 ids: 4 L).
+//   offsets: 2 (2^K + 1) L / min(n, 65535) bytes per token: 4.7 at K = 10, L = 150, n >= 65535.
+// A 16-bit id cannot name more than 65536 tokens; the segment split costs one extra bucket walk
+// per segment and table (2 at 128k tokens), and keeps every list contiguous.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <cstdlib>
+#include <new>
+#include <vector>
+
+#if defined(__linux__)
+#include <sys/mman.h>
+#endif
+
+#include "pig/runtime/lsh_kernels.h"
+
+namespace pig::runtime::lsh {
+
+/// Allocator for the big randomly-accessed arrays (index, K/V rows gathered by the sampled pass):
+/// allocations of 2 MiB or more are 2 MiB-aligned and advised as transparent huge pages before
+/// their first touch. A sampled step touches rows on thousands of distinct 4 KiB pages; with
+/// 4 KiB pages nearly every gathered row is a TLB miss (and under virtualisation a 2-D page
+/// walk), which costs more than the row itself.
+template <typename T> struct HugePageAllocator {
+  using value_type = T;
+  static constexpr std::size_t kHuge = std::size_t(2) << 20;
+  HugePageAllocator() = default;
+  template <typename U> HugePageAllocator(const HugePageAllocator<U> &) {}
+  T *allocate(std::size_t n) {
+    const std::size_t bytes = n * sizeof(T);
+    if (bytes < kHuge)
+      return static_cast<T *>(::operator new(bytes));
+    const std::size_t rounded = (bytes + kHuge - 1) / kHuge * kHuge;
+    void *p = std::aligned_alloc(kHuge, rounded);
+    if (!p)
+      throw std::bad_alloc();
+#if defined(__linux__) && defined(MADV_HUGEPAGE)
+    madvise(p, rounded, MADV_HUGEPAGE); // advisory: failure just means 4 KiB pages
+#endif
+    return static_cast<T *>(p);
+  }
+  void deallocate(T *p, std::size_t n) {
+    if (n * sizeof(T) < kHuge)
+      ::operator delete(p);
+    else
+      std::free(p);
+  }
+  template <typename U> bool operator==(const HugePageAllocator<U> &) const { return true; }
+};
+
+template <typename T> using HugeVector = std::vector<T, HugePageAllocator<T>>;
+
+inline constexpr std::size_t kSegmentTokens = 65535;
+
+struct IndexLayout {
+  std::size_t count = 0; ///< indexed tokens
+  int K = 0;
+  int L = 0;
+  std::size_t segments = 0;
+  std::size_t offset_entries = 0; ///< u16
+  std::size_t id_entries = 0;     ///< u16
+
+  static IndexLayout of(std::size_t count, int K, int L);
+  std::size_t bytes() const { return 2 * (offset_entries + id_entries); }
+  double bytes_per_token() const { return count ? double(bytes()) / double(count) : 0.0; }
+};
+
+/// W = pig::ref::simhash_matrix(seed, d, K, L) (bit-identical), stored with its row stride
+/// padded to a multiple of 16 floats (zeros), and its column norms.
+class SimHash {
+public:
+  SimHash(std::uint64_t seed, std::size_t d, int K, int L);
+  SimHashView view() const;
+  std::size_t d() const { return d_; }
+  int K() const { return K_; }
+  int L() const { return L_; }
+  /// Entry (row r, column c) of W.
+  float at(std::size_t r, std::size_t c) const { return w_[r * cols_ + c]; }
+
+private:
+  std::size_t d_;
+  int K_, L_;
+  std::size_t cols_;
+  std::vector<float> w_, norm_;
+};
+
+/// Tokens that are always attended exactly and never indexed (pig::ref::StaticConfig).
+struct StaticTokens {
+  std::size_t sink = 4;
+  std::size_t local = 64;
+};
+
+/// The LSH index of one (layer, kv-head): split into static and indexed tokens exactly like
+/// pig::ref::split_tokens, centering mean of the indexed keys (accumulated in double, rounded to
+/// f32 once, like pig::ref::mean_of_rows), and the bucket tables.
+class LshIndex {
+public:
+  /// keys: n x d rows of `dtype`. Uses set.encode and set.build_index.
+  static LshIndex build(const LshKernelSet &set, const void *keys, DType dtype, std::size_t n,
+                        const SimHash &W, StaticTokens st = {});
+
+  IndexView view() const;
+  const IndexLayout &layout() const { return layout_; }
+  const std::vector<float> &mean() const { return mean_; }
+  /// Token-major codes of the centered indexed keys (kept for tests; empty after drop_codes()).
+  const std::vector<std::uint16_t> &codes() const { return codes_; }
+  void drop_codes() { codes_ = {}; }
+  std::size_t n() const { return n_; }
+  std::size_t sink_end() const { return begin_; }
+  std::size_t local_begin() const { return begin_ + layout_.count; }
+
+private:
+  std::size_t n_ = 0, begin_ = 0;
+  IndexLayout layout_;
+  std::vector<float> mean_;
+  std::vector<std::uint16_t> codes_;
+  HugeVector<std::uint16_t> offsets_, ids_;
+};
+
+/// Retrieval scratch for indexes of up to `capacity` tokens (one per thread).
+class RetrievalScratch {
+public:
+  explicit RetrievalScratch(std::size_t capacity);
+  RetrievalState state();
+  std::size_t capacity() const { return counters_.size(); }
+
+private:
+  HugeVector<std::uint16_t> counters_;
+  std::vector<std::uint64_t> bits_;
+  std::uint32_t epoch_ = 0;
+};
+
+/// h(p) = log u(p) - t K log p on p = i / size, from pig::ref::log_collision_probability (the
+/// one definition of u). Linear interpolation error < 2e-6 in log u at size 4096 for the
+/// configurations tested (tests/kernels).
+class LogUTableData {
+public:
+  LogUTableData(int K, int L, int t, int size = 4096);
+  LogUTable view() const { return LogUTable{h_.data(), size_, tk_}; }
+
+private:
+  std::vector<float> h_;
+  int size_;
+  float tk_;
+};
+
+struct StepStats {
+  std::size_t sampled_union = 0; ///< rows gathered (union over the group)
+  std::size_t sampled_per_head[kMaxGroup] = {};
+};
+
+/// Everything a decode step of one kv-head group needs, reusable across steps.
+struct StepBuffers {
+  std::vector<std::uint16_t> qcodes;
+  std::vector<std::uint32_t> tokens;
+  std::vector<std::uint8_t> masks;
+};
+
+/// One MagicPIG step for G query heads of one kv-head: encode the queries, retrieve the union of
+/// their sample sets, one fused pass over static and sampled tokens. k, v: n x d of the index's
+/// dtype. out: G x d, lse: G (natural log).
+void sampled_step(const LshKernelSet &set, const LshIndex &index, const SimHash &W,
+                  const LogUTableData &log_u, int t, RetrievalScratch &scratch, StepBuffers &buf,
+                  const float *q, int G, const void *k, const void *v, DType dtype, float scale,
+                  float *out, float *lse, StepStats *stats = nullptr);
+
+/// Round-to-nearest-even f32 -> bf16 (raw bits) of n values on the chosen SIMD target, and back.
+void convert_to_bf16(const float *in, std::uint16_t *out, std::size_t n);
+void convert_from_bf16(const std::uint16_t *in, float *out, std::size_t n);
+/// The kernels' exp (<= 1e-6 relative, 0 below ln FLT_MIN) on n values: for tests.
+void exp_clamped(const float *in, float *out, std::size_t n);
+
+} // namespace pig::runtime::lsh

@@ -1,0 +1,253 @@
+// The LSH sampling attention kernels (ALGORITHM.md section 1) as the runtime sees them: a set of
+// plain function pointers per configuration key (K, L, d, dtype, target), a registry that
+// resolves a key to the specialised set when one was generated and to the generic set (which
+// takes K, L and d at run time) otherwise, and the argument structs of every entry point.
+//
+// Stable interface: pig-translate emits C++ files that instantiate the templates of
+// runtime/kernels/lsh-inl.h and register them here (see the "contract for generated code" at
+// the top of that file). Do not change these structs without changing the generator.
+//
+// Conventions shared by every kernel:
+// - Keys and values are n x d row-major with row stride d, f32 or bf16 (raw bits, round to
+//   nearest even when converting; see lsh_convert.h). Queries, W, means and outputs are f32.
+// - Codes are uint16_t (K <= 16), token-major: the L codes of row i at [i*L, (i+1)*L).
+// - `lse` is the NATURAL-log log-sum-exp of the scaled logits, like pig::ref (the public
+//   MagicPIG kernels return base 2: lse2 = lse / ln 2). An empty attended set gives lse = -inf
+//   and a zero output; merge treats it as the identity.
+// - A group of G query heads (GQA) sharing one kv-head is processed in one call: K/V rows are
+//   read once for the whole group while every head keeps its own estimator.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace pig::runtime::lsh {
+
+enum class DType : std::uint8_t { f32, bf16 };
+enum class Target : std::uint8_t { cpu, cuda };
+
+const char *to_string(DType t);
+const char *to_string(Target t);
+/// Bytes of one element.
+inline std::size_t element_bytes(DType t) { return t == DType::f32 ? 4 : 2; }
+
+/// Largest group of query heads per kv-head one call handles (the per-token membership of the
+/// sample sets is a uint8_t bit mask).
+inline constexpr int kMaxGroup = 8;
+
+struct KernelKey {
+  int K = 10;
+  int L = 150;
+  int d = 128;
+  DType dtype = DType::bf16;
+  Target target = Target::cpu;
+
+  friend bool operator==(const KernelKey &, const KernelKey &) = default;
+  std::string str() const; ///< "K=10 L=150 d=128 bf16 cpu"
+};
+
+/// The SimHash matrix W (d x cols, row-major, f32, bit-identical to pig::ref::simhash_matrix)
+/// and the Euclidean norm of each of its first K*L columns (rounded up), which bounds the f32
+/// rounding error of a projection: projections too close to zero for their sign to be certain
+/// are recomputed in double exactly as pig::ref::encode does, so codes equal the reference's.
+struct SimHashView {
+  const float *w = nullptr;
+  const float *col_norm = nullptr; ///< K*L entries
+  std::size_t d = 0;
+  std::size_t cols = 0; ///< row stride of w, >= K*L
+  int K = 0;
+  int L = 0;
+};
+
+/// codes[r*L + l] = code of (x_r - mean) in table l, for rows r in [0, rows). The subtraction is
+/// done in f32 (as pig::ref::build_index does); a null mean hashes the rows as they are.
+struct EncodeArgs {
+  const void *x = nullptr;
+  DType dtype = DType::f32;
+  std::size_t rows = 0;
+  const float *mean = nullptr; ///< d entries or null
+  SimHashView W;
+  std::uint16_t *codes = nullptr; ///< rows * L
+};
+
+/// The bucket index of `count` tokens, split in segments of kSegmentTokens tokens: per segment
+/// and table, 2^K + 1 bucket offsets (uint16) and the segment's token ids sorted by bucket
+/// (uint16, relative to the segment). Layout and sizes: lsh_index.h (IndexLayout).
+struct IndexView {
+  int K = 0;
+  int L = 0;
+  std::size_t begin = 0; ///< absolute position of indexed token 0
+  std::size_t count = 0; ///< indexed tokens
+  const std::uint16_t *offsets = nullptr;
+  const std::uint16_t *ids = nullptr;
+};
+
+/// Counting sort of the token-major codes of `count` tokens into the index storage.
+struct BuildIndexArgs {
+  const std::uint16_t *codes = nullptr; ///< count * L, token-major
+  std::size_t count = 0;
+  int K = 0;
+  int L = 0;
+  std::uint16_t *offsets = nullptr; ///< IndexLayout::offset_entries
+  std::uint16_t *ids = nullptr;     ///< IndexLayout::id_entries
+};
+
+/// Per-thread state of retrieval: epoch-stamped counters (never cleared per step: a counter
+/// below the current epoch base reads as zero) and one hit bitset per head, cleared while it is
+/// scanned. Size it with lsh_index.h's RetrievalScratch.
+struct RetrievalState {
+  std::uint16_t *counters = nullptr; ///< >= count entries
+  std::uint64_t *bits = nullptr;     ///< kMaxGroup * words entries, zero between calls
+  std::size_t words = 0;             ///< bitset words per head, >= ceil(count / 64)
+  std::uint32_t *epoch = nullptr;    ///< current base; advanced by t per head and call
+};
+
+/// Tokens whose codes agree with the query's in >= t tables, for each of G query heads of one
+/// kv-head: the union of the G sample sets in ascending absolute position, with for each token
+/// the bit mask of the heads whose set contains it (bit h = head h).
+struct RetrieveArgs {
+  IndexView index;
+  const std::uint16_t *query_codes = nullptr; ///< G * L
+  int G = 1;
+  int t = 2;
+  RetrievalState state;
+  std::uint32_t *tokens = nullptr; ///< capacity index.count
+  std::uint8_t *masks = nullptr;   ///< capacity index.count
+  std::size_t *count = nullptr;    ///< out: union size
+  std::size_t *per_head = nullptr; ///< out (optional): |S_h| for each head
+};
+
+/// log u as a function of the per-bit collision probability p (ALGORITHM.md 1.4), tabulated once
+/// per (K, L, t) from pig::ref::log_collision_probability: h(p) = log u(p) - t*K*log p is smooth
+/// on [0, 1], so log u = h(p) + t*K*log p with h linearly interpolated. See lsh_index.h.
+struct LogUTable {
+  const float *h = nullptr; ///< size + 1 samples of h on p = i / size
+  int size = 0;
+  float tk = 0; ///< t * K
+};
+
+/// The fused MagicPIG pass for G query heads of one kv-head: one online softmax over the static
+/// tokens [0, static_end_sink) u [static_begin_local, n) (u = 1) and the sampled tokens
+/// (logit scale*q.k_i - log u_i, u_i from the cosine of q with k_i - mean), accumulating values;
+/// tokens of the union that head h did not sample are skipped for head h.
+struct SampledAttentionArgs {
+  const float *q = nullptr; ///< G * d
+  int G = 1;
+  std::size_t d = 0;
+  float scale = 0; ///< 1/sqrt(d) usually
+  const void *k = nullptr;
+  const void *v = nullptr;
+  DType dtype = DType::bf16;
+  std::size_t n = 0;
+  std::size_t sink_end = 0;    ///< static tokens [0, sink_end)
+  std::size_t local_begin = 0; ///< and [local_begin, n)
+  const float *mean = nullptr; ///< d entries: the centering mean of the index
+  const std::uint32_t *tokens = nullptr;
+  const std::uint8_t *masks = nullptr; ///< null: every head sampled every token
+  std::size_t count = 0;
+  LogUTable log_u;
+  float *out = nullptr; ///< G * d
+  float *lse = nullptr; ///< G
+};
+
+/// Exact attention of G query heads over rows [begin, end) of one kv-head (dense layers, and the
+/// static part alone when it runs elsewhere than the sampled part).
+struct DenseAttentionArgs {
+  const float *q = nullptr; ///< G * d
+  int G = 1;
+  std::size_t d = 0;
+  float scale = 0;
+  const void *k = nullptr;
+  const void *v = nullptr;
+  DType dtype = DType::bf16;
+  std::size_t begin = 0;
+  std::size_t end = 0;
+  float *out = nullptr; ///< G * d
+  float *lse = nullptr; ///< G
+};
+
+/// o = (e^a o_a + e^b o_b) / (e^a + e^b) for `heads` independent pairs (in place allowed: out may
+/// alias out_a).
+struct MergeArgs {
+  const float *out_a = nullptr;
+  const float *lse_a = nullptr;
+  const float *out_b = nullptr;
+  const float *lse_b = nullptr;
+  std::size_t heads = 1;
+  std::size_t d = 0;
+  float *out = nullptr;
+  float *lse = nullptr;
+};
+
+using EncodeFn = void (*)(const EncodeArgs &);
+using BuildIndexFn = void (*)(const BuildIndexArgs &);
+using RetrieveFn = void (*)(const RetrieveArgs &);
+using SampledAttentionFn = void (*)(const SampledAttentionArgs &);
+using DenseAttentionFn = void (*)(const DenseAttentionArgs &);
+using MergeFn = void (*)(const MergeArgs &);
+
+/// One configuration's kernels, already dispatched to one SIMD target: calling them involves
+/// no further dispatch.
+struct LshKernelSet {
+  KernelKey key;                ///< for the generic set: the key it was resolved for
+  bool specialised = false;     ///< false: the generic kernels (K, L, d taken at run time)
+  const char *simd_target = ""; ///< Highway target name, e.g. "AVX2"
+  EncodeFn encode = nullptr;    ///< queries (mean null) and keys (mean = centering mean)
+  BuildIndexFn build_index = nullptr;
+  RetrieveFn retrieve = nullptr;
+  SampledAttentionFn sampled_attention = nullptr;
+  DenseAttentionFn dense_attention = nullptr;
+  MergeFn merge = nullptr;
+};
+
+/// Makes the set for the SIMD target currently chosen by Highway's dynamic dispatch (a generated
+/// TU returns HWY_DYNAMIC_DISPATCH(its per-target maker)()).
+using KernelSetFactory = LshKernelSet (*)();
+
+class KernelRegistry {
+public:
+  /// The process-wide registry that generated TUs register into during static initialisation.
+  static KernelRegistry &global();
+
+  /// Registers a specialised set; a second registration of the same key replaces the first.
+  void add(const KernelKey &key, KernelSetFactory factory);
+  /// The specialised set of `key` if one is registered, else the generic set (specialised =
+  /// false, key = `key`). Throws std::invalid_argument for a key no kernel can serve (K outside
+  /// [1, 16], L outside [1, 1024], d == 0 or odd, a cuda key on the CPU registry).
+  LshKernelSet resolve(const KernelKey &key) const;
+  bool has_specialised(const KernelKey &key) const;
+  std::vector<KernelKey> keys() const;
+  /// "specialised K=10 L=150 d=64 bf16 cpu on AVX2" or "generic ... (no specialisation)".
+  static std::string describe(const LshKernelSet &set);
+
+private:
+  struct Entry {
+    KernelKey key;
+    KernelSetFactory factory;
+  };
+  std::vector<Entry> entries_;
+};
+
+/// The generic set for the chosen SIMD target (defined in runtime/src/lsh_generic.cpp).
+LshKernelSet generic_kernel_set();
+
+/// Static registrar for generated TUs: `static const KernelRegistrar reg{key, &Factory};`.
+struct KernelRegistrar {
+  KernelRegistrar(const KernelKey &key, KernelSetFactory factory) {
+    KernelRegistry::global().add(key, factory);
+  }
+};
+
+} // namespace pig::runtime::lsh
+
+/// Registers `factory` (a function returning LshKernelSet) for the key at static-initialisation
+/// time. `name` must be unique in the TU. The object file must be linked in whole (it is part of
+/// pig_kernels, or its test executable): nothing else references it.
+#define PIG_REGISTER_LSH_KERNELS(name, K_, L_, d_, dtype_, factory)                                \
+  static const ::pig::runtime::lsh::KernelRegistrar pig_lsh_registrar_##name {                     \
+    ::pig::runtime::lsh::KernelKey{K_, L_, d_, ::pig::runtime::lsh::DType::dtype_,                 \
+                                   ::pig::runtime::lsh::Target::cpu},                              \
+        factory                                                                                    \
+  }

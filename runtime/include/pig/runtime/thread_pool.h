@@ -1,0 +1,46 @@
+// A fixed pool of worker threads that every parallel op shares (never a thread per op). The
+// caller takes part in the work, so a pool of size 1 runs everything inline.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <cstddef>
+#include <functional>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+namespace pig::runtime {
+
+class ThreadPool {
+public:
+  // n_threads == 0: one per hardware thread.
+  explicit ThreadPool(size_t n_threads = 0);
+  ~ThreadPool();
+  ThreadPool(const ThreadPool &) = delete;
+  ThreadPool &operator=(const ThreadPool &) = delete;
+
+  size_t size() const { return workers_.size() + 1; }
+
+  // Runs fn(item, thread) for every item in [0, n_items), items handed out dynamically;
+  // `thread` is in [0, size()). Returns when all items are done.
+  void ParallelFor(size_t n_items, const std::function<void(size_t, size_t)> &fn);
+
+private:
+  void WorkerLoop(size_t thread);
+  void RunItems(uint64_t generation, size_t thread);
+
+  std::vector<std::thread> workers_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::atomic<uint64_t> generation_{0};
+  // Claims are (generation << 32 | next item): a worker that wakes up late for a finished
+  // ParallelFor cannot claim items of the next one by mistake.
+  std::atomic<uint64_t> claim_{0};
+  std::atomic<size_t> done_{0};
+  size_t n_items_ = 0;
+  const std::function<void(size_t, size_t)> *fn_ = nullptr;
+  bool stop_ = false;
+};
+
+} // namespace pig::runtime

@@ -1,0 +1,57 @@
+// The generic LSH kernel set (K, L, d and dtype taken at run time) and the SIMD helpers exported
+// to host code, compiled for every Highway target.
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "runtime/src/lsh_generic.cpp"
+#include "hwy/foreach_target.h" // IWYU pragma: keep
+
+#include "hwy/highway.h"
+#include "pig/runtime/lsh_index.h"
+#include "pig/runtime/lsh_kernels.h"
+#include "runtime/kernels/lsh-inl.h"
+#include "runtime/kernels/simd-inl.h"
+
+HWY_BEFORE_NAMESPACE();
+namespace pig::runtime::lsh::HWY_NAMESPACE {
+
+LshKernelSet MakeGeneric() { return MakeKernelSet<0, 0, 0, void>(); }
+
+void ToBf16(const float *in, uint16_t *out, size_t n) { sd::F32ToBf16Row(in, out, n); }
+void FromBf16(const uint16_t *in, float *out, size_t n) { sd::Bf16ToF32Row(in, out, n); }
+void ExpRow(const float *in, float *out, size_t n) {
+  const DF df;
+  const size_t N = hn::Lanes(df);
+  size_t i = 0;
+  for (; i + N <= n; i += N)
+    hn::StoreU(sd::ExpClamped(df, hn::LoadU(df, in + i)), df, out + i);
+  for (; i < n; ++i) {
+    HWY_ALIGN float buf[hn::MaxLanes(df)] = {};
+    buf[0] = in[i];
+    out[i] = hn::GetLane(sd::ExpClamped(df, hn::Load(df, buf)));
+  }
+}
+
+} // namespace pig::runtime::lsh::HWY_NAMESPACE
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+namespace pig::runtime::lsh {
+
+HWY_EXPORT(MakeGeneric);
+HWY_EXPORT(ToBf16);
+HWY_EXPORT(FromBf16);
+HWY_EXPORT(ExpRow);
+
+LshKernelSet generic_kernel_set() { return HWY_DYNAMIC_DISPATCH(MakeGeneric)(); }
+
+void convert_to_bf16(const float *in, std::uint16_t *out, std::size_t n) {
+  HWY_DYNAMIC_DISPATCH(ToBf16)(in, out, n);
+}
+void convert_from_bf16(const std::uint16_t *in, float *out, std::size_t n) {
+  HWY_DYNAMIC_DISPATCH(FromBf16)(in, out, n);
+}
+void exp_clamped(const float *in, float *out, std::size_t n) {
+  HWY_DYNAMIC_DISPATCH(ExpRow)(in, out, n);
+}
+
+} // namespace pig::runtime::lsh
+#endif // HWY_ONCE

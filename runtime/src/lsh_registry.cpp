@@ -1,0 +1,69 @@
+#include <algorithm>
+#include <stdexcept>
+#include <string>
+
+#include "pig/runtime/lsh_kernels.h"
+
+namespace pig::runtime::lsh {
+
+const char *to_string(DType t) { return t == DType::f32 ? "f32" : "bf16"; }
+const char *to_string(Target t) { return t == Target::cpu ? "cpu" : "cuda"; }
+
+std::string KernelKey::str() const {
+  return "K=" + std::to_string(K) + " L=" + std::to_string(L) + " d=" + std::to_string(d) + " " +
+         to_string(dtype) + " " + to_string(target);
+}
+
+KernelRegistry &KernelRegistry::global() {
+  static KernelRegistry registry; // constructed on first use: safe from static registrars
+  return registry;
+}
+
+void KernelRegistry::add(const KernelKey &key, KernelSetFactory factory) {
+  if (!factory)
+    throw std::invalid_argument("KernelRegistry::add: null factory for " + key.str());
+  for (Entry &e : entries_)
+    if (e.key == key) {
+      e.factory = factory;
+      return;
+    }
+  entries_.push_back({key, factory});
+}
+
+bool KernelRegistry::has_specialised(const KernelKey &key) const {
+  return std::any_of(entries_.begin(), entries_.end(),
+                     [&](const Entry &e) { return e.key == key; });
+}
+
+std::vector<KernelKey> KernelRegistry::keys() const {
+  std::vector<KernelKey> out;
+  for (const Entry &e : entries_)
+    out.push_back(e.key);
+  return out;
+}
+
+LshKernelSet KernelRegistry::resolve(const KernelKey &key) const {
+  if (key.K < 1 || key.K > 16 || key.L < 1 || key.L > 1024 || key.d < 2 || key.d % 2 != 0)
+    throw std::invalid_argument("LSH kernels: no kernel can serve " + key.str() +
+                                " (K in [1, 16], L in [1, 1024], d even and >= 2)");
+  if (key.target != Target::cpu)
+    throw std::invalid_argument("LSH kernels: the CPU registry cannot serve " + key.str());
+  for (const Entry &e : entries_)
+    if (e.key == key) {
+      LshKernelSet s = e.factory();
+      s.key = key;
+      s.specialised = true;
+      return s;
+    }
+  LshKernelSet s = generic_kernel_set();
+  s.key = key;
+  s.specialised = false;
+  return s;
+}
+
+std::string KernelRegistry::describe(const LshKernelSet &set) {
+  return std::string(set.specialised ? "specialised " : "generic ") + set.key.str() + " on " +
+         set.simd_target + (set.specialised ? "" : " (no specialisation registered)");
+}
+
+} // namespace pig::runtime::lsh
