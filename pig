@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # pig: the project's one entry point. Installs what is missing, configures, builds, then runs.
 #
-#   ./pig run  [args...]   the main job (forwards args to the main tool)
+#   ./pig run  [args...]   the main job: decode a real prompt with the default model (pig-run);
+#                          with args, they go to build/bin/pig-run as they are
+#   ./pig compare [args]   accuracy vs cost of every algorithm on synthetic attention
 #   ./pig test             the whole test suite: sanitizer build + tests, then the full build + ctest
 #   ./pig build            set up and build only
 #   ./pig setup            install dependencies only (apt, .venv, model)
@@ -143,6 +145,15 @@ case "$cmd" in
   run)
     setup
     build_main
+    if [ $# -eq 0 ]; then
+      set -- --chat --max-new 96 --prompt \
+        "Explain in three sentences why long-context decoding is limited by memory bandwidth."
+    fi
+    exec "$BUILD/bin/pig-run" "$@"
+    ;;
+  compare)
+    setup
+    build_main
     exec "$BUILD/bin/pig-compare" "$@"
     ;;
   test)
@@ -159,7 +170,7 @@ case "$cmd" in
     ctest --test-dir "$BUILD" --output-on-failure -j "$JOBS" "$@"
     ;;
   help | -h | --help)
-    sed -n '2,14p' "$0" | sed 's/^# \{0,1\}//'
+    sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//'
     ;;
   *) die "unknown command '$cmd' (try ./pig help)" ;;
 esac

@@ -168,6 +168,7 @@ int Run(const Options &o) {
   }
   const double decode_s = std::chrono::duration<double>(Clock::now() - t1).count();
   std::printf("\n");
+  std::fflush(stdout); // the statistics go to stderr: keep them after the text
   if (o.print_ids) {
     std::printf("prompt ids:");
     for (int32_t id : prompt)
