@@ -3,8 +3,12 @@
 #include "pig/Dialect/PigOps.h"
 #include "pig/Passes/Passes.h"
 
+#include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/Dialect/Tensor/IR/Tensor.h"
 #include "mlir/IR/BuiltinOps.h"
+#include "mlir/IR/PatternMatch.h"
+#include "mlir/Transforms/GreedyPatternRewriteDriver.h"
 #include "llvm/ADT/STLExtras.h"
 #include "llvm/ADT/StringExtras.h"
 #include "llvm/Support/MemoryBuffer.h"
@@ -152,6 +156,92 @@ int64_t fold(int64_t value, int64_t config) {
   return ShapedType::isDynamic(value) ? config : value;
 }
 
+/// `type` with a `?` head dim replaced by d. In pig IR the last dim of every floating-point
+/// tensor of rank >= 2 (queries, keys, values, outputs, means) is the head dim; the leading dims
+/// (heads, tokens) stay as they are.
+RankedTensorType withHeadDim(Type type, int64_t d) {
+  auto tensor = dyn_cast<RankedTensorType>(type);
+  if (!tensor || tensor.getRank() < 2 || !isa<FloatType>(tensor.getElementType()) ||
+      !ShapedType::isDynamic(tensor.getShape().back()))
+    return {};
+  SmallVector<int64_t> shape(tensor.getShape());
+  shape.back() = d;
+  return RankedTensorType::get(shape, tensor.getElementType(), tensor.getEncoding());
+}
+
+/// A pig op (or the return) reading a `tensor.cast` reads the cast's source instead: pig ops
+/// accept any compatible shape, so the static type the canonicalizer found reaches the pig op,
+/// and the function's result types follow (foldConfig rebuilds them from the return).
+struct AbsorbCastIntoPigOp : RewritePattern {
+  explicit AbsorbCastIntoPigOp(MLIRContext *ctx)
+      : RewritePattern(MatchAnyOpTypeTag(), /*benefit=*/1, ctx) {}
+  LogicalResult matchAndRewrite(Operation *op, PatternRewriter &rewriter) const override {
+    if (!isa<func::ReturnOp>(op) && (!op->getDialect() || !isa<PigDialect>(op->getDialect())))
+      return failure();
+    bool changed = false;
+    for (OpOperand &operand : op->getOpOperands()) {
+      auto cast = operand.get().getDefiningOp<tensor::CastOp>();
+      if (!cast || !isa<RankedTensorType>(cast.getSource().getType()))
+        continue;
+      rewriter.modifyOpInPlace(op, [&] { operand.set(cast.getSource()); });
+      changed = true;
+    }
+    return success(changed);
+  }
+};
+
+/// Pig op results whose head dim is `?` while their operands fix it get the static type.
+/// Returns whether any type changed.
+bool retypePigResults(func::FuncOp func, int64_t d) {
+  bool changed = false;
+  func.walk([&](Operation *op) {
+    if (!op->getDialect() || !isa<PigDialect>(op->getDialect()))
+      return;
+    for (Value result : op->getResults())
+      if (RankedTensorType type = withHeadDim(result.getType(), d)) {
+        result.setType(type);
+        changed = true;
+      }
+  });
+  return changed;
+}
+
+/// Folds a `?` head dim into static shapes (issue 3 folded only K and L): the function's
+/// arguments get the configured d, then tensor.dim / extract_slice / insert_slice / empty are
+/// canonicalized to static sizes and pig op results follow. The element type needs no folding
+/// (MLIR element types are never dynamic); collectFromIR already checked it against the
+/// configuration.
+LogicalResult foldHeadDim(func::FuncOp func, int64_t d) {
+  if (func.isExternal())
+    return success();
+  bool dynamic = false;
+  for (BlockArgument arg : func.front().getArguments())
+    if (RankedTensorType type = withHeadDim(arg.getType(), d)) {
+      arg.setType(type);
+      dynamic = true;
+    }
+  if (!dynamic)
+    return success();
+  MLIRContext *ctx = func.getContext();
+  RewritePatternSet patterns(ctx);
+  tensor::DimOp::getCanonicalizationPatterns(patterns, ctx);
+  tensor::ExtractSliceOp::getCanonicalizationPatterns(patterns, ctx);
+  tensor::InsertSliceOp::getCanonicalizationPatterns(patterns, ctx);
+  tensor::EmptyOp::getCanonicalizationPatterns(patterns, ctx);
+  tensor::CastOp::getCanonicalizationPatterns(patterns, ctx);
+  patterns.add<AbsorbCastIntoPigOp>(ctx);
+  FrozenRewritePatternSet frozen(std::move(patterns));
+  // Each round makes more operands static; pig results follow their operands. Two rounds
+  // suffice for the decomposed step (slices, then the merged outputs); bound it anyway.
+  for (int round = 0; round < 8; ++round) {
+    if (failed(applyPatternsAndFoldGreedily(func, frozen)))
+      return func.emitError() << "pig-specialize: could not fold head dim d = " << d;
+    if (!retypePigResults(func, d))
+      break;
+  }
+  return success();
+}
+
 /// Replaces every `?` K and L in the function's attributes and codes / index types.
 void foldConfig(func::FuncOp func, const Config &config) {
   MLIRContext *ctx = func.getContext();
@@ -242,6 +332,8 @@ struct PigSpecialize : mlir::pig::impl::PigSpecializeBase<PigSpecialize> {
         func.emitError() << "no kernel can serve this function: " << reason;
         return signalPassFailure();
       }
+      if (failed(foldHeadDim(func, matching.front().d)))
+        return signalPassFailure();
       foldConfig(func, matching.front());
     }
   }

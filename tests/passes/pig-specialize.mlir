@@ -10,6 +10,12 @@
 // RUN: not pig-opt %t/d96.mlir --pig-specialize="k=10 l=150" 2>&1 | FileCheck %s --check-prefix=D96
 // RUN: not pig-opt %t/f16.mlir --pig-specialize="k=10 l=150" 2>&1 | FileCheck %s --check-prefix=F16
 // RUN: not pig-opt %t/fixed.mlir --pig-specialize="manifest=%t/missing.txt" 2>&1 | FileCheck %s --check-prefix=NOFILE
+// RUN: pig-opt %t/dynd.mlir --pig-specialize="k=8 l=75 d=64" | FileCheck %s --check-prefix=DYND
+// RUN: pig-opt %t/dynd.mlir --pig-specialize="manifest=%t/manifest.txt k=10" | FileCheck %s --check-prefix=DYND-MANIFEST
+// RUN: pig-opt %t/dynd.mlir --pig-decompose --pig-specialize="k=8 l=75 d=64" | FileCheck %s --check-prefix=DYND-DECOMPOSED
+// RUN: pig-opt %t/dynd.mlir --pig-decompose --pig-specialize="k=8 l=75 d=64" --pig-partition=target=cpu+gpu --pig-fuse | pig-opt | FileCheck %s --check-prefix=DYND-PIPELINE
+// RUN: not pig-opt %t/dynd.mlir --pig-specialize="k=8 l=75" 2>&1 | FileCheck %s --check-prefix=DYND-NOD
+// RUN: not pig-opt %t/dynd.mlir --pig-specialize="k=8 l=75 d=96" 2>&1 | FileCheck %s --check-prefix=DYND-D96
 
 // Generic K and L are folded into the attributes and the codes / index types; the function
 // records the kernel key. Configurations no kernel serves are rejected with the reason.
@@ -37,6 +43,40 @@
 // D96: error: no kernel can serve this function: head dim d=96 has no kernel (kernels exist for 64, 128)
 // F16: error: no kernel can serve this function: element type f16 has no kernel (kernels exist for f32, bf16)
 // NOFILE: error: cannot read manifest
+
+// A `?` head dim in the query / key / value types becomes the configured d everywhere: the
+// signature, the slices of the decomposed step, every pig op and the results. Token counts
+// (`?` leading dims) stay dynamic.
+// DYND-LABEL: func.func @dynd(%{{.*}}: tensor<4x64xbf16>, %{{.*}}: tensor<2x?x64xbf16>, %{{.*}}: tensor<2x?x64xbf16>) -> (tensor<4x64xf32>, tensor<4xf32>)
+// DYND-SAME: pig.kernel = #pig.kernel<k = 8, l = 75, d = 64, dtype = bf16>
+// DYND: pig.sampled_attention {{.*}} : (tensor<4x64xbf16>, tensor<2x?x64xbf16>, tensor<2x?x64xbf16>) -> (tensor<4x64xf32>, tensor<4xf32>)
+// DYND: return {{.*}} : tensor<4x64xf32>, tensor<4xf32>
+
+// DYND-MANIFEST-LABEL: func.func @dynd(%{{.*}}: tensor<4x128xbf16>, %{{.*}}: tensor<2x?x128xbf16>, %{{.*}}: tensor<2x?x128xbf16>) -> (tensor<4x128xf32>, tensor<4xf32>)
+// DYND-MANIFEST-SAME: pig.kernel = #pig.kernel<k = 10, l = 150, d = 128, dtype = bf16>
+
+// DYND-DECOMPOSED-LABEL: func.func @dynd(%{{.*}}: tensor<4x64xbf16>, %{{.*}}: tensor<2x?x64xbf16>, %{{.*}}: tensor<2x?x64xbf16>) -> (tensor<4x64xf32>, tensor<4xf32>)
+// DYND-DECOMPOSED-NOT: x?xbf16>
+// DYND-DECOMPOSED-NOT: x?xf32>
+// DYND-DECOMPOSED-NOT: tensor.cast
+// DYND-DECOMPOSED: tensor.empty() : tensor<4x64xf32>
+// DYND-DECOMPOSED: tensor.extract_slice {{.*}} to tensor<?x64xbf16>
+// DYND-DECOMPOSED: pig.center {{.*}} : tensor<?x64xbf16> -> tensor<?x64xbf16>, tensor<1x64xf32>
+// DYND-DECOMPOSED: pig.encode {{.*}} : tensor<?x64xbf16> -> !pig.codes<?x75x8>
+// DYND-DECOMPOSED: pig.encode {{.*}} : tensor<1x64xbf16> -> !pig.codes<1x75x8>
+// DYND-DECOMPOSED: pig.weighted_softmax {{.*}} -> (tensor<1x64xf32>, tensor<1xf32>)
+// DYND-DECOMPOSED: pig.dense_attention {{.*}} -> (tensor<1x64xf32>, tensor<1xf32>)
+// DYND-DECOMPOSED: pig.merge {{.*}} : tensor<1x64xf32>, tensor<1xf32>
+// DYND-DECOMPOSED: tensor.insert_slice {{.*}} : tensor<1x64xf32> into tensor<4x64xf32>
+// DYND-DECOMPOSED-NOT: x?xf32>
+// DYND-DECOMPOSED: return {{.*}} : tensor<4x64xf32>, tensor<4xf32>
+
+// DYND-PIPELINE-LABEL: func.func @dynd
+// DYND-PIPELINE: pig.encode {{.*}}#pig.device<gpu>{{.*}} : tensor<2x64xbf16> -> !pig.codes<2x75x8>
+// DYND-PIPELINE: pig.sampled_softmax_fused {{.*}} : (tensor<1x64xbf16>, tensor<?x64xbf16>, tensor<?x64xbf16>, tensor<1x64xf32>, tensor<?xi32>) -> (tensor<1x64xf32>, tensor<1xf32>)
+
+// DYND-NOD: error: no kernel can serve this function: the configuration is incomplete (K=8 L=75 d=0 bf16)
+// DYND-D96: error: no kernel can serve this function: head dim d=96 has no kernel
 
 //--- manifest.txt
 # Kernel configurations that exist: K, L, head dim, element type.
@@ -70,4 +110,14 @@ func.func @d96(%q: tensor<1x96xbf16>) -> !pig.codes<1x?x?> {
 func.func @f16(%q: tensor<1x64xf16>) -> !pig.codes<1x?x?> {
   %qc = pig.encode %q {lsh = #pig.lsh<k = ?, l = ?, t = 2, seed = 0>} : tensor<1x64xf16> -> !pig.codes<1x?x?>
   return %qc : !pig.codes<1x?x?>
+}
+
+//--- dynd.mlir
+func.func @dynd(%q: tensor<4x?xbf16>, %k: tensor<2x?x?xbf16>, %v: tensor<2x?x?xbf16>)
+    -> (tensor<4x?xf32>, tensor<4xf32>) {
+  %o, %lse = pig.sampled_attention %q, %k, %v {
+      lsh = #pig.lsh<k = ?, l = ?, t = 2, seed = 0>,
+      static_tokens = #pig.static<sink = 4, local = 64>}
+      : (tensor<4x?xbf16>, tensor<2x?x?xbf16>, tensor<2x?x?xbf16>) -> (tensor<4x?xf32>, tensor<4xf32>)
+  return %o, %lse : tensor<4x?xf32>, tensor<4xf32>
 }

@@ -24,7 +24,9 @@ def PigSpecialize : Pass<"pig-specialize", "::mlir::ModuleOp"> {
     already fixes (K and L of `#pig.lsh`, head dim and element type of the queries). Exactly
     one must remain. The configuration is then checked against what kernels exist for
     (K in [1, 16], L in [1, 1024], t <= L, d in {64, 128}, f32 or bf16), every `?` K and L in
-    attributes, codes and index types is replaced by its value, and the function gets
+    attributes, codes and index types is replaced by its value, a `?` head dim (the last dim
+    of the queries, keys and values) becomes d in the signature and every tensor derived from
+    it (slices, pig op results, the function's results), and the function gets
     `pig.kernel = #pig.kernel<...>`.
   }];
   let options = [
