@@ -1,0 +1,499 @@
+// pig-bench-attention: the LSH kernels measured the way a decode step sees memory.
+//
+// Every benchmark rotates over enough copies of its data (K/V, index) that the working set is
+// >= 96 MiB, three times this machine's 32 MiB LLC, so each step reads cold data like one layer
+// after another would. One iteration = one step of one kv-head group. Times are medians of
+// repetitions with min and max (Google Benchmark aggregates); the ratio lines at the end are
+// computed from the medians of this one run, side by side, so machine noise affects both sides.
+//
+//   build/bin/pig-bench-attention                       # full run (~3-5 minutes)
+//   build/bin/pig-bench-attention --benchmark_filter=dense   # a subset
+//
+// Data: pig::ref::synthetic_problem (a sink, keys in a cone, log-normal tail), K and V in bf16;
+// the heads of a GQA group use the synthetic query plus a per-head perturbation.
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <benchmark/benchmark.h>
+
+#include "pig/reference/random.h"
+#include "pig/reference/synthetic.h"
+#include "pig/runtime/lsh_index.h"
+#include "pig/runtime/lsh_kernels.h"
+
+namespace {
+
+namespace lsh = pig::runtime::lsh;
+constexpr std::size_t kWorkingSet = 96ull << 20;
+constexpr int kK = 10, kL = 150, kT = 2;
+constexpr std::uint64_t kSeed = 1;
+constexpr std::size_t kVSkew = 1056; // elements (2112 bytes: 33 cache lines)
+
+std::size_t copies_for(std::size_t bytes_per_copy) {
+  return std::max<std::size_t>(2, (kWorkingSet + bytes_per_copy - 1) / bytes_per_copy);
+}
+
+// ---- streaming read bandwidth ------------------------------------------------------------------
+
+lsh::HugeVector<std::uint64_t> &stream_buffer() {
+  static lsh::HugeVector<std::uint64_t> buf(std::size_t(256) << 17, 1); // 256 MiB
+  return buf;
+}
+
+void BM_StreamRead(benchmark::State &state) {
+  const lsh::HugeVector<std::uint64_t> &buf = stream_buffer();
+  for (auto _ : state) {
+    std::uint64_t s0 = 0, s1 = 0, s2 = 0, s3 = 0;
+    for (std::size_t i = 0; i < buf.size(); i += 4) {
+      s0 += buf[i];
+      s1 += buf[i + 1];
+      s2 += buf[i + 2];
+      s3 += buf[i + 3];
+    }
+    benchmark::DoNotOptimize(s0 + s1 + s2 + s3);
+  }
+  state.SetBytesProcessed(std::int64_t(state.iterations()) *
+                          std::int64_t(buf.size() * sizeof(std::uint64_t)));
+}
+
+// ---- one attention dataset: copies of K/V and of the index ------------------------------------
+
+struct Dataset {
+  std::size_t n = 0, d = 0;
+  int G = 1;
+  std::vector<lsh::HugeVector<std::uint16_t>> k, v; // per copy, n x d bf16 (huge pages)
+  std::vector<float> q;                             // G x d
+  std::unique_ptr<lsh::SimHash> W;
+  std::vector<lsh::LshIndex> index; // per copy (same content, separate memory)
+  std::unique_ptr<lsh::LogUTableData> lut;
+  std::size_t copies = 0;
+};
+
+std::unique_ptr<Dataset> g_data;
+
+Dataset &dataset(std::size_t n, std::size_t d, int G, bool with_index) {
+  if (g_data && g_data->n == n && g_data->d == d && g_data->G == G &&
+      (!with_index || !g_data->index.empty()))
+    return *g_data;
+  g_data.reset(); // free the previous one first
+  auto ds = std::make_unique<Dataset>();
+  ds->n = n;
+  ds->d = d;
+  ds->G = G;
+  pig::ref::SyntheticConfig sc;
+  sc.n = n;
+  sc.d = d;
+  sc.seed = 7;
+  const pig::ref::AttentionProblem p = pig::ref::synthetic_problem(sc);
+  std::vector<std::uint16_t> kb(n * d), vb(n * d);
+  lsh::convert_to_bf16(p.K.data.data(), kb.data(), kb.size());
+  lsh::convert_to_bf16(p.V.data.data(), vb.data(), vb.size());
+  pig::ref::Rng rng(3);
+  for (int h = 0; h < G; ++h)
+    for (std::size_t j = 0; j < d; ++j)
+      ds->q.push_back(p.q[j] + float(h == 0 ? 0.0 : 0.5 * rng.gaussian()));
+  ds->W = std::make_unique<lsh::SimHash>(kSeed, d, kK, kL);
+  ds->lut = std::make_unique<lsh::LogUTableData>(kK, kL, kT);
+  std::size_t per_copy = 2 * n * d * 2;
+  lsh::LshIndex ix;
+  if (with_index) {
+    const lsh::LshKernelSet set =
+        lsh::KernelRegistry::global().resolve({kK, kL, int(d), lsh::DType::bf16, lsh::Target::cpu});
+    ix = lsh::LshIndex::build(set, kb.data(), lsh::DType::bf16, n, *ds->W);
+    ix.drop_codes();
+    per_copy += ix.layout().bytes();
+  }
+  ds->copies = copies_for(per_copy);
+  for (std::size_t c = 0; c < ds->copies; ++c) {
+    ds->k.emplace_back(kb.begin(), kb.end());
+    // V starts kVSkew elements into its buffer: K row i and V row i at the same offset modulo
+    // 2 MiB would contend for the same cache sets on every row of a dense pass.
+    ds->v.emplace_back(kVSkew, 0);
+    ds->v.back().insert(ds->v.back().end(), vb.begin(), vb.end());
+    if (with_index)
+      ds->index.push_back(ix);
+  }
+  g_data = std::move(ds);
+  return *g_data;
+}
+
+// Medians (ns per step) captured from the aggregates, for the ratio lines.
+std::map<std::string, double> g_median, g_counter;
+
+void BM_Dense(benchmark::State &state, std::size_t n, std::size_t d, int G, bool generic) {
+  Dataset &ds = dataset(n, d, G, true);
+  lsh::LshKernelSet set =
+      lsh::KernelRegistry::global().resolve({kK, kL, int(d), lsh::DType::bf16, lsh::Target::cpu});
+  if (generic)
+    set = lsh::generic_kernel_set();
+  std::vector<float> out(std::size_t(G) * d), lse(std::size_t(G), 0.0f);
+  std::size_t c = 0;
+  for (auto _ : state) {
+    lsh::DenseAttentionArgs a;
+    a.q = ds.q.data();
+    a.G = G;
+    a.d = d;
+    a.scale = float(1.0 / std::sqrt(double(d)));
+    a.k = ds.k[c].data();
+    a.v = ds.v[c].data() + kVSkew;
+    a.dtype = lsh::DType::bf16;
+    a.begin = 0;
+    a.end = n;
+    a.out = out.data();
+    a.lse = lse.data();
+    set.dense_attention(a);
+    benchmark::DoNotOptimize(out.data());
+    c = (c + 1) % ds.copies;
+  }
+  state.SetBytesProcessed(std::int64_t(state.iterations()) * std::int64_t(2 * n * d * 2));
+}
+
+void BM_Sampled(benchmark::State &state, std::size_t n, std::size_t d, int G, bool generic) {
+  Dataset &ds = dataset(n, d, G, true);
+  lsh::LshKernelSet set =
+      lsh::KernelRegistry::global().resolve({kK, kL, int(d), lsh::DType::bf16, lsh::Target::cpu});
+  if (generic) {
+    const lsh::KernelKey k = set.key;
+    set = lsh::generic_kernel_set();
+    set.key = k;
+  }
+  lsh::RetrievalScratch scratch(n);
+  lsh::StepBuffers buf;
+  std::vector<float> out(std::size_t(G) * d), lse(static_cast<std::size_t>(G));
+  lsh::StepStats stats;
+  std::size_t c = 0;
+  double per_head = 0, uni = 0, steps = 0;
+  for (auto _ : state) {
+    lsh::sampled_step(set, ds.index[c], *ds.W, *ds.lut, kT, scratch, buf, ds.q.data(), G,
+                      ds.k[c].data(), ds.v[c].data() + kVSkew, lsh::DType::bf16,
+                      float(1.0 / std::sqrt(double(d))), out.data(), lse.data(), &stats);
+    benchmark::DoNotOptimize(out.data());
+    c = (c + 1) % ds.copies;
+    for (int h = 0; h < G; ++h)
+      per_head += double(stats.sampled_per_head[h]);
+    uni += double(stats.sampled_union);
+    steps += 1;
+  }
+  const double indexed = double(ds.index[0].layout().count);
+  state.counters["frac"] = per_head / (steps * G) / indexed;
+  state.counters["union_frac"] = uni / steps / indexed;
+  state.counters["index_B_per_tok"] = ds.index[0].layout().bytes_per_token();
+  state.SetLabel(lsh::KernelRegistry::describe(set));
+}
+
+// ---- retrieval: ours vs the public implementation's method ------------------------------------
+
+// The public implementation's index and walk, written from its description: int32 token ids per
+// table sorted by bucket with int32 start/end offsets, a byte counter per token cleared (memset)
+// before every step, and a branch that appends a token when its counter reaches t.
+struct PublicIndex {
+  std::size_t count = 0, begin = 0;
+  lsh::HugeVector<std::int32_t> ids;   // L x count (huge pages, like ours)
+  lsh::HugeVector<std::int32_t> start; // L x 2^K
+  lsh::HugeVector<std::int32_t> end;   // L x 2^K
+};
+
+PublicIndex public_index(const std::vector<std::uint16_t> &codes, std::size_t count,
+                         std::size_t begin) {
+  PublicIndex p;
+  p.count = count;
+  p.begin = begin;
+  const std::size_t B = std::size_t(1) << kK;
+  p.ids.resize(std::size_t(kL) * count);
+  p.start.resize(std::size_t(kL) * B);
+  p.end.resize(std::size_t(kL) * B);
+  std::vector<std::int32_t> cnt(B + 1);
+  for (std::size_t l = 0; l < std::size_t(kL); ++l) {
+    std::fill(cnt.begin(), cnt.end(), 0);
+    for (std::size_t i = 0; i < count; ++i)
+      ++cnt[codes[i * kL + l] + 1];
+    for (std::size_t b = 0; b < B; ++b) {
+      cnt[b + 1] += cnt[b];
+      p.start[l * B + b] = cnt[b];
+      p.end[l * B + b] = cnt[b + 1];
+    }
+    for (std::size_t i = 0; i < count; ++i)
+      p.ids[l * count + std::size_t(cnt[codes[i * kL + l]]++)] = std::int32_t(i);
+  }
+  return p;
+}
+
+__attribute__((noinline)) void public_retrieve(const PublicIndex &p, const std::uint16_t *qc,
+                                               std::vector<std::uint8_t> &mask,
+                                               std::vector<std::int32_t> &out) {
+  std::memset(mask.data(), 0, p.count);
+  out.clear();
+  const std::size_t B = std::size_t(1) << kK;
+  for (std::size_t l = 0; l < std::size_t(kL); ++l) {
+    const std::int32_t *ids = p.ids.data() + l * p.count;
+    for (std::int32_t j = p.start[l * B + qc[l]]; j < p.end[l * B + qc[l]]; ++j) {
+      const std::int32_t id = ids[j];
+      if (mask[std::size_t(id)] < kT && ++mask[std::size_t(id)] == kT)
+        out.push_back(id + std::int32_t(p.begin));
+    }
+  }
+}
+
+struct RetrievalData {
+  std::size_t n = 0, d = 0;
+  std::vector<lsh::LshIndex> ours;
+  std::vector<PublicIndex> pub;
+  std::vector<std::uint16_t> qcodes; // L
+};
+std::unique_ptr<RetrievalData> g_ret;
+
+RetrievalData &retrieval_data(std::size_t n, std::size_t d) {
+  if (g_ret && g_ret->n == n && g_ret->d == d)
+    return *g_ret;
+  g_ret.reset();
+  g_data.reset();
+  auto r = std::make_unique<RetrievalData>();
+  r->n = n;
+  r->d = d;
+  pig::ref::SyntheticConfig sc;
+  sc.n = n;
+  sc.d = d;
+  sc.seed = 7;
+  const pig::ref::AttentionProblem p = pig::ref::synthetic_problem(sc);
+  std::vector<std::uint16_t> kb(n * d);
+  lsh::convert_to_bf16(p.K.data.data(), kb.data(), kb.size());
+  const lsh::SimHash W(kSeed, d, kK, kL);
+  const lsh::LshKernelSet set = lsh::generic_kernel_set();
+  lsh::LshIndex ix = lsh::LshIndex::build(set, kb.data(), lsh::DType::bf16, n, W);
+  const PublicIndex pub = public_index(ix.codes(), ix.layout().count, ix.sink_end());
+  ix.drop_codes();
+  r->qcodes.resize(kL);
+  lsh::EncodeArgs ea;
+  ea.x = p.q.data();
+  ea.dtype = lsh::DType::f32;
+  ea.rows = 1;
+  ea.W = W.view();
+  ea.codes = r->qcodes.data();
+  set.encode(ea);
+  const std::size_t copies = copies_for(std::min(ix.layout().bytes(), pub.ids.size() * 4));
+  for (std::size_t c = 0; c < copies; ++c) {
+    r->ours.push_back(ix);
+    r->pub.push_back(pub);
+  }
+  g_ret = std::move(r);
+  return *g_ret;
+}
+
+void BM_RetrieveOurs(benchmark::State &state, std::size_t n, std::size_t d) {
+  RetrievalData &r = retrieval_data(n, d);
+  const lsh::LshKernelSet set =
+      lsh::KernelRegistry::global().resolve({kK, kL, int(d), lsh::DType::bf16, lsh::Target::cpu});
+  lsh::RetrievalScratch scratch(n);
+  std::vector<std::uint32_t> tokens(n);
+  std::size_t count = 0, c = 0;
+  for (auto _ : state) {
+    lsh::RetrieveArgs a;
+    a.index = r.ours[c].view();
+    a.query_codes = r.qcodes.data();
+    a.G = 1;
+    a.t = kT;
+    a.state = scratch.state();
+    a.tokens = tokens.data();
+    a.count = &count;
+    set.retrieve(a);
+    benchmark::DoNotOptimize(tokens.data());
+    c = (c + 1) % r.ours.size();
+  }
+  state.counters["sampled"] = double(count);
+  state.counters["index_B_per_tok"] = r.ours[0].layout().bytes_per_token();
+  // Index entries the query's L buckets hold: the work of any bucket walk.
+  const lsh::IndexView ix = r.ours[0].view();
+  const std::size_t stride = (std::size_t(1) << kK) + 1;
+  double entries = 0;
+  for (std::size_t s = 0; s * lsh::kSegmentTokens < ix.count; ++s)
+    for (std::size_t l = 0; l < std::size_t(kL); ++l) {
+      const std::uint16_t *o = ix.offsets + (s * kL + l) * stride + r.qcodes[l];
+      entries += double(o[1] - o[0]);
+    }
+  state.counters["entries"] = entries;
+}
+
+void BM_RetrievePublic(benchmark::State &state, std::size_t n, std::size_t d) {
+  RetrievalData &r = retrieval_data(n, d);
+  std::vector<std::uint8_t> mask(n);
+  std::vector<std::int32_t> out;
+  out.reserve(n);
+  std::size_t c = 0;
+  for (auto _ : state) {
+    public_retrieve(r.pub[c], r.qcodes.data(), mask, out);
+    benchmark::DoNotOptimize(out.data());
+    c = (c + 1) % r.pub.size();
+  }
+  state.counters["sampled"] = double(out.size());
+  const PublicIndex &p = r.pub[0];
+  state.counters["index_B_per_tok"] =
+      double((p.ids.size() + p.start.size() + p.end.size()) * 4) / double(p.count);
+}
+
+// ---- reporting ----------------------------------------------------------------------------------
+
+double to_ns(benchmark::TimeUnit u) {
+  switch (u) {
+  case benchmark::kNanosecond:
+    return 1.0;
+  case benchmark::kMicrosecond:
+    return 1e3;
+  case benchmark::kMillisecond:
+    return 1e6;
+  default:
+    return 1e9;
+  }
+}
+
+class CapturingReporter : public benchmark::ConsoleReporter {
+public:
+  void ReportRuns(const std::vector<Run> &runs) override {
+    for (const Run &r : runs) {
+      if (r.aggregate_name == "median") {
+        const std::string name = r.run_name.function_name;
+        g_median[name] = r.GetAdjustedRealTime() * to_ns(r.time_unit);
+        for (const auto &[k, v] : r.counters)
+          g_counter[name + "." + k] = v.value;
+      }
+    }
+    ConsoleReporter::ReportRuns(runs);
+  }
+};
+
+double stream_bytes_per_ns() {
+  auto it = g_median.find("stream_read");
+  if (it == g_median.end())
+    return 0;
+  return double(stream_buffer().size() * 8) / it->second;
+}
+
+void print_ratios() {
+  std::printf("\n==== ratios (medians of this run; time unit ns per kv-head step) ====\n");
+  const double bw = stream_bytes_per_ns();
+  if (bw > 0)
+    std::printf("stream read bandwidth: %.2f GB/s\n", bw);
+  for (const auto &[name, t] : g_median) {
+    if (name.rfind("dense/", 0) != 0 || bw == 0)
+      continue;
+    std::size_t d = 0, n = 0;
+    int G = 0;
+    std::sscanf(name.c_str(), "dense/d:%zu/G:%d/n:%zu", &d, &G, &n);
+    const double bytes = 2.0 * double(n) * double(d) * 2.0;
+    std::printf("dense d=%-3zu G=%d n=%-6zu : %.2f GB/s = %5.1f %% of stream bandwidth%s\n", d, G,
+                n, bytes / t, 100.0 * bytes / t / bw, n >= 65536 ? "  (target >= 85 %)" : "");
+  }
+  for (const auto &[name, t] : g_median) {
+    if (name.rfind("sampled/", 0) != 0 || name.find("generic") != std::string::npos)
+      continue;
+    std::size_t d = 0, n = 0;
+    int G = 0;
+    std::sscanf(name.c_str(), "sampled/d:%zu/G:%d/n:%zu", &d, &G, &n);
+    char dense[96];
+    std::snprintf(dense, sizeof dense, "dense/d:%zu/G:%d/n:%zu", d, G, n);
+    if (!g_median.count(dense))
+      continue;
+    const char *target = "";
+    if (n == 131072)
+      target = G == 3 ? "  (target >= 12x)" : d == 128 ? "  (target >= 12x)" : "  (target >= 6x)";
+    std::printf("sampled vs dense d=%-3zu G=%d n=%-6zu : %6.2fx  sampled fraction %.4f per head, "
+                "%.4f union; index %.1f B/token/kv-head%s\n",
+                d, G, n, g_median[dense] / t, g_counter[name + ".frac"],
+                g_counter[name + ".union_frac"], g_counter[name + ".index_B_per_tok"], target);
+  }
+  for (const auto &[name, t] : g_median) {
+    if (name.rfind("retrieve_ours/", 0) != 0)
+      continue;
+    const std::string pub = "retrieve_public/" + name.substr(std::strlen("retrieve_ours/"));
+    if (g_median.count(pub))
+      std::printf("retrieval ours vs public %s : %.2fx (target >= 2x); index %.1f vs %.1f "
+                  "B/token/kv-head\n",
+                  name.c_str() + std::strlen("retrieve_ours/"), g_median[pub] / t,
+                  g_counter[name + ".index_B_per_tok"], g_counter[pub + ".index_B_per_tok"]);
+  }
+  for (const char *what : {"sampled", "dense"}) {
+    const std::string gen = std::string(what) + "_generic/";
+    for (const auto &[name, t] : g_median) {
+      if (name.rfind(gen, 0) != 0)
+        continue;
+      const std::string spec = std::string(what) + "/" + name.substr(gen.size());
+      if (g_median.count(spec))
+        std::printf("specialised vs generic %s %s : %.2fx (target >= 1.3x)\n", what,
+                    name.c_str() + gen.size(), t / g_median[spec]);
+    }
+  }
+}
+
+template <class F> void add(const std::string &name, F f) {
+  benchmark::RegisterBenchmark(name.c_str(), f)
+      ->Unit(benchmark::kMicrosecond)
+      ->UseRealTime()
+      ->MinTime(0.05)
+      ->Repetitions(7)
+      ->ReportAggregatesOnly(true)
+      ->ComputeStatistics(
+          "min", [](const std::vector<double> &v) { return *std::min_element(v.begin(), v.end()); })
+      ->ComputeStatistics("max", [](const std::vector<double> &v) {
+        return *std::max_element(v.begin(), v.end());
+      });
+}
+
+std::string key(const char *what, std::size_t d, int G, std::size_t n) {
+  char buf[96];
+  std::snprintf(buf, sizeof buf, "%s/d:%zu/G:%d/n:%zu", what, d, G, n);
+  return buf;
+}
+
+} // namespace
+
+int main(int argc, char **argv) {
+  benchmark::RegisterBenchmark("stream_read", BM_StreamRead)
+      ->Unit(benchmark::kMillisecond)
+      ->UseRealTime()
+      ->Repetitions(5)
+      ->ReportAggregatesOnly(true)
+      ->ComputeStatistics(
+          "min", [](const std::vector<double> &v) { return *std::min_element(v.begin(), v.end()); })
+      ->ComputeStatistics("max", [](const std::vector<double> &v) {
+        return *std::max_element(v.begin(), v.end());
+      });
+  // Grouped by dataset so each is generated once.
+  struct Shape {
+    std::size_t d;
+    int G;
+  };
+  for (const Shape s : {Shape{128, 1}, Shape{64, 1}, Shape{64, 3}})
+    for (std::size_t n : {16384, 65536, 131072}) {
+      add(key("dense", s.d, s.G, n),
+          [=](benchmark::State &st) { BM_Dense(st, n, s.d, s.G, false); });
+      if (n == 131072 && s.G == 1)
+        add(key("dense_generic", s.d, s.G, n),
+            [=](benchmark::State &st) { BM_Dense(st, n, s.d, s.G, true); });
+      add(key("sampled", s.d, s.G, n),
+          [=](benchmark::State &st) { BM_Sampled(st, n, s.d, s.G, false); });
+      if (n == 131072 && s.G == 1)
+        add(key("sampled_generic", s.d, s.G, n),
+            [=](benchmark::State &st) { BM_Sampled(st, n, s.d, s.G, true); });
+    }
+  for (std::size_t d : {128}) {
+    add(key("retrieve_ours", d, 1, 131072),
+        [=](benchmark::State &st) { BM_RetrieveOurs(st, 131072, d); });
+    add(key("retrieve_public", d, 1, 131072),
+        [=](benchmark::State &st) { BM_RetrievePublic(st, 131072, d); });
+  }
+  benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv))
+    return 1;
+  CapturingReporter reporter;
+  benchmark::RunSpecifiedBenchmarks(&reporter);
+  print_ratios();
+  benchmark::Shutdown();
+  return 0;
+}

@@ -1,0 +1,838 @@
+// LSH sampling attention kernels (ALGORITHM.md section 1), per Highway target: query/key
+// encoding, index build, retrieval, the fused sampled-attention pass, dense attention, merge.
+//
+// Every kernel is a template `template <int kK, int kL, int kD, typename T>` (or the subset of
+// those parameters it uses) in which 0 means "taken from the run-time arguments" and T = void
+// means "dtype taken from the arguments": MakeKernelSet<0, 0, 0, void> is the generic set, and a
+// specialised set is an instantiation with constants, e.g. MakeKernelSet<10, 150, 64,
+// hwy::bfloat16_t>. A specialised kernel checks (HWY_ASSERT) that the run-time arguments agree.
+//
+// ---- contract for generated code (pig-translate emits exactly this shape, one file per key) ---
+//   #undef HWY_TARGET_INCLUDE
+//   #define HWY_TARGET_INCLUDE "<path of this file, relative to an include dir>"
+//   #include "hwy/foreach_target.h" // IWYU pragma: keep
+//   #include "hwy/highway.h"
+//   #include "runtime/kernels/lsh-inl.h"
+//   HWY_BEFORE_NAMESPACE();
+//   namespace pig_lsh_k10_l150_d64_bf16::HWY_NAMESPACE {
+//   pig::runtime::lsh::LshKernelSet Make() {
+//     return pig::runtime::lsh::HWY_NAMESPACE::MakeKernelSet<10, 150, 64, hwy::bfloat16_t>();
+//   }
+//   } // namespace pig_lsh_k10_l150_d64_bf16::HWY_NAMESPACE
+//   HWY_AFTER_NAMESPACE();
+//   #if HWY_ONCE
+//   namespace pig_lsh_k10_l150_d64_bf16 {
+//   HWY_EXPORT(Make);
+//   pig::runtime::lsh::LshKernelSet Factory() { return HWY_DYNAMIC_DISPATCH(Make)(); }
+//   PIG_REGISTER_LSH_KERNELS(k10_l150_d64_bf16, 10, 150, 64, bf16, &Factory);
+//   } // namespace pig_lsh_k10_l150_d64_bf16
+//   #endif
+// Rules: dtype is f32 (T = float) or bf16 (T = hwy::bfloat16_t); d must be even; K in [1, 16],
+// L in [1, 1024]. The include path needs the project root (runtime/kernels/...) and
+// runtime/include. The TU must be linked whole (its only reference is the static registrar):
+// compile it into an OBJECT library or an executable, not a plain static archive.
+// tests/kernels/generated_example.cpp is a compiled, tested instance of this contract.
+// ------------------------------------------------------------------------------------------------
+
+#if defined(PIG_RUNTIME_KERNELS_LSH_INL_H_) == defined(HWY_TARGET_TOGGLE)
+#ifdef PIG_RUNTIME_KERNELS_LSH_INL_H_
+#undef PIG_RUNTIME_KERNELS_LSH_INL_H_
+#else
+#define PIG_RUNTIME_KERNELS_LSH_INL_H_
+#endif
+
+#include <algorithm>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <type_traits>
+#include <vector>
+
+#include "hwy/base.h"
+#include "hwy/cache_control.h"
+#include "hwy/highway.h"
+#include "pig/runtime/lsh_kernels.h"
+#include "runtime/kernels/simd-inl.h"
+
+HWY_BEFORE_NAMESPACE();
+namespace pig::runtime::lsh::HWY_NAMESPACE {
+namespace hn = hwy::HWY_NAMESPACE;
+namespace sd = pig::runtime::simd::HWY_NAMESPACE;
+
+using DF = hn::ScalableTag<float>;
+using VF = hn::Vec<DF>;
+
+inline constexpr std::size_t kSegment = 65535; // tokens per index segment (ids and offsets u16)
+inline constexpr std::size_t kBlock = 16;      // tokens per softmax block (>= N of every target)
+#ifndef PIG_LSH_PREFETCH_BLOCKS
+#define PIG_LSH_PREFETCH_BLOCKS 2
+#endif
+// Sampled rows are prefetched this many blocks ahead of the block being scored.
+inline constexpr std::size_t kPrefetchBlocks = PIG_LSH_PREFETCH_BLOCKS;
+
+// Storage type of a row element: f32, or bf16 as raw bits.
+template <typename T> using RowOf = std::conditional_t<std::is_same_v<T, float>, float, uint16_t>;
+
+template <int kConst> HWY_INLINE std::size_t Pick(std::size_t runtime_value) {
+  if constexpr (kConst != 0) {
+    HWY_ASSERT(runtime_value == std::size_t(kConst));
+    return std::size_t(kConst);
+  } else {
+    return runtime_value;
+  }
+}
+
+// ================================ encode ========================================================
+
+// Projections of R rows (f32, natural order, d entries each, row stride d) onto the first `cols`
+// columns of W (cols rounded up to a multiple of N; W's stride allows it): proj[r * cstride + c].
+template <std::size_t R, int kD>
+HWY_INLINE void ProjectRows(const float *HWY_RESTRICT x, std::size_t d_rt, const SimHashView &W,
+                            std::size_t cols_pad, float *HWY_RESTRICT proj, std::size_t cstride) {
+  const DF df;
+  const std::size_t N = hn::Lanes(df);
+  const std::size_t d = kD ? std::size_t(kD) : d_rt;
+  constexpr std::size_t kCB = R == 1 ? 4 : R == 2 ? 3 : 2; // column vectors per block
+  std::size_t c = 0;
+  for (; c + kCB * N <= cols_pad; c += kCB * N) {
+    VF acc[R][kCB];
+    for (std::size_t r = 0; r < R; ++r)
+      for (std::size_t b = 0; b < kCB; ++b)
+        acc[r][b] = hn::Zero(df);
+    const float *w = W.w + c;
+    for (std::size_t k = 0; k < d; ++k, w += W.cols) {
+      VF wv[kCB];
+      for (std::size_t b = 0; b < kCB; ++b)
+        wv[b] = hn::LoadU(df, w + b * N);
+      for (std::size_t r = 0; r < R; ++r) {
+        const VF xv = hn::Set(df, x[r * d + k]);
+        for (std::size_t b = 0; b < kCB; ++b)
+          acc[r][b] = hn::MulAdd(xv, wv[b], acc[r][b]);
+      }
+    }
+    for (std::size_t r = 0; r < R; ++r)
+      for (std::size_t b = 0; b < kCB; ++b)
+        hn::StoreU(acc[r][b], df, proj + r * cstride + c + b * N);
+  }
+  for (; c < cols_pad; c += N) {
+    VF acc[R];
+    for (std::size_t r = 0; r < R; ++r)
+      acc[r] = hn::Zero(df);
+    const float *w = W.w + c;
+    for (std::size_t k = 0; k < d; ++k, w += W.cols) {
+      const VF wv = hn::LoadU(df, w);
+      for (std::size_t r = 0; r < R; ++r)
+        acc[r] = hn::MulAdd(hn::Set(df, x[r * d + k]), wv, acc[r]);
+    }
+    for (std::size_t r = 0; r < R; ++r)
+      hn::StoreU(acc[r], df, proj + r * cstride + c);
+  }
+}
+
+// Sign bits of one row's projections. A projection whose f32 value cannot be trusted to have the
+// sign of the exact one (|p| within the rounding-error bound, or not finite) is recomputed in
+// double in the reference's order, so the codes equal pig::ref::encode bit for bit.
+template <int kK, int kL>
+HWY_INLINE void CodesOfRow(const float *HWY_RESTRICT x, std::size_t d, const float *proj,
+                           const SimHashView &W, std::size_t K, std::size_t L,
+                           uint16_t *HWY_RESTRICT codes) {
+  double xx = 0.0;
+  for (std::size_t k = 0; k < d; ++k)
+    xx += double(x[k]) * double(x[k]);
+  // |fl(sum) - sum| <= gamma_d * sum |x_k w_k| <= gamma_d |x| |w_c| (FMA chain: one rounding per
+  // step), plus underflow of the products (d * 2^-149 at most).
+  const double u = std::ldexp(1.0, -24);
+  const double gamma = double(d + 2) * u / (1.0 - double(d + 2) * u) * 1.001;
+  const double bx = gamma * std::sqrt(xx);
+  const double tiny = double(d) * std::ldexp(1.0, -148);
+  for (std::size_t l = 0; l < L; ++l) {
+    unsigned code = 0;
+    for (std::size_t j = 0; j < K; ++j) {
+      const std::size_t c = l * K + j;
+      const double p = proj[c];
+      bool bit;
+      if (HWY_LIKELY(std::fabs(p) > bx * double(W.col_norm[c]) + tiny &&
+                     std::fabs(p) <= double(std::numeric_limits<float>::max()))) {
+        bit = p > 0.0;
+      } else {
+        double s = 0.0;
+        for (std::size_t k = 0; k < d; ++k)
+          s += double(x[k]) * double(W.w[k * W.cols + c]);
+        bit = s > 0.0;
+      }
+      code |= unsigned(bit) << j;
+    }
+    codes[l] = uint16_t(code);
+  }
+}
+
+template <int kK, int kL, int kD, typename Row> void EncodeTyped(const EncodeArgs &a) {
+  const std::size_t K = Pick<kK>(std::size_t(a.W.K)), L = Pick<kL>(std::size_t(a.W.L));
+  const std::size_t d = Pick<kD>(a.W.d);
+  const std::size_t N = hn::Lanes(DF());
+  const std::size_t cols = K * L;
+  const std::size_t cols_pad = (cols + N - 1) / N * N;
+  HWY_ASSERT(a.W.cols >= cols_pad && a.W.cols % N == 0);
+  constexpr std::size_t R = 4;
+  thread_local std::vector<float> xs, proj;
+  xs.resize(R * d);
+  proj.resize(R * cols_pad);
+  const Row *rows = static_cast<const Row *>(a.x);
+  for (std::size_t r0 = 0; r0 < a.rows; r0 += R) {
+    const std::size_t nr = std::min(R, a.rows - r0);
+    for (std::size_t r = 0; r < nr; ++r) {
+      const Row *src = rows + (r0 + r) * d;
+      float *dst = xs.data() + r * d;
+      for (std::size_t k = 0; k < d; ++k)
+        dst[k] = a.mean ? sd::ScalarAt(src, k) - a.mean[k] : sd::ScalarAt(src, k);
+    }
+    // All rows of a group share each load of W (W is ~0.8 MB at d = 128, K L = 1500: reading it
+    // once per query head of a GQA group would dominate the encode).
+    switch (nr) {
+    case 4:
+      ProjectRows<4, kD>(xs.data(), d, a.W, cols_pad, proj.data(), cols_pad);
+      break;
+    case 3:
+      ProjectRows<3, kD>(xs.data(), d, a.W, cols_pad, proj.data(), cols_pad);
+      break;
+    case 2:
+      ProjectRows<2, kD>(xs.data(), d, a.W, cols_pad, proj.data(), cols_pad);
+      break;
+    default:
+      ProjectRows<1, kD>(xs.data(), d, a.W, cols_pad, proj.data(), cols_pad);
+      break;
+    }
+    for (std::size_t r = 0; r < nr; ++r)
+      CodesOfRow<kK, kL>(xs.data() + r * d, d, proj.data() + r * cols_pad, a.W, K, L,
+                         a.codes + (r0 + r) * L);
+  }
+}
+
+// ================================ index build ===================================================
+
+template <int kK, int kL> void BuildIndex(const BuildIndexArgs &a) {
+  const std::size_t K = Pick<kK>(std::size_t(a.K)), L = Pick<kL>(std::size_t(a.L));
+  const std::size_t buckets = std::size_t(1) << K;
+  std::vector<uint32_t> count(buckets + 1);
+  std::vector<uint16_t> table(std::min(a.count, kSegment));
+  for (std::size_t s0 = 0, s = 0; s0 < a.count; s0 += kSegment, ++s) {
+    const std::size_t len = std::min(kSegment, a.count - s0);
+    for (std::size_t l = 0; l < L; ++l) {
+      for (std::size_t i = 0; i < len; ++i)
+        table[i] = a.codes[(s0 + i) * L + l];
+      std::fill(count.begin(), count.end(), 0u);
+      for (std::size_t i = 0; i < len; ++i)
+        ++count[table[i] + 1];
+      uint16_t *off = a.offsets + (s * L + l) * (buckets + 1);
+      uint32_t run = 0;
+      for (std::size_t b = 0; b <= buckets; ++b) {
+        run += count[b];
+        count[b] = run;
+        off[b] = uint16_t(run); // <= len <= 65535
+      }
+      uint16_t *ids = a.ids + s0 * L + l * len;
+      for (std::size_t i = 0; i < len; ++i) // ascending ids within each bucket
+        ids[count[table[i]]++] = uint16_t(i);
+    }
+  }
+}
+
+// ================================ retrieval =====================================================
+
+// Counts the query's L buckets of one segment into the epoch-stamped counters; tokens reaching t
+// set their bit. Bucket offsets of all tables are loaded first (independent misses overlap), then
+// the id lists are prefetched a few tables ahead of the one being counted.
+template <int kK, int kL>
+HWY_INLINE void CountSegment(const IndexView &ix, std::size_t s, std::size_t len,
+                             const uint16_t *HWY_RESTRICT qc, uint32_t base, uint32_t t,
+                             uint16_t *HWY_RESTRICT counters, uint32_t *HWY_RESTRICT hits,
+                             std::size_t &n_hits, uint32_t *HWY_RESTRICT lo_hi) {
+  const std::size_t K = kK ? std::size_t(kK) : std::size_t(ix.K);
+  const std::size_t L = kL ? std::size_t(kL) : std::size_t(ix.L);
+  const std::size_t stride = (std::size_t(1) << K) + 1;
+  const uint16_t *off = ix.offsets + s * L * stride;
+  for (std::size_t l = 0; l < L; ++l) {
+    const uint16_t *o = off + l * stride + qc[l];
+    lo_hi[2 * l] = o[0];
+    lo_hi[2 * l + 1] = o[1];
+  }
+  const std::size_t s0 = s * kSegment;
+  const uint16_t *ids0 = ix.ids + s0 * L;
+  constexpr std::size_t kAhead = 8; // tables whose id lists are in flight
+  for (std::size_t l = 0; l < std::min(kAhead, L); ++l)
+    sd::PrefetchRow(ids0 + l * len + lo_hi[2 * l], (lo_hi[2 * l + 1] - lo_hi[2 * l]) * 2);
+  for (std::size_t l = 0; l < L; ++l) {
+    if (l + kAhead < L) {
+      const std::size_t la = l + kAhead;
+      sd::PrefetchRow(ids0 + la * len + lo_hi[2 * la], (lo_hi[2 * la + 1] - lo_hi[2 * la]) * 2);
+    }
+    const uint16_t *ids = ids0 + l * len;
+    const uint32_t hi = lo_hi[2 * l + 1];
+    // Branch-free: the hit is always written and kept only when the counter reaches t (the
+    // public implementation's `if (++c == t) push` mispredicts on every hit).
+    std::size_t nh = n_hits;
+    for (uint32_t j = lo_hi[2 * l]; j < hi; ++j) {
+      const uint32_t tok = uint32_t(s0) + ids[j];
+      const uint32_t c = counters[tok];
+      const uint32_t m = c > base ? c : base; // a stale epoch reads as 0
+      const uint32_t r = m - base;
+      counters[tok] = uint16_t(m + (r < t)); // saturates at t
+      hits[nh] = tok;
+      nh += (r + 1 == t);
+    }
+    n_hits = nh;
+  }
+}
+
+template <int kK, int kL> void Retrieve(const RetrieveArgs &a) {
+  const IndexView &ix = a.index;
+  const std::size_t L = Pick<kL>(std::size_t(ix.L));
+  Pick<kK>(std::size_t(ix.K));
+  HWY_ASSERT(a.G >= 1 && a.G <= kMaxGroup && a.t >= 1 && a.t <= int(L));
+  const std::size_t words = (ix.count + 63) / 64;
+  HWY_ASSERT(a.state.words >= words);
+  const uint32_t t = uint32_t(a.t);
+  thread_local std::vector<uint32_t> lo_hi, hits;
+  lo_hi.resize(2 * L);
+  hits.resize(ix.count + 1); // each token is a hit at most once per head, plus one spare write
+  for (int h = 0; h < a.G; ++h) {
+    uint32_t base = *a.state.epoch;
+    if (base + t > 0xFFFFu) { // epoch space exhausted: one clear every ~65535/t heads
+      std::memset(a.state.counters, 0, ix.count * sizeof(uint16_t));
+      base = 0;
+    }
+    *a.state.epoch = base + t;
+    uint64_t *bits = a.state.bits + std::size_t(h) * a.state.words;
+    std::size_t n_hits = 0;
+    for (std::size_t s0 = 0, s = 0; s0 < ix.count; s0 += kSegment, ++s)
+      CountSegment<kK, kL>(ix, s, std::min(kSegment, ix.count - s0), a.query_codes + h * L, base, t,
+                           a.state.counters, hits.data(), n_hits, lo_hi.data());
+    for (std::size_t i = 0; i < n_hits; ++i) // ascending order comes from the bitset scan
+      bits[hits[i] >> 6] |= uint64_t(1) << (hits[i] & 63);
+  }
+  // Union of the G bitsets in ascending order, clearing them as they are read.
+  std::size_t n = 0;
+  std::size_t per_head[kMaxGroup] = {};
+  const uint32_t begin = uint32_t(ix.begin);
+  for (std::size_t w = 0; w < words; ++w) {
+    uint64_t any = 0;
+    for (int h = 0; h < a.G; ++h)
+      any |= a.state.bits[h * a.state.words + w];
+    if (!any)
+      continue;
+    uint64_t hb[kMaxGroup];
+    for (int h = 0; h < a.G; ++h) {
+      hb[h] = a.state.bits[h * a.state.words + w];
+      a.state.bits[h * a.state.words + w] = 0;
+      per_head[h] += std::size_t(hwy::PopCount(hb[h]));
+    }
+    while (any) {
+      const std::size_t b = hwy::Num0BitsBelowLS1Bit_Nonzero64(any);
+      any &= any - 1;
+      uint32_t m = 0;
+      for (int h = 0; h < a.G; ++h)
+        m |= uint32_t((hb[h] >> b) & 1u) << h;
+      a.tokens[n] = begin + uint32_t(w * 64 + b);
+      if (a.masks)
+        a.masks[n] = uint8_t(m);
+      ++n;
+    }
+  }
+  *a.count = n;
+  if (a.per_head)
+    for (int h = 0; h < a.G; ++h)
+      a.per_head[h] = per_head[h];
+}
+
+// ================================ attention =====================================================
+
+// Online-softmax state of G heads. Vectors q, mean and acc are in kernel order (simd-inl.h).
+struct Heads {
+  std::size_t d = 0;
+  float *q = nullptr;    // G * d
+  float *acc = nullptr;  // G * d
+  float *mean = nullptr; // d (sampled only)
+  float m[kMaxGroup], l[kMaxGroup], qnorm[kMaxGroup];
+  bool bad[kMaxGroup]; // a NaN or +inf logit was seen: the result is NaN
+  float scale = 0;
+  int mask_shift = 0; // heads of this chunk are bits [mask_shift, mask_shift + G) of the masks
+};
+
+// Scores of nb (<= kBlock) rows for every head: z[h * kBlock + i] = scale q_h . k_i. Sampled
+// blocks also get c[h * kBlock + i] = q_h . (k_i - mean) and nn[i] = |k_i - mean|^2.
+template <int kG, int kD, typename Row, bool kSampled>
+HWY_INLINE void ScoreRows(const Heads &st, const Row *const *rows, std::size_t nb,
+                          float *HWY_RESTRICT z, float *HWY_RESTRICT c, float *HWY_RESTRICT nn) {
+  const DF df;
+  const std::size_t N = hn::Lanes(df);
+  const std::size_t d = kD ? std::size_t(kD) : st.d;
+  const std::size_t dv = sd::VectorPart<Row>(d);
+  for (std::size_t i = 0; i < nb; ++i) {
+    const Row *row = rows[i];
+    VF s[kG], cs[kG];
+    VF n2 = hn::Zero(df);
+    for (int h = 0; h < kG; ++h) {
+      s[h] = hn::Zero(df);
+      cs[h] = hn::Zero(df);
+    }
+    for (std::size_t j = 0; j < dv / (2 * N); ++j) {
+      VF a, b;
+      sd::LoadPair(row, j, a, b);
+      VF ca = a, cb = b;
+      if constexpr (kSampled) {
+        ca = hn::Sub(a, hn::LoadU(df, st.mean + 2 * j * N));
+        cb = hn::Sub(b, hn::LoadU(df, st.mean + 2 * j * N + N));
+        n2 = hn::MulAdd(ca, ca, n2);
+        n2 = hn::MulAdd(cb, cb, n2);
+      }
+      for (int h = 0; h < kG; ++h) {
+        const VF qa = hn::LoadU(df, st.q + h * d + 2 * j * N);
+        const VF qb = hn::LoadU(df, st.q + h * d + 2 * j * N + N);
+        if constexpr (kSampled) {
+          s[h] = hn::MulAdd(qb, b, hn::MulAdd(qa, a, s[h]));
+          cs[h] = hn::MulAdd(qb, cb, hn::MulAdd(qa, ca, cs[h]));
+        } else {
+          // Two chains per head: one FMA chain of 2 d / N steps is latency-bound (5 cycles
+          // each) and was the dense kernel's limit at d = 128.
+          s[h] = hn::MulAdd(qa, a, s[h]);
+          cs[h] = hn::MulAdd(qb, b, cs[h]);
+        }
+      }
+    }
+    float tn = 0, ts[kG], tc[kG];
+    for (int h = 0; h < kG; ++h)
+      ts[h] = tc[h] = 0;
+    for (std::size_t k = dv; k < d; ++k) { // scalar tail (d not a multiple of 2N)
+      const float x = sd::ScalarAt(row, k);
+      const float cx = kSampled ? x - st.mean[k] : x;
+      tn += cx * cx;
+      for (int h = 0; h < kG; ++h) {
+        ts[h] += st.q[h * d + k] * x;
+        tc[h] += st.q[h * d + k] * cx;
+      }
+    }
+    for (int h = 0; h < kG; ++h) {
+      if constexpr (kSampled) {
+        z[h * kBlock + i] = st.scale * (hn::GetLane(hn::SumOfLanes(df, s[h])) + ts[h]);
+        c[h * kBlock + i] = hn::GetLane(hn::SumOfLanes(df, cs[h])) + tc[h];
+      } else {
+        z[h * kBlock + i] =
+            st.scale * (hn::GetLane(hn::SumOfLanes(df, hn::Add(s[h], cs[h]))) + ts[h]);
+      }
+    }
+    if constexpr (kSampled)
+      nn[i] = hn::GetLane(hn::SumOfLanes(df, n2)) + tn;
+  }
+}
+
+// z -= log u for a block of sampled tokens of head h; heads that did not sample a token get
+// z = -inf. log u = h(p) + t K log p with p = 1 - acos(cos)/pi (table in LogUTable).
+HWY_INLINE void SubtractLogU(const LogUTable &lut, float qnorm, const float *HWY_RESTRICT c,
+                             const float *HWY_RESTRICT nn, const uint8_t *masks, int bit,
+                             std::size_t nb, float *HWY_RESTRICT z) {
+  const DF df;
+  const hn::RebindToSigned<DF> di;
+  const std::size_t N = hn::Lanes(df);
+  const VF zero = hn::Zero(df), one = hn::Set(df, 1.0f);
+  const VF ninf = hn::Set(df, -HUGE_VALF);
+  const VF inv_pi = hn::Set(df, 0.318309886183790672f);
+  const VF size = hn::Set(df, float(lut.size));
+  const VF vtk = hn::Set(df, lut.tk);
+  const VF floor_log_u = hn::Set(df, -744.44007f); // log(denorm_min of double), as pig::ref
+  const VF vq = hn::Set(df, qnorm);
+  for (std::size_t i = 0; i < kBlock; i += N) {
+    const VF knorm = hn::Sqrt(hn::LoadU(df, nn + i));
+    const VF den = hn::Mul(vq, knorm);
+    // A zero-norm vector has no direction: cosine 0 (pig::ref::cosine).
+    const VF cosv = hn::IfThenElseZero(hn::Gt(den, zero), hn::Div(hn::LoadU(df, c + i), den));
+    const VF p = hn::NegMulAdd(sd::AcosClamped(df, cosv), inv_pi, one);
+    const VF ps = hn::IfThenElse(hn::IsNaN(p), zero, p); // NaN must not index the table
+    const VF x = hn::Mul(ps, size);
+    const auto i0 = hn::Min(hn::ConvertTo(di, hn::Floor(x)), hn::Set(di, lut.size - 1));
+    const VF frac = hn::Sub(x, hn::ConvertTo(df, i0));
+    const VF h0 = hn::GatherIndex(df, lut.h, i0);
+    const VF h1 = hn::GatherIndex(df, lut.h + 1, i0);
+    const VF hp = hn::MulAdd(frac, hn::Sub(h1, h0), h0);
+    VF log_u = hn::MulAdd(vtk, sd::LogF(df, p), hp); // p = 0: -inf, floored below; NaN stays
+    log_u = hn::IfThenElse(hn::Lt(log_u, floor_log_u), floor_log_u, log_u);
+    VF zi = hn::Sub(hn::LoadU(df, z + i), log_u);
+    if (masks) {
+      alignas(64) float member[kBlock];
+      for (std::size_t k = 0; k < N; ++k)
+        member[k] = (i + k < nb && ((masks[i + k] >> bit) & 1)) ? 1.0f : 0.0f;
+      zi = hn::IfThenElse(hn::Gt(hn::Load(df, member), zero), zi, ninf);
+    }
+    hn::StoreU(zi, df, z + i);
+  }
+}
+
+// Softmax weights of one block for head h (updates m, l, rescales acc): w[i] = e^{z_i - m}.
+template <int kD>
+HWY_INLINE void BlockWeights(Heads &st, int h, std::size_t nb, float *HWY_RESTRICT z) {
+  const DF df;
+  const std::size_t N = hn::Lanes(df);
+  const std::size_t d = kD ? std::size_t(kD) : st.d;
+  for (std::size_t i = nb; i < kBlock; ++i)
+    z[i] = -HUGE_VALF;
+  VF vmax = hn::Set(df, -HUGE_VALF);
+  auto bad = hn::FirstN(df, 0);
+  for (std::size_t i = 0; i < kBlock; i += N) {
+    const VF zi = hn::LoadU(df, z + i);
+    bad = hn::Or(bad, hn::Or(hn::IsNaN(zi), hn::Eq(zi, hn::Set(df, HUGE_VALF))));
+    vmax = hn::Max(vmax, zi);
+  }
+  if (!hn::AllFalse(df, bad))
+    st.bad[h] = true;
+  const float bm = hn::GetLane(hn::MaxOfLanes(df, vmax));
+  const float m_new = std::max(st.m[h], bm);
+  if (!(m_new > -HUGE_VALF) || !(m_new < HUGE_VALF)) { // nothing attended yet, or bad
+    for (std::size_t i = 0; i < kBlock; ++i)
+      z[i] = 0.0f;
+    return;
+  }
+  if (m_new > st.m[h]) {
+    const float f = st.l[h] > 0 ? std::exp(st.m[h] - m_new) : 0.0f;
+    st.l[h] *= f;
+    float *acc = st.acc + h * d;
+    const VF vf = hn::Set(df, f);
+    std::size_t k = 0;
+    for (; k + N <= d; k += N)
+      hn::StoreU(hn::Mul(vf, hn::LoadU(df, acc + k)), df, acc + k);
+    for (; k < d; ++k)
+      acc[k] *= f;
+    st.m[h] = m_new;
+  }
+  const VF vm = hn::Set(df, m_new);
+  VF sum = hn::Zero(df);
+  for (std::size_t i = 0; i < kBlock; i += N) {
+    const VF w = sd::ExpClamped(df, hn::Sub(hn::LoadU(df, z + i), vm));
+    sum = hn::Add(sum, w);
+    hn::StoreU(w, df, z + i);
+  }
+  st.l[h] += hn::GetLane(hn::SumOfLanes(df, sum));
+}
+
+// acc_h += sum_i w[h][i] v_i over the block, one vector pair of every row at a time so the
+// accumulators stay in registers.
+template <int kG, int kD, typename Row>
+HWY_INLINE void AccumulateValues(Heads &st, const Row *const *rows, std::size_t nb,
+                                 const float *HWY_RESTRICT w) {
+  const DF df;
+  const std::size_t N = hn::Lanes(df);
+  const std::size_t d = kD ? std::size_t(kD) : st.d;
+  const std::size_t dv = sd::VectorPart<Row>(d);
+  for (std::size_t j = 0; j < dv / (2 * N); ++j) {
+    VF aa[kG], ab[kG];
+    for (int h = 0; h < kG; ++h) {
+      aa[h] = hn::LoadU(df, st.acc + h * d + 2 * j * N);
+      ab[h] = hn::LoadU(df, st.acc + h * d + 2 * j * N + N);
+    }
+    std::size_t i = 0;
+    if constexpr (kG == 1) {
+      // One head has only two accumulator chains: add a second pair over alternate tokens.
+      VF ca = hn::Zero(df), cb = hn::Zero(df);
+      for (; i + 2 <= nb; i += 2) {
+        VF a0, b0, a1, b1;
+        sd::LoadPair(rows[i], j, a0, b0);
+        sd::LoadPair(rows[i + 1], j, a1, b1);
+        const VF w0 = hn::Set(df, w[i]), w1 = hn::Set(df, w[i + 1]);
+        aa[0] = hn::MulAdd(w0, a0, aa[0]);
+        ab[0] = hn::MulAdd(w0, b0, ab[0]);
+        ca = hn::MulAdd(w1, a1, ca);
+        cb = hn::MulAdd(w1, b1, cb);
+      }
+      aa[0] = hn::Add(aa[0], ca);
+      ab[0] = hn::Add(ab[0], cb);
+    }
+    for (; i < nb; ++i) {
+      VF a, b;
+      sd::LoadPair(rows[i], j, a, b);
+      for (int h = 0; h < kG; ++h) {
+        const VF wv = hn::Set(df, w[h * kBlock + i]);
+        aa[h] = hn::MulAdd(wv, a, aa[h]);
+        ab[h] = hn::MulAdd(wv, b, ab[h]);
+      }
+    }
+    for (int h = 0; h < kG; ++h) {
+      hn::StoreU(aa[h], df, st.acc + h * d + 2 * j * N);
+      hn::StoreU(ab[h], df, st.acc + h * d + 2 * j * N + N);
+    }
+  }
+  for (std::size_t k = dv; k < d; ++k)
+    for (std::size_t i = 0; i < nb; ++i) {
+      const float x = sd::ScalarAt(rows[i], k);
+      for (int h = 0; h < kG; ++h)
+        st.acc[h * d + k] += w[h * kBlock + i] * x;
+    }
+}
+
+template <int kG, int kD, typename Row>
+HWY_INLINE void DenseRange(Heads &st, const Row *k, const Row *v, std::size_t begin,
+                           std::size_t end) {
+  const std::size_t d = kD ? std::size_t(kD) : st.d;
+  alignas(64) float z[kG * kBlock];
+  const Row *krows[kBlock];
+  const Row *vrows[kBlock];
+  for (std::size_t i0 = begin; i0 < end; i0 += kBlock) {
+    const std::size_t nb = std::min(kBlock, end - i0);
+    for (std::size_t i = 0; i < nb; ++i) {
+      krows[i] = k + (i0 + i) * d;
+      vrows[i] = v + (i0 + i) * d;
+    }
+    ScoreRows<kG, kD, Row, false>(st, krows, nb, z, nullptr, nullptr);
+    for (int h = 0; h < kG; ++h)
+      BlockWeights<kD>(st, h, nb, z + h * kBlock);
+    AccumulateValues<kG, kD, Row>(st, vrows, nb, z);
+  }
+}
+
+template <int kG, int kD, typename Row>
+HWY_INLINE void SampledRange(Heads &st, const SampledAttentionArgs &a) {
+  const std::size_t d = kD ? std::size_t(kD) : st.d;
+  const Row *k = static_cast<const Row *>(a.k);
+  const Row *v = static_cast<const Row *>(a.v);
+  alignas(64) float z[kG * kBlock], c[kG * kBlock], nn[kBlock];
+  const Row *krows[kBlock];
+  const Row *vrows[kBlock];
+  const std::size_t row_bytes = d * sizeof(Row);
+  const std::size_t ahead = kPrefetchBlocks * kBlock;
+  for (std::size_t i = 0; i < std::min(ahead, a.count); ++i) {
+    sd::PrefetchRow(k + std::size_t(a.tokens[i]) * d, row_bytes);
+    sd::PrefetchRow(v + std::size_t(a.tokens[i]) * d, row_bytes);
+  }
+  for (std::size_t i0 = 0; i0 < a.count; i0 += kBlock) {
+    const std::size_t nb = std::min(kBlock, a.count - i0);
+    for (std::size_t i = i0 + ahead; i < std::min(i0 + ahead + nb, a.count); ++i) {
+      sd::PrefetchRow(k + std::size_t(a.tokens[i]) * d, row_bytes);
+      sd::PrefetchRow(v + std::size_t(a.tokens[i]) * d, row_bytes);
+    }
+    for (std::size_t i = 0; i < nb; ++i) {
+      krows[i] = k + std::size_t(a.tokens[i0 + i]) * d;
+      vrows[i] = v + std::size_t(a.tokens[i0 + i]) * d;
+    }
+    for (std::size_t i = nb; i < kBlock; ++i)
+      nn[i] = 0;
+    ScoreRows<kG, kD, Row, true>(st, krows, nb, z, c, nn);
+    for (int h = 0; h < kG; ++h) {
+      for (std::size_t i = nb; i < kBlock; ++i)
+        c[h * kBlock + i] = z[h * kBlock + i] = 0;
+      SubtractLogU(a.log_u, st.qnorm[h], c + h * kBlock, nn, a.masks ? a.masks + i0 : nullptr,
+                   h + st.mask_shift, nb, z + h * kBlock);
+      BlockWeights<kD>(st, h, nb, z + h * kBlock);
+    }
+    AccumulateValues<kG, kD, Row>(st, vrows, nb, z);
+  }
+}
+
+// Prepares the per-call state: q (and mean) in kernel order, accumulators zeroed.
+template <typename Row>
+HWY_INLINE void InitHeads(Heads &st, const float *q, int G, std::size_t d, float scale,
+                          const float *mean, std::vector<float> &buf) {
+  buf.assign(std::size_t(2 * G + 1) * d, 0.0f);
+  st.d = d;
+  st.q = buf.data();
+  st.acc = buf.data() + G * d;
+  st.mean = buf.data() + 2 * G * d;
+  st.scale = scale;
+  for (int h = 0; h < G; ++h) {
+    sd::ToKernelOrder<Row>(q + h * d, d, st.q + h * d);
+    double qq = 0;
+    for (std::size_t k = 0; k < d; ++k)
+      qq += double(q[h * d + k]) * double(q[h * d + k]);
+    st.qnorm[h] = float(std::sqrt(qq));
+    st.m[h] = -HUGE_VALF;
+    st.l[h] = 0;
+    st.bad[h] = false;
+  }
+  if (mean)
+    sd::ToKernelOrder<Row>(mean, d, st.mean);
+}
+
+template <typename Row>
+HWY_INLINE void FinishHeads(const Heads &st, int G, float *out, float *lse) {
+  const std::size_t d = st.d;
+  for (int h = 0; h < G; ++h) {
+    float *o = out + h * d;
+    if (st.bad[h]) {
+      std::fill(o, o + d, std::numeric_limits<float>::quiet_NaN());
+      lse[h] = std::numeric_limits<float>::quiet_NaN();
+    } else if (!(st.l[h] > 0)) {
+      std::fill(o, o + d, 0.0f);
+      lse[h] = -HUGE_VALF;
+    } else {
+      sd::FromKernelOrder<Row>(st.acc + h * d, d, o);
+      const float inv = 1.0f / st.l[h];
+      for (std::size_t k = 0; k < d; ++k)
+        o[k] *= inv;
+      lse[h] = st.m[h] + std::log(st.l[h]);
+    }
+  }
+}
+
+template <int kG, int kD, typename Row> void DenseG(const DenseAttentionArgs &a) {
+  thread_local std::vector<float> buf;
+  Heads st;
+  InitHeads<Row>(st, a.q, kG, a.d, a.scale, nullptr, buf);
+  DenseRange<kG, kD, Row>(st, static_cast<const Row *>(a.k), static_cast<const Row *>(a.v), a.begin,
+                          a.end);
+  FinishHeads<Row>(st, kG, a.out, a.lse);
+}
+
+template <int kG, int kD, typename Row>
+void SampledG(const SampledAttentionArgs &a, int mask_shift) {
+  thread_local std::vector<float> buf;
+  Heads st;
+  InitHeads<Row>(st, a.q, kG, a.d, a.scale, a.mean, buf);
+  st.mask_shift = mask_shift;
+  const Row *k = static_cast<const Row *>(a.k);
+  const Row *v = static_cast<const Row *>(a.v);
+  DenseRange<kG, kD, Row>(st, k, v, 0, a.sink_end);
+  SampledRange<kG, kD, Row>(st, a);
+  DenseRange<kG, kD, Row>(st, k, v, a.local_begin, a.n);
+  FinishHeads<Row>(st, kG, a.out, a.lse);
+}
+
+// Dispatch on the group size (a template parameter so per-head accumulators live in registers).
+// Groups of more than 4 heads run as chunks of at most 4 (each chunk reads the rows again): the
+// instantiations stay few, and common GQA groups (2, 3, 4) are served in one pass.
+inline constexpr int kMaxChunk = 4;
+
+template <int kD, typename Row> void DenseChunks(const DenseAttentionArgs &a) {
+  HWY_ASSERT(a.G >= 1 && a.G <= kMaxGroup);
+  for (int h0 = 0; h0 < a.G; h0 += kMaxChunk) {
+    DenseAttentionArgs c = a;
+    c.G = std::min(kMaxChunk, a.G - h0);
+    c.q = a.q + std::size_t(h0) * a.d;
+    c.out = a.out + std::size_t(h0) * a.d;
+    c.lse = a.lse + h0;
+    switch (c.G) {
+    case 1:
+      DenseG<1, kD, Row>(c);
+      break;
+    case 2:
+      DenseG<2, kD, Row>(c);
+      break;
+    case 3:
+      DenseG<3, kD, Row>(c);
+      break;
+    default:
+      DenseG<4, kD, Row>(c);
+      break;
+    }
+  }
+}
+
+template <int kD, typename Row> void SampledChunks(const SampledAttentionArgs &a) {
+  HWY_ASSERT(a.G >= 1 && a.G <= kMaxGroup);
+  for (int h0 = 0; h0 < a.G; h0 += kMaxChunk) {
+    SampledAttentionArgs c = a;
+    c.G = std::min(kMaxChunk, a.G - h0);
+    c.q = a.q + std::size_t(h0) * a.d;
+    c.out = a.out + std::size_t(h0) * a.d;
+    c.lse = a.lse + h0;
+    switch (c.G) {
+    case 1:
+      SampledG<1, kD, Row>(c, h0);
+      break;
+    case 2:
+      SampledG<2, kD, Row>(c, h0);
+      break;
+    case 3:
+      SampledG<3, kD, Row>(c, h0);
+      break;
+    default:
+      SampledG<4, kD, Row>(c, h0);
+      break;
+    }
+  }
+}
+
+// ================================ entry points ==================================================
+
+// Queries are f32 and keys are of the set's dtype, so encode serves both whatever T is.
+template <int kK, int kL, int kD, typename T> void Encode(const EncodeArgs &a) {
+  if (a.dtype == DType::f32)
+    EncodeTyped<kK, kL, kD, float>(a);
+  else
+    EncodeTyped<kK, kL, kD, uint16_t>(a);
+}
+
+template <int kD, typename T> void SampledAttention(const SampledAttentionArgs &a) {
+  Pick<kD>(a.d);
+  HWY_ASSERT(a.sink_end <= a.local_begin && a.local_begin <= a.n && a.log_u.h);
+  if constexpr (std::is_void_v<T>) {
+    if (a.dtype == DType::f32)
+      SampledChunks<kD, float>(a);
+    else
+      SampledChunks<kD, uint16_t>(a);
+  } else {
+    HWY_ASSERT(a.dtype == (std::is_same_v<T, float> ? DType::f32 : DType::bf16));
+    SampledChunks<kD, RowOf<T>>(a);
+  }
+}
+
+template <int kD, typename T> void DenseAttention(const DenseAttentionArgs &a) {
+  Pick<kD>(a.d);
+  HWY_ASSERT(a.begin <= a.end);
+  if constexpr (std::is_void_v<T>) {
+    if (a.dtype == DType::f32)
+      DenseChunks<kD, float>(a);
+    else
+      DenseChunks<kD, uint16_t>(a);
+  } else {
+    HWY_ASSERT(a.dtype == (std::is_same_v<T, float> ? DType::f32 : DType::bf16));
+    DenseChunks<kD, RowOf<T>>(a);
+  }
+}
+
+template <int kD> void Merge(const MergeArgs &m) {
+  const std::size_t d = Pick<kD>(m.d);
+  for (std::size_t h = 0; h < m.heads; ++h) {
+    const float a = m.lse_a[h], b = m.lse_b[h];
+    const float *oa = m.out_a + h * d, *ob = m.out_b + h * d;
+    float *o = m.out + h * d;
+    if (std::isnan(a) || std::isnan(b)) {
+      std::fill(o, o + d, std::numeric_limits<float>::quiet_NaN());
+      m.lse[h] = std::numeric_limits<float>::quiet_NaN();
+      continue;
+    }
+    if (a == -HUGE_VALF || b == -HUGE_VALF) { // an empty part is the identity
+      const float *src = a == -HUGE_VALF ? ob : oa;
+      if (o != src)
+        std::copy(src, src + d, o);
+      m.lse[h] = a == -HUGE_VALF ? b : a;
+      continue;
+    }
+    const float mx = std::max(a, b);
+    const float wa = std::exp(a - mx), wb = std::exp(b - mx);
+    const float inv = 1.0f / (wa + wb);
+    for (std::size_t k = 0; k < d; ++k)
+      o[k] = (wa * oa[k] + wb * ob[k]) * inv;
+    m.lse[h] = mx + std::log1p(std::min(wa, wb));
+  }
+}
+
+// The kernel set of this target for one configuration (all zeros and void: the generic set).
+template <int kK, int kL, int kD, typename T> LshKernelSet MakeKernelSet() {
+  static_assert(kD % 2 == 0, "head dimension must be even");
+  static_assert(kK >= 0 && kK <= 16 && kL >= 0 && kL <= 1024, "K in [1, 16], L in [1, 1024]");
+  LshKernelSet s;
+  s.specialised = kK != 0 && kL != 0 && kD != 0 && !std::is_void_v<T>;
+  if (s.specialised)
+    s.key = KernelKey{kK, kL, kD, std::is_same_v<T, float> ? DType::f32 : DType::bf16, Target::cpu};
+  s.simd_target = hwy::TargetName(HWY_TARGET);
+  s.encode = &Encode<kK, kL, kD, T>;
+  s.build_index = &BuildIndex<kK, kL>;
+  s.retrieve = &Retrieve<kK, kL>;
+  s.sampled_attention = &SampledAttention<kD, T>;
+  s.dense_attention = &DenseAttention<kD, T>;
+  s.merge = &Merge<kD>;
+  return s;
+}
+
+} // namespace pig::runtime::lsh::HWY_NAMESPACE
+HWY_AFTER_NAMESPACE();
+
+#endif // PIG_RUNTIME_KERNELS_LSH_INL_H_ toggle

@@ -1,0 +1,373 @@
+// Every LSH kernel against pig::ref, for generic and specialised sets, on every compiled target.
+#include <algorithm>
+#include <bit>
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "pig/reference/attention.h"
+#include "pig/reference/lsh.h"
+#include "pig/reference/magicpig.h"
+#include "pig/reference/random.h"
+#include "pig/reference/synthetic.h"
+#include "test_util.h"
+
+namespace pig::test {
+namespace {
+
+using lsh::DType;
+using lsh::KernelKey;
+using lsh::KernelRegistry;
+using lsh::LshKernelSet;
+
+constexpr std::uint64_t kSeed = 1234;
+// Problem size of the synthetic tests (smaller in the -O0 sanitizer build, same code paths).
+constexpr std::size_t kN = PIG_KERNELS_TEST_SMALL ? 800 : 3000;
+
+struct Config {
+  int K, L, d;
+};
+// The paper's two main configurations at both head dims, plus odd shapes for the generic path.
+const Config kConfigs[] = {{10, 150, 64}, {10, 150, 128}, {8, 75, 64}, {8, 75, 128}};
+
+// The sets to test for one key on the current target: the generic one, and the specialised one
+// when the test binary registered it.
+std::vector<LshKernelSet> sets_for(const KernelKey &key) {
+  std::vector<LshKernelSet> out;
+  LshKernelSet g = lsh::generic_kernel_set();
+  g.key = key;
+  out.push_back(g);
+  if (KernelRegistry::global().has_specialised(key))
+    out.push_back(KernelRegistry::global().resolve(key));
+  return out;
+}
+
+// ---------------------------------------------------------------------------------------------
+
+TEST(Registry, ResolvesSpecialisedAndGeneric) {
+  const KernelKey key{10, 150, 64, DType::bf16, lsh::Target::cpu};
+  ASSERT_TRUE(KernelRegistry::global().has_specialised(key)); // generated_example.cpp
+  const LshKernelSet s = KernelRegistry::global().resolve(key);
+  EXPECT_TRUE(s.specialised);
+  EXPECT_EQ(s.key, key);
+  EXPECT_NE(KernelRegistry::describe(s).find("specialised K=10 L=150 d=64 bf16 cpu"),
+            std::string::npos);
+  const KernelKey other{9, 120, 64, DType::bf16, lsh::Target::cpu};
+  const LshKernelSet g = KernelRegistry::global().resolve(other);
+  EXPECT_FALSE(g.specialised);
+  EXPECT_EQ(g.key, other);
+  EXPECT_NE(KernelRegistry::describe(g).find("generic"), std::string::npos);
+  EXPECT_THROW(KernelRegistry::global().resolve({17, 150, 64, DType::bf16, lsh::Target::cpu}),
+               std::invalid_argument);
+  EXPECT_THROW(KernelRegistry::global().resolve({10, 150, 63, DType::bf16, lsh::Target::cpu}),
+               std::invalid_argument);
+  EXPECT_THROW(KernelRegistry::global().resolve({10, 150, 64, DType::bf16, lsh::Target::cuda}),
+               std::invalid_argument);
+}
+
+TEST(Registry, EveryTargetServesTheExample) {
+  for_each_target([](const char *name) {
+    const LshKernelSet s =
+        KernelRegistry::global().resolve({10, 150, 64, DType::bf16, lsh::Target::cpu});
+    EXPECT_TRUE(s.specialised);
+    EXPECT_STREQ(s.simd_target, name);
+    EXPECT_STREQ(lsh::generic_kernel_set().simd_target, name);
+  });
+}
+
+TEST(SimHash, BitIdenticalToReference) {
+  for (const Config &c : kConfigs) {
+    const lsh::SimHash W(kSeed, std::size_t(c.d), c.K, c.L);
+    const ref::OwnedMatrix R = ref::simhash_matrix(kSeed, std::size_t(c.d), c.K, c.L);
+    for (std::size_t r = 0; r < R.rows; ++r)
+      for (std::size_t col = 0; col < R.cols; ++col)
+        ASSERT_EQ(std::bit_cast<std::uint32_t>(W.at(r, col)),
+                  std::bit_cast<std::uint32_t>(R.at(r, col)));
+  }
+}
+
+// Rows that stress the sign decisions: near-orthogonal to columns, zero, tiny, huge, NaN, and
+// copies of each other.
+ref::OwnedMatrix adversarial_rows(std::size_t d, std::uint64_t seed) {
+  ref::OwnedMatrix m = gaussian(40, d, seed);
+  for (std::size_t j = 0; j < d; ++j) {
+    m.at(0, j) = 0.0f;
+    m.at(1, j) *= 1e-30f;
+    m.at(2, j) *= 1e30f;
+    m.at(3, j) = m.at(4, j);
+    m.at(6, j) = 1e-3f; // all equal entries: many projections near 0 relative to the norm
+  }
+  m.at(5, 3) = std::numeric_limits<float>::quiet_NaN();
+  m.at(7, 0) = std::numeric_limits<float>::infinity();
+  return m;
+}
+
+TEST(Encode, CodesEqualReference) {
+  for_each_target([](const char *) {
+    for (const Config &c : kConfigs) {
+      const lsh::SimHash W(kSeed, std::size_t(c.d), c.K, c.L);
+      const ref::OwnedMatrix Wr = ref::simhash_matrix(kSeed, std::size_t(c.d), c.K, c.L);
+      const ref::LshConfig cfg{c.K, c.L, 2, kSeed};
+      const Rows x(adversarial_rows(std::size_t(c.d), 7 + std::uint64_t(c.d)));
+      const std::vector<std::uint16_t> want = ref::encode_rows(x.f32, Wr, cfg);
+      for (DType dt : {DType::f32, DType::bf16})
+        for (const LshKernelSet &s : sets_for({c.K, c.L, c.d, DType::bf16, lsh::Target::cpu})) {
+          std::vector<std::uint16_t> got(want.size(), 0xFFFF);
+          lsh::EncodeArgs a;
+          a.x = x.data(dt);
+          a.dtype = dt;
+          a.rows = x.f32.rows;
+          a.W = W.view();
+          a.codes = got.data();
+          s.encode(a);
+          ASSERT_EQ(got, want) << KernelRegistry::describe(s) << " " << lsh::to_string(dt);
+        }
+    }
+  });
+}
+
+// One problem shaped like real attention, in both dtypes.
+struct Problem {
+  Rows K, V;
+  std::vector<float> q; // G * d
+  std::size_t n, d;
+};
+
+Problem make_problem(std::size_t n, std::size_t d, int G, std::uint64_t seed) {
+  ref::SyntheticConfig sc;
+  sc.n = n;
+  sc.d = d;
+  sc.seed = seed;
+  ref::AttentionProblem p = ref::synthetic_problem(sc);
+  Problem pr{Rows(std::move(p.K)), Rows(std::move(p.V)), {}, n, d};
+  // Heads of one group: the synthetic query plus a per-head perturbation.
+  ref::Rng rng(seed + 99);
+  for (int h = 0; h < G; ++h)
+    for (std::size_t j = 0; j < d; ++j)
+      pr.q.push_back(p.q[j] + float(h == 0 ? 0.0 : 0.5 * rng.gaussian()));
+  return pr;
+}
+
+void expect_attention_near(const float *out, float lse, const ref::Attention &want, double tol,
+                           const std::string &what) {
+  if (std::isnan(want.lse)) {
+    EXPECT_TRUE(std::isnan(lse)) << what;
+    return;
+  }
+  if (want.is_empty()) {
+    EXPECT_EQ(lse, -HUGE_VALF) << what;
+    return;
+  }
+  for (std::size_t j = 0; j < want.out.size(); ++j)
+    ASSERT_FALSE(std::isnan(out[j])) << what << " coordinate " << j;
+  EXPECT_LT(rel_l2(out, want.out), tol) << what;
+  EXPECT_NEAR(lse, want.lse, tol * std::max(1.0, std::fabs(want.lse))) << what;
+}
+
+// Builds the reference once, then checks every (target, dtype, set): codes, split, sample sets
+// (per head and their union, in order) and the estimator's output and lse per head.
+void check_magicpig(const Problem &pr, const Config &c, int G, int t, lsh::StaticTokens st,
+                    double tol) {
+  const lsh::SimHash W(kSeed, pr.d, c.K, c.L);
+  const ref::OwnedMatrix Wr = ref::simhash_matrix(kSeed, pr.d, c.K, c.L);
+  const ref::LshConfig cfg{c.K, c.L, t, kSeed};
+  const ref::LshIndex rix = ref::build_index(pr.K.f32, Wr, cfg, {st.sink, st.local});
+  const lsh::LogUTableData lut(c.K, c.L, t);
+  const float scale = float(1.0 / std::sqrt(double(pr.d)));
+  std::vector<std::size_t> per_head, uni;
+  std::vector<ref::MagicPigResult> want;
+  for (int h = 0; h < G; ++h) {
+    const std::span<const float> qh(pr.q.data() + std::size_t(h) * pr.d, pr.d);
+    want.push_back(ref::magicpig_attention(qh, pr.K.f32, pr.V.f32, Wr, rix, double(scale)));
+    per_head.push_back(want.back().sample.size());
+    uni.insert(uni.end(), want.back().sample.begin(), want.back().sample.end());
+  }
+  std::sort(uni.begin(), uni.end());
+  uni.erase(std::unique(uni.begin(), uni.end()), uni.end());
+  for_each_target([&](const char *) {
+    for (DType dt : {DType::f32, DType::bf16})
+      for (const LshKernelSet &s : sets_for({c.K, c.L, int(pr.d), dt, lsh::Target::cpu})) {
+        const std::string what = KernelRegistry::describe(s) + " " + lsh::to_string(dt) +
+                                 " n=" + std::to_string(pr.n) + " G=" + std::to_string(G);
+        const lsh::LshIndex ix = lsh::LshIndex::build(s, pr.K.data(dt), dt, pr.n, W, st);
+        ASSERT_EQ(ix.codes(), rix.codes) << what;
+        ASSERT_EQ(ix.sink_end(), rix.split.indexed_begin) << what;
+        ASSERT_EQ(ix.local_begin(), rix.split.indexed_end) << what;
+        lsh::RetrievalScratch scratch(pr.n);
+        lsh::StepBuffers buf;
+        std::vector<float> out(std::size_t(G) * pr.d), lse(static_cast<std::size_t>(G));
+        lsh::StepStats stats;
+        for (int rep = 0; rep < 2; ++rep) { // the second step reuses the epoch-stamped scratch
+          lsh::sampled_step(s, ix, W, lut, t, scratch, buf, pr.q.data(), G, pr.K.data(dt),
+                            pr.V.data(dt), dt, scale, out.data(), lse.data(), &stats);
+          for (int h = 0; h < G; ++h) {
+            EXPECT_EQ(stats.sampled_per_head[h], per_head[std::size_t(h)]) << what;
+            expect_attention_near(out.data() + std::size_t(h) * pr.d, lse[std::size_t(h)],
+                                  want[std::size_t(h)].attention, tol,
+                                  what + " head " + std::to_string(h));
+          }
+          ASSERT_EQ(stats.sampled_union, uni.size()) << what;
+          for (std::size_t i = 0; i < uni.size(); ++i)
+            ASSERT_EQ(buf.tokens[i], uni[i]) << what;
+        }
+      }
+  });
+}
+
+TEST(SampledAttention, MatchesReferenceOnSyntheticProblems) {
+  for (const Config &c : kConfigs)
+    for (int G : {1, 3}) {
+      const Problem pr = make_problem(kN, std::size_t(c.d), G, 11);
+      check_magicpig(pr, c, G, 2, {}, 2e-4);
+    }
+}
+
+TEST(SampledAttention, GroupsLargerThanOneChunk) {
+  // 6 heads run as chunks of 4 and 2 over one union of sample sets.
+  check_magicpig(make_problem(kN / 2, 64, 6, 13), {8, 75, 64}, 6, 2, {}, 2e-4);
+}
+
+TEST(SampledAttention, ThresholdOneAndOddShapes) {
+  // t = 1, a head dim that is not a multiple of any vector width, a tiny configuration.
+  check_magicpig(make_problem(700, 50, 2, 5), {6, 12, 50}, 2, 1, {4, 64}, 2e-4);
+  check_magicpig(make_problem(300, 16, 1, 6), {3, 5, 16}, 1, 2, {1, 7}, 2e-4);
+}
+
+TEST(SampledAttention, TinyAndAllStatic) {
+  for (std::size_t n : {1, 2, 40, 68, 69, 70})
+    check_magicpig(make_problem(n, 64, 3, 3 + n), {10, 150, 64}, 3, 2, {}, 2e-4);
+}
+
+TEST(SampledAttention, AdversarialInputs) {
+  {
+    const Config c{8, 75, 64};
+    {
+      // All keys equal: centered keys are zero (cosine 0 by convention), every token collides
+      // in every table and is sampled.
+      Problem pr = make_problem(500, 64, 2, 21);
+      for (std::size_t i = 1; i < pr.n; ++i)
+        for (std::size_t j = 0; j < pr.d; ++j) {
+          pr.K.f32.at(i, j) = pr.K.f32.at(0, j);
+          pr.K.bf16[i * pr.d + j] = pr.K.bf16[j];
+        }
+      check_magicpig(pr, c, 2, 2, {}, 2e-4);
+    }
+    {
+      // Zero query: every code is 0, every logit 0.
+      Problem pr = make_problem(500, 64, 1, 22);
+      std::fill(pr.q.begin(), pr.q.end(), 0.0f);
+      check_magicpig(pr, c, 1, 2, {}, 2e-4);
+    }
+    {
+      // Huge norms (logits ~1e5): a one-hot softmax, no overflow anywhere.
+      Problem pr = make_problem(500, 64, 1, 23);
+      for (float &x : pr.q)
+        x *= 1000.0f;
+      check_magicpig(pr, c, 1, 2, {}, 2e-4);
+    }
+    {
+      // NaN in a sampled-or-static key: the reference's answer is NaN, and so is ours.
+      Problem pr = make_problem(500, 64, 1, 24);
+      pr.K.f32.at(2, 5) = std::numeric_limits<float>::quiet_NaN();
+      pr.K.bf16[2 * pr.d + 5] = 0x7FC0;
+      check_magicpig(pr, c, 1, 2, {}, 2e-4);
+    }
+  }
+}
+
+TEST(DenseAttention, MatchesReference) {
+  for_each_target([](const char *) {
+    for (std::size_t d : {std::size_t(64), std::size_t(128), std::size_t(18)})
+      for (std::size_t n : {0, 1, 15, 16, 17, 300})
+        for (int G : {1, 3}) {
+          const Problem pr = make_problem(std::max<std::size_t>(n, 1), d, G, 40 + n);
+          const float scale = float(1.0 / std::sqrt(double(d)));
+          for (DType dt : {DType::f32, DType::bf16})
+            for (const LshKernelSet &s : sets_for({10, 150, int(d), dt, lsh::Target::cpu})) {
+              std::vector<float> out(std::size_t(G) * d), lse(static_cast<std::size_t>(G));
+              lsh::DenseAttentionArgs a;
+              a.q = pr.q.data();
+              a.G = G;
+              a.d = d;
+              a.scale = scale;
+              a.k = pr.K.data(dt);
+              a.v = pr.V.data(dt);
+              a.dtype = dt;
+              a.begin = 0;
+              a.end = n;
+              a.out = out.data();
+              a.lse = lse.data();
+              s.dense_attention(a);
+              for (int h = 0; h < G; ++h) {
+                const std::span<const float> qh(pr.q.data() + std::size_t(h) * d, d);
+                const ref::Matrix Kn{pr.K.f32.data.data(), n, d}, Vn{pr.V.f32.data.data(), n, d};
+                const ref::Attention want = ref::dense_attention(qh, Kn, Vn, double(scale));
+                expect_attention_near(out.data() + std::size_t(h) * d, lse[std::size_t(h)], want,
+                                      1e-5, KernelRegistry::describe(s));
+              }
+            }
+        }
+  });
+}
+
+TEST(Merge, MatchesReference) {
+  for_each_target([](const char *) {
+    const std::size_t d = 64;
+    const LshKernelSet s = lsh::generic_kernel_set();
+    const std::vector<std::pair<float, float>> lses = {
+        {1.5f, -2.0f},      {-HUGE_VALF, 0.5f},
+        {3.0f, -HUGE_VALF}, {-HUGE_VALF, -HUGE_VALF},
+        {80.0f, 80.0f},     {std::numeric_limits<float>::quiet_NaN(), 1.0f}};
+    const ref::OwnedMatrix o = gaussian(2, d, 77);
+    for (const auto &[la, lb] : lses) {
+      ref::Attention a{std::vector<float>(o.row(0), o.row(0) + d), la};
+      ref::Attention b{std::vector<float>(o.row(1), o.row(1) + d), lb};
+      if (la == -HUGE_VALF)
+        a = ref::Attention::empty(d);
+      if (lb == -HUGE_VALF)
+        b = ref::Attention::empty(d);
+      const ref::Attention want = ref::merge(a, b);
+      std::vector<float> out(d);
+      float lse = 0;
+      lsh::MergeArgs m;
+      m.out_a = a.out.data();
+      m.lse_a = &la;
+      m.out_b = b.out.data();
+      m.lse_b = &lb;
+      m.d = d;
+      m.out = out.data();
+      m.lse = &lse;
+      s.merge(m);
+      if (std::isnan(want.lse)) {
+        EXPECT_TRUE(std::isnan(lse));
+        continue;
+      }
+      EXPECT_EQ(lse == -HUGE_VALF, want.is_empty());
+      if (!want.is_empty()) {
+        EXPECT_NEAR(lse, want.lse, 1e-6 * std::max(1.0, std::fabs(want.lse)));
+      }
+      EXPECT_LT(rel_l2(out.data(), want.out), 1e-6);
+    }
+  });
+}
+
+TEST(Index, SegmentsBeyondSixteenBitIds) {
+  // More indexed tokens than one u16 segment holds: ids and offsets must cross segments.
+  const Config c{4, 6, 16};
+  const std::size_t n = lsh::kSegmentTokens + 5000;
+  const Problem pr = make_problem(n, 16, 1, 31);
+  check_magicpig(pr, c, 1, 3, {}, 5e-4);
+}
+
+TEST(Index, BytesPerToken) {
+  const lsh::IndexLayout lay = lsh::IndexLayout::of(131072, 10, 150);
+  // 2 L bytes of ids plus 2 (2^K + 1) L / 65535 bytes of offsets per full segment.
+  EXPECT_EQ(lay.segments, 3u); // 65535-token segments
+  EXPECT_NEAR(lay.bytes_per_token(), 300.0 + 2.0 * 1025 * 150 * 3 / 131072.0, 1e-9);
+  EXPECT_LT(lay.bytes_per_token(), 4 * 150 / 1.95); // vs the public 4 L: < 51 %
+}
+
+} // namespace
+} // namespace pig::test
