@@ -1,0 +1,99 @@
+# Build-time kernel generation from the manifest (configs/kernels.txt, see docs/ADDING.md).
+#
+# pig_generate_kernels(<manifest>): for every line `K=.. L=.. d=.. f32|bf16`
+#   1. pig-opt runs the pipeline on the generic step (decode_step.mlir.in for that dtype):
+#      --pig-decompose --pig-specialize="manifest=<manifest> k= l= d= dtype=" --pig-partition
+#      --pig-fuse (target cpu; and target cpu+gpu where nvcc exists);
+#   2. pig-translate --emit=cpu writes generated/pig_lsh_<key>.cpp (one Highway TU per line);
+#   3. pig-translate --emit=cpu-registry writes pig_register_generated_kernels() for all lines;
+#   4. with CUDA, pig-translate --emit=cuda writes one .cu for all lines.
+# Libraries: pig_generated_kernels (links pig_kernels) and pig_generated_cuda_kernels (links
+# pig_cuda). Every step depends on the tools and the manifest, so editing either regenerates.
+function(pig_generate_kernels manifest)
+  set_property(DIRECTORY APPEND PROPERTY CMAKE_CONFIGURE_DEPENDS ${manifest})
+  set(gen ${CMAKE_CURRENT_BINARY_DIR}/generated)
+  file(MAKE_DIRECTORY ${gen})
+  foreach(PIG_DTYPE f32 bf16)
+    configure_file(${PIG_CODEGEN_DIR}/decode_step.mlir.in ${gen}/decode_step_${PIG_DTYPE}.mlir
+                   @ONLY)
+  endforeach()
+
+  file(STRINGS ${manifest} lines)
+  set(cpu_sources)
+  set(cpu_irs)
+  set(gpu_irs)
+  set(number 0)
+  foreach(line IN LISTS lines)
+    math(EXPR number "${number} + 1")
+    string(REGEX REPLACE "#.*" "" line "${line}")
+    string(STRIP "${line}" line)
+    if(line STREQUAL "")
+      continue()
+    endif()
+    if(NOT line MATCHES "^K=([0-9]+)[ \t]+L=([0-9]+)[ \t]+d=([0-9]+)[ \t]+(f32|bf16)$")
+      message(FATAL_ERROR "${manifest}:${number}: cannot read '${line}' "
+                          "(expected e.g. 'K=10 L=150 d=128 bf16')")
+    endif()
+    set(k ${CMAKE_MATCH_1})
+    set(l ${CMAKE_MATCH_2})
+    set(d ${CMAKE_MATCH_3})
+    set(dtype ${CMAKE_MATCH_4})
+    set(key k${k}_l${l}_d${d}_${dtype})
+    set(step ${gen}/decode_step_${dtype}.mlir)
+    set(specialize "--pig-specialize=manifest=${manifest} k=${k} l=${l} d=${d} dtype=${dtype}")
+
+    add_custom_command(
+      OUTPUT ${gen}/${key}.cpu.mlir
+      COMMAND pig-opt ${step} --pig-decompose ${specialize} --pig-partition=target=cpu
+              --pig-fuse -o ${gen}/${key}.cpu.mlir
+      DEPENDS pig-opt ${manifest} ${step}
+      COMMENT "pig-opt: ${key} (cpu)" VERBATIM)
+    add_custom_command(
+      OUTPUT ${gen}/pig_lsh_${key}.cpp
+      COMMAND pig-translate --emit=cpu ${gen}/${key}.cpu.mlir -o ${gen}/pig_lsh_${key}.cpp
+      DEPENDS pig-translate ${gen}/${key}.cpu.mlir
+      COMMENT "pig-translate: pig_lsh_${key}.cpp" VERBATIM)
+    list(APPEND cpu_irs ${gen}/${key}.cpu.mlir)
+    list(APPEND cpu_sources ${gen}/pig_lsh_${key}.cpp)
+
+    if(PIG_HAVE_CUDA)
+      add_custom_command(
+        OUTPUT ${gen}/${key}.gpu.mlir
+        COMMAND pig-opt ${step} --pig-decompose ${specialize} --pig-partition=target=cpu+gpu
+                --pig-fuse -o ${gen}/${key}.gpu.mlir
+        DEPENDS pig-opt ${manifest} ${step}
+        COMMENT "pig-opt: ${key} (cpu+gpu)" VERBATIM)
+      list(APPEND gpu_irs ${gen}/${key}.gpu.mlir)
+    endif()
+  endforeach()
+  if(NOT cpu_irs)
+    message(FATAL_ERROR "${manifest} lists no kernel configuration")
+  endif()
+
+  add_custom_command(
+    OUTPUT ${gen}/pig_register_generated_kernels.cpp
+    COMMAND pig-translate --emit=cpu-registry ${cpu_irs}
+            -o ${gen}/pig_register_generated_kernels.cpp
+    DEPENDS pig-translate ${cpu_irs}
+    COMMENT "pig-translate: pig_register_generated_kernels.cpp" VERBATIM)
+  add_library(pig_generated_kernels STATIC ${cpu_sources}
+                                           ${gen}/pig_register_generated_kernels.cpp)
+  target_include_directories(pig_generated_kernels
+    PUBLIC ${PIG_CODEGEN_DIR}/include
+    # HWY_TARGET_INCLUDE of each generated TU names the file itself.
+    PRIVATE ${gen})
+  target_link_libraries(pig_generated_kernels PUBLIC pig_kernels)
+  pig_target_warnings(pig_generated_kernels)
+
+  if(PIG_HAVE_CUDA)
+    add_custom_command(
+      OUTPUT ${gen}/pig_generated_cuda_kernels.cu
+      COMMAND pig-translate --emit=cuda ${gpu_irs} -o ${gen}/pig_generated_cuda_kernels.cu
+      DEPENDS pig-translate ${gpu_irs}
+      COMMENT "pig-translate: pig_generated_cuda_kernels.cu" VERBATIM)
+    add_library(pig_generated_cuda_kernels STATIC ${gen}/pig_generated_cuda_kernels.cu)
+    target_include_directories(pig_generated_cuda_kernels PUBLIC ${PIG_CODEGEN_DIR}/include)
+    target_link_libraries(pig_generated_cuda_kernels PUBLIC pig_cuda)
+    pig_cuda_warnings(pig_generated_cuda_kernels)
+  endif()
+endfunction()

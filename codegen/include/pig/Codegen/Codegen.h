@@ -1,0 +1,73 @@
+//===- Codegen.h - pig IR to Highway C++ / CUDA C++ ---------------------===//
+//
+// pig-translate's logic. A kernel plan is read from partitioned, fused pig IR (the output of
+// `pig-opt --pig-decompose --pig-specialize=... --pig-partition=... --pig-fuse`): the one kernel
+// configuration (K, L, d, dtype) of its functions and which pig ops run on which device. The
+// emitters turn plans into C++ that instantiates the hand-written kernel templates with those
+// constants and registers them:
+//   - emitCpuKernels: one Highway TU per configuration (the "contract for generated code" of
+//     runtime/kernels/lsh-inl.h, plus an explicit Register() function);
+//   - emitCpuRegistry: the TU defining pig_register_generated_kernels(), which calls every
+//     Register() (so registration survives static linking);
+//   - emitCudaKernels: one .cu TU for all configurations (nvcc compiles it for every
+//     architecture: one TU keeps the build short) instantiating runtime/cuda's templates for
+//     the ops placed on the GPU, with pig_register_generated_cuda_kernels().
+// Output depends only on the IR: the same IR gives the same bytes.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef PIG_CODEGEN_CODEGEN_H
+#define PIG_CODEGEN_CODEGEN_H
+
+#include "mlir/IR/BuiltinOps.h"
+#include "mlir/Support/LogicalResult.h"
+#include "llvm/ADT/ArrayRef.h"
+#include "llvm/Support/raw_ostream.h"
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+namespace mlir::pig {
+
+/// What one module asks for: its kernel configuration and the pig ops per device.
+struct KernelPlan {
+  int64_t k = 0, l = 0, d = 0;
+  std::string dtype; ///< "f32" or "bf16"
+  /// Names of the functions the plan was read from, in module order.
+  std::vector<std::string> functions;
+  /// Op name ("pig.encode") -> how many, per device. std::map: deterministic order.
+  std::map<std::string, int> cpuOps, gpuOps;
+
+  /// "k10_l150_d128_bf16": the suffix of generated namespaces and file names.
+  std::string symbol() const;
+  /// "K=10 L=150 d=128 bf16" (a manifest line).
+  std::string str() const;
+};
+
+/// Reads and checks the plan of a module. Reports every problem as an error diagnostic on the
+/// op or function concerned (unspecialised K / L / d, an op with no kernel, a missing
+/// pig.kernel or pig.device, several configurations in one module) and fails.
+FailureOr<KernelPlan> planKernels(ModuleOp module);
+
+struct CpuEmitOptions {
+  /// What the TU's HWY_TARGET_INCLUDE names (the generated file itself, relative to an include
+  /// directory). Empty: "pig_lsh_<symbol>.cpp".
+  std::string selfInclude;
+};
+
+/// The Highway TU of one plan. Fails (with a diagnostic on `module`) when no op runs on the CPU.
+LogicalResult emitCpuKernels(ModuleOp module, const KernelPlan &plan, llvm::raw_ostream &os,
+                             const CpuEmitOptions &options = {});
+/// The registration TU of several plans (each configuration once).
+LogicalResult emitCpuRegistry(ModuleOp anchor, llvm::ArrayRef<KernelPlan> plans,
+                              llvm::raw_ostream &os);
+/// The CUDA TU of several plans. Fails when a plan places nothing on the GPU or places an op
+/// without a CUDA kernel there.
+LogicalResult emitCudaKernels(ModuleOp anchor, llvm::ArrayRef<KernelPlan> plans,
+                              llvm::raw_ostream &os);
+
+} // namespace mlir::pig
+
+#endif // PIG_CODEGEN_CODEGEN_H

@@ -1,0 +1,183 @@
+//===- KernelPlan.cpp - read the kernel configuration of pig IR ---------===//
+
+#include "pig/Codegen/Codegen.h"
+#include "pig/Dialect/PigOps.h"
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "llvm/ADT/TypeSwitch.h"
+
+using namespace mlir;
+using namespace mlir::pig;
+
+// Streams, not "k" + std::to_string(...): GCC 12 at -O3 warns falsely (-Wrestrict) on those.
+std::string KernelPlan::symbol() const {
+  std::string s;
+  llvm::raw_string_ostream(s) << "k" << k << "_l" << l << "_d" << d << "_" << dtype;
+  return s;
+}
+
+std::string KernelPlan::str() const {
+  std::string s;
+  llvm::raw_string_ostream(s) << "K=" << k << " L=" << l << " d=" << d << " " << dtype;
+  return s;
+}
+
+namespace {
+bool isPigOp(Operation *op) { return op->getDialect() && isa<PigDialect>(op->getDialect()); }
+
+/// Why `op` cannot be translated at all (empty when it can): ops the pipeline should have
+/// removed before translation.
+std::string untranslatable(Operation *op) {
+  return llvm::TypeSwitch<Operation *, std::string>(op)
+      .Case<SampledAttentionOp>([](auto) {
+        return "is a composite with no kernel: run --pig-decompose before pig-translate";
+      })
+      .Case<CollisionProbOp, WeightedSoftmaxOp>([](auto) {
+        return "has no kernel of its own (it is served fused with its partner): run --pig-fuse "
+               "before pig-translate";
+      })
+      .Case<CenterOp, EncodeOp, BuildIndexOp, QueryOp, SampledSoftmaxFusedOp, DenseAttentionOp,
+            MergeOp, TransferOp>([](auto) { return std::string(); })
+      .Default([](Operation *) { return "is not supported by pig-translate"; });
+}
+
+struct Checker {
+  const KernelPlan &plan;
+  bool ok = true;
+
+  InFlightDiagnostic fail(Operation *op) {
+    ok = false;
+    return op->emitError();
+  }
+
+  void checkLsh(Operation *op, LshAttr lsh) {
+    if (!lsh.isStatic()) {
+      fail(op) << "'" << op->getName() << "' has unspecialised " << lsh
+               << ": run --pig-specialize before pig-translate";
+      return;
+    }
+    if (lsh.getK() != plan.k || lsh.getL() != plan.l)
+      fail(op) << "'" << op->getName() << "' uses " << lsh << " but the function's kernel is "
+               << plan.str();
+  }
+
+  void checkType(Operation *op, Type type) {
+    if (auto codes = dyn_cast<CodesType>(type)) {
+      if (ShapedType::isDynamic(codes.getTables()) || ShapedType::isDynamic(codes.getBits()))
+        fail(op) << "'" << op->getName() << "' has unspecialised codes type " << type
+                 << ": run --pig-specialize before pig-translate";
+      else if (codes.getTables() != plan.l || codes.getBits() != plan.k)
+        fail(op) << "'" << op->getName() << "' has codes type " << type
+                 << " but the function's kernel is " << plan.str();
+    } else if (auto index = dyn_cast<BucketIndexType>(type)) {
+      if (ShapedType::isDynamic(index.getTables()) || ShapedType::isDynamic(index.getBits()))
+        fail(op) << "'" << op->getName() << "' has unspecialised index type " << type
+                 << ": run --pig-specialize before pig-translate";
+      else if (index.getTables() != plan.l || index.getBits() != plan.k)
+        fail(op) << "'" << op->getName() << "' has index type " << type
+                 << " but the function's kernel is " << plan.str();
+    } else if (auto tensor = dyn_cast<RankedTensorType>(type)) {
+      if (tensor.getRank() < 2 || !isa<FloatType>(tensor.getElementType()))
+        return;
+      if (ShapedType::isDynamic(tensor.getShape().back()))
+        fail(op) << "'" << op->getName() << "' has a dynamic head dim in " << type
+                 << ": run --pig-specialize before pig-translate";
+      else if (tensor.getShape().back() != plan.d)
+        fail(op) << "'" << op->getName() << "' has head dim " << tensor.getShape().back()
+                 << " but the function's kernel is " << plan.str();
+    }
+  }
+
+  void check(Operation *op) {
+    if (std::string why = untranslatable(op); !why.empty()) {
+      fail(op) << "'" << op->getName() << "' " << why;
+      return;
+    }
+    for (NamedAttribute attr : op->getAttrs())
+      if (auto lsh = dyn_cast<LshAttr>(attr.getValue()))
+        checkLsh(op, lsh);
+    for (Type type : op->getOperandTypes())
+      checkType(op, type);
+    for (Type type : op->getResultTypes())
+      checkType(op, type);
+  }
+};
+
+std::string dtypeName(Type type) {
+  if (type.isF32())
+    return "f32";
+  if (type.isBF16())
+    return "bf16";
+  std::string s;
+  llvm::raw_string_ostream os(s);
+  os << type;
+  return s;
+}
+} // namespace
+
+FailureOr<KernelPlan> mlir::pig::planKernels(ModuleOp module) {
+  std::optional<KernelPlan> plan;
+  bool ok = true;
+  for (auto func : module.getOps<func::FuncOp>()) {
+    bool usesPig = false;
+    func.walk([&](Operation *op) { usesPig |= isPigOp(op); });
+    if (!usesPig)
+      continue;
+    auto kernel = func->getAttrOfType<KernelAttr>(kKernelAttrName);
+    if (!kernel) {
+      func.emitError() << "function @" << func.getSymName()
+                       << " has no pig.kernel attribute: run --pig-specialize before "
+                          "pig-translate";
+      ok = false;
+      continue;
+    }
+    KernelPlan here;
+    here.k = kernel.getK();
+    here.l = kernel.getL();
+    here.d = kernel.getD();
+    here.dtype = dtypeName(kernel.getDtype());
+    if (here.k < kMinBits || here.k > kMaxBits || here.l < kMinTables || here.l > kMaxTables ||
+        here.d <= 0 || here.d % 2 != 0 || (here.dtype != "f32" && here.dtype != "bf16")) {
+      func.emitError() << "function @" << func.getSymName() << " has kernel " << kernel
+                       << " that no kernel template serves (K in [1, 16], L in [1, 1024], even "
+                          "d, f32 or bf16)";
+      ok = false;
+      continue;
+    }
+    if (plan && (plan->k != here.k || plan->l != here.l || plan->d != here.d ||
+                 plan->dtype != here.dtype)) {
+      func.emitError() << "function @" << func.getSymName() << " has kernel " << here.str()
+                       << " but @" << plan->functions.front() << " has " << plan->str()
+                       << ": one kernel configuration per module (one file per configuration)";
+      ok = false;
+      continue;
+    }
+    if (!plan)
+      plan = here;
+    plan->functions.push_back(func.getSymName().str());
+
+    Checker checker{*plan};
+    func.walk([&](Operation *op) {
+      if (!isPigOp(op))
+        return;
+      checker.check(op);
+      if (isa<TransferOp>(op))
+        return;
+      auto device = op->getAttrOfType<DeviceAttr>(kDeviceAttrName);
+      if (!device) {
+        checker.fail(op) << "'" << op->getName()
+                         << "' is not placed on a device: run --pig-partition before "
+                            "pig-translate";
+        return;
+      }
+      std::string name = op->getName().getStringRef().str();
+      ++(device.isGpu() ? plan->gpuOps : plan->cpuOps)[name];
+    });
+    ok &= checker.ok;
+  }
+  if (!ok)
+    return failure();
+  if (!plan)
+    return module.emitError() << "no function uses pig ops: nothing to translate", failure();
+  return *plan;
+}

@@ -1,0 +1,182 @@
+// The generated kernels (pig_generated_kernels, built from configs/kernels.txt by pig-opt and
+// pig-translate) are what the registry serves for every manifest configuration, and the
+// generic kernels serve everything else. The specialised sets also compute what pig::ref does.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "pig/Codegen/GeneratedKernels.h"
+#include "pig/reference/reference.h"
+#include "pig/runtime/lsh_index.h"
+#include "pig/runtime/lsh_kernels.h"
+#ifdef PIG_HAVE_GENERATED_CUDA
+#include "pig/Codegen/GeneratedCudaKernels.h"
+#endif
+
+namespace {
+using pig::runtime::lsh::DType;
+using pig::runtime::lsh::KernelKey;
+using pig::runtime::lsh::KernelRegistry;
+using pig::runtime::lsh::Target;
+
+/// The manifest's lines, read independently of the build's CMake parser.
+std::vector<KernelKey> manifestKeys() {
+  std::ifstream in(PIG_KERNEL_MANIFEST);
+  EXPECT_TRUE(in) << "cannot read " << PIG_KERNEL_MANIFEST;
+  std::vector<KernelKey> keys;
+  std::string line;
+  while (std::getline(in, line)) {
+    line = line.substr(0, line.find('#'));
+    std::istringstream words(line);
+    std::string k, l, d, dtype;
+    if (!(words >> k >> l >> d >> dtype))
+      continue;
+    keys.push_back({std::stoi(k.substr(2)), std::stoi(l.substr(2)), std::stoi(d.substr(2)),
+                    dtype == "f32" ? DType::f32 : DType::bf16, Target::cpu});
+  }
+  return keys;
+}
+
+bool sameKeys(std::vector<KernelKey> a, std::vector<KernelKey> b) {
+  auto less = [](const KernelKey &x, const KernelKey &y) { return x.str() < y.str(); };
+  std::sort(a.begin(), a.end(), less);
+  std::sort(b.begin(), b.end(), less);
+  return a == b;
+}
+
+TEST(GeneratedKernels, CoverExactlyTheManifest) {
+  const std::vector<KernelKey> manifest = manifestKeys();
+  ASSERT_GE(manifest.size(), 4u);
+  EXPECT_EQ(pig_register_generated_kernels(), int(manifest.size()));
+  EXPECT_TRUE(sameKeys(pig_generated_kernel_keys(), manifest));
+}
+
+TEST(GeneratedKernels, RegistryServesEveryManifestKeySpecialised) {
+  pig_register_generated_kernels();
+  const KernelRegistry &registry = KernelRegistry::global();
+  for (const KernelKey &key : manifestKeys()) {
+    EXPECT_TRUE(registry.has_specialised(key)) << key.str();
+    const pig::runtime::lsh::LshKernelSet set = registry.resolve(key);
+    EXPECT_TRUE(set.specialised) << KernelRegistry::describe(set);
+    EXPECT_EQ(set.key, key);
+    EXPECT_NE(set.encode, nullptr);
+    EXPECT_NE(set.sampled_attention, nullptr);
+  }
+}
+
+TEST(GeneratedKernels, AnythingElseIsServedByTheGenericKernels) {
+  pig_register_generated_kernels();
+  const KernelRegistry &registry = KernelRegistry::global();
+  for (const KernelKey &key :
+       {KernelKey{9, 120, 128, DType::bf16, Target::cpu}, KernelKey{10, 150, 128, DType::f32},
+        KernelKey{10, 150, 96, DType::bf16}, KernelKey{8, 76, 64, DType::bf16}}) {
+    EXPECT_FALSE(registry.has_specialised(key)) << key.str();
+    const pig::runtime::lsh::LshKernelSet set = registry.resolve(key);
+    EXPECT_FALSE(set.specialised) << KernelRegistry::describe(set);
+    EXPECT_EQ(set.key, key);
+  }
+}
+
+/// The generated set of every manifest key encodes exactly like pig::ref (and so like the
+/// generic set): the constants reached the templates consistently.
+TEST(GeneratedKernels, SpecialisedEncodeEqualsReference) {
+  pig_register_generated_kernels();
+  for (const KernelKey &key : manifestKeys()) {
+    const pig::runtime::lsh::LshKernelSet set = KernelRegistry::global().resolve(key);
+    ASSERT_TRUE(set.specialised);
+    pig::ref::SyntheticConfig cfg;
+    cfg.n = 300;
+    cfg.d = std::size_t(key.d);
+    const pig::ref::AttentionProblem p = pig::ref::synthetic_problem(cfg);
+    const pig::runtime::lsh::SimHash W(0, std::size_t(key.d), key.K, key.L);
+    const std::vector<float> mean = pig::ref::mean_of_rows(p.K, 0, cfg.n);
+
+    // Keys as stored: bf16 bits for bf16 keys (the reference sees the rounded floats).
+    std::vector<float> rounded = p.K.data;
+    std::vector<std::uint16_t> bits(rounded.size());
+    for (std::size_t i = 0; i < rounded.size(); ++i) {
+      std::uint32_t u;
+      std::memcpy(&u, &rounded[i], 4);
+      u += 0x7fffu + ((u >> 16) & 1u);
+      bits[i] = std::uint16_t(u >> 16);
+      u = std::uint32_t(bits[i]) << 16;
+      if (key.dtype == DType::bf16)
+        std::memcpy(&rounded[i], &u, 4);
+    }
+    pig::runtime::lsh::EncodeArgs args;
+    args.x = key.dtype == DType::bf16 ? static_cast<const void *>(bits.data())
+                                      : static_cast<const void *>(p.K.data.data());
+    args.dtype = key.dtype;
+    args.rows = cfg.n;
+    args.mean = mean.data();
+    args.W = W.view();
+    std::vector<std::uint16_t> codes(cfg.n * std::size_t(key.L));
+    args.codes = codes.data();
+    set.encode(args);
+
+    pig::ref::OwnedMatrix centered(cfg.n, cfg.d);
+    for (std::size_t i = 0; i < cfg.n; ++i)
+      for (std::size_t j = 0; j < cfg.d; ++j)
+        centered.at(i, j) = rounded[i * cfg.d + j] - mean[j];
+    const pig::ref::OwnedMatrix Wref =
+        pig::ref::simhash_matrix(0, std::size_t(key.d), key.K, key.L);
+    EXPECT_EQ(codes, pig::ref::encode_rows(centered, Wref, {key.K, key.L, 2, 0})) << key.str();
+  }
+}
+
+#ifdef PIG_HAVE_GENERATED_CUDA
+TEST(GeneratedCudaKernels, RegistryServesEveryManifestKeySpecialised) {
+  const std::vector<KernelKey> manifest = manifestKeys();
+  EXPECT_EQ(pig_register_generated_cuda_kernels(), int(manifest.size()));
+  for (const KernelKey &key : manifest) {
+    const pig::cuda::CudaKernelKey cuda{key.K, key.L, key.d,
+                                        key.dtype == DType::f32 ? pig::cuda::DType::f32
+                                                                : pig::cuda::DType::bf16};
+    EXPECT_TRUE(pig::cuda::resolve_cuda_kernels(cuda).specialised) << cuda.str();
+  }
+  EXPECT_FALSE(pig::cuda::resolve_cuda_kernels({9, 120, 128, pig::cuda::DType::bf16}).specialised);
+}
+
+/// The specialised CUDA encode of every manifest key equals pig::ref (run where a GPU is).
+TEST(GeneratedCudaKernels, SpecialisedEncodeEqualsReference) {
+  if (pig::cuda::device_count() == 0)
+    GTEST_SKIP() << "no CUDA device: the generated CUDA kernels are compiled but not run here";
+  pig_register_generated_cuda_kernels();
+  for (const KernelKey &key : manifestKeys()) {
+    const pig::cuda::CudaKernelKey cuda{key.K, key.L, key.d,
+                                        key.dtype == DType::f32 ? pig::cuda::DType::f32
+                                                                : pig::cuda::DType::bf16};
+    ASSERT_TRUE(pig::cuda::resolve_cuda_kernels(cuda).specialised);
+    pig::ref::SyntheticConfig cfg;
+    cfg.n = 500;
+    cfg.d = std::size_t(key.d);
+    pig::ref::AttentionProblem p = pig::ref::synthetic_problem(cfg);
+    std::vector<std::uint16_t> bits(p.K.data.size());
+    for (std::size_t i = 0; i < bits.size(); ++i) { // bf16, round to nearest even
+      std::uint32_t u;
+      std::memcpy(&u, &p.K.data[i], 4);
+      u += 0x7fffu + ((u >> 16) & 1u);
+      bits[i] = std::uint16_t(u >> 16);
+      u = std::uint32_t(bits[i]) << 16;
+      if (key.dtype == DType::bf16)
+        std::memcpy(&p.K.data[i], &u, 4);
+    }
+    const pig::ref::OwnedMatrix W = pig::ref::simhash_matrix(0, cfg.d, key.K, key.L);
+    const std::vector<float> mean = pig::ref::mean_of_rows(p.K, 0, cfg.n);
+    const std::vector<std::uint16_t> codes = pig::cuda::host::encode(
+        cuda,
+        key.dtype == DType::bf16 ? static_cast<const void *>(bits.data())
+                                 : static_cast<const void *>(p.K.data.data()),
+        std::int64_t(cfg.n), mean.data(), W.data.data(), std::int64_t(W.cols));
+    const pig::ref::Centered centered = pig::ref::center(p.K, 0, cfg.n);
+    EXPECT_EQ(codes, pig::ref::encode_rows(centered.keys, W, {key.K, key.L, 2, 0})) << cuda.str();
+  }
+}
+#endif
+
+} // namespace
