@@ -19,8 +19,12 @@
 #include <cstdint>
 #include <cstring>
 
+#include "hwy/cache_control.h"
 #include "hwy/contrib/math/math-inl.h"
 #include "hwy/highway.h"
+#if HWY_ARCH_X86
+#include <immintrin.h>
+#endif
 #include "pig/runtime/ggml_types.h"
 
 HWY_BEFORE_NAMESPACE();
@@ -352,9 +356,20 @@ HWY_INLINE void SoftmaxImpl(float *x, size_t n) {
 HWY_INLINE void AttendImpl(const float *HWY_RESTRICT q, const float *HWY_RESTRICT keys,
                            const float *HWY_RESTRICT values, size_t n_keys, size_t hd, float scale,
                            float *HWY_RESTRICT scores, float *HWY_RESTRICT out) {
+  // Keys stream from memory for long contexts: prefetch a few KiB ahead (the hardware
+  // prefetcher stops at page boundaries), and the value rows of the same keys so that both
+  // streams are in flight at once.
+  constexpr size_t kAhead = 4096 / sizeof(float);
+  const size_t total = n_keys * hd;
   size_t t = 0;
-  for (; t + 4 <= n_keys; t += 4)
+  for (; t + 4 <= n_keys; t += 4) {
+    for (size_t off = t * hd; off < (t + 4) * hd; off += 64 / sizeof(float)) {
+      if (off + kAhead < total)
+        hwy::Prefetch(keys + off + kAhead);
+      hwy::Prefetch(values + off);
+    }
     Dot4Impl(keys + t * hd, hd, q, hd, scores + t);
+  }
   for (; t < n_keys; ++t)
     scores[t] = DotImpl(keys + t * hd, q, hd);
   for (t = 0; t < n_keys; ++t)
@@ -365,6 +380,31 @@ HWY_INLINE void AttendImpl(const float *HWY_RESTRICT q, const float *HWY_RESTRIC
   const DF df;
   const size_t N = hn::Lanes(df);
   size_t i = 0;
+  // Eight vectors at a time (a whole 64-float head on AVX2) so the values are read once.
+  for (; i + 8 * N <= hd; i += 8 * N) {
+    auto o0 = hn::Zero(df), o1 = hn::Zero(df), o2 = hn::Zero(df), o3 = hn::Zero(df);
+    auto o4 = hn::Zero(df), o5 = hn::Zero(df), o6 = hn::Zero(df), o7 = hn::Zero(df);
+    const float *v = values + i;
+    for (t = 0; t < n_keys; ++t, v += hd) {
+      const auto p = hn::Set(df, scores[t]);
+      o0 = hn::MulAdd(p, hn::LoadU(df, v), o0);
+      o1 = hn::MulAdd(p, hn::LoadU(df, v + N), o1);
+      o2 = hn::MulAdd(p, hn::LoadU(df, v + 2 * N), o2);
+      o3 = hn::MulAdd(p, hn::LoadU(df, v + 3 * N), o3);
+      o4 = hn::MulAdd(p, hn::LoadU(df, v + 4 * N), o4);
+      o5 = hn::MulAdd(p, hn::LoadU(df, v + 5 * N), o5);
+      o6 = hn::MulAdd(p, hn::LoadU(df, v + 6 * N), o6);
+      o7 = hn::MulAdd(p, hn::LoadU(df, v + 7 * N), o7);
+    }
+    hn::StoreU(o0, df, out + i);
+    hn::StoreU(o1, df, out + i + N);
+    hn::StoreU(o2, df, out + i + 2 * N);
+    hn::StoreU(o3, df, out + i + 3 * N);
+    hn::StoreU(o4, df, out + i + 4 * N);
+    hn::StoreU(o5, df, out + i + 5 * N);
+    hn::StoreU(o6, df, out + i + 6 * N);
+    hn::StoreU(o7, df, out + i + 7 * N);
+  }
   for (; i + 4 * N <= hd; i += 4 * N) {
     auto o0 = hn::Zero(df), o1 = hn::Zero(df), o2 = hn::Zero(df), o3 = hn::Zero(df);
     const float *v = values + i;
@@ -395,8 +435,9 @@ HWY_INLINE void AttendImpl(const float *HWY_RESTRICT q, const float *HWY_RESTRIC
 // conversion per element. Capped at 16 lanes of int16 so a block is a whole number of vectors.
 using D16 = hn::CappedTag<int16_t, 16>;
 
-HWY_INLINE void QuantizeI16Impl(const float *HWY_RESTRICT x, size_t n, int16_t *HWY_RESTRICT xq,
-                                float *HWY_RESTRICT scale, float *HWY_RESTRICT sum) {
+// Reference of QuantizeI16Impl (also its fallback).
+HWY_INLINE void QuantizeI16Scalar(const float *HWY_RESTRICT x, size_t n, int16_t *HWY_RESTRICT xq,
+                                  float *HWY_RESTRICT scale, float *HWY_RESTRICT sum) {
   for (size_t b = 0; b < n / 32; ++b) {
     const float *xb = x + 32 * b;
     float amax = 0, s = 0;
@@ -413,66 +454,129 @@ HWY_INLINE void QuantizeI16Impl(const float *HWY_RESTRICT x, size_t n, int16_t *
   }
 }
 
-// sum over blocks of d_w * d_x * <q, xq> (+ m_w * sum(x) for Q4_1).
-HWY_INLINE float DotQ4I16Impl(GgmlType type, const uint8_t *HWY_RESTRICT row, size_t n_blocks,
-                              const int16_t *HWY_RESTRICT xq, const float *HWY_RESTRICT xscale,
-                              const float *HWY_RESTRICT xsum) {
-  const D16 d16;
-  const hn::Repartition<int32_t, D16> d32;
-  const hn::Repartition<float, D16> df;
-  const hn::Rebind<uint8_t, D16> d8;
-  const size_t N = hn::Lanes(d16);
-  const auto mask = hn::Set(d16, int16_t(0xF));
-  const bool q4_1 = type == GgmlType::kQ4_1;
-  const size_t block_bytes = q4_1 ? sizeof(BlockQ4_1) : sizeof(BlockQ4_0);
-  const auto offset = hn::Set(d16, int16_t(q4_1 ? 0 : 8));
-  auto total = hn::Zero(df);
-  float bias = 0;
-  for (size_t b = 0; b < n_blocks; ++b) {
-    const uint8_t *blk = row + b * block_bytes;
-    uint16_t dh;
-    std::memcpy(&dh, blk, 2);
-    const uint8_t *qs = blk + (q4_1 ? 4 : 2);
-    auto acc = hn::Zero(d32), unused = hn::Zero(d32);
-    for (size_t j = 0; j < 16; j += N) {
-      const auto v = hn::PromoteTo(d16, hn::LoadU(d8, qs + j));
-      const auto lo = hn::Sub(hn::And(v, mask), offset);
-      const auto hi = hn::Sub(hn::ShiftRight<4>(v), offset);
-      acc = hn::ReorderWidenMulAccumulate(d32, lo, hn::LoadU(d16, xq + 32 * b + j), acc, unused);
-      acc =
-          hn::ReorderWidenMulAccumulate(d32, hi, hn::LoadU(d16, xq + 32 * b + 16 + j), acc, unused);
-    }
-    acc = hn::RearrangeToOddPlusEven(acc, unused);
-    total = hn::MulAdd(hn::ConvertTo(df, acc), hn::Set(df, F16ToF32Fast(dh) * xscale[b]), total);
-    if (q4_1) {
-      uint16_t mh;
-      std::memcpy(&mh, blk + 2, 2);
-      bias += F16ToF32Fast(mh) * xsum[b];
-    }
+HWY_INLINE void QuantizeI16Impl(const float *HWY_RESTRICT x, size_t n, int16_t *HWY_RESTRICT xq,
+                                float *HWY_RESTRICT scale, float *HWY_RESTRICT sum) {
+  const DF df;
+  const size_t N = hn::Lanes(df);
+  if (N > 32) { // a block must be a whole number of vectors
+    QuantizeI16Scalar(x, n, xq, scale, sum);
+    return;
   }
-  return hn::GetLane(hn::SumOfLanes(df, total)) + bias;
+  const hn::Rebind<int16_t, DF> d16;
+  for (size_t b = 0; b < n / 32; ++b) {
+    const float *xb = x + 32 * b;
+    auto vmax = hn::Zero(df), vsum = hn::Zero(df);
+    for (size_t j = 0; j < 32; j += N) {
+      const auto v = hn::LoadU(df, xb + j);
+      vmax = hn::Max(vmax, hn::Abs(v));
+      vsum = hn::Add(vsum, v);
+    }
+    const float amax = hn::GetLane(hn::MaxOfLanes(df, vmax));
+    const float d = amax / 32767.0f;
+    const auto vinv = hn::Set(df, d > 0 ? 1.0f / d : 0.0f);
+    for (size_t j = 0; j < 32; j += N) {
+      const auto q = hn::NearestInt(hn::Mul(hn::LoadU(df, xb + j), vinv));
+      hn::StoreU(hn::DemoteTo(d16, q), d16, xq + 32 * b + j);
+    }
+    scale[b] = d;
+    sum[b] = hn::GetLane(hn::SumOfLanes(df, vsum));
+  }
 }
 
-HWY_INLINE float DotQ8I16Impl(const uint8_t *HWY_RESTRICT row, size_t n_blocks,
-                              const int16_t *HWY_RESTRICT xq, const float *HWY_RESTRICT xscale) {
+// Block kinds of the integer decode path.
+enum class QKind { kQ4_0, kQ4_1, kQ8_0 };
+
+template <QKind kKind> constexpr size_t QBlockBytes() {
+  return kKind == QKind::kQ4_0   ? sizeof(BlockQ4_0)
+         : kKind == QKind::kQ4_1 ? sizeof(BlockQ4_1)
+                                 : sizeof(BlockQ8_0);
+}
+
+// One f16 scale of a block -> f32: F16C (vcvtph2ps) where the target has it (AVX2 and up),
+// otherwise the integer fast path.
+HWY_INLINE float BlockF16(const uint8_t *p) {
+  uint16_t h;
+  std::memcpy(&h, p, 2);
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX2
+  return _cvtsh_ss(h);
+#else
+  return F16ToF32Fast(h);
+#endif
+}
+
+// <q, xq> of one block as int32 lanes converted to float (only their sum matters).
+template <QKind kKind, class DF8>
+HWY_INLINE hn::Vec<DF8> BlockDotI16(DF8 df, const uint8_t *HWY_RESTRICT blk,
+                                    const int16_t *HWY_RESTRICT xb) {
   const D16 d16;
   const hn::Repartition<int32_t, D16> d32;
-  const hn::Repartition<float, D16> df;
-  const hn::Rebind<int8_t, D16> d8;
+  const hn::Rebind<uint8_t, D16> du8;
+  const hn::Rebind<int8_t, D16> di8;
   const size_t N = hn::Lanes(d16);
-  auto total = hn::Zero(df);
-  for (size_t b = 0; b < n_blocks; ++b) {
-    const auto *blk = reinterpret_cast<const BlockQ8_0 *>(row) + b;
-    auto acc = hn::Zero(d32), unused = hn::Zero(d32);
-    for (size_t j = 0; j < 32; j += N) {
-      const auto v = hn::PromoteTo(d16, hn::LoadU(d8, blk->qs + j));
-      acc = hn::ReorderWidenMulAccumulate(d32, v, hn::LoadU(d16, xq + 32 * b + j), acc, unused);
+  auto acc0 = hn::Zero(d32), acc1 = hn::Zero(d32), unused = hn::Zero(d32);
+  if (kKind == QKind::kQ8_0) {
+    const int8_t *qs = reinterpret_cast<const int8_t *>(blk + 2);
+    for (size_t j = 0; j < 32; j += 2 * N) {
+      const auto v0 = hn::PromoteTo(d16, hn::LoadU(di8, qs + j));
+      const auto v1 = hn::PromoteTo(d16, hn::LoadU(di8, qs + j + N));
+      acc0 = hn::ReorderWidenMulAccumulate(d32, v0, hn::LoadU(d16, xb + j), acc0, unused);
+      acc1 = hn::ReorderWidenMulAccumulate(d32, v1, hn::LoadU(d16, xb + j + N), acc1, unused);
     }
-    acc = hn::RearrangeToOddPlusEven(acc, unused);
-    total =
-        hn::MulAdd(hn::ConvertTo(df, acc), hn::Set(df, F16ToF32Fast(blk->d) * xscale[b]), total);
+  } else {
+    const auto mask = hn::Set(d16, int16_t(0xF));
+    const uint8_t *qs = blk + (kKind == QKind::kQ4_1 ? 4 : 2);
+    for (size_t j = 0; j < 16; j += N) {
+      const auto v = hn::PromoteTo(d16, hn::LoadU(du8, qs + j));
+      acc0 = hn::ReorderWidenMulAccumulate(d32, hn::And(v, mask), hn::LoadU(d16, xb + j), acc0,
+                                           unused);
+      acc1 = hn::ReorderWidenMulAccumulate(d32, hn::ShiftRight<4>(v), hn::LoadU(d16, xb + 16 + j),
+                                           acc1, unused);
+    }
   }
-  return hn::GetLane(hn::SumOfLanes(df, total));
+  acc0 = hn::RearrangeToOddPlusEven(acc0, unused);
+  acc1 = hn::RearrangeToOddPlusEven(acc1, unused);
+  return hn::ConvertTo(df, hn::Add(acc0, acc1));
+}
+
+// One row: sum over blocks of d_w * d_x * <q, xq>, plus sum_b m_b * sum(x_b) for Q4_1; Q4_0's
+// nibble offset is folded the same way (-8 d_b * sum(x_b), sum(x_b) the exact float sum)
+// instead of being subtracted from every nibble. Two blocks per iteration, two accumulators.
+template <QKind kKind>
+HWY_INLINE float DotQI16Row(const uint8_t *HWY_RESTRICT row, size_t n_blocks,
+                            const int16_t *HWY_RESTRICT xq, const float *HWY_RESTRICT xscale,
+                            const float *HWY_RESTRICT xsum) {
+  constexpr size_t kBytes = QBlockBytes<kKind>();
+  const hn::Repartition<float, D16> df;
+  auto total0 = hn::Zero(df), total1 = hn::Zero(df);
+  float bias0 = 0, bias1 = 0;
+  size_t b = 0;
+  for (; b + 2 <= n_blocks; b += 2) {
+    const uint8_t *blk = row + b * kBytes;
+    const float d0 = BlockF16(blk), d1 = BlockF16(blk + kBytes);
+    total0 =
+        hn::MulAdd(BlockDotI16<kKind>(df, blk, xq + 32 * b), hn::Set(df, d0 * xscale[b]), total0);
+    total1 = hn::MulAdd(BlockDotI16<kKind>(df, blk + kBytes, xq + 32 * b + 32),
+                        hn::Set(df, d1 * xscale[b + 1]), total1);
+    if (kKind == QKind::kQ4_1) {
+      bias0 += BlockF16(blk + 2) * xsum[b];
+      bias1 += BlockF16(blk + kBytes + 2) * xsum[b + 1];
+    } else if (kKind == QKind::kQ4_0) {
+      bias0 += d0 * xsum[b];
+      bias1 += d1 * xsum[b + 1];
+    }
+  }
+  for (; b < n_blocks; ++b) {
+    const uint8_t *blk = row + b * kBytes;
+    const float d = BlockF16(blk);
+    total0 =
+        hn::MulAdd(BlockDotI16<kKind>(df, blk, xq + 32 * b), hn::Set(df, d * xscale[b]), total0);
+    if (kKind == QKind::kQ4_1)
+      bias0 += BlockF16(blk + 2) * xsum[b];
+    else if (kKind == QKind::kQ4_0)
+      bias0 += d * xsum[b];
+  }
+  const float bias = kKind == QKind::kQ4_0 ? -8.0f * (bias0 + bias1) : bias0 + bias1;
+  return hn::GetLane(hn::SumOfLanes(df, hn::Add(total0, total1))) + bias;
 }
 
 } // namespace pig::runtime::HWY_NAMESPACE

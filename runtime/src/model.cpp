@@ -229,9 +229,8 @@ void LlamaSession::ForwardChunk(const int32_t *tokens, size_t n, float *logits, 
     for (size_t i = 0; i < n; ++i) {
       kern_.rms_norm(&x_[i * dim], w.attn_norm.data(), &xb_[i * dim], dim, c.rms_eps);
     }
-    MatMul(pool_, kern_, w.wq, xb_.data(), n, q_.data());
-    MatMul(pool_, kern_, w.wk, xb_.data(), n, k_.data());
-    MatMul(pool_, kern_, w.wv, xb_.data(), n, v_.data());
+    const MatMulJob qkv[] = {{&w.wq, q_.data()}, {&w.wk, k_.data()}, {&w.wv, v_.data()}};
+    MatMulShared(pool_, kern_, qkv, 3, xb_.data(), n);
     add_bias(q_.data(), w.bq);
     add_bias(k_.data(), w.bk);
     add_bias(v_.data(), w.bv);
@@ -247,8 +246,8 @@ void LlamaSession::ForwardChunk(const int32_t *tokens, size_t n, float *logits, 
     for (size_t i = 0; i < n; ++i) {
       kern_.rms_norm(&x_[i * dim], w.ffn_norm.data(), &xb_[i * dim], dim, c.rms_eps);
     }
-    MatMul(pool_, kern_, w.w_gate, xb_.data(), n, hb_.data());
-    MatMul(pool_, kern_, w.w_up, xb_.data(), n, hb2_.data());
+    const MatMulJob gate_up[] = {{&w.w_gate, hb_.data()}, {&w.w_up, hb2_.data()}};
+    MatMulShared(pool_, kern_, gate_up, 2, xb_.data(), n);
     for (size_t i = 0; i < n; ++i)
       kern_.swiglu(&hb_[i * ffn], &hb2_[i * ffn], ffn);
     MatMul(pool_, kern_, w.w_down, hb_.data(), n, xb_.data());

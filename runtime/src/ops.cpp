@@ -4,8 +4,10 @@
 #include "hwy/foreach_target.h" // IWYU pragma: keep
 
 #include <algorithm>
+#include <type_traits>
 #include <vector>
 
+#include "hwy/cache_control.h"
 #include "hwy/highway.h"
 #include "pig/runtime/ops.h"
 #include "runtime/kernels/ops-inl.h"
@@ -71,13 +73,32 @@ void QuantizeI16(const float *x, size_t n, int16_t *xq, float *scale, float *sum
   QuantizeI16Impl(x, n, xq, scale, sum);
 }
 
+constexpr size_t kPrefetchBytes = 4096;
+
 void MatVecI16(const WeightMatrix &w, const int16_t *xq, const float *xscale, const float *xsum,
                float *y, size_t row_begin, size_t row_end) {
   const size_t nb = w.cols / 32;
-  for (size_t r = row_begin; r < row_end; ++r) {
-    const uint8_t *row = w.data + r * w.row_bytes;
-    y[r] = w.type == GgmlType::kQ8_0 ? DotQ8I16Impl(row, nb, xq, xscale)
-                                     : DotQ4I16Impl(w.type, row, nb, xq, xscale, xsum);
+  auto rows = [&](auto kind) {
+    for (size_t r = row_begin; r < row_end; ++r) {
+      const uint8_t *row = w.data + r * w.row_bytes;
+      // Software prefetch kPrefetchBytes ahead of the row being read: the hardware prefetcher
+      // alone stops at every 4 KiB page of the mapped file (measured: decode +25 %). Prefetches
+      // past the end of the matrix are harmless hints.
+      for (size_t off = 0; off < w.row_bytes; off += 64)
+        hwy::Prefetch(row + kPrefetchBytes + off);
+      y[r] = DotQI16Row<decltype(kind)::value>(row, nb, xq, xscale, xsum);
+    }
+  };
+  switch (w.type) {
+  case GgmlType::kQ4_0:
+    rows(std::integral_constant<QKind, QKind::kQ4_0>());
+    break;
+  case GgmlType::kQ4_1:
+    rows(std::integral_constant<QKind, QKind::kQ4_1>());
+    break;
+  default:
+    rows(std::integral_constant<QKind, QKind::kQ8_0>());
+    break;
   }
 }
 
@@ -124,34 +145,76 @@ bool HasInt16MatVec(GgmlType t) {
   return t == GgmlType::kQ4_0 || t == GgmlType::kQ4_1 || t == GgmlType::kQ8_0;
 }
 
+namespace {
+
+// Row blocks sized so every thread gets several (dynamic balancing), multiples of 16.
+size_t RowBlock(const ThreadPool &pool, size_t rows) {
+  const size_t threads = pool.size();
+  const size_t block = (rows + threads * 4 - 1) / (threads * 4);
+  return std::max<size_t>(16, (block + 15) / 16 * 16);
+}
+
+} // namespace
+
 void MatMul(ThreadPool &pool, const Kernels &k, const WeightMatrix &w, const float *x,
             size_t n_tokens, float *y) {
-  // Row blocks sized so every thread gets several (dynamic balancing), multiples of 16.
-  const size_t threads = pool.size();
-  size_t block = (w.rows + threads * 4 - 1) / (threads * 4);
-  block = std::max<size_t>(16, (block + 15) / 16 * 16);
-  const size_t n_blocks = (w.rows + block - 1) / block;
-  if (n_tokens == 1 && HasInt16MatVec(w.type)) {
-    // Decode: quantise the vector once, then integer dot products straight from the blocks.
-    // Buffers of the calling thread, passed by pointer: a thread_local named inside the lambda
-    // would resolve to each worker's own (empty) copy.
-    thread_local std::vector<int16_t> xq_buf;
-    thread_local std::vector<float> scale_buf, sum_buf;
-    xq_buf.resize(w.cols);
-    scale_buf.resize(w.cols / 32);
-    sum_buf.resize(w.cols / 32);
-    const int16_t *xq = xq_buf.data();
-    const float *xscale = scale_buf.data(), *xsum = sum_buf.data();
-    k.quantize_i16(x, w.cols, xq_buf.data(), scale_buf.data(), sum_buf.data());
-    pool.ParallelFor(n_blocks, [&](size_t b, size_t) {
-      const size_t r0 = b * block, r1 = std::min(w.rows, r0 + block);
-      k.matvec_i16(w, xq, xscale, xsum, y, r0, r1);
-    });
+  const MatMulJob job{&w, y};
+  MatMulShared(pool, k, &job, 1, x, n_tokens);
+}
+
+void MatMulShared(ThreadPool &pool, const Kernels &k, const MatMulJob *jobs, size_t n_jobs,
+                  const float *x, size_t n_tokens) {
+  bool int16 = n_tokens == 1;
+  for (size_t j = 0; j < n_jobs; ++j)
+    int16 = int16 && HasInt16MatVec(jobs[j].w->type) && jobs[j].w->cols == jobs[0].w->cols;
+  if (!int16 && n_jobs > 1) { // each matrix on its own path (as MatMul would take it)
+    for (size_t j = 0; j < n_jobs; ++j)
+      MatMulShared(pool, k, jobs + j, 1, x, n_tokens);
     return;
   }
-  pool.ParallelFor(n_blocks, [&](size_t b, size_t) {
-    const size_t r0 = b * block, r1 = std::min(w.rows, r0 + block);
-    k.matmul_rows(w, x, w.cols, n_tokens, y, w.rows, r0, r1);
+  if (!int16) {
+    for (size_t j = 0; j < n_jobs; ++j) {
+      const WeightMatrix &w = *jobs[j].w;
+      float *y = jobs[j].y;
+      const size_t block = RowBlock(pool, w.rows);
+      pool.ParallelFor((w.rows + block - 1) / block, [&](size_t b, size_t) {
+        const size_t r0 = b * block, r1 = std::min(w.rows, r0 + block);
+        k.matmul_rows(w, x, w.cols, n_tokens, y, w.rows, r0, r1);
+      });
+    }
+    return;
+  }
+  // Decode: quantise the vector once for all the matrices, then integer dot products straight
+  // from the blocks; the row blocks of every matrix form one parallel loop (one hand-off).
+  // Buffers of the calling thread, passed by pointer: a thread_local named inside the lambda
+  // would resolve to each worker's own (empty) copy.
+  constexpr size_t kMaxJobs = 4;
+  if (n_jobs > kMaxJobs) {
+    for (size_t j = 0; j < n_jobs; ++j)
+      MatMulShared(pool, k, jobs + j, 1, x, n_tokens);
+    return;
+  }
+  const size_t cols = jobs[0].w->cols;
+  thread_local std::vector<int16_t> xq_buf;
+  thread_local std::vector<float> scale_buf, sum_buf;
+  xq_buf.resize(cols);
+  scale_buf.resize(cols / 32);
+  sum_buf.resize(cols / 32);
+  const int16_t *xq = xq_buf.data();
+  const float *xscale = scale_buf.data(), *xsum = sum_buf.data();
+  k.quantize_i16(x, cols, xq_buf.data(), scale_buf.data(), sum_buf.data());
+  size_t block[kMaxJobs], first[kMaxJobs + 1] = {0};
+  for (size_t j = 0; j < n_jobs; ++j) {
+    block[j] = RowBlock(pool, jobs[j].w->rows);
+    first[j + 1] = first[j] + (jobs[j].w->rows + block[j] - 1) / block[j];
+  }
+  pool.ParallelFor(first[n_jobs], [&](size_t item, size_t) {
+    size_t j = 0;
+    while (item >= first[j + 1])
+      ++j;
+    const WeightMatrix &w = *jobs[j].w;
+    const size_t r0 = (item - first[j]) * block[j], r1 = std::min(w.rows, r0 + block[j]);
+    k.matvec_i16(w, xq, xscale, xsum, jobs[j].y, r0, r1);
   });
 }
 

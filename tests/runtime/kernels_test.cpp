@@ -5,6 +5,8 @@
 #include <cmath>
 #include <cstring>
 #include <random>
+#include <utility>
+#include <vector>
 
 #include "pig/runtime/ops.h"
 
@@ -133,14 +135,78 @@ TEST(Kernels, F32OpsOnEveryTarget) {
   }
 }
 
+TEST(Kernels, QuantizeI16MatchesScalar) {
+  std::mt19937 rng(5);
+  std::normal_distribution<float> g;
+  const size_t n = 32 * 7;
+  std::vector<float> x(n);
+  for (auto &v : x)
+    v = g(rng);
+  std::fill(x.begin() + 64, x.begin() + 96, 0.0f); // an all-zero block: scale 0, codes 0
+  for (const Kernels &k : AllKernels()) {
+    std::vector<int16_t> xq(n);
+    std::vector<float> scale(n / 32), sum(n / 32);
+    k.quantize_i16(x.data(), n, xq.data(), scale.data(), sum.data());
+    for (size_t b = 0; b < n / 32; ++b) {
+      float amax = 0;
+      double s = 0;
+      for (size_t j = 0; j < 32; ++j)
+        amax = std::max(amax, std::abs(x[32 * b + j])), s += x[32 * b + j];
+      ASSERT_EQ(scale[b], amax / 32767.0f) << k.target;
+      ASSERT_NEAR(sum[b], s, 1e-5 * (1 + std::abs(s))) << k.target;
+      const float inv = amax > 0 ? 1.0f / scale[b] : 0.0f;
+      for (size_t j = 0; j < 32; ++j)
+        ASSERT_EQ(xq[32 * b + j], int16_t(std::lrintf(x[32 * b + j] * inv))) << k.target;
+    }
+  }
+}
+
+TEST(Kernels, AttendMatchesScalar) {
+  std::mt19937 rng(9);
+  std::normal_distribution<float> g;
+  for (size_t hd : {64u, 32u, 48u, 128u})
+    for (size_t n_keys : {1u, 5u, 67u}) {
+      std::vector<float> q(hd), keys(n_keys * hd), values(n_keys * hd);
+      for (auto *v : {&q, &keys, &values})
+        for (auto &f : *v)
+          f = g(rng);
+      const float scale = 1.0f / std::sqrt(float(hd));
+      std::vector<double> p(n_keys);
+      double mx = -1e30, sum = 0;
+      for (size_t t = 0; t < n_keys; ++t) {
+        double d = 0;
+        for (size_t i = 0; i < hd; ++i)
+          d += double(q[i]) * keys[t * hd + i];
+        p[t] = d * scale;
+        mx = std::max(mx, p[t]);
+      }
+      for (auto &v : p)
+        sum += (v = std::exp(v - mx));
+      for (const Kernels &k : AllKernels()) {
+        std::vector<float> scores(n_keys), out(hd);
+        k.attend(q.data(), keys.data(), values.data(), n_keys, hd, scale, scores.data(),
+                 out.data());
+        for (size_t i = 0; i < hd; ++i) {
+          double want = 0;
+          for (size_t t = 0; t < n_keys; ++t)
+            want += p[t] / sum * values[t * hd + i];
+          ASSERT_NEAR(out[i], want, 1e-4) << k.target << " hd " << hd << " keys " << n_keys;
+        }
+      }
+    }
+}
+
 TEST(Kernels, MatMulMatchesScalar) {
   std::mt19937 rng(11);
   ThreadPool pool(3);
   // 70 tokens: the prefill micro-kernels; 1 token: the decode path (integer dots for Q4/Q8).
-  for (size_t tokens : {70u, 1u})
+  // 1 token x 288 columns: an odd number of blocks (the decode kernel's two-block loop tail).
+  for (auto [tokens, cols] : {std::pair<size_t, size_t>{70, 256}, {1, 256}, {1, 288}})
     for (GgmlType t : {GgmlType::kQ4_0, GgmlType::kQ4_1, GgmlType::kQ8_0, GgmlType::kQ6_K,
                        GgmlType::kQ4_K, GgmlType::kF32}) {
-      const size_t rows = 37, cols = 256;
+      if (cols % GgmlInfo(t).block_elems)
+        continue;
+      const size_t rows = 37;
       const auto bytes = RandomBlocks(t, rows * cols, rng);
       WeightMatrix w{t, bytes.data(), rows, cols, GgmlRowBytes(t, cols)};
       std::vector<float> x(tokens * cols);
@@ -162,6 +228,36 @@ TEST(Kernels, MatMulMatchesScalar) {
           }
         }
       }
+    }
+}
+
+TEST(Kernels, MatMulSharedMatchesMatMul) {
+  std::mt19937 rng(13);
+  ThreadPool pool(2);
+  const size_t cols = 96;
+  for (size_t tokens : {1u, 5u})
+    for (GgmlType third : {GgmlType::kQ8_0, GgmlType::kF32}) { // all-integer, then mixed
+      const GgmlType types[3] = {GgmlType::kQ4_1, GgmlType::kQ4_0, third};
+      const size_t rows[3] = {70, 33, 129};
+      std::vector<uint8_t> bytes[3];
+      WeightMatrix w[3];
+      std::vector<float> want[3], got[3];
+      std::vector<float> x(tokens * cols);
+      std::normal_distribution<float> g;
+      for (auto &v : x)
+        v = g(rng);
+      for (int j = 0; j < 3; ++j) {
+        bytes[j] = RandomBlocks(types[j], rows[j] * cols, rng);
+        w[j] = WeightMatrix{types[j], bytes[j].data(), rows[j], cols, GgmlRowBytes(types[j], cols)};
+        want[j].resize(tokens * rows[j]);
+        got[j].resize(tokens * rows[j]);
+        MatMul(pool, BestKernels(), w[j], x.data(), tokens, want[j].data());
+      }
+      const MatMulJob jobs[3] = {
+          {&w[0], got[0].data()}, {&w[1], got[1].data()}, {&w[2], got[2].data()}};
+      MatMulShared(pool, BestKernels(), jobs, 3, x.data(), tokens);
+      for (int j = 0; j < 3; ++j)
+        ASSERT_EQ(got[j], want[j]) << "matrix " << j << " tokens " << tokens;
     }
 }
 

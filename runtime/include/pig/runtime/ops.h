@@ -52,4 +52,13 @@ std::vector<Kernels> AllKernels();
 void MatMul(ThreadPool &pool, const Kernels &k, const WeightMatrix &w, const float *x,
             size_t n_tokens, float *y);
 
+// Several matrices of the same width applied to the same x (y_j = x * w_j^T): at decode the
+// vector is quantised once and all row blocks share one parallel loop (Q/K/V, gate/up).
+struct MatMulJob {
+  const WeightMatrix *w;
+  float *y;
+};
+void MatMulShared(ThreadPool &pool, const Kernels &k, const MatMulJob *jobs, size_t n_jobs,
+                  const float *x, size_t n_tokens);
+
 } // namespace pig::runtime
