@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # pig: the project's one entry point. Installs what is missing, configures, builds, then runs.
 #
-#   ./pig run  [args...]   the main job: decode a real prompt with the default model (pig-run);
+#   ./pig run  [args...]   the main job: decode ~2.7k tokens of real text with dense and with LSH
+#                          sampling attention side by side (pig-run --compare);
 #                          with args, they go to build/bin/pig-run as they are
 #   ./pig compare [args]   accuracy vs cost of every algorithm on synthetic attention
 #   ./pig test             the whole test suite: sanitizer build + tests, then the full build + ctest
@@ -28,7 +29,7 @@ MODEL_FILE="SmolLM2-135M-Instruct.Q4_1.gguf"
 APT_PACKAGES=(
   cmake ninja-build g++ python3-venv ccache lld pkg-config
   llvm-19-dev libmlir-19-dev mlir-19-tools libzstd-dev libedit-dev
-  libhwy-dev libgtest-dev libgmock-dev libbenchmark-dev
+  libhwy-dev libgtest-dev libgmock-dev libbenchmark-dev gnuplot-nox debian-faq
 )
 
 log() { printf '\033[1m[pig]\033[0m %s\n' "$*" >&2; }
@@ -146,8 +147,18 @@ case "$cmd" in
     setup
     build_main
     if [ $# -eq 0 ]; then
-      set -- --chat --max-new 96 --prompt \
-        "Explain in three sentences why long-context decoding is limited by memory bandwidth."
+      # Several thousand tokens of real text (the GPL-3 as Debian's base-files ships it) and a
+      # question about it; one dense prefill, then dense and LSH sampling attention decode side
+      # by side from the same KV cache.
+      prompt="$BUILD/run-prompt.txt"
+      {
+        echo "Read this licence, then answer the question after it."
+        echo
+        head -c 12000 /usr/share/common-licenses/GPL-3
+        echo
+        echo "Question: under section 6, in which ways may you convey object code? Answer briefly."
+      } >"$prompt"
+      set -- --chat --compare dense,magicpig --max-new 64 --prompt-file "$prompt"
     fi
     exec "$BUILD/bin/pig-run" "$@"
     ;;

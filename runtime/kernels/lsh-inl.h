@@ -133,7 +133,9 @@ HWY_INLINE void ProjectRows(const float *HWY_RESTRICT x, std::size_t d_rt, const
 
 // Sign bits of one row's projections. A projection whose f32 value cannot be trusted to have the
 // sign of the exact one (|p| within the rounding-error bound, or not finite) is recomputed in
-// double in the reference's order, so the codes equal pig::ref::encode bit for bit.
+// double in the reference's order, so the codes equal pig::ref::encode bit for bit. The test is
+// vectorised (one compare per lane against a bound rounded up by a 2^-20 relative margin, which
+// covers the f32 rounding of the bound itself); the rare uncertain lanes take the scalar path.
 template <int kK, int kL>
 HWY_INLINE void CodesOfRow(const float *HWY_RESTRICT x, std::size_t d, const float *proj,
                            const SimHashView &W, std::size_t K, std::size_t L,
@@ -147,24 +149,63 @@ HWY_INLINE void CodesOfRow(const float *HWY_RESTRICT x, std::size_t d, const flo
   const double gamma = double(d + 2) * u / (1.0 - double(d + 2) * u) * 1.001;
   const double bx = gamma * std::sqrt(xx);
   const double tiny = double(d) * std::ldexp(1.0, -148);
-  for (std::size_t l = 0; l < L; ++l) {
-    unsigned code = 0;
-    for (std::size_t j = 0; j < K; ++j) {
-      const std::size_t c = l * K + j;
-      const double p = proj[c];
-      bool bit;
-      if (HWY_LIKELY(std::fabs(p) > bx * double(W.col_norm[c]) + tiny &&
-                     std::fabs(p) <= double(std::numeric_limits<float>::max()))) {
-        bit = p > 0.0;
-      } else {
-        double s = 0.0;
-        for (std::size_t k = 0; k < d; ++k)
-          s += double(x[k]) * double(W.w[k * W.cols + c]);
-        bit = s > 0.0;
+  const std::size_t cols = K * L;
+  auto exact_bit = [&](std::size_t c) {
+    const double p = proj[c];
+    if (std::fabs(p) > bx * double(W.col_norm[c]) + tiny &&
+        std::fabs(p) <= double(std::numeric_limits<float>::max()))
+      return p > 0.0;
+    double sum = 0.0;
+    for (std::size_t k = 0; k < d; ++k)
+      sum += double(x[k]) * double(W.w[k * W.cols + c]);
+    return sum > 0.0;
+  };
+  uint64_t bits[(16 * 1024 + 63) / 64 + 1];
+  std::memset(bits, 0, ((cols + 63) / 64 + 1) * sizeof(uint64_t));
+  const DF df;
+  const std::size_t N = hn::Lanes(df);
+  const float margin = 1.0f + 1.0f / 1048576.0f;
+  const VF vbx = hn::Set(df, float(bx) * margin);
+  const VF vtiny = hn::Set(df, float(tiny) * margin);
+  const VF vmax = hn::Set(df, std::numeric_limits<float>::max());
+  const VF zero = hn::Zero(df);
+  const std::size_t vec_end = cols / N * N;
+  for (std::size_t c = 0; c < vec_end; c += N) {
+    const VF p = hn::LoadU(df, proj + c);
+    const VF ap = hn::Abs(p);
+    const auto ok = hn::And(hn::Gt(ap, hn::MulAdd(vbx, hn::LoadU(df, W.col_norm + c), vtiny)),
+                            hn::Le(ap, vmax));
+    uint8_t mb[8] = {};
+    hn::StoreMaskBits(df, hn::Gt(p, zero), mb);
+    uint64_t m = 0;
+    std::memcpy(&m, mb, (N + 7) / 8);
+    if (N < 64)
+      m &= (uint64_t(1) << N) - 1;
+    if (HWY_UNLIKELY(!hn::AllTrue(df, ok))) {
+      uint8_t ob[8] = {};
+      hn::StoreMaskBits(df, ok, ob);
+      uint64_t o = 0;
+      std::memcpy(&o, ob, (N + 7) / 8);
+      for (std::size_t i = 0; i < N; ++i) {
+        if (!((o >> i) & 1)) {
+          const uint64_t bit = uint64_t(1) << i;
+          m = exact_bit(c + i) ? (m | bit) : (m & ~bit);
+        }
       }
-      code |= unsigned(bit) << j;
     }
-    codes[l] = uint16_t(code);
+    bits[c / 64] |= m << (c % 64); // N divides 64: a vector's bits never straddle two words
+  }
+  for (std::size_t i = 0; i < cols - vec_end; ++i) { // K L not a multiple of N
+    const std::size_t cc = vec_end + i;
+    bits[cc / 64] |= uint64_t(exact_bit(cc)) << (cc % 64);
+  }
+  const unsigned kmask = (1u << K) - 1u;
+  for (std::size_t l = 0; l < L; ++l) {
+    const std::size_t start = l * K, w = start / 64, o = start % 64;
+    uint64_t v = bits[w] >> o;
+    if (o + K > 64)
+      v |= bits[w + 1] << (64 - o);
+    codes[l] = uint16_t(unsigned(v) & kmask);
   }
 }
 

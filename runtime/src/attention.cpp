@@ -2,47 +2,128 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstring>
+#include <sstream>
 #include <stdexcept>
 #include <string>
 
-namespace pig::runtime {
+#include "pig/reference/lsh.h"
+#include "pig/runtime/budget_attention.h"
+#include "pig/runtime/lsh_attention.h"
 
-DenseAttention::DenseAttention(const AttentionShape &shape) : shape_(shape) {
-  const size_t n = shape.n_layers * shape.n_kv_heads * shape.capacity * shape.head_dim;
-  k_.assign(n, 0.0f);
-  v_.assign(n, 0.0f);
+namespace pig::runtime {
+namespace {
+
+lsh::LshKernelSet DenseSet(const AttentionShape &shape, lsh::DType dtype) {
+  // Dense attention uses only the head dim and dtype of the key; (10, 150) picks the
+  // specialisation generated for the default configuration when there is one.
+  return lsh::KernelRegistry::global().resolve(
+      lsh::KernelKey{10, 150, int(shape.head_dim), dtype, lsh::Target::cpu});
 }
 
-void DenseAttention::Forward(size_t layer, size_t pos, size_t n, const float *q, const float *k,
-                             const float *v, float *out, ThreadPool &pool, const Kernels &kern) {
-  const size_t hd = shape_.head_dim, nh = shape_.n_heads, nkv = shape_.n_kv_heads;
-  if (pos + n > shape_.capacity) {
-    throw std::runtime_error("context full: " + std::to_string(pos + n) + " positions needed, " +
-                             std::to_string(shape_.capacity) + " allocated");
-  }
-  for (size_t i = 0; i < n; ++i) {
-    for (size_t h = 0; h < nkv; ++h) {
-      std::memcpy(KeyRow(layer, h, pos + i), k + (i * nkv + h) * hd, hd * sizeof(float));
-      std::memcpy(ValueRow(layer, h, pos + i), v + (i * nkv + h) * hd, hd * sizeof(float));
-    }
-  }
+} // namespace
+
+void CausalDense(const KvCache &cache, const lsh::LshKernelSet &set, size_t layer, size_t pos,
+                 size_t n, const float *q, float *out, ThreadPool &pool) {
+  const AttentionShape &sh = cache.shape();
+  const size_t hd = sh.head_dim, nh = sh.n_heads, nkv = sh.n_kv_heads, G = sh.group();
   const float scale = 1.0f / std::sqrt(float(hd));
-  const size_t group = nh / nkv;
-  // One work item per (head, block of queries): keeps items balanced for long prefills.
-  const size_t qblock = 16;
-  const size_t n_qblocks = (n + qblock - 1) / qblock;
-  pool.ParallelFor(nh * n_qblocks, [&](size_t item, size_t) {
-    const size_t h = item % nh, qb = item / nh;
-    const size_t kvh = h / group;
-    thread_local std::vector<float> scores;
-    if (scores.size() < shape_.capacity)
-      scores.resize(shape_.capacity);
-    for (size_t i = qb * qblock; i < std::min(n, (qb + 1) * qblock); ++i) {
-      kern.attend(q + (i * nh + h) * hd, KeyRow(layer, kvh, 0), ValueRow(layer, kvh, 0),
-                  pos + i + 1, hd, scale, scores.data(), out + (i * nh + h) * hd);
+  // One item per (query, kv-head): the G query heads of a group read K/V once.
+  pool.ParallelFor(n * nkv, [&](size_t item, size_t) {
+    const size_t i = item / nkv, kvh = item % nkv;
+    float lse[lsh::kMaxGroup];
+    // Groups larger than the kernels' limit run as several calls (each reads K/V again).
+    for (size_t h0 = 0; h0 < G; h0 += size_t(lsh::kMaxGroup)) {
+      const size_t g = std::min(G - h0, size_t(lsh::kMaxGroup));
+      lsh::DenseAttentionArgs a;
+      a.q = q + (i * nh + kvh * G + h0) * hd;
+      a.G = int(g);
+      a.d = hd;
+      a.scale = scale;
+      a.k = cache.Keys(layer, kvh);
+      a.v = cache.Values(layer, kvh);
+      a.dtype = cache.dtype();
+      a.begin = 0;
+      a.end = pos + i + 1;
+      a.out = out + (i * nh + kvh * G + h0) * hd;
+      a.lse = lse;
+      set.dense_attention(a);
     }
   });
+}
+
+DenseAttention::DenseAttention(const AttentionShape &shape, lsh::DType dtype)
+    : cache_(shape, dtype), set_(DenseSet(shape, dtype)) {}
+
+void DenseAttention::Forward(size_t layer, size_t pos, size_t n, const float *q, const float *k,
+                             const float *v, float *out, ThreadPool &pool, const Kernels &) {
+  cache_.Append(layer, pos, n, k, v);
+  CausalDense(cache_, set_, layer, pos, n, q, out, pool);
+  if (n == 1 && layer == 0)
+    ++decode_steps_;
+}
+
+AttentionStats DenseAttention::stats() const {
+  AttentionStats s;
+  s.decode_steps = decode_steps_;
+  s.kernels = "dense: " + lsh::KernelRegistry::describe(set_);
+  return s;
+}
+
+std::vector<size_t> AttentionSpec::DenseLayers(size_t n_layers) const {
+  if (dense_layers_set)
+    return dense_layers;
+  std::vector<size_t> d{0};
+  if (n_layers / 2 != 0)
+    d.push_back(n_layers / 2);
+  return d;
+}
+
+void AttentionSpec::Validate(size_t n_layers) const {
+  if (method != "dense" && method != "magicpig" && method != "topk" && method != "quest" &&
+      method != "oracle") {
+    throw std::invalid_argument("unknown attention method '" + method +
+                                "' (dense, magicpig, topk, quest, oracle)");
+  }
+  ref::LshConfig{K, L, t, seed}.validate();
+  if (!(budget > 0.0 && budget <= 1.0))
+    throw std::invalid_argument("budget must be in (0, 1], got " + std::to_string(budget));
+  if (quest_page == 0)
+    throw std::invalid_argument("quest page size must be at least 1");
+  for (size_t l : DenseLayers(n_layers)) {
+    if (l >= n_layers) {
+      throw std::invalid_argument("dense layer " + std::to_string(l) + " outside the model's " +
+                                  std::to_string(n_layers) + " layers");
+    }
+  }
+}
+
+std::string AttentionSpec::str(size_t n_layers) const {
+  std::ostringstream s;
+  s << method;
+  if (method == "magicpig")
+    s << " K=" << K << " L=" << L << " t=" << t;
+  else if (method != "dense")
+    s << " budget=" << budget;
+  if (method == "quest")
+    s << " page=" << quest_page;
+  if (method != "dense") {
+    s << " sink=" << sink << " local=" << local << " dense-layers={";
+    const auto d = DenseLayers(n_layers);
+    for (size_t i = 0; i < d.size(); ++i)
+      s << (i ? "," : "") << d[i];
+    s << "}";
+  }
+  s << " kv=" << lsh::to_string(kv_dtype);
+  return s.str();
+}
+
+std::unique_ptr<Attention> MakeAttention(const AttentionSpec &spec, const AttentionShape &shape) {
+  spec.Validate(shape.n_layers);
+  if (spec.method == "dense")
+    return std::make_unique<DenseAttention>(shape, spec.kv_dtype);
+  if (spec.method == "magicpig")
+    return std::make_unique<LshAttention>(spec, shape);
+  return MakeBudgetAttention(spec, shape);
 }
 
 } // namespace pig::runtime

@@ -49,6 +49,9 @@ LshIndex LshIndex::build(const LshKernelSet &set, const void *keys, DType dtype,
   const std::size_t d = W.d();
   LshIndex ix;
   ix.n_ = n;
+  ix.K_ = W.K();
+  ix.L_ = W.L();
+  ix.local_ = st.local;
   const bool all_static = st.sink + st.local >= n;
   ix.begin_ = all_static ? n : st.sink;
   const std::size_t count = all_static ? 0 : n - st.sink - st.local;
@@ -99,6 +102,120 @@ IndexView LshIndex::view() const {
   return IndexView{layout_.K, layout_.L, begin_, layout_.count, offsets_.data(), ids_.data()};
 }
 
+void LshIndex::reserve(std::size_t capacity) {
+  const std::size_t L = std::size_t(L_), stride = (std::size_t(1) << K_) + 1;
+  const std::size_t segments = (capacity + kSegmentTokens - 1) / kSegmentTokens;
+  ids_.reserve(capacity * L);
+  offsets_.reserve(segments * L * stride);
+}
+
+std::size_t LshIndex::tail_limit() const {
+  const std::size_t open = layout_.count % kSegmentTokens;
+  return std::max<std::size_t>(256, open / 16);
+}
+
+std::size_t LshIndex::bytes() const {
+  return 2 * (offsets_.size() + ids_.size() + tail_.size()) + 4 * mean_.size();
+}
+
+void LshIndex::extend(const LshKernelSet &set, const void *keys, DType dtype, std::size_t new_n,
+                      const SimHash &W) {
+  if (new_n < n_)
+    throw std::invalid_argument("LshIndex::extend: the sequence cannot shrink");
+  if (W.K() != K_ || W.L() != L_ || W.d() != mean_.size())
+    throw std::invalid_argument("LshIndex::extend: W does not match the index");
+  const std::size_t first = local_begin();
+  n_ = new_n;
+  const std::size_t last = new_n > local_ ? new_n - local_ : 0; // tokens [first, last) enter
+  if (last <= first)
+    return;
+  const std::size_t rows = last - first, L = std::size_t(L_), d = mean_.size();
+  const std::size_t old = tail_.size();
+  tail_.resize(old + rows * L);
+  EncodeArgs ea;
+  ea.x = static_cast<const char *>(keys) + first * d * element_bytes(dtype);
+  ea.dtype = dtype;
+  ea.rows = rows;
+  ea.mean = mean_.data();
+  ea.W = W.view();
+  ea.codes = tail_.data() + old;
+  set.encode(ea);
+  if (tail_count() >= tail_limit())
+    merge_tail(set);
+}
+
+// Re-sorts the open segment with the tail appended. The codes of the segment's sorted tokens are
+// recovered from its own tables (bucket b of table l lists exactly the tokens whose code is b),
+// so no codes are stored for sorted tokens; the segment is then rebuilt by set.build_index. A
+// tail that fills the open segment continues in a new one.
+void LshIndex::merge_tail(const LshKernelSet &set) {
+  const std::size_t L = std::size_t(L_), buckets = std::size_t(1) << K_, stride = buckets + 1;
+  const std::size_t tail = tail_count();
+  std::size_t sorted = layout_.count, consumed = 0;
+  std::vector<std::uint16_t> codes;
+  while (consumed < tail) {
+    const std::size_t seg = sorted / kSegmentTokens, start = seg * kSegmentTokens;
+    const std::size_t len0 = sorted - start;
+    const std::size_t take = std::min(tail - consumed, kSegmentTokens - len0);
+    const std::size_t len1 = len0 + take;
+    codes.resize(len1 * L);
+    if (len0 > 0) {
+      const std::uint16_t *off = offsets_.data() + seg * L * stride;
+      const std::uint16_t *ids = ids_.data() + start * L;
+      for (std::size_t l = 0; l < L; ++l) {
+        const std::uint16_t *o = off + l * stride, *list = ids + l * len0;
+        for (std::size_t b = 0; b < buckets; ++b)
+          for (std::size_t j = o[b]; j < o[b + 1]; ++j)
+            codes[std::size_t(list[j]) * L + l] = std::uint16_t(b);
+      }
+    }
+    std::copy_n(tail_.begin() + std::ptrdiff_t(consumed * L), take * L,
+                codes.begin() + std::ptrdiff_t(len0 * L));
+    offsets_.resize(std::max(offsets_.size(), (seg + 1) * L * stride));
+    ids_.resize((start + len1) * L);
+    BuildIndexArgs ba;
+    ba.codes = codes.data();
+    ba.count = len1;
+    ba.K = K_;
+    ba.L = L_;
+    ba.offsets = offsets_.data() + seg * L * stride;
+    ba.ids = ids_.data() + start * L;
+    set.build_index(ba);
+    sorted += take;
+    consumed += take;
+  }
+  tail_.clear();
+  layout_ = IndexLayout::of(sorted, K_, L_);
+}
+
+std::size_t retrieve_tail(const std::uint16_t *codes, std::size_t count, std::size_t first, int L,
+                          const std::uint16_t *query_codes, int G, int t, std::uint32_t *tokens,
+                          std::uint8_t *masks, std::size_t n, std::size_t *per_head) {
+  const std::size_t l_n = std::size_t(L);
+  for (std::size_t i = 0; i < count; ++i) {
+    const std::uint16_t *c = codes + i * l_n;
+    unsigned mask = 0;
+    for (int h = 0; h < G; ++h) {
+      const std::uint16_t *qc = query_codes + std::size_t(h) * l_n;
+      int hits = 0;
+      for (std::size_t l = 0; l < l_n; ++l) // vectorised by the compiler (u16 compare + add)
+        hits += c[l] == qc[l];
+      if (hits >= t) {
+        mask |= 1u << h;
+        if (per_head)
+          ++per_head[h];
+      }
+    }
+    if (mask) {
+      tokens[n] = std::uint32_t(first + i);
+      if (masks)
+        masks[n] = std::uint8_t(mask);
+      ++n;
+    }
+  }
+  return n;
+}
+
 RetrievalScratch::RetrievalScratch(std::size_t capacity)
     : counters_(capacity, 0), bits_(std::size_t(kMaxGroup) * ((capacity + 63) / 64 + 1), 0) {}
 
@@ -126,13 +243,15 @@ void sampled_step(const LshKernelSet &set, const LshIndex &index, const SimHash 
                   float *out, float *lse, StepStats *stats) {
   if (G < 1 || G > kMaxGroup)
     throw std::invalid_argument("sampled_step: group of " + std::to_string(G) + " heads");
-  const std::size_t L = std::size_t(W.L()), count = index.layout().count;
-  if (scratch.capacity() < count)
+  const std::size_t L = std::size_t(W.L()), sorted = index.layout().count;
+  const std::size_t count = index.count();
+  if (scratch.capacity() < sorted)
     throw std::invalid_argument("sampled_step: retrieval scratch too small");
   buf.qcodes.resize(std::size_t(G) * L);
   buf.tokens.resize(std::max<std::size_t>(count, 1));
   buf.masks.resize(std::max<std::size_t>(count, 1));
   std::size_t n_union = 0, per_head[kMaxGroup] = {};
+  std::uint8_t *masks = G > 1 ? buf.masks.data() : nullptr;
   if (count > 0) {
     EncodeArgs ea;
     ea.x = q;
@@ -141,6 +260,8 @@ void sampled_step(const LshKernelSet &set, const LshIndex &index, const SimHash 
     ea.W = W.view();
     ea.codes = buf.qcodes.data();
     set.encode(ea);
+  }
+  if (sorted > 0) {
     RetrieveArgs ra;
     ra.index = index.view();
     ra.query_codes = buf.qcodes.data();
@@ -148,10 +269,15 @@ void sampled_step(const LshKernelSet &set, const LshIndex &index, const SimHash 
     ra.t = t;
     ra.state = scratch.state();
     ra.tokens = buf.tokens.data();
-    ra.masks = G > 1 ? buf.masks.data() : nullptr;
+    ra.masks = masks;
     ra.count = &n_union;
     ra.per_head = per_head;
     set.retrieve(ra);
+  }
+  if (index.tail_count() > 0) {
+    n_union =
+        retrieve_tail(index.tail_codes(), index.tail_count(), index.sink_end() + sorted, W.L(),
+                      buf.qcodes.data(), G, t, buf.tokens.data(), masks, n_union, per_head);
   }
   SampledAttentionArgs sa;
   sa.q = q;
@@ -166,7 +292,7 @@ void sampled_step(const LshKernelSet &set, const LshIndex &index, const SimHash 
   sa.local_begin = index.local_begin();
   sa.mean = index.mean().data();
   sa.tokens = buf.tokens.data();
-  sa.masks = G > 1 ? buf.masks.data() : nullptr;
+  sa.masks = masks;
   sa.count = n_union;
   sa.log_u = log_u.view();
   sa.out = out;
@@ -175,6 +301,23 @@ void sampled_step(const LshKernelSet &set, const LshIndex &index, const SimHash 
   if (stats) {
     stats->sampled_union = n_union;
     std::copy(per_head, per_head + G, stats->sampled_per_head);
+    stats->indexed = count;
+    // Index traffic: per head and table, the two offsets and the ids of the query's bucket in
+    // every segment; the tail's codes once for the group.
+    double bytes = 2.0 * double(index.tail_count() * L);
+    const IndexView ix = index.view();
+    const std::size_t stride = (std::size_t(1) << ix.K) + 1;
+    for (std::size_t s0 = 0, s = 0; s0 < sorted; s0 += kSegmentTokens, ++s) {
+      const std::uint16_t *off = ix.offsets + s * L * stride;
+      for (int h = 0; h < G; ++h) {
+        const std::uint16_t *qc = buf.qcodes.data() + std::size_t(h) * L;
+        for (std::size_t l = 0; l < L; ++l) {
+          const std::uint16_t *o = off + l * stride + qc[l];
+          bytes += 4.0 + 2.0 * double(o[1] - o[0]);
+        }
+      }
+    }
+    stats->index_bytes_read = bytes;
   }
 }
 

@@ -25,10 +25,6 @@ void RmsNorm(const float *x, const float *w, float *y, size_t n, float eps) {
 void SwiGlu(float *gate, const float *up, size_t n) { SwiGluImpl(gate, up, n); }
 void Softmax(float *x, size_t n) { SoftmaxImpl(x, n); }
 void Axpy(float a, const float *x, float *y, size_t n) { AxpyImpl(a, x, y, n); }
-void Attend(const float *q, const float *keys, const float *values, size_t n_keys, size_t hd,
-            float scale, float *scores, float *out) {
-  AttendImpl(q, keys, values, n_keys, hd, scale, scores, out);
-}
 
 // Rows are dequantised kRowBlock at a time into a per-thread buffer that stays in cache, then
 // multiplied with kTokenBlock activation rows at a time (4 weight rows share each x load).
@@ -111,7 +107,6 @@ Kernels Make() {
   k.swiglu = &SwiGlu;
   k.softmax = &Softmax;
   k.axpy = &Axpy;
-  k.attend = &Attend;
   k.quantize_i16 = &QuantizeI16;
   k.matvec_i16 = &MatVecI16;
   k.matmul_rows = &MatMulRows;

@@ -161,41 +161,6 @@ TEST(Kernels, QuantizeI16MatchesScalar) {
   }
 }
 
-TEST(Kernels, AttendMatchesScalar) {
-  std::mt19937 rng(9);
-  std::normal_distribution<float> g;
-  for (size_t hd : {64u, 32u, 48u, 128u})
-    for (size_t n_keys : {1u, 5u, 67u}) {
-      std::vector<float> q(hd), keys(n_keys * hd), values(n_keys * hd);
-      for (auto *v : {&q, &keys, &values})
-        for (auto &f : *v)
-          f = g(rng);
-      const float scale = 1.0f / std::sqrt(float(hd));
-      std::vector<double> p(n_keys);
-      double mx = -1e30, sum = 0;
-      for (size_t t = 0; t < n_keys; ++t) {
-        double d = 0;
-        for (size_t i = 0; i < hd; ++i)
-          d += double(q[i]) * keys[t * hd + i];
-        p[t] = d * scale;
-        mx = std::max(mx, p[t]);
-      }
-      for (auto &v : p)
-        sum += (v = std::exp(v - mx));
-      for (const Kernels &k : AllKernels()) {
-        std::vector<float> scores(n_keys), out(hd);
-        k.attend(q.data(), keys.data(), values.data(), n_keys, hd, scale, scores.data(),
-                 out.data());
-        for (size_t i = 0; i < hd; ++i) {
-          double want = 0;
-          for (size_t t = 0; t < n_keys; ++t)
-            want += p[t] / sum * values[t * hd + i];
-          ASSERT_NEAR(out[i], want, 1e-4) << k.target << " hd " << hd << " keys " << n_keys;
-        }
-      }
-    }
-}
-
 TEST(Kernels, MatMulMatchesScalar) {
   std::mt19937 rng(11);
   ThreadPool pool(3);

@@ -1,9 +1,14 @@
-// pig-run: decode a Llama-family GGUF model on the CPU.
+// pig-run: decode a Llama-family GGUF model on the CPU, with dense attention or LSH sampling
+// attention (MagicPIG) or one of the paper's baselines.
 //   pig-run [--model FILE] (--prompt TEXT | --prompt-file F) --max-new N
+//           [--attention dense|magicpig|topk|quest|oracle] [--lsh K=10,L=150,t=2]
+//           [--sink 4 --local 64 --dense-layers 0,15] [--budget F] [--kv bf16|f32]
 //           [--temperature T --top-p P --seed S] [--chat] [--threads N] [--ctx N]
-// Streams the generated text to stdout, then prints prefill and decode speed and peak memory
-// to stderr. Without --model it uses the default model that ./pig installs.
+// Streams the generated text to stdout, then prints a summary to stderr: prefill and decode
+// speed, the sampled fraction (cost2) and index traffic (cost1), KV and index memory, and which
+// kernels served. Without --model it uses the default model that ./pig installs.
 #include <sys/resource.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <cstdio>
@@ -11,11 +16,18 @@
 #include <cstring>
 #include <fstream>
 #include <iostream>
+#include <memory>
 #include <sstream>
 #include <string>
+#include <vector>
 
+#include "pig/runtime/attention.h"
 #include "pig/runtime/model.h"
 #include "pig/runtime/sampler.h"
+
+#ifdef PIG_HAVE_GENERATED_KERNELS
+#include "pig/Codegen/GeneratedKernels.h"
+#endif
 
 namespace {
 
@@ -32,6 +44,9 @@ struct Options {
   size_t threads = 0;
   size_t ctx = 0;
   bool print_ids = false;
+  bool long_context = false;
+  AttentionSpec attention;
+  std::vector<std::string> compare; // --compare dense,magicpig
 };
 
 [[noreturn]] void Usage(const std::string &error) {
@@ -40,7 +55,11 @@ struct Options {
   std::fprintf(stderr,
                "usage: pig-run [--model FILE] (--prompt TEXT | --prompt-file F) --max-new N\n"
                "               [--temperature T] [--top-p P] [--seed S] [--chat]\n"
-               "               [--threads N] [--ctx N] [--print-ids]\n"
+               "               [--attention dense|magicpig|topk|quest|oracle]\n"
+               "               [--lsh K=10,L=150,t=2] [--sink N] [--local N]\n"
+               "               [--dense-layers 0,15|none] [--budget F] [--kv bf16|f32]\n"
+               "               [--compare dense,magicpig,...]  (one prefill, side by side)\n"
+               "               [--threads N] [--ctx N] [--long-context] [--print-ids]\n"
                "default model: %s\n",
                DefaultModelPath());
   std::exit(error.empty() ? 0 : 2);
@@ -52,6 +71,35 @@ double ParseNumber(const std::string &flag, const char *s) {
   if (end == s || *end != '\0')
     Usage(flag + " expects a number, got '" + s + "'");
   return v;
+}
+
+size_t ParseCount(const std::string &flag, const std::string &s) {
+  char *end = nullptr;
+  const unsigned long long v = std::strtoull(s.c_str(), &end, 10);
+  if (s.empty() || end != s.c_str() + s.size() || s[0] == '-')
+    Usage(flag + " expects a non-negative integer, got '" + s + "'");
+  return size_t(v);
+}
+
+// "K=10,L=150,t=2" (any subset, any order).
+void ParseLsh(const std::string &arg, AttentionSpec &spec) {
+  std::stringstream ss(arg);
+  std::string item;
+  while (std::getline(ss, item, ',')) {
+    const size_t eq = item.find('=');
+    if (eq == std::string::npos)
+      Usage("--lsh expects K=..,L=..,t=.., got '" + arg + "'");
+    const std::string key = item.substr(0, eq);
+    const int value = int(ParseCount("--lsh " + key, item.substr(eq + 1)));
+    if (key == "K")
+      spec.K = value;
+    else if (key == "L")
+      spec.L = value;
+    else if (key == "t")
+      spec.t = value;
+    else
+      Usage("--lsh: unknown parameter '" + key + "' (K, L, t)");
+  }
 }
 
 Options Parse(int argc, char **argv) {
@@ -91,6 +139,43 @@ Options Parse(int argc, char **argv) {
       o.threads = size_t(ParseNumber(a, value()));
     } else if (a == "--ctx") {
       o.ctx = size_t(ParseNumber(a, value()));
+    } else if (a == "--attention") {
+      o.attention.method = value();
+    } else if (a == "--lsh") {
+      ParseLsh(value(), o.attention);
+    } else if (a == "--sink") {
+      o.attention.sink = ParseCount(a, value());
+    } else if (a == "--local") {
+      o.attention.local = ParseCount(a, value());
+    } else if (a == "--dense-layers") {
+      const std::string list = value();
+      o.attention.dense_layers.clear();
+      o.attention.dense_layers_set = true;
+      if (list != "none") {
+        std::stringstream ss(list);
+        std::string item;
+        while (std::getline(ss, item, ','))
+          o.attention.dense_layers.push_back(ParseCount(a, item));
+      }
+    } else if (a == "--budget") {
+      o.attention.budget = ParseNumber(a, value());
+    } else if (a == "--kv") {
+      const std::string t = value();
+      if (t == "bf16")
+        o.attention.kv_dtype = pig::runtime::lsh::DType::bf16;
+      else if (t == "f32")
+        o.attention.kv_dtype = pig::runtime::lsh::DType::f32;
+      else
+        Usage("--kv expects bf16 or f32, got '" + t + "'");
+    } else if (a == "--compare") {
+      std::stringstream ss(value());
+      std::string item;
+      while (std::getline(ss, item, ','))
+        o.compare.push_back(item);
+      if (o.compare.empty())
+        Usage("--compare expects methods, e.g. dense,magicpig");
+    } else if (a == "--long-context") {
+      o.long_context = true;
     } else if (a == "--print-ids") {
       o.print_ids = true;
     } else if (a == "-h" || a == "--help") {
@@ -114,30 +199,113 @@ double PeakRssMiB() {
   return double(ru.ru_maxrss) / 1024.0; // Linux reports KiB
 }
 
-int Run(const Options &o) {
-  auto model = LlamaModel::Load(o.model);
-  const Tokenizer &tok = model->tokenizer();
-  const LlamaConfig &cfg = model->config();
-  const std::string text = o.chat ? tok.ApplyChatTemplate(o.prompt) : o.prompt;
-  const std::vector<int32_t> prompt = tok.Encode(text);
-  if (prompt.empty())
-    throw std::runtime_error("the prompt encodes to no tokens");
-  size_t ctx = o.ctx ? o.ctx : prompt.size() + size_t(o.max_new);
-  ctx = std::min(ctx, cfg.context_length);
-  if (prompt.size() + size_t(o.max_new) > ctx) {
-    throw std::runtime_error("prompt (" + std::to_string(prompt.size()) + " tokens) + --max-new " +
-                             std::to_string(o.max_new) + " exceeds the context of " +
-                             std::to_string(ctx) + " tokens");
+void PrintSummary(const Attention &attn, const LlamaConfig &cfg) {
+  const AttentionStats st = attn.stats();
+  const KvCache &kv = attn.cache();
+  std::fprintf(stderr, "kernels: %s\n", st.kernels.c_str());
+  if (st.indexed > 0) {
+    std::fprintf(stderr,
+                 "cost2 (sampled fraction of indexed tokens): %.2f %%   cost1 (index traffic / "
+                 "K+V bytes of indexed tokens): %.2f %%\n",
+                 100.0 * st.cost2(), 100.0 * st.cost1());
+  } else if (attn.stats().decode_steps > 0 && st.kernels.rfind("dense", 0) != 0) {
+    std::fprintf(stderr, "cost: no token was indexed (the sequence is shorter than sink + local + "
+                         "the minimum index size): every step was dense\n");
   }
-  ThreadPool pool(o.threads);
-  LlamaSession session(*model, pool, ctx);
-  std::fprintf(stderr, "pig-run: %s (%s), %zu layers, dim %zu, %zu threads, %s kernels\n",
-               o.model.c_str(), model->WeightTypesSummary().c_str(), cfg.n_layers, cfg.dim,
-               pool.size(), session.kernels().target);
-  std::fprintf(stderr, "pig-run: prompt %zu tokens\n", prompt.size());
+  const double kv_mib = double(kv.MemoryBytes()) / 1048576.0;
+  std::fprintf(stderr, "memory: KV cache %.1f MiB (%s, %zu positions, %zu bytes/token)", kv_mib,
+               pig::runtime::lsh::to_string(kv.dtype()), kv.shape().capacity, kv.BytesPerToken());
+  if (st.index_bytes > 0) {
+    std::fprintf(stderr, ", index %.2f MiB", double(st.index_bytes) / 1048576.0);
+  }
+  std::fprintf(stderr, "\n");
+  (void)cfg;
+}
 
-  std::vector<float> logits(cfg.vocab);
-  const bool show_bar = prompt.size() > 2 * LlamaSession::kChunk;
+struct DecodeResult {
+  std::vector<int32_t> tokens;
+  std::string text;
+  size_t steps = 0;   // forward passes run (the last sampled token needs none)
+  double first_s = 0; // the first step (builds the LSH index of every sparse layer)
+  double rest_s = 0;  // the other steps
+  double TokensPerSecond() const { return steps > 1 ? double(steps - 1) / rest_s : 0.0; }
+};
+
+// Samples from `logits` (the prompt's last position), then runs one forward pass per token.
+DecodeResult Decode(LlamaSession &session, const Tokenizer &tok, std::vector<float> logits,
+                    const Options &o, bool stream) {
+  const size_t vocab = logits.size();
+  Sampler sampler(o.sampling);
+  DecodeResult r;
+  for (long i = 0; i < o.max_new; ++i) {
+    const int32_t next = sampler.Sample(logits.data(), vocab);
+    r.tokens.push_back(next);
+    if (tok.IsEndOfGeneration(next))
+      break;
+    if (!tok.IsControl(next)) {
+      const std::string piece = tok.Decode(next);
+      r.text += piece;
+      if (stream) {
+        std::fwrite(piece.data(), 1, piece.size(), stdout);
+        std::fflush(stdout);
+      }
+    }
+    if (i + 1 < o.max_new) {
+      const auto t = Clock::now();
+      session.Forward(&next, 1, logits.data());
+      const double s = std::chrono::duration<double>(Clock::now() - t).count();
+      (r.steps == 0 ? r.first_s : r.rest_s) += s;
+      ++r.steps;
+    }
+  }
+  return r;
+}
+
+struct Prepared {
+  std::unique_ptr<LlamaModel> model;
+  std::vector<int32_t> prompt;
+  size_t ctx = 0;
+};
+
+Prepared Prepare(const Options &o) {
+#ifdef PIG_HAVE_GENERATED_KERNELS
+  pig_register_generated_kernels();
+#endif
+  Prepared p;
+  p.model = LlamaModel::Load(o.model);
+  // Every method's parameters are checked before the (long) prefill.
+  o.attention.Validate(p.model->config().n_layers);
+  for (const std::string &m : o.compare) {
+    AttentionSpec spec = o.attention;
+    spec.method = m;
+    spec.Validate(p.model->config().n_layers);
+  }
+  const Tokenizer &tok = p.model->tokenizer();
+  const LlamaConfig &cfg = p.model->config();
+  const std::string text = o.chat ? tok.ApplyChatTemplate(o.prompt) : o.prompt;
+  p.prompt = tok.Encode(text);
+  if (p.prompt.empty())
+    throw std::runtime_error("the prompt encodes to no tokens");
+  p.ctx = o.ctx ? o.ctx : p.prompt.size() + size_t(o.max_new);
+  if (p.ctx > cfg.context_length && !o.long_context) {
+    throw std::runtime_error(
+        "a context of " + std::to_string(p.ctx) + " tokens (prompt " +
+        std::to_string(p.prompt.size()) + " + --max-new " + std::to_string(o.max_new) +
+        ") exceeds the model's trained context of " + std::to_string(cfg.context_length) +
+        " tokens (--long-context runs it anyway; quality degrades)");
+  }
+  if (p.prompt.size() + size_t(o.max_new) > p.ctx) {
+    throw std::runtime_error("prompt (" + std::to_string(p.prompt.size()) +
+                             " tokens) + --max-new " + std::to_string(o.max_new) +
+                             " exceeds the context of " + std::to_string(p.ctx) + " tokens");
+  }
+  return p;
+}
+
+std::vector<float> Prefill(LlamaSession &session, size_t vocab, const std::vector<int32_t> &prompt,
+                           double &seconds) {
+  std::vector<float> logits(vocab);
+  const bool show_bar = prompt.size() > 2 * LlamaSession::kChunk && isatty(2);
   const auto t0 = Clock::now();
   session.Forward(prompt.data(), prompt.size(), logits.data(), false, [&](size_t done, size_t n) {
     if (!show_bar)
@@ -148,47 +316,169 @@ int Run(const Options &o) {
     if (done == n)
       std::fprintf(stderr, "\n");
   });
-  const double prefill_s = std::chrono::duration<double>(Clock::now() - t0).count();
+  seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+  return logits;
+}
 
-  Sampler sampler(o.sampling);
-  std::vector<int32_t> generated;
-  const auto t1 = Clock::now();
-  for (long i = 0; i < o.max_new; ++i) {
-    const int32_t next = sampler.Sample(logits.data(), cfg.vocab);
-    generated.push_back(next);
-    if (tok.IsEndOfGeneration(next))
-      break;
-    if (!tok.IsControl(next)) {
-      const std::string piece = tok.Decode(next);
-      std::fwrite(piece.data(), 1, piece.size(), stdout);
-      std::fflush(stdout);
-    }
-    if (i + 1 < o.max_new)
-      session.Forward(&next, 1, logits.data());
-  }
-  const double decode_s = std::chrono::duration<double>(Clock::now() - t1).count();
+int Run(const Options &o) {
+  Prepared p = Prepare(o);
+  const LlamaConfig &cfg = p.model->config();
+  const Tokenizer &tok = p.model->tokenizer();
+  ThreadPool pool(o.threads);
+  const AttentionShape shape{cfg.n_layers, cfg.n_heads, cfg.n_kv_heads, cfg.head_dim, p.ctx};
+  LlamaSession session(*p.model, pool, p.ctx, MakeAttention(o.attention, shape));
+  std::fprintf(stderr, "pig-run: %s (%s), %zu layers, dim %zu, %zu threads, %s kernels\n",
+               o.model.c_str(), p.model->WeightTypesSummary().c_str(), cfg.n_layers, cfg.dim,
+               pool.size(), session.kernels().target);
+  std::fprintf(stderr, "pig-run: attention %s\n", o.attention.str(cfg.n_layers).c_str());
+  std::fprintf(stderr, "pig-run: prompt %zu tokens\n", p.prompt.size());
+
+  double prefill_s = 0;
+  std::vector<float> logits = Prefill(session, cfg.vocab, p.prompt, prefill_s);
+  const DecodeResult r = Decode(session, tok, std::move(logits), o, true);
   std::printf("\n");
   std::fflush(stdout); // the statistics go to stderr: keep them after the text
   if (o.print_ids) {
     std::printf("prompt ids:");
-    for (int32_t id : prompt)
+    for (int32_t id : p.prompt)
       std::printf(" %d", id);
     std::printf("\ngenerated ids:");
-    for (int32_t id : generated)
+    for (int32_t id : r.tokens)
       std::printf(" %d", id);
     std::printf("\n");
   }
-  // Decode speed counts the forward passes actually run (the last sampled token needs none).
-  const size_t decode_steps = generated.empty() ? 0 : generated.size() - 1;
-  std::fprintf(stderr, "prefill: %zu tokens in %.3f s = %.1f tokens/s\n", prompt.size(), prefill_s,
-               double(prompt.size()) / prefill_s);
-  if (decode_steps > 0) {
-    std::fprintf(stderr, "decode: %zu tokens in %.3f s = %.1f tokens/s\n", decode_steps, decode_s,
-                 double(decode_steps) / decode_s);
+  std::fprintf(stderr, "summary:\n");
+  std::fprintf(stderr, "prefill: %zu tokens in %.3f s = %.1f tokens/s\n", p.prompt.size(),
+               prefill_s, double(p.prompt.size()) / prefill_s);
+  if (r.steps > 1) {
+    std::fprintf(stderr,
+                 "decode: %zu tokens in %.3f s = %.1f tokens/s (after the first step, which "
+                 "took %.3f s%s)\n",
+                 r.steps - 1, r.rest_s, r.TokensPerSecond(), r.first_s,
+                 o.attention.method == "magicpig" ? " and built the LSH index" : "");
   } else {
-    std::fprintf(stderr, "decode: no decode steps\n");
+    std::fprintf(stderr, "decode: %zu steps (too few to measure a rate)\n", r.steps);
   }
+  PrintSummary(session.attention(), cfg);
   std::fprintf(stderr, "peak memory: %.1f MiB (RSS; weights are memory-mapped)\n", PeakRssMiB());
+  return 0;
+}
+
+// Splits text into lines of at most `width` characters (at spaces where possible; newlines kept).
+std::vector<std::string> Wrap(const std::string &text, size_t width) {
+  std::vector<std::string> lines(1);
+  for (size_t i = 0; i < text.size(); ++i) {
+    const char ch = text[i];
+    if (ch == '\n') {
+      lines.emplace_back();
+      continue;
+    }
+    if (lines.back().size() >= width) {
+      const size_t sp = lines.back().rfind(' ');
+      std::string rest;
+      if (sp != std::string::npos && sp > width / 2) {
+        rest = lines.back().substr(sp + 1);
+        lines.back().resize(sp);
+      }
+      lines.push_back(rest);
+    }
+    lines.back() += ch == '\t' ? ' ' : ch;
+  }
+  return lines;
+}
+
+// --compare: one dense prefill, then each method decodes from the same KV prefix; the texts and
+// the figures are printed side by side.
+int RunCompare(const Options &o) {
+  Prepared p = Prepare(o);
+  const LlamaConfig &cfg = p.model->config();
+  const Tokenizer &tok = p.model->tokenizer();
+  ThreadPool pool(o.threads);
+  const AttentionShape shape{cfg.n_layers, cfg.n_heads, cfg.n_kv_heads, cfg.head_dim, p.ctx};
+  AttentionSpec dense_spec = o.attention;
+  dense_spec.method = "dense";
+  LlamaSession prefill(*p.model, pool, p.ctx, MakeAttention(dense_spec, shape));
+  std::fprintf(stderr, "pig-run: %s, %zu threads; prompt %zu tokens, prefilled once (dense)\n",
+               o.model.c_str(), pool.size(), p.prompt.size());
+  double prefill_s = 0;
+  const std::vector<float> logits = Prefill(prefill, cfg.vocab, p.prompt, prefill_s);
+  std::fprintf(stderr, "prefill: %.1f s = %.1f tokens/s\n", prefill_s,
+               double(p.prompt.size()) / prefill_s);
+
+  struct Column {
+    std::string name;
+    DecodeResult r;
+    AttentionStats st;
+    size_t kv_bytes = 0;
+  };
+  std::vector<Column> cols;
+  for (const std::string &method : o.compare) {
+    AttentionSpec spec = o.attention;
+    spec.method = method;
+    std::unique_ptr<Attention> attn = MakeAttention(spec, shape);
+    attn->LoadPrefix(prefill.attention().cache(), p.prompt.size());
+    LlamaSession s(*p.model, pool, p.ctx, std::move(attn));
+    s.SetPosition(p.prompt.size());
+    std::fprintf(stderr, "decoding with %s\n", spec.str(cfg.n_layers).c_str());
+    Column c;
+    c.name = method == "magicpig"
+                 ? "magicpig K=" + std::to_string(spec.K) + " L=" + std::to_string(spec.L)
+                 : method;
+    c.r = Decode(s, tok, logits, o, false);
+    c.st = s.attention().stats();
+    c.kv_bytes = s.attention().cache().MemoryBytes();
+    cols.push_back(std::move(c));
+  }
+
+  const int w = 40;
+  auto row = [&](const char *label, auto cell) {
+    std::printf("%-24s", label);
+    for (const Column &c : cols)
+      std::printf(" | %-*s", w, cell(c).c_str());
+    std::printf("\n");
+  };
+  auto fmt = [](const char *f, double v) {
+    char b[64];
+    std::snprintf(b, sizeof b, f, v);
+    return std::string(b);
+  };
+  std::printf("\n");
+  row("", [](const Column &c) { return c.name; });
+  row("decode tokens/s", [&](const Column &c) { return fmt("%.1f", c.r.TokensPerSecond()); });
+  row("first step (s)", [&](const Column &c) { return fmt("%.3f", c.r.first_s); });
+  row("cost2 (sampled)", [&](const Column &c) {
+    return c.st.indexed > 0 ? fmt("%.2f %%", 100 * c.st.cost2()) : std::string("-");
+  });
+  row("cost1 (index traffic)", [&](const Column &c) {
+    return c.st.index_bytes_read > 0 ? fmt("%.2f %%", 100 * c.st.cost1()) : std::string("-");
+  });
+  row("KV cache MiB", [&](const Column &c) { return fmt("%.1f", double(c.kv_bytes) / 1048576); });
+  row("index MiB", [&](const Column &c) {
+    return c.st.index_bytes ? fmt("%.1f", double(c.st.index_bytes) / 1048576) : std::string("-");
+  });
+  row("same tokens as first", [&](const Column &c) {
+    size_t same = 0;
+    while (same < c.r.tokens.size() && same < cols[0].r.tokens.size() &&
+           c.r.tokens[same] == cols[0].r.tokens[same])
+      ++same;
+    return std::to_string(same) + " of " + std::to_string(c.r.tokens.size());
+  });
+  std::printf("\n");
+  std::vector<std::vector<std::string>> wrapped;
+  size_t lines = 0;
+  for (const Column &c : cols) {
+    wrapped.push_back(Wrap(c.r.text, size_t(w)));
+    lines = std::max(lines, wrapped.back().size());
+  }
+  for (size_t i = 0; i < lines; ++i) {
+    std::printf("%-24s", i == 0 ? "generated text" : "");
+    for (const auto &col : wrapped)
+      std::printf(" | %-*s", w, i < col.size() ? col[i].c_str() : "");
+    std::printf("\n");
+  }
+  std::printf("\nkernels:\n");
+  for (const Column &c : cols)
+    std::printf("  %s: %s\n", c.name.c_str(), c.st.kernels.c_str());
   return 0;
 }
 
@@ -197,7 +487,7 @@ int Run(const Options &o) {
 int main(int argc, char **argv) {
   const Options o = Parse(argc, argv);
   try {
-    return Run(o);
+    return o.compare.empty() ? Run(o) : RunCompare(o);
   } catch (const std::exception &e) {
     std::fprintf(stderr, "pig-run: error: %s\n", e.what());
     return 1;

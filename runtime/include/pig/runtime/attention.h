@@ -1,21 +1,40 @@
 // The attention interface of the runtime. The forward pass hands each layer's projected,
-// rotated queries, keys and values to an Attention; the implementation owns the KV store.
-// DenseAttention (exact softmax over every cached position) is the baseline; the LSH sampling
-// path implements the same interface.
+// rotated queries, keys and values to an Attention; the implementation owns the KV store
+// (kv_cache.h) and decides which cached positions each query reads:
+//   dense     every position, exactly (the baseline; also every prefill chunk of every method);
+//   magicpig  LSH sampling (lsh_attention.h): sink + local tokens exact, the rest sampled;
+//   topk, oracle, quest  the paper's baselines at a matched budget (budget_attention.h).
+// Methods other than dense split the positions of a (layer, kv-head) the same way: sink tokens
+// [0, sink), indexed tokens, local tokens [n - local, n); layers listed in dense_layers stay
+// dense. Prefill (n > 1 queries in one call) is always dense and causal.
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <memory>
+#include <string>
 #include <vector>
 
+#include "pig/runtime/kv_cache.h"
 #include "pig/runtime/ops.h"
 #include "pig/runtime/thread_pool.h"
 
 namespace pig::runtime {
 
-struct AttentionShape {
-  size_t n_layers = 0, n_heads = 0, n_kv_heads = 0, head_dim = 0;
-  size_t capacity = 0; // positions the cache can hold
+/// What the sparse decode steps of an Attention did, summed over steps, sparse layers and query
+/// heads (ALGORITHM.md section 1.8).
+struct AttentionStats {
+  size_t decode_steps = 0;     ///< single-token Forward calls (per layer: counted once, layer 0)
+  double indexed = 0;          ///< sum of indexed (sampleable) tokens seen by each query head
+  double sampled = 0;          ///< sum of |S_h| (tokens read from the indexed part)
+  double index_bytes_read = 0; ///< index traffic of retrieval (bucket offsets and ids)
+  double kv_bytes_indexed = 0; ///< K+V bytes of the indexed tokens (denominator of cost1)
+  size_t index_bytes = 0;      ///< index memory now (all layers, kv-heads)
+  std::string kernels;         ///< which kernels served (KernelRegistry::describe), if any
+  /// cost2: sampled fraction of the indexed tokens.
+  double cost2() const { return indexed > 0 ? sampled / indexed : 0.0; }
+  /// cost1: index traffic relative to reading the indexed tokens' K and V densely.
+  double cost1() const { return kv_bytes_indexed > 0 ? index_bytes_read / kv_bytes_indexed : 0.0; }
 };
 
 class Attention {
@@ -29,28 +48,68 @@ public:
   // Forgets every cached position.
   virtual void Reset() = 0;
   virtual const AttentionShape &shape() const = 0;
+  // KV store plus any index, in bytes.
   virtual size_t MemoryBytes() const = 0;
+  virtual AttentionStats stats() const { return {}; }
+  // The KV store every method keeps (never null).
+  virtual const KvCache &cache() const = 0;
+  // Takes positions [0, n) of every layer from `src` (same shape and dtype) as if they had been
+  // prefilled here: lets several methods decode from one dense prefill. Forgets anything else.
+  virtual void LoadPrefix(const KvCache &src, size_t n) = 0;
 };
 
+/// Exact attention over every cached position, one pass over K/V per GQA group (the LSH kernel
+/// set's dense kernel, specialised for head_dim when one was generated).
 class DenseAttention final : public Attention {
 public:
-  explicit DenseAttention(const AttentionShape &shape);
+  DenseAttention(const AttentionShape &shape, lsh::DType dtype = lsh::DType::bf16);
   void Forward(size_t layer, size_t pos, size_t n, const float *q, const float *k, const float *v,
                float *out, ThreadPool &pool, const Kernels &kern) override;
   void Reset() override {}
-  const AttentionShape &shape() const override { return shape_; }
-  size_t MemoryBytes() const override { return (k_.size() + v_.size()) * sizeof(float); }
+  const AttentionShape &shape() const override { return cache_.shape(); }
+  size_t MemoryBytes() const override { return cache_.MemoryBytes(); }
+  AttentionStats stats() const override;
+  const KvCache &cache() const override { return cache_; }
+  void LoadPrefix(const KvCache &src, size_t n) override { cache_.CopyPrefix(src, n); }
 
 private:
-  float *KeyRow(size_t layer, size_t kvh, size_t pos) {
-    return &k_[((layer * shape_.n_kv_heads + kvh) * shape_.capacity + pos) * shape_.head_dim];
-  }
-  float *ValueRow(size_t layer, size_t kvh, size_t pos) {
-    return &v_[((layer * shape_.n_kv_heads + kvh) * shape_.capacity + pos) * shape_.head_dim];
-  }
-
-  AttentionShape shape_;
-  std::vector<float> k_, v_; // [layer][kv_head][position][head_dim]
+  KvCache cache_;
+  lsh::LshKernelSet set_;
+  size_t decode_steps_ = 0;
 };
+
+/// Causal dense attention of n queries at positions [pos, pos + n) over `cache` (prefill of every
+/// method). Work items: (kv-head, query) pairs across the pool.
+void CausalDense(const KvCache &cache, const lsh::LshKernelSet &set, size_t layer, size_t pos,
+                 size_t n, const float *q, float *out, ThreadPool &pool);
+
+/// Which attention to run and its parameters (pig-run's --attention, --lsh, --sink, --local,
+/// --dense-layers, --budget, --kv).
+struct AttentionSpec {
+  std::string method = "dense"; ///< dense | magicpig | topk | quest | oracle
+  lsh::DType kv_dtype = lsh::DType::bf16;
+  int K = 10, L = 150, t = 2;
+  std::uint64_t seed = 0x9e3779b97f4a7c15ull; ///< W (pig::ref::simhash_matrix)
+  size_t sink = 4, local = 64;
+  /// Layers that stay dense; unset: the first layer and the middle one ({0, n_layers / 2}).
+  std::vector<size_t> dense_layers;
+  bool dense_layers_set = false;
+  /// topk / quest / oracle: tokens read from the indexed part, as a fraction of it.
+  double budget = 0.02;
+  size_t quest_page = 16;
+  std::uint64_t sample_seed = 1; ///< oracle sampling draws
+
+  /// "magicpig K=10 L=150 t=2 sink=4 local=64 dense={0,15} kv=bf16" (after defaults resolve).
+  std::string str(size_t n_layers) const;
+  /// The dense layers for a model of n_layers (validated: each < n_layers).
+  std::vector<size_t> DenseLayers(size_t n_layers) const;
+  /// Throws std::invalid_argument with a message for an unknown method, an invalid (K, L, t),
+  /// a budget outside (0, 1], a layer outside the model.
+  void Validate(size_t n_layers) const;
+};
+
+/// Builds the Attention a spec names for a model shape; throws std::invalid_argument as
+/// AttentionSpec::Validate, and when no kernel serves the head dim.
+std::unique_ptr<Attention> MakeAttention(const AttentionSpec &spec, const AttentionShape &shape);
 
 } // namespace pig::runtime

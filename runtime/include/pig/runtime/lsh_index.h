@@ -102,29 +102,67 @@ struct StaticTokens {
 /// The LSH index of one (layer, kv-head): split into static and indexed tokens exactly like
 /// pig::ref::split_tokens, centering mean of the indexed keys (accumulated in double, rounded to
 /// f32 once, like pig::ref::mean_of_rows), and the bucket tables.
+///
+/// Growth during decoding (extend): the local window slides, and each token that leaves it
+/// joins the index, hashed against the same mean (never updated, as in the paper). New tokens
+/// first go to an unsorted tail of codes that retrieval scans linearly; when the tail reaches
+/// tail_limit() tokens it is merged into the bucket tables of the last (open) segment, which is
+/// re-sorted from its own tables (no codes are kept for sorted tokens). Generation length is
+/// bounded only by the capacity given to reserve().
 class LshIndex {
 public:
   /// keys: n x d rows of `dtype`. Uses set.encode and set.build_index.
   static LshIndex build(const LshKernelSet &set, const void *keys, DType dtype, std::size_t n,
                         const SimHash &W, StaticTokens st = {});
 
+  /// Room for `capacity` tokens in total, so that extend() never reallocates the tables.
+  void reserve(std::size_t capacity);
+  /// The sequence grew to new_n >= n() tokens; keys: the whole new_n x d matrix of `dtype`.
+  void extend(const LshKernelSet &set, const void *keys, DType dtype, std::size_t new_n,
+              const SimHash &W);
+
+  /// The sorted part (what set.retrieve reads).
   IndexView view() const;
+  /// Layout of the sorted part.
   const IndexLayout &layout() const { return layout_; }
   const std::vector<float> &mean() const { return mean_; }
-  /// Token-major codes of the centered indexed keys (kept for tests; empty after drop_codes()).
+  /// Token-major codes of the centered indexed keys at build (kept for tests; empty after
+  /// drop_codes()).
   const std::vector<std::uint16_t> &codes() const { return codes_; }
   void drop_codes() { codes_ = {}; }
   std::size_t n() const { return n_; }
   std::size_t sink_end() const { return begin_; }
-  std::size_t local_begin() const { return begin_ + layout_.count; }
+  /// Indexed tokens: sorted part plus tail.
+  std::size_t count() const { return layout_.count + tail_count(); }
+  std::size_t local_begin() const { return begin_ + count(); }
+  /// Tokens [begin + layout().count, local_begin()), token-major codes (L each).
+  std::size_t tail_count() const { return L_ ? tail_.size() / std::size_t(L_) : 0; }
+  const std::uint16_t *tail_codes() const { return tail_.data(); }
+  /// The tail is merged into the tables when it reaches this many tokens: 256, or 1/16 of the
+  /// open segment, whichever is larger (merging costs a pass over the open segment).
+  std::size_t tail_limit() const;
+  /// Bytes held now: tables, tail codes, mean.
+  std::size_t bytes() const;
+  std::size_t local() const { return local_; }
 
 private:
-  std::size_t n_ = 0, begin_ = 0;
+  void merge_tail(const LshKernelSet &set);
+
+  std::size_t n_ = 0, begin_ = 0, local_ = 0;
+  int K_ = 0, L_ = 0;
   IndexLayout layout_;
   std::vector<float> mean_;
-  std::vector<std::uint16_t> codes_;
+  std::vector<std::uint16_t> codes_, tail_;
   HugeVector<std::uint16_t> offsets_, ids_;
 };
+
+/// Tokens of the tail (codes token-major, L each; token i is at absolute position first + i)
+/// whose codes agree with head h's query codes in >= t tables, appended after the `n` entries
+/// already in tokens/masks (they follow every sorted token, so the order stays ascending);
+/// per_head[h] counts them too. Returns the new n.
+std::size_t retrieve_tail(const std::uint16_t *codes, std::size_t count, std::size_t first, int L,
+                          const std::uint16_t *query_codes, int G, int t, std::uint32_t *tokens,
+                          std::uint8_t *masks, std::size_t n, std::size_t *per_head);
 
 /// Retrieval scratch for indexes of up to `capacity` tokens (one per thread).
 class RetrievalScratch {
@@ -156,6 +194,8 @@ private:
 struct StepStats {
   std::size_t sampled_union = 0; ///< rows gathered (union over the group)
   std::size_t sampled_per_head[kMaxGroup] = {};
+  std::size_t indexed = 0;     ///< tokens the index held (sorted + tail)
+  double index_bytes_read = 0; ///< offsets, ids of the walked buckets, tail codes
 };
 
 /// Everything a decode step of one kv-head group needs, reusable across steps.

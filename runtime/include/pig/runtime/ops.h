@@ -28,9 +28,6 @@ struct Kernels {
   void (*swiglu)(float *gate, const float *up, size_t n);
   void (*softmax)(float *x, size_t n);
   void (*axpy)(float a, const float *x, float *y, size_t n);
-  // out = softmax(scale * keys q) values for one query over n_keys rows of hd floats.
-  void (*attend)(const float *q, const float *keys, const float *values, size_t n_keys, size_t hd,
-                 float scale, float *scores, float *out);
   // y[t][r] = sum_c w[r][c] * x[t][c] for rows [row_begin, row_end) and t in [0, n_tokens);
   // x rows are x_stride floats apart, y rows y_stride. Dequantises a few rows at a time.
   // Decode path for Q4_0 / Q4_1 / Q8_0: the vector quantised to int16 per 32-block (scale

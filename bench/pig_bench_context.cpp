@@ -1,0 +1,211 @@
+// pig-bench-context: decode speed of the real model, dense against LSH sampling attention, at
+// long contexts (issue: 2k, 4k, 8k, 16k, 32k), with the share of each step spent in attention.
+//
+// Prefilling 32k tokens of a 135M model on a 2-core CPU takes most of an hour, so the long KV
+// caches are made of real rows: one dense prefill of --prefill tokens of real text, whose keys
+// and values are then tiled up to each context length (positions beyond the prefill repeat it).
+// Speed depends on the number of rows read, not on their positions; the sampled fraction is that
+// of the prefilled text (every copy of a sampled key is sampled too). Beyond the model's trained
+// context (8k) quality is not meaningful; speed is.
+//
+// For each context: both methods decode the same --steps tokens from the same cache; the first
+// LSH step builds the index of every sparse layer and is reported apart.
+// Usage: pig-bench-context [--model FILE] [--text FILE] [--prefill N] [--steps N]
+//                          [--contexts 2048,4096,...] [--threads N] [--kv bf16|f32]
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "pig/runtime/attention.h"
+#include "pig/runtime/model.h"
+
+#ifdef PIG_HAVE_GENERATED_KERNELS
+#include "pig/Codegen/GeneratedKernels.h"
+#endif
+
+namespace {
+
+using namespace pig::runtime;
+using Clock = std::chrono::steady_clock;
+
+double Since(Clock::time_point t0) {
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+// Forwards to an Attention and accumulates the time spent in it.
+class TimedAttention final : public Attention {
+public:
+  explicit TimedAttention(std::unique_ptr<Attention> inner) : inner_(std::move(inner)) {}
+  void Forward(size_t layer, size_t pos, size_t n, const float *q, const float *k, const float *v,
+               float *out, ThreadPool &pool, const Kernels &kern) override {
+    const auto t0 = Clock::now();
+    inner_->Forward(layer, pos, n, q, k, v, out, pool, kern);
+    seconds += Since(t0);
+  }
+  void Reset() override { inner_->Reset(); }
+  const AttentionShape &shape() const override { return inner_->shape(); }
+  size_t MemoryBytes() const override { return inner_->MemoryBytes(); }
+  AttentionStats stats() const override { return inner_->stats(); }
+  const KvCache &cache() const override { return inner_->cache(); }
+  void LoadPrefix(const KvCache &src, size_t n) override { inner_->LoadPrefix(src, n); }
+  double seconds = 0;
+
+private:
+  std::unique_ptr<Attention> inner_;
+};
+
+struct Options {
+  std::string model = DefaultModelPath();
+  std::string text = "/usr/share/common-licenses/GPL-3";
+  size_t prefill = 2048, steps = 16, threads = 0;
+  std::vector<size_t> contexts{2048, 4096, 8192, 16384, 32768};
+  lsh::DType kv = lsh::DType::bf16;
+};
+
+[[noreturn]] void Usage(const std::string &e) {
+  std::fprintf(stderr,
+               "pig-bench-context: %s\nusage: pig-bench-context [--model F] [--text F] "
+               "[--prefill N] [--steps N] [--contexts a,b,..] [--threads N] [--kv bf16|f32]\n",
+               e.c_str());
+  std::exit(2);
+}
+
+size_t Count(const std::string &flag, const std::string &s) {
+  char *end = nullptr;
+  const unsigned long long v = std::strtoull(s.c_str(), &end, 10);
+  if (s.empty() || *end || s[0] == '-' || v == 0)
+    Usage(flag + " expects a positive integer, got '" + s + "'");
+  return size_t(v);
+}
+
+struct Run {
+  double tokens_per_s = 0, attention_share = 0, first_step_s = 0;
+  AttentionStats stats;
+  size_t memory = 0;
+};
+
+Run Decode(const LlamaModel &model, ThreadPool &pool, const AttentionSpec &spec,
+           const KvCache &tiled, size_t context, const std::vector<int32_t> &feed) {
+  const LlamaConfig &c = model.config();
+  const AttentionShape shape{c.n_layers, c.n_heads, c.n_kv_heads, c.head_dim,
+                             context + feed.size()};
+  auto timed = std::make_unique<TimedAttention>(MakeAttention(spec, shape));
+  TimedAttention *t = timed.get();
+  t->LoadPrefix(tiled, context);
+  LlamaSession s(model, pool, shape.capacity, std::move(timed));
+  s.SetPosition(context);
+  std::vector<float> logits(c.vocab);
+  Run r;
+  auto t0 = Clock::now();
+  s.Forward(&feed[0], 1, logits.data());
+  r.first_step_s = Since(t0);
+  t->seconds = 0;
+  t0 = Clock::now();
+  for (size_t i = 1; i < feed.size(); ++i)
+    s.Forward(&feed[i], 1, logits.data());
+  const double total = Since(t0);
+  r.tokens_per_s = double(feed.size() - 1) / total;
+  r.attention_share = t->seconds / total;
+  r.stats = t->stats();
+  r.memory = t->MemoryBytes();
+  return r;
+}
+
+} // namespace
+
+int main(int argc, char **argv) {
+  Options o;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    auto value = [&]() -> std::string {
+      if (i + 1 >= argc)
+        Usage(a + " needs a value");
+      return argv[++i];
+    };
+    if (a == "--model")
+      o.model = value();
+    else if (a == "--text")
+      o.text = value();
+    else if (a == "--prefill")
+      o.prefill = Count(a, value());
+    else if (a == "--steps")
+      o.steps = Count(a, value());
+    else if (a == "--threads")
+      o.threads = Count(a, value());
+    else if (a == "--kv") {
+      const std::string k = value();
+      if (k != "bf16" && k != "f32")
+        Usage("--kv expects bf16 or f32");
+      o.kv = k == "f32" ? lsh::DType::f32 : lsh::DType::bf16;
+    } else if (a == "--contexts") {
+      o.contexts.clear();
+      std::stringstream ss(value());
+      std::string item;
+      while (std::getline(ss, item, ','))
+        o.contexts.push_back(Count(a, item));
+    } else
+      Usage("unknown argument '" + a + "'");
+  }
+  if (o.steps < 2)
+    Usage("--steps must be at least 2 (the first step is reported apart)");
+  try {
+#ifdef PIG_HAVE_GENERATED_KERNELS
+    pig_register_generated_kernels();
+#endif
+    auto model = LlamaModel::Load(o.model);
+    const LlamaConfig &c = model->config();
+    std::ifstream in(o.text, std::ios::binary);
+    if (!in)
+      throw std::runtime_error("cannot read " + o.text);
+    std::stringstream ss;
+    ss << in.rdbuf();
+    std::vector<int32_t> tokens = model->tokenizer().Encode(ss.str());
+    while (tokens.size() < o.prefill + o.steps) // short text: repeat it
+      tokens.insert(tokens.end(), tokens.begin(), tokens.end());
+    const std::vector<int32_t> feed(tokens.begin() + std::ptrdiff_t(o.prefill),
+                                    tokens.begin() + std::ptrdiff_t(o.prefill + o.steps));
+    ThreadPool pool(o.threads);
+    AttentionSpec dense;
+    dense.kv_dtype = o.kv;
+    LlamaSession pre(*model, pool, o.prefill,
+                     MakeAttention(dense, AttentionShape{c.n_layers, c.n_heads, c.n_kv_heads,
+                                                         c.head_dim, o.prefill}));
+    std::vector<float> logits(c.vocab);
+    const auto t0 = Clock::now();
+    pre.Forward(tokens.data(), o.prefill, logits.data());
+    std::printf("pig-bench-context: %s, %zu threads, KV %s; dense prefill of %zu tokens of %s "
+                "in %.1f s, tiled to each context; %zu decode steps per run\n",
+                o.model.c_str(), pool.size(), lsh::to_string(o.kv), o.prefill, o.text.c_str(),
+                Since(t0), o.steps);
+    AttentionSpec lsh = dense;
+    lsh.method = "magicpig";
+    std::printf("\n| context | dense tok/s | LSH tok/s | speed-up | attention share (dense / "
+                "LSH) | cost2 | index build (s) | KV MiB | index MiB |\n");
+    std::printf("|---|---|---|---|---|---|---|---|---|\n");
+    for (size_t ctx : o.contexts) {
+      KvCache tiled(AttentionShape{c.n_layers, c.n_heads, c.n_kv_heads, c.head_dim, ctx}, o.kv);
+      tiled.Tile(pre.attention().cache(), o.prefill, ctx);
+      const Run d = Decode(*model, pool, dense, tiled, ctx, feed);
+      const Run l = Decode(*model, pool, lsh, tiled, ctx, feed);
+      std::printf(
+          "| %zu | %.1f | %.1f | %.2fx | %.0f %% / %.0f %% | %.2f %% | %.2f | %.0f | %.0f |\n", ctx,
+          d.tokens_per_s, l.tokens_per_s, l.tokens_per_s / d.tokens_per_s, 100 * d.attention_share,
+          100 * l.attention_share, 100 * l.stats.cost2(), l.first_step_s,
+          double(tiled.MemoryBytes()) / 1048576.0, double(l.stats.index_bytes) / 1048576.0);
+      std::fflush(stdout);
+    }
+    std::printf("\nkernels: %s\n", MakeAttention(lsh, AttentionShape{c.n_layers, c.n_heads,
+                                                                     c.n_kv_heads, c.head_dim, 16})
+                                       ->stats()
+                                       .kernels.c_str());
+  } catch (const std::exception &e) {
+    std::fprintf(stderr, "pig-bench-context: error: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}

@@ -1,0 +1,97 @@
+// The paper's sparse-attention baselines as runtime Attentions, at a budget matched to MagicPIG's
+// cost (ALGORITHM.md, "Baselines"): each query head of a sparse layer reads m = max(1,
+// round(budget * n_indexed)) tokens of the indexed part, plus every static (sink and local) token
+// exactly.
+//   topk    the m indexed tokens with the highest q.k; one softmax over static + selected.
+//   oracle  m i.i.d. draws from the exact softmax over the indexed tokens, the mean of their values
+//           (unbiased for the indexed part, pig::ref::oracle_sampling), merged with the exact
+//           static part by LSE (ALGORITHM.md 1.7). Cost = unique draws.
+//   quest   pages of spec.quest_page indexed tokens, each keeping the element-wise min and max of
+//           its keys (folded in as tokens leave the local window, never recomputed); the pages
+//           with the highest bound sum_j max(q_j min_j, q_j max_j) covering >= m tokens
+//           (ceil(m / page) pages) are attended exactly, with the static tokens, in one softmax.
+// These exist to measure accuracy against MagicPIG, so they mirror pig::ref (scores in double
+// from the cache's f32 / bf16 rows, the same selection order and tie rules, the same RNG) rather
+// than being fast; they stay O(n d) per head and step (one score pass; quest not even that).
+// Prefill and dense layers run the dense kernels, like every other method.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "pig/runtime/attention.h"
+
+namespace pig::runtime {
+
+/// Tokens a query head reads from n_indexed indexed tokens: max(1, round(budget * n_indexed)),
+/// at most n_indexed (0 when nothing is indexed).
+size_t BudgetTokens(double budget, size_t n_indexed);
+
+/// The seed of the oracle draws of (layer, query head, position of the query): a run is
+/// reproducible, and two runs that load the same prefix draw the same samples at the same step.
+std::uint64_t OracleSeed(std::uint64_t sample_seed, size_t layer, size_t head, size_t pos);
+
+class BudgetAttention final : public Attention {
+public:
+  enum class Method : std::uint8_t { topk, oracle, quest };
+
+  /// spec.method must be topk, oracle or quest; throws std::invalid_argument otherwise, for a
+  /// spec that AttentionSpec::Validate rejects, for quest_page == 0, and when no dense kernel
+  /// serves the head dim.
+  BudgetAttention(const AttentionSpec &spec, const AttentionShape &shape);
+  ~BudgetAttention() override;
+
+  void Forward(size_t layer, size_t pos, size_t n, const float *q, const float *k, const float *v,
+               float *out, ThreadPool &pool, const Kernels &kern) override;
+  void Reset() override;
+  const AttentionShape &shape() const override { return cache_.shape(); }
+  /// The KV store plus Quest's page bounds.
+  size_t MemoryBytes() const override;
+  /// indexed / sampled per sparse layer and query head; index_bytes_read is what finding the
+  /// selection reads: every indexed key for topk and oracle (an exact score pass), the page
+  /// bounds for quest; index_bytes the page bounds.
+  AttentionStats stats() const override;
+  const KvCache &cache() const override { return cache_; }
+  void LoadPrefix(const KvCache &src, size_t n) override;
+
+  Method method() const { return method_; }
+
+private:
+  struct Scratch; // per pool thread, defined in the .cpp
+  struct HeadCount {
+    double indexed = 0, sampled = 0, index_read = 0, kv_indexed = 0;
+  };
+
+  void DenseDecode(size_t layer, size_t n_tok, const float *q, float *out, ThreadPool &pool);
+  template <typename E>
+  void SparseHead(size_t layer, size_t head, size_t pos, const float *q, float *out, Scratch &s,
+                  HeadCount &count) const;
+  // Quest: folds the keys of positions [quest_end_[layer], end) of every kv-head into its pages.
+  void QuestFold(size_t layer, size_t end);
+  // Quest: forgets the pages from the one holding `pos` on (those positions are being rewritten).
+  void QuestTruncate(size_t layer, size_t pos);
+  // The end of the indexed part for a sequence of n tokens, or sink when nothing is indexed.
+  size_t IndexedEnd(size_t n) const;
+
+  AttentionSpec spec_;
+  Method method_;
+  KvCache cache_;
+  lsh::LshKernelSet set_;
+  std::vector<bool> dense_layer_;
+  // Quest page bounds per (layer, kv-head): pages x head_dim floats, page p covering positions
+  // [sink + p P, sink + (p + 1) P); positions [sink, quest_end_[layer]) are folded in.
+  std::vector<std::vector<float>> qmin_, qmax_;
+  std::vector<size_t> quest_end_;
+  std::vector<std::unique_ptr<Scratch>> scratch_;
+  std::vector<HeadCount> head_count_;
+  AttentionStats stats_;
+};
+
+/// The Attention for spec.method in {topk, oracle, quest} (called by MakeAttention).
+std::unique_ptr<Attention> MakeBudgetAttention(const AttentionSpec &spec,
+                                               const AttentionShape &shape);
+
+} // namespace pig::runtime

@@ -1,0 +1,70 @@
+// The KV store of one sequence: keys and values of every (layer, kv-head), position-major rows of
+// head_dim elements in f32 or bf16 (round to nearest even). Dense attention and every sparse
+// attention read the same store, so a comparison between them never mixes element types.
+//
+// Layout: [layer][kv_head][position][head_dim]: a (layer, kv-head) is one contiguous n x d
+// matrix, which is what the LSH kernels take (lsh_kernels.h).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <utility>
+
+#include "pig/runtime/lsh_index.h" // HugeVector
+#include "pig/runtime/lsh_kernels.h"
+
+namespace pig::runtime {
+
+struct AttentionShape {
+  size_t n_layers = 0, n_heads = 0, n_kv_heads = 0, head_dim = 0;
+  size_t capacity = 0; // positions the cache can hold
+  size_t group() const { return n_kv_heads ? n_heads / n_kv_heads : 0; }
+};
+
+class KvCache {
+public:
+  using DType = lsh::DType;
+  /// Allocates capacity rows per (layer, kv-head) (2 MiB pages where the kernel allows them).
+  /// Throws std::invalid_argument for an odd head dim or heads not in whole GQA groups.
+  KvCache(const AttentionShape &shape, DType dtype);
+
+  /// Stores the keys and values of positions [pos, pos + n) of `layer`: k, v are n x
+  /// (n_kv_heads * head_dim) f32, row-major. Throws std::runtime_error past the capacity.
+  void Append(size_t layer, size_t pos, size_t n, const float *k, const float *v);
+  /// Copies positions [0, n) of every layer from `other` (same shape and dtype).
+  void CopyPrefix(const KvCache &other, size_t n);
+  /// Fills positions [0, n) with positions [0, period) of `other` repeated (benchmarks: a long
+  /// context made of real keys and values from a shorter prefill).
+  void Tile(const KvCache &other, size_t period, size_t n);
+
+  /// The capacity x head_dim matrix of one (layer, kv-head), elements of dtype().
+  const void *Keys(size_t layer, size_t kvh) const { return Row(k_, layer, kvh, 0); }
+  const void *Values(size_t layer, size_t kvh) const { return Row(v_, layer, kvh, 0); }
+  /// One row converted to f32 (head_dim floats).
+  void KeyRow(size_t layer, size_t kvh, size_t pos, float *out) const;
+  void ValueRow(size_t layer, size_t kvh, size_t pos, float *out) const;
+
+  DType dtype() const { return dtype_; }
+  const AttentionShape &shape() const { return shape_; }
+  size_t ElementBytes() const { return lsh::element_bytes(dtype_); }
+  /// Bytes of K and V of one token over all layers and kv-heads.
+  size_t BytesPerToken() const;
+  size_t MemoryBytes() const { return k_.size() + v_.size(); }
+
+private:
+  const std::uint8_t *Row(const lsh::HugeVector<std::uint8_t> &m, size_t layer, size_t kvh,
+                          size_t pos) const {
+    return m.data() +
+           (((layer * shape_.n_kv_heads + kvh) * shape_.capacity + pos) * shape_.head_dim) *
+               ElementBytes();
+  }
+  std::uint8_t *Row(lsh::HugeVector<std::uint8_t> &m, size_t layer, size_t kvh, size_t pos) {
+    return const_cast<std::uint8_t *>(std::as_const(*this).Row(m, layer, kvh, pos));
+  }
+
+  AttentionShape shape_;
+  DType dtype_;
+  lsh::HugeVector<std::uint8_t> k_, v_;
+};
+
+} // namespace pig::runtime

@@ -1,0 +1,72 @@
+// MagicPIG decoding (ALGORITHM.md section 1) as an Attention: the runtime's main job.
+//
+// Per (layer, kv-head), at the first decode step after prefill: the keys of the indexed tokens
+// (everything but `sink` first and `local` last) are centered on their mean, hashed with W and
+// sorted into the bucket tables (lsh_index.h). Each decode step, for each kv-head:
+//   1. the index grows by the token that just left the local window (incremental indexing: the
+//      window slides and generation length is bounded only by the capacity);
+//   2. the G query heads of the group are hashed, and retrieval returns the union of their
+//      sample sets with a per-token head mask;
+//   3. one fused pass gathers each sampled K/V row once for the whole group, scores it with
+//      log u, and runs the softmax together with the sink and local tokens (u = 1).
+// Layers in spec.dense_layers, and sequences still too short to index, are attended densely with
+// the same kernels. Prefill (several queries in one call) is dense and causal.
+#pragma once
+
+#include <memory>
+#include <optional>
+#include <vector>
+
+#include "pig/runtime/attention.h"
+#include "pig/runtime/lsh_index.h"
+
+namespace pig::runtime {
+
+class LshAttention final : public Attention {
+public:
+  /// Throws std::invalid_argument for an invalid spec, a head dim no kernel serves or a GQA
+  /// group larger than lsh::kMaxGroup.
+  LshAttention(const AttentionSpec &spec, const AttentionShape &shape);
+
+  void Forward(size_t layer, size_t pos, size_t n, const float *q, const float *k, const float *v,
+               float *out, ThreadPool &pool, const Kernels &kern) override;
+  void Reset() override;
+  const AttentionShape &shape() const override { return cache_.shape(); }
+  size_t MemoryBytes() const override;
+  AttentionStats stats() const override;
+  const KvCache &cache() const override { return cache_; }
+  void LoadPrefix(const KvCache &src, size_t n) override;
+
+  /// The index of one (layer, kv-head), or null before it is built (tests, tools).
+  const lsh::LshIndex *index(size_t layer, size_t kvh) const;
+  /// Fewest indexed tokens worth an index; shorter sequences are attended densely.
+  static constexpr size_t kMinIndexed = 16;
+
+private:
+  struct PerThread {
+    lsh::RetrievalScratch scratch;
+    lsh::StepBuffers buf;
+    std::vector<float> lse;
+    explicit PerThread(size_t capacity) : scratch(capacity) {}
+  };
+  struct Counters {
+    double indexed = 0, sampled = 0, index_bytes_read = 0, kv_bytes_indexed = 0;
+  };
+
+  void DecodeGroup(size_t layer, size_t kvh, size_t n_tokens, const float *q, float *out,
+                   PerThread &pt, Counters &c);
+
+  AttentionSpec spec_;
+  KvCache cache_;
+  lsh::LshKernelSet set_;
+  lsh::SimHash W_;
+  lsh::LogUTableData log_u_;
+  std::vector<bool> dense_layer_;
+  std::vector<std::optional<lsh::LshIndex>> index_; // [layer][kv-head]
+  std::vector<std::unique_ptr<PerThread>> threads_;
+  std::vector<Counters> per_kvh_;
+  Counters total_;
+  size_t decode_steps_ = 0;
+};
+
+} // namespace pig::runtime

@@ -1,0 +1,463 @@
+#include "pig/runtime/budget_attention.h"
+
+#include <algorithm>
+#include <bit>
+#include <cmath>
+#include <limits>
+#include <numeric>
+#include <stdexcept>
+#include <string>
+
+#include "pig/reference/random.h"
+
+namespace pig::runtime {
+
+namespace {
+
+constexpr double kInf = std::numeric_limits<double>::infinity();
+
+inline float ToF32(float x) { return x; }
+// bf16 -> f32 is exact: the bf16 bits are the top half of the f32.
+inline float ToF32(std::uint16_t b) { return std::bit_cast<float>(std::uint32_t(b) << 16); }
+
+// Scaled logits scale * q.k_i of rows [begin, end) into z[0, end - begin). Each q.k is summed in
+// double in index order, like pig::ref's dot (every product of two floats is exact in double),
+// so the selections below see the reference's scores. Four rows at a time: four independent
+// sums hide the latency of the sequential adds.
+template <typename E>
+void Logits(const float *q, const E *keys, size_t d, double scale, size_t begin, size_t end,
+            double *z) {
+  size_t i = begin;
+  for (; i + 4 <= end; i += 4) {
+    const E *k0 = keys + i * d, *k1 = k0 + d, *k2 = k1 + d, *k3 = k2 + d;
+    double s0 = 0, s1 = 0, s2 = 0, s3 = 0;
+    for (size_t j = 0; j < d; ++j) {
+      const double qj = double(q[j]);
+      s0 += qj * double(ToF32(k0[j]));
+      s1 += qj * double(ToF32(k1[j]));
+      s2 += qj * double(ToF32(k2[j]));
+      s3 += qj * double(ToF32(k3[j]));
+    }
+    z[i - begin] = scale * s0;
+    z[i - begin + 1] = scale * s1;
+    z[i - begin + 2] = scale * s2;
+    z[i - begin + 3] = scale * s3;
+  }
+  for (; i < end; ++i) {
+    const E *k = keys + i * d;
+    double s = 0;
+    for (size_t j = 0; j < d; ++j)
+      s += double(q[j]) * double(ToF32(k[j]));
+    z[i - begin] = scale * s;
+  }
+}
+
+// pig::ref's softmax_values over the listed tokens: weights relative to the largest non-NaN
+// logit, summed in list order, values accumulated in double, the output rounded to float once.
+// Returns the natural-log lse (-inf for an empty set; NaN, with a NaN output, if a logit is NaN
+// or +inf).
+template <typename E>
+double SoftmaxValues(const double *z, const std::uint32_t *ids, size_t count, const E *values,
+                     size_t d, double *acc, float *out) {
+  double m = -kInf;
+  for (size_t i = 0; i < count; ++i)
+    if (z[i] > m)
+      m = z[i];
+  if (m == -kInf) {
+    double lse = -kInf;
+    std::fill(out, out + d, 0.0f);
+    for (size_t i = 0; i < count; ++i)
+      if (std::isnan(z[i])) {
+        lse = z[i];
+        std::fill(out, out + d, std::numeric_limits<float>::quiet_NaN());
+      }
+    return lse;
+  }
+  double sum = 0;
+  for (size_t i = 0; i < count; ++i)
+    sum += std::exp(z[i] - m);
+  std::fill(acc, acc + d, 0.0);
+  for (size_t i = 0; i < count; ++i) {
+    const double w = std::exp(z[i] - m) / sum;
+    const E *v = values + size_t(ids[i]) * d;
+    for (size_t j = 0; j < d; ++j)
+      acc[j] += w * double(ToF32(v[j]));
+  }
+  for (size_t j = 0; j < d; ++j)
+    out[j] = float(acc[j]);
+  return m + std::log(sum);
+}
+
+// pig::ref::merge of two parts over disjoint token sets (ALGORITHM.md 1.7); out may alias a.
+void Merge(const float *a, double lse_a, const float *b, double lse_b, size_t d, float *out) {
+  if (lse_a == -kInf) {
+    std::copy(b, b + d, out);
+    return;
+  }
+  if (lse_b == -kInf) {
+    std::copy(a, a + d, out);
+    return;
+  }
+  const double m = std::max(lse_a, lse_b);
+  const double wa = std::exp(lse_a - m), wb = std::exp(lse_b - m);
+  for (size_t j = 0; j < d; ++j)
+    out[j] = float((wa * double(a[j]) + wb * double(b[j])) / (wa + wb));
+}
+
+// The splitmix64 finaliser: a bijection that spreads every input bit over the output.
+std::uint64_t Mix64(std::uint64_t z) {
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+  return z ^ (z >> 31);
+}
+
+BudgetAttention::Method ParseMethod(const std::string &method) {
+  if (method == "topk")
+    return BudgetAttention::Method::topk;
+  if (method == "oracle")
+    return BudgetAttention::Method::oracle;
+  if (method == "quest")
+    return BudgetAttention::Method::quest;
+  throw std::invalid_argument("budget attention: method must be topk, oracle or quest, got '" +
+                              method + "'");
+}
+
+// Validates before anything is allocated (the KV store may be large).
+const AttentionSpec &Checked(const AttentionSpec &spec, const AttentionShape &shape) {
+  ParseMethod(spec.method);
+  spec.Validate(shape.n_layers);
+  if (spec.quest_page == 0)
+    throw std::invalid_argument("Quest page size must be >= 1, got 0");
+  return spec;
+}
+
+} // namespace
+
+size_t BudgetTokens(double budget, size_t n_indexed) {
+  if (n_indexed == 0)
+    return 0;
+  const double x = budget * double(n_indexed);
+  // x >= 1 is false for NaN: a NaN budget (rejected by Validate anyway) reads one token.
+  const size_t m = x >= 1.0 ? size_t(std::llround(std::min(x, double(n_indexed)))) : 1;
+  return std::min(m, n_indexed);
+}
+
+std::uint64_t OracleSeed(std::uint64_t sample_seed, size_t layer, size_t head, size_t pos) {
+  std::uint64_t s = Mix64(sample_seed + 0x9e3779b97f4a7c15ULL * (std::uint64_t(layer) + 1));
+  s = Mix64(s ^ (0xc2b2ae3d27d4eb4fULL * (std::uint64_t(head) + 1)));
+  return Mix64(s ^ (0x165667b19e3779f9ULL * (std::uint64_t(pos) + 1)));
+}
+
+struct BudgetAttention::Scratch {
+  std::vector<double> z;            // logits of the indexed tokens (oracle: then their CDF)
+  std::vector<std::uint32_t> order; // indexed tokens or pages being ranked; oracle draws
+  std::vector<std::uint32_t> ids;   // attended tokens, ascending
+  std::vector<double> zs;           // their logits
+  std::vector<double> acc;          // head_dim
+  std::vector<float> part;          // head_dim: oracle's sampled part
+};
+
+BudgetAttention::BudgetAttention(const AttentionSpec &spec, const AttentionShape &shape)
+    : spec_(Checked(spec, shape)), method_(ParseMethod(spec.method)), cache_(shape, spec.kv_dtype),
+      set_(lsh::KernelRegistry::global().resolve(
+          lsh::KernelKey{spec.K, spec.L, int(shape.head_dim), spec.kv_dtype})),
+      dense_layer_(shape.n_layers, false), qmin_(shape.n_layers * shape.n_kv_heads),
+      qmax_(shape.n_layers * shape.n_kv_heads), quest_end_(shape.n_layers, spec.sink),
+      head_count_(shape.n_heads) {
+  for (size_t l : spec.DenseLayers(shape.n_layers))
+    dense_layer_[l] = true;
+  static const char *const kNames[] = {"topk baseline", "oracle sampling baseline",
+                                       "quest baseline"};
+  stats_.kernels = std::string(kNames[int(method_)]) +
+                   " (scalar, f64 scores); dense: " + lsh::KernelRegistry::describe(set_);
+}
+
+BudgetAttention::~BudgetAttention() = default;
+
+size_t BudgetAttention::IndexedEnd(size_t n) const {
+  return n > spec_.sink + spec_.local ? n - spec_.local : spec_.sink;
+}
+
+void BudgetAttention::QuestTruncate(size_t layer, size_t pos) {
+  if (pos >= quest_end_[layer])
+    return;
+  const size_t sink = spec_.sink, P = spec_.quest_page, d = shape().head_dim;
+  const size_t end = pos <= sink ? sink : sink + (pos - sink) / P * P;
+  for (size_t kvh = 0; kvh < shape().n_kv_heads; ++kvh) {
+    qmin_[layer * shape().n_kv_heads + kvh].resize((end - sink) / P * d);
+    qmax_[layer * shape().n_kv_heads + kvh].resize((end - sink) / P * d);
+  }
+  quest_end_[layer] = end;
+}
+
+void BudgetAttention::QuestFold(size_t layer, size_t end) {
+  if (end <= quest_end_[layer])
+    return;
+  const size_t sink = spec_.sink, P = spec_.quest_page, d = shape().head_dim;
+  std::vector<float> row(d);
+  for (size_t kvh = 0; kvh < shape().n_kv_heads; ++kvh) {
+    std::vector<float> &lo = qmin_[layer * shape().n_kv_heads + kvh];
+    std::vector<float> &hi = qmax_[layer * shape().n_kv_heads + kvh];
+    for (size_t t = quest_end_[layer]; t < end; ++t) {
+      cache_.KeyRow(layer, kvh, t, row.data());
+      const size_t page = (t - sink) / P;
+      if ((t - sink) % P == 0) {
+        lo.resize((page + 1) * d);
+        hi.resize((page + 1) * d);
+        std::copy(row.begin(), row.end(), lo.begin() + std::ptrdiff_t(page * d));
+        std::copy(row.begin(), row.end(), hi.begin() + std::ptrdiff_t(page * d));
+        continue;
+      }
+      // std::min / std::max exactly as pig::ref::page_bounds (a NaN key leaves a bound as is).
+      for (size_t j = 0; j < d; ++j) {
+        lo[page * d + j] = std::min(lo[page * d + j], row[j]);
+        hi[page * d + j] = std::max(hi[page * d + j], row[j]);
+      }
+    }
+  }
+  quest_end_[layer] = end;
+}
+
+void BudgetAttention::Forward(size_t layer, size_t pos, size_t n, const float *q, const float *k,
+                              const float *v, float *out, ThreadPool &pool, const Kernels &) {
+  cache_.Append(layer, pos, n, k, v); // validates layer and capacity
+  if (n == 0)
+    return;
+  const size_t n_tok = pos + n;
+  if (method_ == Method::quest && !dense_layer_[layer]) {
+    // Positions from pos on are rewritten (normally: appended); and after a rewind the pages may
+    // reach past the new indexed end, into what is now the local window.
+    QuestTruncate(layer, std::min(pos, IndexedEnd(n_tok)));
+    QuestFold(layer, IndexedEnd(n_tok));
+  }
+  if (n > 1) {
+    CausalDense(cache_, set_, layer, pos, n, q, out, pool);
+    return;
+  }
+  if (layer == 0)
+    ++stats_.decode_steps;
+  if (dense_layer_[layer] || n_tok <= spec_.sink + spec_.local) {
+    DenseDecode(layer, n_tok, q, out, pool);
+    return;
+  }
+  const size_t nh = shape().n_heads, d = shape().head_dim;
+  while (scratch_.size() < pool.size())
+    scratch_.push_back(std::make_unique<Scratch>());
+  std::fill(head_count_.begin(), head_count_.end(), HeadCount{});
+  pool.ParallelFor(nh, [&](size_t h, size_t thread) {
+    if (cache_.dtype() == lsh::DType::f32)
+      SparseHead<float>(layer, h, pos, q + h * d, out + h * d, *scratch_[thread], head_count_[h]);
+    else
+      SparseHead<std::uint16_t>(layer, h, pos, q + h * d, out + h * d, *scratch_[thread],
+                                head_count_[h]);
+  });
+  for (const HeadCount &c : head_count_) {
+    stats_.indexed += c.indexed;
+    stats_.sampled += c.sampled;
+    stats_.index_bytes_read += c.index_read;
+    stats_.kv_bytes_indexed += c.kv_indexed;
+  }
+}
+
+void BudgetAttention::DenseDecode(size_t layer, size_t n_tok, const float *q, float *out,
+                                  ThreadPool &pool) {
+  const size_t d = shape().head_dim, G = shape().group();
+  // The dense kernel takes at most kMaxGroup heads per call.
+  const size_t chunks = (G + lsh::kMaxGroup - 1) / lsh::kMaxGroup;
+  pool.ParallelFor(shape().n_kv_heads * chunks, [&](size_t item, size_t) {
+    const size_t kvh = item / chunks, g0 = (item % chunks) * lsh::kMaxGroup;
+    const size_t g = std::min<size_t>(lsh::kMaxGroup, G - g0);
+    float lse[lsh::kMaxGroup];
+    lsh::DenseAttentionArgs a;
+    a.q = q + (kvh * G + g0) * d;
+    a.G = int(g);
+    a.d = d;
+    a.scale = float(1.0 / std::sqrt(double(d)));
+    a.k = cache_.Keys(layer, kvh);
+    a.v = cache_.Values(layer, kvh);
+    a.dtype = cache_.dtype();
+    a.begin = 0;
+    a.end = n_tok;
+    a.out = out + (kvh * G + g0) * d;
+    a.lse = lse;
+    set_.dense_attention(a);
+  });
+}
+
+template <typename E>
+void BudgetAttention::SparseHead(size_t layer, size_t head, size_t pos, const float *q, float *out,
+                                 Scratch &s, HeadCount &count) const {
+  const size_t d = shape().head_dim, kvh = head / shape().group();
+  const E *K = static_cast<const E *>(cache_.Keys(layer, kvh));
+  const E *V = static_cast<const E *>(cache_.Values(layer, kvh));
+  const size_t n_tok = pos + 1, b = spec_.sink, e = n_tok - spec_.local, n_idx = e - b;
+  const size_t m = BudgetTokens(spec_.budget, n_idx);
+  const double scale = 1.0 / std::sqrt(double(d));
+  s.acc.resize(d);
+  count.indexed = double(n_idx);
+  count.kv_indexed = double(2 * n_idx * d * sizeof(E));
+
+  // Ranking in the reference's order: highest first, ties to the lower index, NaN above all (it
+  // is kept, so it propagates); a strict weak order even with NaN.
+  auto select = [&s](size_t total, size_t keep, const double *score) {
+    s.order.resize(total);
+    std::iota(s.order.begin(), s.order.end(), std::uint32_t{0});
+    auto rank = [score](std::uint32_t i) { return std::isnan(score[i]) ? kInf : score[i]; };
+    auto better = [&rank](std::uint32_t x, std::uint32_t y) {
+      return rank(x) != rank(y) ? rank(x) > rank(y) : x < y;
+    };
+    if (keep < total)
+      std::nth_element(s.order.begin(), s.order.begin() + std::ptrdiff_t(keep), s.order.end(),
+                       better);
+    s.order.resize(keep);
+    std::sort(s.order.begin(), s.order.end());
+  };
+  // Appends tokens [from, to) and their logits to the attended list.
+  auto attend_range = [&](size_t from, size_t to) {
+    const size_t at = s.ids.size();
+    s.ids.resize(at + (to - from));
+    s.zs.resize(at + (to - from));
+    for (size_t i = from; i < to; ++i)
+      s.ids[at + i - from] = std::uint32_t(i);
+    Logits(q, K, d, scale, from, to, s.zs.data() + at);
+  };
+  s.ids.clear();
+  s.zs.clear();
+
+  if (method_ == Method::topk) {
+    s.z.resize(n_idx);
+    Logits(q, K, d, scale, b, e, s.z.data());
+    select(n_idx, m, s.z.data());
+    attend_range(0, b);
+    for (std::uint32_t i : s.order) {
+      s.ids.push_back(std::uint32_t(b + i));
+      s.zs.push_back(s.z[i]);
+    }
+    attend_range(e, n_tok);
+    SoftmaxValues(s.zs.data(), s.ids.data(), s.ids.size(), V, d, s.acc.data(), out);
+    count.sampled = double(m);
+    count.index_read = double(n_idx * d * sizeof(E));
+    return;
+  }
+
+  if (method_ == Method::quest) {
+    const size_t P = spec_.quest_page, pages = (n_idx + P - 1) / P;
+    const size_t keep = std::min(pages, (m + P - 1) / P);
+    const float *lo = qmin_[layer * shape().n_kv_heads + kvh].data();
+    const float *hi = qmax_[layer * shape().n_kv_heads + kvh].data();
+    // Upper bound of q.k over the page, in double like pig::ref::quest_page_scores (unscaled).
+    s.z.assign(pages, 0.0);
+    for (size_t p = 0; p < pages; ++p)
+      for (size_t j = 0; j < d; ++j)
+        s.z[p] +=
+            std::max(double(q[j]) * double(lo[p * d + j]), double(q[j]) * double(hi[p * d + j]));
+    select(pages, keep, s.z.data());
+    attend_range(0, b);
+    size_t read = 0;
+    for (std::uint32_t p : s.order) {
+      const size_t from = b + p * P, to = std::min(e, from + P);
+      attend_range(from, to);
+      read += to - from;
+    }
+    attend_range(e, n_tok);
+    SoftmaxValues(s.zs.data(), s.ids.data(), s.ids.size(), V, d, s.acc.data(), out);
+    count.sampled = double(read);
+    count.index_read = double(pages * 2 * d * sizeof(float));
+    return;
+  }
+
+  // Oracle sampling. The static part, exactly:
+  attend_range(0, b);
+  attend_range(e, n_tok);
+  const double lse_static =
+      SoftmaxValues(s.zs.data(), s.ids.data(), s.ids.size(), V, d, s.acc.data(), out);
+  // The indexed part: its exact lse (the oracle knows every score), then B = m i.i.d. draws from
+  // its softmax, as pig::ref::oracle_sampling.
+  count.index_read = double(n_idx * d * sizeof(E));
+  s.z.resize(n_idx);
+  Logits(q, K, d, scale, b, e, s.z.data());
+  double mx = -kInf;
+  bool nan = false;
+  for (double x : s.z) {
+    nan |= std::isnan(x);
+    if (x > mx)
+      mx = x;
+  }
+  if (nan || mx == kInf) { // a NaN or +inf logit: the reference's result is NaN throughout
+    std::fill(out, out + d, std::numeric_limits<float>::quiet_NaN());
+    return;
+  }
+  if (mx == -kInf) // no mass in the indexed part (only with infinite inputs): static part only
+    return;
+  double sum = 0;
+  for (double x : s.z)
+    sum += std::exp(x - mx);
+  const double lse_indexed = mx + std::log(sum);
+  // Inverse-CDF sampling on the cumulative weights (in place of the logits).
+  double cdf = 0;
+  for (double &x : s.z)
+    x = (cdf += std::exp(x - mx) / sum);
+  ref::Rng rng(OracleSeed(spec_.sample_seed, layer, head, pos));
+  s.order.resize(m);
+  for (size_t i = 0; i < m; ++i) {
+    const double x = rng.uniform() * s.z.back();
+    const auto it = std::upper_bound(s.z.begin(), s.z.end(), x);
+    s.order[i] = std::uint32_t(std::min<size_t>(size_t(it - s.z.begin()), n_idx - 1));
+  }
+  // Mean of the drawn values, unique tokens in ascending order like the reference's loop.
+  std::sort(s.order.begin(), s.order.end());
+  std::fill(s.acc.begin(), s.acc.end(), 0.0);
+  size_t unique = 0;
+  for (size_t i = 0; i < m;) {
+    size_t j = i;
+    while (j < m && s.order[j] == s.order[i])
+      ++j;
+    const double f = double(j - i) / double(m);
+    const E *row = V + (b + s.order[i]) * d;
+    for (size_t c = 0; c < d; ++c)
+      s.acc[c] += f * double(ToF32(row[c]));
+    ++unique;
+    i = j;
+  }
+  s.part.resize(d);
+  for (size_t c = 0; c < d; ++c)
+    s.part[c] = float(s.acc[c]);
+  Merge(out, lse_static, s.part.data(), lse_indexed, d, out);
+  count.sampled = double(unique);
+}
+
+void BudgetAttention::Reset() {
+  for (size_t l = 0; l < shape().n_layers; ++l)
+    QuestTruncate(l, 0);
+}
+
+void BudgetAttention::LoadPrefix(const KvCache &src, size_t n) {
+  cache_.CopyPrefix(src, n);
+  for (size_t l = 0; l < shape().n_layers; ++l) {
+    QuestTruncate(l, 0);
+    if (method_ == Method::quest && !dense_layer_[l])
+      QuestFold(l, IndexedEnd(n));
+  }
+}
+
+size_t BudgetAttention::MemoryBytes() const {
+  size_t bytes = cache_.MemoryBytes();
+  for (size_t i = 0; i < qmin_.size(); ++i)
+    bytes += (qmin_[i].capacity() + qmax_[i].capacity()) * sizeof(float);
+  return bytes;
+}
+
+AttentionStats BudgetAttention::stats() const {
+  AttentionStats s = stats_;
+  s.index_bytes = 0;
+  for (size_t i = 0; i < qmin_.size(); ++i)
+    s.index_bytes += (qmin_[i].size() + qmax_[i].size()) * sizeof(float);
+  return s;
+}
+
+std::unique_ptr<Attention> MakeBudgetAttention(const AttentionSpec &spec,
+                                               const AttentionShape &shape) {
+  return std::make_unique<BudgetAttention>(spec, shape);
+}
+
+} // namespace pig::runtime

@@ -1,0 +1,148 @@
+#include "pig/runtime/lsh_attention.h"
+
+#include <cmath>
+#include <stdexcept>
+#include <string>
+
+namespace pig::runtime {
+namespace {
+// Validates before any member is built from the spec (W and the log u table need a valid K, L).
+const AttentionSpec &Checked(const AttentionSpec &spec, const AttentionShape &shape) {
+  spec.Validate(shape.n_layers);
+  if (shape.group() > size_t(lsh::kMaxGroup)) {
+    throw std::invalid_argument("magicpig: a GQA group of " + std::to_string(shape.group()) +
+                                " query heads exceeds the kernels' limit of " +
+                                std::to_string(lsh::kMaxGroup));
+  }
+  return spec;
+}
+} // namespace
+
+LshAttention::LshAttention(const AttentionSpec &spec, const AttentionShape &shape)
+    : spec_(Checked(spec, shape)), cache_(shape, spec.kv_dtype),
+      set_(lsh::KernelRegistry::global().resolve(
+          lsh::KernelKey{spec.K, spec.L, int(shape.head_dim), spec.kv_dtype})),
+      W_(spec.seed, shape.head_dim, spec.K, spec.L), log_u_(spec.K, spec.L, spec.t),
+      dense_layer_(shape.n_layers, false), index_(shape.n_layers * shape.n_kv_heads),
+      per_kvh_(shape.n_kv_heads) {
+  for (size_t l : spec.DenseLayers(shape.n_layers))
+    dense_layer_[l] = true;
+}
+
+void LshAttention::Reset() {
+  for (auto &ix : index_)
+    ix.reset();
+  total_ = {};
+  decode_steps_ = 0;
+}
+
+void LshAttention::LoadPrefix(const KvCache &src, size_t n) {
+  Reset();
+  cache_.CopyPrefix(src, n);
+}
+
+const lsh::LshIndex *LshAttention::index(size_t layer, size_t kvh) const {
+  const auto &ix = index_.at(layer * cache_.shape().n_kv_heads + kvh);
+  return ix ? &*ix : nullptr;
+}
+
+size_t LshAttention::MemoryBytes() const {
+  size_t bytes = cache_.MemoryBytes();
+  for (const auto &ix : index_)
+    if (ix)
+      bytes += ix->bytes();
+  for (const auto &t : threads_)
+    if (t)
+      bytes += t->scratch.capacity() * 2 + t->scratch.capacity() / 8 * lsh::kMaxGroup;
+  return bytes;
+}
+
+AttentionStats LshAttention::stats() const {
+  AttentionStats s;
+  s.decode_steps = decode_steps_;
+  s.indexed = total_.indexed;
+  s.sampled = total_.sampled;
+  s.index_bytes_read = total_.index_bytes_read;
+  s.kv_bytes_indexed = total_.kv_bytes_indexed;
+  for (const auto &ix : index_)
+    if (ix)
+      s.index_bytes += ix->bytes();
+  s.kernels = lsh::KernelRegistry::describe(set_);
+  return s;
+}
+
+void LshAttention::DecodeGroup(size_t layer, size_t kvh, size_t n_tokens, const float *q,
+                               float *out, PerThread &pt, Counters &c) {
+  const AttentionShape &sh = cache_.shape();
+  const size_t d = sh.head_dim, G = sh.group();
+  const float scale = 1.0f / std::sqrt(float(d));
+  const void *keys = cache_.Keys(layer, kvh), *values = cache_.Values(layer, kvh);
+  pt.lse.resize(G);
+  auto &slot = index_[layer * sh.n_kv_heads + kvh];
+  const size_t indexable =
+      n_tokens > spec_.sink + spec_.local ? n_tokens - spec_.sink - spec_.local : 0;
+  if (dense_layer_[layer] || (!slot && indexable < kMinIndexed)) {
+    lsh::DenseAttentionArgs a;
+    a.q = q;
+    a.G = int(G);
+    a.d = d;
+    a.scale = scale;
+    a.k = keys;
+    a.v = values;
+    a.dtype = cache_.dtype();
+    a.begin = 0;
+    a.end = n_tokens;
+    a.out = out;
+    a.lse = pt.lse.data();
+    set_.dense_attention(a);
+    return;
+  }
+  if (!slot) {
+    slot = lsh::LshIndex::build(set_, keys, cache_.dtype(), n_tokens, W_,
+                                lsh::StaticTokens{spec_.sink, spec_.local});
+    slot->drop_codes();
+    slot->reserve(sh.capacity);
+  } else {
+    slot->extend(set_, keys, cache_.dtype(), n_tokens, W_);
+  }
+  lsh::StepStats st;
+  lsh::sampled_step(set_, *slot, W_, log_u_, spec_.t, pt.scratch, pt.buf, q, int(G), keys, values,
+                    cache_.dtype(), scale, out, pt.lse.data(), &st);
+  c.indexed += double(st.indexed) * double(G);
+  for (size_t h = 0; h < G; ++h)
+    c.sampled += double(st.sampled_per_head[h]);
+  c.index_bytes_read += st.index_bytes_read;
+  c.kv_bytes_indexed += double(st.indexed) * 2.0 * double(d) * double(cache_.ElementBytes());
+}
+
+void LshAttention::Forward(size_t layer, size_t pos, size_t n, const float *q, const float *k,
+                           const float *v, float *out, ThreadPool &pool, const Kernels &) {
+  cache_.Append(layer, pos, n, k, v);
+  if (n != 1) {
+    CausalDense(cache_, set_, layer, pos, n, q, out, pool);
+    return;
+  }
+  const AttentionShape &sh = cache_.shape();
+  if (threads_.size() < pool.size())
+    threads_.resize(pool.size());
+  for (auto &t : threads_)
+    if (!t)
+      t = std::make_unique<PerThread>(sh.capacity);
+  for (auto &c : per_kvh_)
+    c = {};
+  const size_t hd = sh.head_dim, G = sh.group();
+  pool.ParallelFor(sh.n_kv_heads, [&](size_t kvh, size_t thread) {
+    DecodeGroup(layer, kvh, pos + 1, q + kvh * G * hd, out + kvh * G * hd, *threads_[thread],
+                per_kvh_[kvh]);
+  });
+  for (const auto &c : per_kvh_) {
+    total_.indexed += c.indexed;
+    total_.sampled += c.sampled;
+    total_.index_bytes_read += c.index_bytes_read;
+    total_.kv_bytes_indexed += c.kv_bytes_indexed;
+  }
+  if (layer == 0)
+    ++decode_steps_;
+}
+
+} // namespace pig::runtime

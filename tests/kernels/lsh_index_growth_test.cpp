@@ -1,0 +1,84 @@
+// Incremental indexing (LshIndex::extend): tokens leaving the local window join the index through
+// the unsorted tail, which is merged into the open segment's tables, including a merge that
+// fills the 65,535-token segment and continues in a new one. After every growth step, retrieval
+// (sorted part + tail) returns exactly pig::ref::sample_set on codes hashed against the build
+// mean, for several queries and group sizes.
+#include <algorithm>
+#include <random>
+#include <stdexcept>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "pig/reference/lsh.h"
+#include "pig/reference/random.h"
+#include "pig/runtime/lsh_index.h"
+
+namespace {
+
+using namespace pig::runtime::lsh;
+namespace ref = pig::ref;
+
+TEST(LshIndexGrowth, RetrievalMatchesReferenceAcrossMergesAndSegments) {
+  const std::size_t d = 8, sink = 4, local = 64;
+  const int K = 4, L = 6, t = 2;
+  const std::size_t n0 = 65200, n_end = 70000; // the first merge fills segment 0 and opens 1
+  std::mt19937 rng(3);
+  std::normal_distribution<float> nd;
+  std::vector<float> keys(n_end * d);
+  for (auto &x : keys)
+    x = nd(rng) + 0.5f;
+  const LshKernelSet set = generic_kernel_set();
+  const SimHash W(11, d, K, L);
+  LshIndex ix = LshIndex::build(set, keys.data(), DType::f32, n0, W, StaticTokens{sink, local});
+  ix.drop_codes();
+  ix.reserve(n_end);
+  const ref::OwnedMatrix Wr = ref::simhash_matrix(11, d, K, L);
+  const ref::LshConfig cfg{K, L, t, 11};
+  // Reference codes of every token that will ever be indexed, against the build mean.
+  std::vector<std::uint16_t> codes;
+  for (std::size_t i = sink; i < n_end - local; ++i) {
+    std::vector<float> c(d);
+    for (std::size_t j = 0; j < d; ++j)
+      c[j] = keys[i * d + j] - ix.mean()[j];
+    const auto cc = ref::encode(c, Wr.view(), cfg);
+    codes.insert(codes.end(), cc.begin(), cc.end());
+  }
+  RetrievalScratch scratch(n_end);
+  StepBuffers buf;
+  LogUTableData log_u(K, L, t);
+  std::vector<float> q(3 * d), out(3 * d), lse(3);
+  std::size_t merges = 0, last_sorted = ix.layout().count;
+  for (std::size_t n = n0; n <= n_end; n += 97) {
+    ix.extend(set, keys.data(), DType::f32, n, W);
+    ASSERT_EQ(ix.count(), n - sink - local);
+    ASSERT_LT(ix.tail_count(), ix.tail_limit());
+    merges += ix.layout().count != last_sorted;
+    last_sorted = ix.layout().count;
+    for (int G : {1, 3}) {
+      for (auto &x : q)
+        x = nd(rng);
+      StepStats st;
+      sampled_step(set, ix, W, log_u, t, scratch, buf, q.data(), G, keys.data(), keys.data(),
+                   DType::f32, 0.3f, out.data(), lse.data(), &st);
+      std::vector<std::uint32_t> expect_union;
+      for (int h = 0; h < G; ++h) {
+        const auto qc = ref::encode({&q[std::size_t(h) * d], d}, Wr.view(), cfg);
+        const auto s = ref::sample_set(qc, codes, cfg, 0, ix.count());
+        ASSERT_EQ(st.sampled_per_head[h], s.size()) << "n " << n << " head " << h;
+        for (std::size_t i : s)
+          expect_union.push_back(std::uint32_t(sink + i));
+      }
+      std::sort(expect_union.begin(), expect_union.end());
+      expect_union.erase(std::unique(expect_union.begin(), expect_union.end()), expect_union.end());
+      ASSERT_EQ(st.sampled_union, expect_union.size()) << "n " << n;
+      ASSERT_TRUE(std::equal(expect_union.begin(), expect_union.end(), buf.tokens.begin()))
+          << "n " << n;
+    }
+  }
+  EXPECT_GE(merges, 2u);
+  EXPECT_EQ(ix.layout().segments, 2u);
+  EXPECT_THROW(ix.extend(set, keys.data(), DType::f32, n0, W), std::invalid_argument);
+}
+
+} // namespace

@@ -1,0 +1,292 @@
+// LshAttention (MagicPIG decoding in the runtime) against pig::ref: prefill, index build at the
+// first decode step, incremental indexing as the local window slides (including the merge of the
+// tail into the tables), dense layers, GQA groups, statistics and error paths. Synthetic shapes,
+// no model: fast enough for the sanitizer build.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+#include <stdexcept>
+
+#include "pig/reference/reference.h"
+#include "pig/runtime/attention.h"
+#include "pig/runtime/lsh_attention.h"
+
+namespace {
+
+using namespace pig::runtime;
+namespace ref = pig::ref;
+
+float Bf16Round(float x, lsh::DType dt) {
+  if (dt == lsh::DType::f32)
+    return x;
+  std::uint16_t b;
+  lsh::convert_to_bf16(&x, &b, 1);
+  float y;
+  lsh::convert_from_bf16(&b, &y, 1);
+  return y;
+}
+
+struct Case {
+  const char *name;
+  size_t prompt;    // prefill length
+  size_t steps;     // decode steps
+  double key_scale; // multiplies every key (huge norms)
+  bool equal_keys;  // every key the same row
+  lsh::DType dtype;
+};
+
+// Rows of keys in a cone (a common offset plus noise), like a real model's keys.
+struct Stream {
+  std::mt19937 rng{7};
+  std::normal_distribution<float> nd{0.0f, 1.0f};
+  std::vector<float> offset;
+  explicit Stream(size_t d) : offset(d) {
+    for (auto &x : offset)
+      x = 2.0f * nd(rng);
+  }
+  void Keys(float *k, size_t count, const Case &c) {
+    for (size_t i = 0; i < count; ++i)
+      k[i] = c.equal_keys ? float(c.key_scale) * offset[i % offset.size()]
+                          : float(c.key_scale) * (offset[i % offset.size()] + nd(rng));
+  }
+  void Fill(float *x, size_t count, float s = 1.0f) {
+    for (size_t i = 0; i < count; ++i)
+      x[i] = s * nd(rng);
+  }
+};
+
+class LshAttentionTest : public ::testing::TestWithParam<Case> {};
+
+TEST_P(LshAttentionTest, MatchesReferenceThroughIncrementalIndexing) {
+  const Case c = GetParam();
+  const size_t layers = 2, heads = 6, kvh = 2, d = 64, G = heads / kvh;
+  const size_t cap = c.prompt + c.steps;
+  AttentionSpec spec;
+  spec.method = "magicpig";
+  spec.K = 8;
+  spec.L = 75;
+  spec.kv_dtype = c.dtype;
+  spec.dense_layers = {0};
+  spec.dense_layers_set = true;
+  const AttentionShape shape{layers, heads, kvh, d, cap};
+  LshAttention attn(spec, shape);
+  ThreadPool pool(2);
+  const Kernels &kern = BestKernels();
+  const ref::OwnedMatrix W = ref::simhash_matrix(spec.seed, d, spec.K, spec.L);
+  const ref::LshConfig cfg{spec.K, spec.L, spec.t, spec.seed};
+
+  Stream s(d);
+  // What the cache holds, as the reference sees it (rounded to the cache's element type).
+  std::vector<ref::OwnedMatrix> K(layers * kvh, ref::OwnedMatrix(cap, d)),
+      V(layers * kvh, ref::OwnedMatrix(cap, d));
+  auto append = [&](size_t pos, size_t n, std::vector<float> &k, std::vector<float> &v) {
+    k.resize(n * kvh * d);
+    v.resize(n * kvh * d);
+    s.Keys(k.data(), k.size(), c);
+    s.Fill(v.data(), v.size());
+    for (size_t l = 0; l < layers; ++l)
+      for (size_t i = 0; i < n; ++i)
+        for (size_t h = 0; h < kvh; ++h)
+          for (size_t j = 0; j < d; ++j) {
+            K[l * kvh + h].at(pos + i, j) = Bf16Round(k[(i * kvh + h) * d + j], c.dtype);
+            V[l * kvh + h].at(pos + i, j) = Bf16Round(v[(i * kvh + h) * d + j], c.dtype);
+          }
+  };
+
+  std::vector<float> k, v, q(c.prompt * heads * d), out(c.prompt * heads * d);
+  append(0, c.prompt, k, v);
+  s.Fill(q.data(), q.size(), 0.3f);
+  for (size_t l = 0; l < layers; ++l)
+    attn.Forward(l, 0, c.prompt, q.data(), k.data(), v.data(), out.data(), pool, kern);
+  // Prefill is dense and causal: spot-check the last query of the sparse layer.
+  for (size_t h = 0; h < heads; ++h) {
+    const size_t n = c.prompt;
+    const ref::Attention e = ref::dense_attention({&q[((n - 1) * heads + h) * d], d},
+                                                  ref::Matrix{K[kvh + h / G].data.data(), n, d},
+                                                  ref::Matrix{V[kvh + h / G].data.data(), n, d});
+    for (size_t j = 0; j < d; ++j)
+      ASSERT_NEAR(out[((n - 1) * heads + h) * d + j], e.out[j], 2e-5) << c.name << " prefill";
+  }
+
+  // Reference codes, extended token by token like the runtime's index.
+  std::vector<std::vector<float>> mean(kvh);
+  std::vector<std::vector<std::uint16_t>> codes(kvh);
+  size_t coded = 0; // indexed tokens encoded so far (absolute end position)
+  bool built = false;
+  double sampled = 0;
+  q.resize(heads * d);
+  out.resize(heads * d);
+  for (size_t step = 0; step < c.steps; ++step) {
+    const size_t pos = c.prompt + step, n = pos + 1;
+    append(pos, 1, k, v);
+    s.Fill(q.data(), q.size(), 0.3f);
+    for (size_t l = 0; l < layers; ++l) {
+      const AttentionStats before = attn.stats();
+      attn.Forward(l, pos, 1, q.data(), k.data(), v.data(), out.data(), pool, kern);
+      const AttentionStats after = attn.stats();
+      const bool sparse = l == 1;
+      const size_t indexable = n > spec.sink + spec.local ? n - spec.sink - spec.local : 0;
+      const bool lsh_step = sparse && (built || indexable >= LshAttention::kMinIndexed);
+      if (lsh_step && !built) {
+        built = true;
+        for (size_t h = 0; h < kvh; ++h) {
+          mean[h] = ref::mean_of_rows(ref::Matrix{K[kvh + h].data.data(), n, d}, spec.sink,
+                                      n - spec.local);
+          EXPECT_EQ(attn.index(1, h)->mean(), mean[h]) << c.name;
+        }
+        coded = spec.sink;
+      }
+      if (lsh_step) {
+        for (size_t h = 0; h < kvh; ++h) {
+          for (size_t i = coded; i < n - spec.local; ++i) {
+            std::vector<float> cent(d);
+            for (size_t j = 0; j < d; ++j)
+              cent[j] = K[kvh + h].at(i, j) - mean[h][j];
+            const auto cc = ref::encode(cent, W.view(), cfg);
+            codes[h].insert(codes[h].end(), cc.begin(), cc.end());
+          }
+          ASSERT_EQ(attn.index(1, h)->count(), n - spec.sink - spec.local) << c.name;
+        }
+        coded = n - spec.local;
+      }
+      // Check every few steps (and the last) against the reference.
+      if (step % 29 != 0 && step + 1 != c.steps)
+        continue;
+      double step_sampled = 0, step_indexed = 0;
+      for (size_t h = 0; h < heads; ++h) {
+        const size_t g = l * kvh + h / G;
+        const ref::Matrix Km{K[g].data.data(), n, d}, Vm{V[g].data.data(), n, d};
+        const std::span<const float> qh{&q[h * d], d};
+        std::vector<float> expect;
+        if (!lsh_step) {
+          expect = ref::dense_attention(qh, Km, Vm).out;
+        } else {
+          ref::LshIndex ix;
+          ix.cfg = cfg;
+          ix.split = ref::split_tokens(n, ref::StaticConfig{spec.sink, spec.local});
+          ix.mean = mean[h / G];
+          ix.codes = codes[h / G];
+          ix.centered = ref::OwnedMatrix(ix.split.indexed(), d);
+          for (size_t i = 0; i < ix.split.indexed(); ++i)
+            for (size_t j = 0; j < d; ++j)
+              ix.centered.at(i, j) = Km.row(ix.split.indexed_begin + i)[j] - ix.mean[j];
+          const ref::MagicPigResult r = ref::magicpig_attention(qh, Km, Vm, W.view(), ix);
+          expect = r.attention.out;
+          step_sampled += double(r.sample.size());
+          step_indexed += double(r.indexed);
+        }
+        for (size_t j = 0; j < d; ++j) {
+          const double tol = 2e-4 * (1.0 + std::fabs(expect[j]));
+          ASSERT_NEAR(out[h * d + j], expect[j], tol)
+              << c.name << " step " << step << " layer " << l << " head " << h << " dim " << j;
+        }
+      }
+      // The statistics count exactly the reference's sample sets and indexed tokens.
+      EXPECT_EQ(after.sampled - before.sampled, step_sampled) << c.name << " step " << step;
+      EXPECT_EQ(after.indexed - before.indexed, step_indexed) << c.name << " step " << step;
+      sampled += step_sampled;
+    }
+  }
+  ASSERT_TRUE(built) << c.name;
+  const AttentionStats st = attn.stats();
+  EXPECT_EQ(st.decode_steps, c.steps);
+  EXPECT_GT(st.index_bytes, 0u);
+  EXPECT_LE(st.cost2(), 1.0);
+  if (sampled > 0) {
+    EXPECT_GT(st.cost2(), 0.0);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Cases, LshAttentionTest,
+    ::testing::Values(
+        // Crosses the tail limit (256): the tail is merged into the tables mid-decode.
+        Case{"bf16", 300, 300, 1.0, false, lsh::DType::bf16},
+        Case{"f32", 200, 80, 1.0, false, lsh::DType::f32},
+        // Shorter than sink + local: dense until enough tokens left the window.
+        Case{"tiny", 10, 100, 1.0, false, lsh::DType::bf16},
+        Case{"huge_norms", 150, 40, 1e3, false, lsh::DType::bf16},
+        Case{"equal_keys", 150, 40, 1.0, true, lsh::DType::bf16}),
+    [](const auto &info) { return std::string(info.param.name); });
+
+TEST(LshAttention, InvalidSpecsThrowWithAMessage) {
+  const AttentionShape shape{4, 6, 2, 64, 128};
+  auto expect_throw = [&](AttentionSpec spec, const char *what) {
+    try {
+      MakeAttention(spec, shape);
+      ADD_FAILURE() << "no exception for " << what;
+    } catch (const std::invalid_argument &e) {
+      EXPECT_NE(std::string(e.what()).find(what), std::string::npos) << e.what();
+    }
+  };
+  AttentionSpec s;
+  s.method = "magicpig";
+  s.K = 0;
+  expect_throw(s, "K must be in [1, 16]");
+  s = {};
+  s.method = "sparse";
+  expect_throw(s, "unknown attention method");
+  s = {};
+  s.method = "magicpig";
+  s.dense_layers = {7};
+  s.dense_layers_set = true;
+  expect_throw(s, "dense layer 7 outside");
+  s = {};
+  s.method = "topk";
+  s.budget = 0;
+  expect_throw(s, "budget must be in (0, 1]");
+  s = {};
+  s.method = "magicpig";
+  s.t = 200;
+  expect_throw(s, "t must be in");
+  // A GQA group larger than the kernels take, and an odd head dim.
+  s = {};
+  s.method = "magicpig";
+  EXPECT_THROW(MakeAttention(s, AttentionShape{2, 18, 1, 64, 64}), std::invalid_argument);
+  EXPECT_THROW(MakeAttention(s, AttentionShape{2, 6, 2, 63, 64}), std::invalid_argument);
+}
+
+TEST(LshAttention, ContextFullIsAnError) {
+  AttentionSpec s;
+  s.method = "magicpig";
+  const AttentionShape shape{1, 2, 1, 16, 8};
+  auto attn = MakeAttention(s, shape);
+  ThreadPool pool(1);
+  std::vector<float> x(9 * 2 * 16, 0.1f), out(9 * 2 * 16);
+  EXPECT_THROW(
+      attn->Forward(0, 0, 9, x.data(), x.data(), x.data(), out.data(), pool, BestKernels()),
+      std::runtime_error);
+}
+
+// Dense decode over the same cache: the GQA group pass equals the reference per head.
+TEST(DenseAttention, DecodeMatchesReference) {
+  const size_t heads = 4, kvh = 2, d = 32, n = 70;
+  for (lsh::DType dt : {lsh::DType::f32, lsh::DType::bf16}) {
+    DenseAttention attn(AttentionShape{1, heads, kvh, d, n}, dt);
+    ThreadPool pool(2);
+    Stream s(d);
+    Case c{"dense", 0, 0, 1.0, false, dt};
+    std::vector<float> k(n * kvh * d), v(n * kvh * d), q(n * heads * d), out(n * heads * d);
+    s.Keys(k.data(), k.size(), c);
+    s.Fill(v.data(), v.size());
+    s.Fill(q.data(), q.size(), 0.3f);
+    attn.Forward(0, 0, n - 1, q.data(), k.data(), v.data(), out.data(), pool, BestKernels());
+    attn.Forward(0, n - 1, 1, &q[(n - 1) * heads * d], &k[(n - 1) * kvh * d], &v[(n - 1) * kvh * d],
+                 out.data(), pool, BestKernels());
+    for (size_t h = 0; h < heads; ++h) {
+      ref::OwnedMatrix Km(n, d), Vm(n, d);
+      for (size_t i = 0; i < n; ++i)
+        for (size_t j = 0; j < d; ++j) {
+          Km.at(i, j) = Bf16Round(k[(i * kvh + h / 2) * d + j], dt);
+          Vm.at(i, j) = Bf16Round(v[(i * kvh + h / 2) * d + j], dt);
+        }
+      const auto e = ref::dense_attention({&q[((n - 1) * heads + h) * d], d}, Km.view(), Vm.view());
+      for (size_t j = 0; j < d; ++j)
+        ASSERT_NEAR(out[h * d + j], e.out[j], 2e-5);
+    }
+    EXPECT_EQ(attn.stats().decode_steps, 1u);
+  }
+}
+
+} // namespace
