@@ -10,6 +10,7 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -47,6 +48,7 @@ struct Options {
   bool long_context = false;
   AttentionSpec attention;
   std::vector<std::string> compare; // --compare dense,magicpig
+  size_t batch = 0;                 // --batch B
 };
 
 [[noreturn]] void Usage(const std::string &error) {
@@ -59,6 +61,7 @@ struct Options {
                "               [--lsh K=10,L=150,t=2] [--sink N] [--local N]\n"
                "               [--dense-layers 0,15|none] [--budget F] [--kv bf16|f32]\n"
                "               [--compare dense,magicpig,...]  (one prefill, side by side)\n"
+               "               [--batch B]  (B sequences of different lengths, decoded together)\n"
                "               [--threads N] [--ctx N] [--long-context] [--print-ids]\n"
                "default model: %s\n",
                DefaultModelPath());
@@ -174,6 +177,10 @@ Options Parse(int argc, char **argv) {
         o.compare.push_back(item);
       if (o.compare.empty())
         Usage("--compare expects methods, e.g. dense,magicpig");
+    } else if (a == "--batch") {
+      o.batch = ParseCount(a, value());
+      if (o.batch == 0 || o.batch > LlamaBatch::kMaxSequences)
+        Usage("--batch must be in [1, " + std::to_string(LlamaBatch::kMaxSequences) + "]");
     } else if (a == "--long-context") {
       o.long_context = true;
     } else if (a == "--print-ids") {
@@ -364,6 +371,113 @@ int Run(const Options &o) {
   return 0;
 }
 
+// --batch B: sequence i is the prompt without its first i * len / (2 B) tokens (B different
+// lengths), each prefilled alone, then all decoded together, one forward pass per step.
+int RunBatch(const Options &o) {
+  Prepared p = Prepare(o);
+  const LlamaConfig &cfg = p.model->config();
+  const Tokenizer &tok = p.model->tokenizer();
+  ThreadPool pool(o.threads);
+  const size_t B = o.batch, len = p.prompt.size();
+  std::vector<std::vector<int32_t>> prompts;
+  std::vector<std::unique_ptr<Attention>> attns;
+  for (size_t i = 0; i < B; ++i) {
+    const size_t drop = std::min(len - 1, i * len / (2 * B));
+    prompts.emplace_back(p.prompt.begin() + std::ptrdiff_t(drop), p.prompt.end());
+    const size_t cap = prompts.back().size() + size_t(o.max_new);
+    attns.push_back(MakeAttention(
+        o.attention, AttentionShape{cfg.n_layers, cfg.n_heads, cfg.n_kv_heads, cfg.head_dim, cap}));
+  }
+  LlamaBatch batch(*p.model, pool, std::move(attns));
+  std::fprintf(stderr, "pig-run: batch of %zu sequences (%zu to %zu prompt tokens), attention %s\n",
+               B, prompts.back().size(), prompts.front().size(),
+               o.attention.str(cfg.n_layers).c_str());
+  std::vector<float> logits(B * cfg.vocab);
+  const auto t0 = Clock::now();
+  for (size_t i = 0; i < B; ++i)
+    batch.Prefill(i, prompts[i].data(), prompts[i].size(), &logits[i * cfg.vocab]);
+  const double prefill_s = std::chrono::duration<double>(Clock::now() - t0).count();
+  std::vector<Sampler> samplers;
+  for (size_t i = 0; i < B; ++i) {
+    SamplingParams sp = o.sampling;
+    sp.seed += i;
+    samplers.emplace_back(sp);
+  }
+  std::vector<std::string> texts(B);
+  std::vector<bool> done(B, false);
+  size_t generated = 0, steps = 0;
+  double first_s = 0, rest_s = 0;
+  size_t rest_tokens = 0;
+  for (long step = 0; step < o.max_new; ++step) {
+    std::vector<int32_t> next;
+    std::vector<size_t> seqs;
+    for (size_t i = 0; i < B; ++i) {
+      if (done[i])
+        continue;
+      const int32_t t = samplers[i].Sample(&logits[i * cfg.vocab], cfg.vocab);
+      ++generated;
+      if (tok.IsEndOfGeneration(t)) {
+        done[i] = true;
+        continue;
+      }
+      if (!tok.IsControl(t))
+        texts[i] += tok.Decode(t);
+      next.push_back(t);
+      seqs.push_back(i);
+    }
+    if (seqs.empty() || step + 1 == o.max_new)
+      break;
+    std::vector<float> rows(seqs.size() * cfg.vocab);
+    const auto t = Clock::now();
+    batch.Step(next.data(), seqs.data(), seqs.size(), rows.data());
+    const double s = std::chrono::duration<double>(Clock::now() - t).count();
+    if (steps++ == 0) {
+      first_s = s;
+    } else {
+      rest_s += s;
+      rest_tokens += seqs.size();
+    }
+    for (size_t r = 0; r < seqs.size(); ++r)
+      std::copy_n(&rows[r * cfg.vocab], cfg.vocab, &logits[seqs[r] * cfg.vocab]);
+  }
+  for (size_t i = 0; i < B; ++i) {
+    std::string line = texts[i].substr(0, 100);
+    std::replace(line.begin(), line.end(), '\n', ' ');
+    std::printf("[%zu] (%zu prompt tokens) %s\n", i, prompts[i].size(), line.c_str());
+  }
+  std::fflush(stdout);
+  std::fprintf(stderr, "summary:\n");
+  std::fprintf(stderr, "prefill: %.3f s for %zu sequences\n", prefill_s, B);
+  if (rest_tokens > 0) {
+    std::fprintf(stderr,
+                 "decode: %zu steps, %zu tokens in %.3f s = %.1f tokens/s over the batch, %.1f per "
+                 "sequence (after the first step, %.3f s)\n",
+                 steps - 1, rest_tokens, rest_s, double(rest_tokens) / rest_s,
+                 double(rest_tokens) / rest_s / double(B), first_s);
+  }
+  (void)generated;
+  AttentionStats total;
+  size_t kv = 0;
+  for (size_t i = 0; i < B; ++i) {
+    const AttentionStats st = batch.attention(i).stats();
+    total.indexed += st.indexed;
+    total.sampled += st.sampled;
+    total.index_bytes_read += st.index_bytes_read;
+    total.kv_bytes_indexed += st.kv_bytes_indexed;
+    total.index_bytes += st.index_bytes;
+    total.kernels = st.kernels;
+    kv += batch.attention(i).cache().MemoryBytes();
+  }
+  std::fprintf(stderr, "kernels: %s\n", total.kernels.c_str());
+  if (total.indexed > 0)
+    std::fprintf(stderr, "cost2: %.2f %%   cost1: %.2f %%\n", 100 * total.cost2(),
+                 100 * total.cost1());
+  std::fprintf(stderr, "memory: KV caches %.1f MiB, indexes %.2f MiB\n", double(kv) / 1048576.0,
+               double(total.index_bytes) / 1048576.0);
+  std::fprintf(stderr, "peak memory: %.1f MiB (RSS; weights are memory-mapped)\n", PeakRssMiB());
+  return 0;
+}
+
 // Splits text into lines of at most `width` characters (at spaces where possible; newlines kept).
 std::vector<std::string> Wrap(const std::string &text, size_t width) {
   std::vector<std::string> lines(1);
@@ -487,7 +601,9 @@ int RunCompare(const Options &o) {
 int main(int argc, char **argv) {
   const Options o = Parse(argc, argv);
   try {
-    return o.compare.empty() ? Run(o) : RunCompare(o);
+    if (!o.compare.empty() && o.batch)
+      Usage("--compare and --batch do not combine");
+    return o.batch ? RunBatch(o) : o.compare.empty() ? Run(o) : RunCompare(o);
   } catch (const std::exception &e) {
     std::fprintf(stderr, "pig-run: error: %s\n", e.what());
     return 1;
