@@ -13,6 +13,7 @@
 #include <string_view>
 #include <vector>
 
+#include "accuracy.h" // Recode, OracleBudget (tools/pig-eval, shared)
 #include "pig/reference/reference.h"
 
 namespace {
@@ -136,24 +137,6 @@ struct Row {
   }
 };
 
-// Codes of a narrower configuration from those of a wider one over the same W. Column c of W is
-// bit c % K of code c / K (ALGORITHM.md 1.2), so every sign bit the narrow configuration needs
-// (columns below its K*L) is already stored in the wide codes: no second pass over the keys.
-std::vector<std::uint16_t> recode(const std::vector<std::uint16_t> &wide, const LshConfig &from,
-                                  const LshConfig &to) {
-  const std::size_t tokens = wide.size() / std::size_t(from.L);
-  std::vector<std::uint16_t> codes(tokens * std::size_t(to.L), 0);
-  for (std::size_t i = 0; i < tokens; ++i)
-    for (std::size_t c = 0; c < to.columns(); ++c) {
-      const unsigned bit =
-          (wide[i * std::size_t(from.L) + c / std::size_t(from.K)] >> (c % std::size_t(from.K))) &
-          1u;
-      codes[i * std::size_t(to.L) + c / std::size_t(to.K)] |=
-          std::uint16_t(bit << (c % std::size_t(to.K)));
-    }
-  return codes;
-}
-
 double since(Clock::time_point t0) {
   return std::chrono::duration<double>(Clock::now() - t0).count();
 }
@@ -162,22 +145,6 @@ std::string percent(double x) {
   char buf[32];
   std::snprintf(buf, sizeof buf, "%.0f%%", 100.0 * x);
   return buf;
-}
-
-// The smallest budget B whose expected unique draws reach `target` tokens (bisection; the
-// expectation sum_i 1 - (1 - w_i)^B is increasing in B).
-std::size_t oracle_budget(const std::vector<double> &w, double target) {
-  std::size_t lo = 1, hi = 1;
-  while (expected_unique_draws(w, hi) < target && hi < (std::size_t(1) << 40))
-    hi *= 2;
-  while (lo < hi) {
-    const std::size_t mid = lo + (hi - lo) / 2;
-    if (expected_unique_draws(w, mid) < target)
-      lo = mid + 1;
-    else
-      hi = mid;
-  }
-  return lo;
 }
 
 void print_header(const Options &opt) {
@@ -279,14 +246,14 @@ void measure_instance(const Options &opt, const OwnedMatrix &W, std::uint64_t se
   }
   for (double b : kBudgets) {
     t0 = Clock::now();
-    const std::size_t B = oracle_budget(w, b * n);
+    const std::size_t B = pig::eval::OracleBudget(w, b * n);
     add("Oracle", "Oracle sampling", "E|S| = " + percent(b),
         oracle_sampling(p.q, p.K, p.V, B, seed ^ 0x5eed));
   }
 
   // The index is built once, for the widest configuration; the narrower ones read their codes
-  // out of it (see recode), as a deployment sharing one W can. This saves most of the scalar
-  // hashing time. Index time is reported on the first MagicPIG row.
+  // out of it (see pig::eval::Recode), as a deployment sharing one W can. This saves most of the
+  // scalar hashing time. Index time is reported on the first MagicPIG row.
   t0 = Clock::now();
   const LshConfig widest{10, 150, kThreshold, opt.seed};
   const LshIndex wide = build_index(p.K, W, widest);
@@ -295,7 +262,7 @@ void measure_instance(const Options &opt, const OwnedMatrix &W, std::uint64_t se
     const LshConfig cfg{kl.K, kl.L, kThreshold, opt.seed};
     LshIndex index = wide;
     index.cfg = cfg;
-    index.codes = recode(wide.codes, widest, cfg);
+    index.codes = pig::eval::Recode(wide.codes, widest, cfg);
     const MagicPigResult e = magicpig_attention(p.q, p.K, p.V, W, index);
     const double read = double(e.sample.size() + e.static_tokens) / n;
     magicpig_read.push_back(read);

@@ -1,0 +1,115 @@
+#include "tasks.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <map>
+#include <string>
+
+namespace pig::eval {
+namespace {
+
+std::size_t Count(const std::string &text, const std::string &needle) {
+  std::size_t n = 0;
+  for (std::size_t at = text.find(needle); at != std::string::npos; at = text.find(needle, at + 1))
+    ++n;
+  return n;
+}
+
+TEST(Needle, OneNeedleAtTheAskedDepthAndTheAnswerIsItsNumber) {
+  const TaskInstance t = MakeNeedle(100, 0.5, 7);
+  ASSERT_EQ(t.expected.size(), 1u);
+  EXPECT_EQ(t.expected[0].size(), 7u);
+  const std::string sentence = "The special magic number is " + t.expected[0] + ".";
+  EXPECT_EQ(Count(t.prompt, sentence), 1u);
+  // Depth 0.5 of 100 filler sentences: 50 before the needle.
+  const std::string before = t.prompt.substr(0, t.prompt.find(sentence));
+  std::size_t filler = 0;
+  for (const char *f : {"The grass is green.", "The sky is blue.", "The sun is yellow.",
+                        "Here we go.", "There and back again."})
+    filler += Count(before, f);
+  EXPECT_EQ(filler, 50u);
+  EXPECT_EQ(ScoreAnswer(" " + t.expected[0] + ".", t.expected), 1.0);
+}
+
+TEST(Needle, SeedsAreReproducibleAndDistinct) {
+  EXPECT_EQ(MakeNeedle(40, 0.3, 1).prompt, MakeNeedle(40, 0.3, 1).prompt);
+  EXPECT_NE(MakeNeedle(40, 0.3, 1).expected, MakeNeedle(40, 0.3, 2).expected);
+  // Depth 0 and 1: first and last sentence of the haystack.
+  EXPECT_NE(MakeNeedle(10, 0.0, 3).prompt.find("afterwards.\nThe special magic number"),
+            std::string::npos);
+  EXPECT_NE(MakeNeedle(10, 1.0, 3).prompt.find(". \nWhat is the special"), std::string::npos);
+}
+
+TEST(CommonWords, CommonWordsAppearExactlyCommonFreqTimesAndOthersFewer) {
+  const TaskInstance t = MakeCommonWords(120, 3, 12, 2, 11);
+  ASSERT_EQ(t.expected.size(), 3u);
+  const std::size_t list_begin = t.prompt.find("\n1. ");
+  const std::size_t list_end = t.prompt.find("Question:");
+  ASSERT_NE(list_begin, std::string::npos);
+  const auto counts = WordCounts(t.prompt.substr(list_begin, list_end - list_begin));
+  std::map<std::string, std::size_t> c(counts.begin(), counts.end());
+  std::size_t total = 0;
+  for (const auto &[w, n] : c)
+    total += n;
+  EXPECT_EQ(total, 120u);
+  for (const std::string &w : t.expected)
+    EXPECT_EQ(c[w], 12u) << w;
+  for (const auto &[w, n] : c) {
+    if (std::find(t.expected.begin(), t.expected.end(), w) == t.expected.end()) {
+      EXPECT_LE(n, 2u) << w;
+    }
+  }
+  EXPECT_NE(t.prompt.find("120. "), std::string::npos);
+  EXPECT_EQ(t.prompt.find("121. "), std::string::npos);
+}
+
+TEST(CommonWords, RejectsImpossibleSizes) {
+  EXPECT_THROW(MakeCommonWords(10, 3, 12, 2, 1), std::invalid_argument);
+  EXPECT_THROW(MakeCommonWords(100, 3, 2, 2, 1), std::invalid_argument);
+  EXPECT_THROW(MakeCommonWords(5000, 3, 4, 1, 1), std::invalid_argument); // word pool too small
+}
+
+TEST(FrequentWords, ExpectedAreTheThreeMostFrequentWithoutTies) {
+  for (std::uint64_t seed = 1; seed <= 5; ++seed) {
+    const TaskInstance t = MakeFrequentWords(300, 2.0, seed);
+    const std::size_t b = t.prompt.find(".\n") + 2, e = t.prompt.find("\nQuestion:");
+    auto counts = WordCounts(t.prompt.substr(b, e - b));
+    std::sort(counts.begin(), counts.end(),
+              [](const auto &x, const auto &y) { return x.second > y.second; });
+    std::size_t total = 0;
+    for (const auto &[w, n] : counts)
+      total += n;
+    EXPECT_EQ(total, 300u);
+    ASSERT_GE(counts.size(), 4u);
+    EXPECT_GT(counts[2].second, counts[3].second);
+    for (int i = 0; i < 3; ++i)
+      EXPECT_EQ(t.expected[std::size_t(i)], counts[std::size_t(i)].first);
+  }
+}
+
+TEST(Score, CountsEachExpectedWordOnceCaseAndPunctuationInsensitive) {
+  const std::vector<std::string> want = {"apple", "river", "tiger"};
+  EXPECT_DOUBLE_EQ(ScoreAnswer("1. Apple, 2. RIVER; apple apple", want), 2.0 / 3.0);
+  EXPECT_DOUBLE_EQ(ScoreAnswer("tiger river apple", want), 1.0);
+  EXPECT_DOUBLE_EQ(ScoreAnswer("", want), 0.0);
+  EXPECT_DOUBLE_EQ(ScoreAnswer("pineapple rivers", want), 0.0); // whole words only
+  EXPECT_DOUBLE_EQ(ScoreAnswer("anything", {}), 1.0);
+  EXPECT_DOUBLE_EQ(ScoreAnswer("is 1234567.", {"1234567"}), 1.0);
+  EXPECT_DOUBLE_EQ(ScoreAnswer("is 12345678.", {"1234567"}), 0.0);
+}
+
+TEST(Words, SplitsOnNonAlphanumerics) {
+  EXPECT_EQ(AnswerWords("Hello, World! 42x"), (std::vector<std::string>{"hello", "world", "42x"}));
+  EXPECT_EQ(AnswerWords("caf\xc3\xa9 ok"), (std::vector<std::string>{"caf", "ok"}));
+}
+
+TEST(Text, NormalizeJoinsWrappedLinesAndKeepsParagraphs) {
+  const std::string raw = "  Title\n\n    First line of a\n    paragraph   here.\n\n\n  * item\n"
+                          "    continued\n";
+  EXPECT_EQ(NormalizeText(raw), "Title\n\nFirst line of a paragraph here.\n\n* item continued");
+  EXPECT_EQ(NormalizeText(""), "");
+}
+
+} // namespace
+} // namespace pig::eval

@@ -1,0 +1,149 @@
+#include "accuracy.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <stdexcept>
+
+namespace pig::eval {
+
+using namespace pig::ref;
+
+std::vector<std::uint16_t> Recode(const std::vector<std::uint16_t> &wide, const LshConfig &from,
+                                  const LshConfig &to) {
+  if (to.columns() > from.columns())
+    throw std::invalid_argument("Recode: the narrow configuration needs more columns of W");
+  const std::size_t fl = std::size_t(from.L), fk = std::size_t(from.K);
+  const std::size_t tl = std::size_t(to.L), tk = std::size_t(to.K);
+  const std::size_t tokens = wide.size() / fl;
+  std::vector<std::uint16_t> codes(tokens * tl, 0);
+  for (std::size_t i = 0; i < tokens; ++i)
+    for (std::size_t c = 0; c < to.columns(); ++c) {
+      const unsigned bit = (wide[i * fl + c / fk] >> (c % fk)) & 1u;
+      codes[i * tl + c / tk] |= std::uint16_t(bit << (c % tk));
+    }
+  return codes;
+}
+
+std::size_t OracleBudget(std::span<const double> w, double target, std::size_t max_draws) {
+  std::size_t lo = 1, hi = 1;
+  while (expected_unique_draws(w, hi) < target && hi < max_draws)
+    hi *= 2;
+  hi = std::min(hi, std::max<std::size_t>(max_draws, 1));
+  while (lo < hi) {
+    const std::size_t mid = lo + (hi - lo) / 2;
+    if (expected_unique_draws(w, mid) < target)
+      lo = mid + 1;
+    else
+      hi = mid;
+  }
+  return lo;
+}
+
+namespace {
+
+std::string Percent(double x) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "b=%g%%", 100.0 * x);
+  return buf;
+}
+
+} // namespace
+
+std::vector<std::vector<ErrorPoint>> MeasureGroup(const std::vector<std::vector<float>> &queries,
+                                                  Matrix K, Matrix V, Matrix W,
+                                                  const ErrorOptions &opt) {
+  const std::size_t n = K.rows;
+  const TokenSplit split = split_tokens(n, opt.statics);
+  const std::size_t indexed = split.indexed();
+  if (indexed < opt.quest_page)
+    throw std::invalid_argument("MeasureGroup: too few indexed tokens (" + std::to_string(n) +
+                                " cached)");
+  // The indexed rows as views: TopK, Quest and oracle sampling run on them, and their result is
+  // merged with the exact static part by the LSEs (ref::merge), which is exactly attention over
+  // the union of the two sets (the oracle's LSE is the exact one of the indexed part).
+  const Matrix Ki{K.row(split.indexed_begin), indexed, K.cols};
+  const Matrix Vi{V.row(split.indexed_begin), indexed, V.cols};
+  const double ni = double(indexed);
+  const std::size_t pages = (indexed + opt.quest_page - 1) / opt.quest_page;
+
+  // One index per configuration, shared by the group's queries: the widest is hashed, the
+  // others are read out of its codes.
+  int max_columns = 0;
+  KL widest{0, 0};
+  for (KL kl : opt.magicpig)
+    if (kl.K * kl.L > max_columns) {
+      max_columns = kl.K * kl.L;
+      widest = kl;
+    }
+  std::vector<LshIndex> indexes;
+  if (!opt.magicpig.empty()) {
+    const LshConfig wcfg{widest.K, widest.L, opt.threshold, opt.seed};
+    const LshIndex wide = build_index(K, W, wcfg, opt.statics);
+    for (KL kl : opt.magicpig) {
+      const LshConfig cfg{kl.K, kl.L, opt.threshold, opt.seed};
+      LshIndex index;
+      index.cfg = cfg;
+      index.split = wide.split;
+      index.mean = wide.mean;
+      index.centered = wide.centered;
+      index.codes = Recode(wide.codes, wcfg, cfg);
+      indexes.push_back(std::move(index));
+    }
+  }
+
+  std::vector<std::vector<ErrorPoint>> result;
+  for (const std::vector<float> &q : queries) {
+    std::vector<ErrorPoint> pts;
+    const Attention exact = dense_attention(q, K, V);
+    const Attention stat = static_attention(q, K, V, split);
+    const std::vector<double> w = attention_weights(q, Ki);
+    auto add = [&](std::string method, std::string config, double cost, const Attention &a) {
+      pts.push_back(
+          {std::move(method), std::move(config), cost, relative_l2_error(a.out, exact.out)});
+    };
+    auto topk = [&](double b, std::string config) {
+      const std::size_t m = std::clamp<std::size_t>(std::size_t(std::lround(b * ni)), 1, indexed);
+      const SparseEstimate e = topk_attention(q, Ki, Vi, m);
+      add("TopK", std::move(config), e.cost(), merge(stat, e.attention));
+    };
+    auto quest = [&](double b, std::string config) {
+      const std::size_t kept = std::clamp<std::size_t>(
+          std::size_t(std::lround(b * ni / double(opt.quest_page))), 1, pages);
+      const SparseEstimate e = quest_attention(q, Ki, Vi, opt.quest_page, kept);
+      add("Quest", std::move(config), e.cost(), merge(stat, e.attention));
+    };
+    auto oracle = [&](double b, std::string config) {
+      const std::size_t B = OracleBudget(w, b * ni, opt.max_oracle_draws);
+      const SparseEstimate e = oracle_sampling(q, Ki, Vi, B, opt.sample_seed);
+      add("Oracle", std::move(config), e.cost(), merge(stat, e.attention));
+    };
+    for (double b : opt.budgets)
+      topk(b, Percent(b));
+    for (double b : opt.budgets)
+      quest(b, Percent(b));
+    for (double b : opt.budgets)
+      oracle(b, Percent(b));
+    std::vector<double> mp_cost;
+    for (std::size_t c = 0; c < indexes.size(); ++c) {
+      const MagicPigResult e = magicpig_attention(q, K, V, W, indexes[c]);
+      mp_cost.push_back(e.cost());
+      add("MagicPIG",
+          "K=" + std::to_string(opt.magicpig[c].K) + " L=" + std::to_string(opt.magicpig[c].L),
+          e.cost(), e.attention);
+    }
+    // The baselines at the cost this query's MagicPIG sample actually had (at least one token).
+    for (std::size_t c = 0; c < std::min(opt.matched, indexes.size()); ++c) {
+      const std::string tag = "= MagicPIG " + std::to_string(opt.magicpig[c].K) + "," +
+                              std::to_string(opt.magicpig[c].L);
+      const double b = std::max(mp_cost[c], 1.0 / ni);
+      topk(b, tag);
+      quest(b, tag);
+      oracle(b, tag);
+    }
+    result.push_back(std::move(pts));
+  }
+  return result;
+}
+
+} // namespace pig::eval

@@ -1,0 +1,67 @@
+// Attention error of the sparse estimators against exact attention for one (layer, kv-head) of
+// a real KV cache and the queries of its GQA group, computed with the scalar reference
+// (pig::ref). Shared by pig-eval (real caches) and pig-compare (synthetic attention).
+//
+// The framing is the runtime's (attention.h): the first `sink` and the last `local` tokens are
+// static and attended exactly by every method; each method chooses among the indexed tokens in
+// between, and its cost is the fraction of the indexed tokens it reads (ALGORITHM.md cost2).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "pig/reference/reference.h"
+
+namespace pig::eval {
+
+/// Codes of a narrower LSH configuration read out of those of a wider one over the same W.
+/// Column c of W is bit c % K of code c / K (ALGORITHM.md 1.2), so every sign bit the narrow
+/// configuration needs (columns below its K*L) is already in the wide codes: hashing the keys
+/// once serves every configuration. Requires to.columns() <= from.columns().
+std::vector<std::uint16_t> Recode(const std::vector<std::uint16_t> &wide,
+                                  const ref::LshConfig &from, const ref::LshConfig &to);
+
+/// The smallest oracle-sampling budget B whose expected unique draws reach `target` tokens
+/// (bisection: sum_i 1 - (1 - w_i)^B increases with B), at most `max_draws`.
+std::size_t OracleBudget(std::span<const double> weights, double target,
+                         std::size_t max_draws = std::size_t(1) << 40);
+
+struct KL {
+  int K, L;
+};
+
+struct ErrorOptions {
+  std::vector<double> budgets{0.01, 0.02, 0.05, 0.10}; ///< TopK / Quest / oracle, of indexed
+  std::vector<KL> magicpig{{10, 150}, {9, 120}, {8, 75}, {7, 64}, {6, 32}};
+  /// MagicPIG configurations at whose measured cost TopK, Quest and oracle also run.
+  std::size_t matched = 3; ///< the first `matched` entries of `magicpig`
+  int threshold = 2;
+  std::uint64_t seed = 0x9e3779b97f4a7c15ull; ///< W (the runtime's default)
+  ref::StaticConfig statics{};
+  std::size_t quest_page = 16;
+  std::uint64_t sample_seed = 1;
+  /// Oracle sampling draws at most this many samples: where the indexed part's softmax is
+  /// concentrated on a few tokens, reaching a target of unique draws takes astronomically many
+  /// (the expected count saturates); the point then sits at the cost actually reached.
+  std::size_t max_oracle_draws = std::size_t(1) << 20;
+};
+
+/// One estimate of one query head.
+struct ErrorPoint {
+  std::string method; ///< TopK, Quest, Oracle, MagicPIG
+  std::string config; ///< "b=2%", "K=10 L=150", "= MagicPIG 10,150"
+  double cost = 0;    ///< tokens read from the indexed part / indexed tokens
+  double error = 0;   ///< relative L2 error of the output vs exact attention
+};
+
+/// Every method on each query of one kv-head's cache (K, V: n x d rows of positions [0, n)).
+/// W must have d rows and at least max K*L columns (ref::simhash_matrix(seed, d, 10, 150)).
+/// Returns, per query, the points in a fixed order.
+std::vector<std::vector<ErrorPoint>> MeasureGroup(const std::vector<std::vector<float>> &queries,
+                                                  ref::Matrix K, ref::Matrix V, ref::Matrix W,
+                                                  const ErrorOptions &opt);
+
+} // namespace pig::eval

@@ -1,0 +1,309 @@
+#include "tasks.h"
+
+#include <algorithm>
+#include <array>
+#include <cctype>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <set>
+#include <sstream>
+#include <stdexcept>
+
+namespace pig::eval {
+namespace {
+
+// splitmix64: tiny and fully specified, so a seed names the same instance on every standard
+// library (std:: distributions are implementation-defined).
+class Rng {
+public:
+  explicit Rng(std::uint64_t seed) : s_(seed) {}
+  std::uint64_t next() {
+    std::uint64_t z = (s_ += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+  }
+  std::size_t below(std::size_t n) { return std::size_t(next() % n); }
+  double uniform() { return double(next() >> 11) * 0x1.0p-53; }
+
+private:
+  std::uint64_t s_;
+};
+
+template <class T> void Shuffle(std::vector<T> &v, Rng &rng) {
+  for (std::size_t i = v.size(); i > 1; --i)
+    std::swap(v[i - 1], v[rng.below(i)]);
+}
+
+// RULER's noise haystack for needle retrieval: repetitive on purpose, so that the needle is the
+// only informative sentence.
+constexpr std::array<const char *, 5> kFiller = {"The grass is green.", "The sky is blue.",
+                                                 "The sun is yellow.", "Here we go.",
+                                                 "There and back again."};
+
+// Plain, common English nouns (one or two tokens each for a BPE vocabulary): the CWE word pool.
+constexpr std::array<const char *, 160> kWords = {
+    "apple",   "river",   "garden",  "window",   "pencil", "mountain", "ocean",    "candle",
+    "bridge",  "forest",  "castle",  "rabbit",   "tiger",  "guitar",   "piano",    "rocket",
+    "planet",  "island",  "desert",  "valley",   "meadow", "harbor",   "engine",   "wallet",
+    "ladder",  "mirror",  "basket",  "bottle",   "button", "carpet",   "cheese",   "circle",
+    "cloud",   "coffee",  "copper",  "cotton",   "dragon", "feather",  "finger",   "flower",
+    "hammer",  "helmet",  "jacket",  "jungle",   "kettle", "kitten",   "lemon",    "letter",
+    "lizard",  "magnet",  "marble",  "market",   "monkey", "needle",   "orange",   "oyster",
+    "parrot",  "pepper",  "pillow",  "pirate",   "pocket", "potato",   "puzzle",   "rainbow",
+    "ribbon",  "saddle",  "salmon",  "shadow",   "silver", "spider",   "spoon",    "statue",
+    "summer",  "sunset",  "temple",  "thunder",  "tomato", "tunnel",   "turtle",   "velvet",
+    "violin",  "wagon",   "walnut",  "whistle",  "winter", "wizard",   "yogurt",   "zebra",
+    "anchor",  "barrel",  "beacon",  "blanket",  "breeze", "canyon",   "carrot",   "cherry",
+    "chimney", "compass", "crystal", "dolphin",  "eagle",  "falcon",   "fountain", "galaxy",
+    "ginger",  "glacier", "goblet",  "granite",  "hazel",  "horizon",  "iceberg",  "jasmine",
+    "lantern", "lobster", "maple",   "meteor",   "nectar", "oasis",    "orchid",   "paddle",
+    "panther", "peacock", "pebble",  "pelican",  "pepper", "pine",     "plum",     "pumpkin",
+    "quartz",  "raven",   "saffron", "sapphire", "scarf",  "shell",    "sparrow",  "squirrel",
+    "stone",   "storm",   "sugar",   "thistle",  "timber", "tulip",    "umbrella", "vanilla",
+    "walrus",  "willow",  "anvil",   "badger",   "bamboo", "beetle",   "buffalo",  "cactus",
+    "cobalt",  "coral",   "cricket", "daisy",    "ember",  "fig",      "fossil",   "gravel"};
+
+std::vector<std::string> DistinctWords(std::size_t n, Rng &rng) {
+  std::vector<std::string> pool;
+  std::set<std::string> seen;
+  for (const char *w : kWords)
+    if (seen.insert(w).second)
+      pool.emplace_back(w);
+  if (n > pool.size())
+    throw std::invalid_argument("cwe: " + std::to_string(n) + " distinct words asked, " +
+                                std::to_string(pool.size()) + " available");
+  Shuffle(pool, rng);
+  pool.resize(n);
+  return pool;
+}
+
+std::string CodedWord(Rng &rng) {
+  const std::size_t len = 3 + rng.below(4);
+  std::string w;
+  for (std::size_t i = 0; i < len; ++i)
+    w.push_back(char('a' + rng.below(26)));
+  return w;
+}
+
+} // namespace
+
+TaskInstance MakeNeedle(std::size_t size, double depth, std::uint64_t seed) {
+  Rng rng(seed);
+  const std::size_t number = 1000000 + rng.below(9000000);
+  const std::size_t at = std::size_t(std::lround(std::clamp(depth, 0.0, 1.0) * double(size)));
+  std::string hay;
+  for (std::size_t i = 0; i <= size; ++i) {
+    if (i == at)
+      hay += "The special magic number is " + std::to_string(number) + ". ";
+    if (i < size) {
+      hay += kFiller[i % kFiller.size()];
+      hay += ' ';
+    }
+  }
+  TaskInstance t;
+  t.name = "needle";
+  t.size = size;
+  t.prompt = "A special magic number is hidden within the following text. Make sure to memorize "
+             "it. I will quiz you about the number afterwards.\n" +
+             hay +
+             "\nWhat is the special magic number mentioned in the provided text? Answer with the "
+             "number only.";
+  t.answer_prefix = "The special magic number mentioned in the provided text is";
+  t.expected = {std::to_string(number)};
+  return t;
+}
+
+TaskInstance MakeCommonWords(std::size_t size, std::size_t n_common, std::size_t common_freq,
+                             std::size_t rare_freq, std::uint64_t seed) {
+  if (n_common == 0 || common_freq <= rare_freq || rare_freq == 0)
+    throw std::invalid_argument("cwe: need n_common >= 1 and common_freq > rare_freq >= 1");
+  if (size < n_common * common_freq)
+    throw std::invalid_argument("cwe: list of " + std::to_string(size) +
+                                " words cannot hold the common words");
+  Rng rng(seed);
+  const std::size_t n_rare = (size - n_common * common_freq + rare_freq - 1) / rare_freq;
+  const std::vector<std::string> words = DistinctWords(n_common + n_rare, rng);
+  std::vector<std::string> list;
+  for (std::size_t i = 0; i < n_common; ++i)
+    list.insert(list.end(), common_freq, words[i]);
+  for (std::size_t i = 0; i < n_rare && list.size() < size; ++i)
+    for (std::size_t r = 0; r < rare_freq && list.size() < size; ++r)
+      list.push_back(words[n_common + i]);
+  Shuffle(list, rng);
+  std::string text;
+  for (std::size_t i = 0; i < list.size(); ++i)
+    text += std::to_string(i + 1) + ". " + list[i] + "\n";
+  TaskInstance t;
+  t.name = "cwe";
+  t.size = size;
+  const std::string n = std::to_string(n_common);
+  t.prompt = "Below is a numbered list of words. In these words, some appear more often than "
+             "others. Memorize the ones that appear most often.\n" +
+             text + "Question: What are the " + n +
+             " most common words in the above list? List the words only.";
+  t.answer_prefix = "Answer: The top " + n + " words that appear most often in the list are:";
+  t.expected.assign(words.begin(), words.begin() + std::ptrdiff_t(n_common));
+  return t;
+}
+
+TaskInstance MakeFrequentWords(std::size_t size, double alpha, std::uint64_t seed) {
+  if (size < 8 || alpha <= 0)
+    throw std::invalid_argument("fwe: need size >= 8 and alpha > 0");
+  Rng rng(seed);
+  constexpr std::size_t kVocab = 200;
+  for (;;) {
+    std::set<std::string> seen;
+    std::vector<std::string> vocab;
+    while (vocab.size() < kVocab) {
+      std::string w = CodedWord(rng);
+      if (seen.insert(w).second)
+        vocab.push_back(std::move(w));
+    }
+    std::vector<double> cdf(kVocab);
+    double acc = 0;
+    for (std::size_t r = 0; r < kVocab; ++r)
+      cdf[r] = acc += 1.0 / std::pow(double(r + 1), alpha);
+    std::vector<std::string> list;
+    std::map<std::string, std::size_t> count;
+    for (std::size_t i = 0; i < size; ++i) {
+      const double u = rng.uniform() * acc;
+      const std::size_t r = std::size_t(std::lower_bound(cdf.begin(), cdf.end(), u) - cdf.begin());
+      const std::string &w = vocab[std::min(r, kVocab - 1)];
+      list.push_back(w);
+      ++count[w];
+    }
+    std::vector<std::pair<std::size_t, std::string>> by;
+    for (const auto &[w, c] : count)
+      by.emplace_back(c, w);
+    std::sort(by.rbegin(), by.rend());
+    // A tie among the top four would make the answer ambiguous: draw again.
+    if (by.size() < 4 || by[0].first == by[1].first || by[1].first == by[2].first ||
+        by[2].first == by[3].first)
+      continue;
+    std::string text;
+    for (std::size_t i = 0; i < list.size(); ++i)
+      text += (i ? " " : "") + list[i];
+    TaskInstance t;
+    t.name = "fwe";
+    t.size = size;
+    t.prompt = "Read the following coded text and track the frequency of each coded word. Find "
+               "the three most frequently appeared coded words.\n" +
+               text +
+               "\nQuestion: Do not provide any explanation. What are the three most frequently "
+               "appeared words in the above coded text?";
+    t.answer_prefix =
+        "Answer: According to the coded text above, the three most frequently appeared words are:";
+    t.expected = {by[0].second, by[1].second, by[2].second};
+    return t;
+  }
+}
+
+std::vector<std::string> AnswerWords(std::string_view text) {
+  std::vector<std::string> out;
+  std::string cur;
+  for (char c : text) {
+    const auto u = static_cast<unsigned char>(c);
+    if (u < 128 && std::isalnum(u)) {
+      cur.push_back(char(std::tolower(u)));
+    } else if (!cur.empty()) {
+      out.push_back(std::move(cur));
+      cur.clear();
+    }
+  }
+  if (!cur.empty())
+    out.push_back(std::move(cur));
+  return out;
+}
+
+double ScoreAnswer(std::string_view answer, const std::vector<std::string> &expected) {
+  if (expected.empty())
+    return 1.0;
+  const std::vector<std::string> words = AnswerWords(answer);
+  const std::set<std::string> have(words.begin(), words.end());
+  std::set<std::string> want;
+  for (const std::string &e : expected) {
+    const std::vector<std::string> w = AnswerWords(e);
+    want.insert(w.empty() ? e : w.front());
+  }
+  std::size_t hit = 0;
+  for (const std::string &w : want)
+    hit += have.count(w);
+  return double(hit) / double(want.size());
+}
+
+std::vector<std::pair<std::string, std::size_t>> WordCounts(std::string_view list_text) {
+  std::map<std::string, std::size_t> count;
+  for (const std::string &w : AnswerWords(list_text))
+    if (!std::isdigit(static_cast<unsigned char>(w[0])))
+      ++count[w];
+  return {count.begin(), count.end()};
+}
+
+std::string NormalizeText(std::string_view raw) {
+  std::string out, para;
+  auto flush = [&]() {
+    if (para.empty())
+      return;
+    if (!out.empty())
+      out += "\n\n";
+    out += para;
+    para.clear();
+  };
+  std::size_t start = 0;
+  while (start <= raw.size()) {
+    std::size_t end = raw.find('\n', start);
+    if (end == std::string_view::npos)
+      end = raw.size();
+    const std::string_view line = raw.substr(start, end - start);
+    bool blank = true;
+    for (char c : line) {
+      if (c == ' ' || c == '\t' || c == '\r') {
+        if (!para.empty() && para.back() != ' ')
+          para.push_back(' ');
+      } else {
+        if (blank && !para.empty() && para.back() != ' ')
+          para.push_back(' '); // the line break inside a paragraph is a space
+        para.push_back(c);
+        blank = false;
+      }
+    }
+    if (!para.empty() && para.back() == ' ')
+      para.pop_back();
+    if (blank)
+      flush();
+    start = end + 1;
+  }
+  flush();
+  return out;
+}
+
+std::string ReadTextFile(const std::string &path) {
+  std::string data;
+  if (path.size() > 3 && path.ends_with(".gz")) {
+    // gzip is part of every Debian system (Essential: yes); no zlib dependency for one file.
+    const std::string cmd = "gzip -dc '" + path + "' 2>/dev/null";
+    std::unique_ptr<FILE, int (*)(FILE *)> pipe(popen(cmd.c_str(), "r"), pclose);
+    if (!pipe)
+      throw std::runtime_error("cannot run gzip for " + path);
+    char buf[1 << 16];
+    std::size_t got;
+    while ((got = std::fread(buf, 1, sizeof buf, pipe.get())) > 0)
+      data.append(buf, got);
+  } else {
+    std::ifstream in(path, std::ios::binary);
+    std::stringstream ss;
+    ss << in.rdbuf();
+    data = ss.str();
+  }
+  if (data.empty())
+    throw std::runtime_error("cannot read text " + path +
+                             " (for the default, install the Debian package " +
+                             kDefaultTextPackage + ")");
+  return data;
+}
+
+} // namespace pig::eval
