@@ -65,7 +65,7 @@ void DenseAttention::Forward(size_t layer, size_t pos, size_t n, const float *q,
 AttentionStats DenseAttention::stats() const {
   AttentionStats s;
   s.decode_steps = decode_steps_;
-  s.kernels = "dense: " + lsh::KernelRegistry::describe(set_);
+  s.kernels = "dense kernel, " + lsh::KernelRegistry::describe(set_);
   return s;
 }
 
