@@ -396,13 +396,16 @@ struct Heads {
   float *acc = nullptr;  // G * d
   float *mean = nullptr; // d (sampled only)
   float m[kMaxGroup], l[kMaxGroup], qnorm[kMaxGroup];
+  float qmu[kMaxGroup]; // q_h . mean (double, rounded once): q.(k - mean) = q.k - q.mean
   bool bad[kMaxGroup]; // a NaN or +inf logit was seen: the result is NaN
   float scale = 0;
   int mask_shift = 0; // heads of this chunk are bits [mask_shift, mask_shift + G) of the masks
 };
 
 // Scores of nb (<= kBlock) rows for every head: z[h * kBlock + i] = scale q_h . k_i. Sampled
-// blocks also get c[h * kBlock + i] = q_h . (k_i - mean) and nn[i] = |k_i - mean|^2.
+// blocks also get c[h * kBlock + i] = q_h . (k_i - mean), as q_h . k_i - q_h . mean (one dot
+// product per head and row instead of two), and nn[i] = |k_i - mean|^2 (once per row, shared by
+// the heads).
 template <int kG, int kD, typename Row, bool kSampled>
 HWY_INLINE void ScoreRows(const Heads &st, const Row *const *rows, std::size_t nb,
                           float *HWY_RESTRICT z, float *HWY_RESTRICT c, float *HWY_RESTRICT nn) {
@@ -432,8 +435,9 @@ HWY_INLINE void ScoreRows(const Heads &st, const Row *const *rows, std::size_t n
         const VF qa = hn::LoadU(df, st.q + h * d + 2 * j * N);
         const VF qb = hn::LoadU(df, st.q + h * d + 2 * j * N + N);
         if constexpr (kSampled) {
-          s[h] = hn::MulAdd(qb, b, hn::MulAdd(qa, a, s[h]));
-          cs[h] = hn::MulAdd(qb, cb, hn::MulAdd(qa, ca, cs[h]));
+          // Two chains per head (a and b halves), like the dense scores.
+          s[h] = hn::MulAdd(qa, a, s[h]);
+          cs[h] = hn::MulAdd(qb, b, cs[h]);
         } else {
           // Two chains per head: one FMA chain of 2 d / N steps is latency-bound (5 cycles
           // each) and was the dense kernel's limit at d = 128.
@@ -442,22 +446,21 @@ HWY_INLINE void ScoreRows(const Heads &st, const Row *const *rows, std::size_t n
         }
       }
     }
-    float tn = 0, ts[kG], tc[kG];
+    float tn = 0, ts[kG];
     for (int h = 0; h < kG; ++h)
-      ts[h] = tc[h] = 0;
+      ts[h] = 0;
     for (std::size_t k = dv; k < d; ++k) { // scalar tail (d not a multiple of 2N)
       const float x = sd::ScalarAt(row, k);
       const float cx = kSampled ? x - st.mean[k] : x;
       tn += cx * cx;
-      for (int h = 0; h < kG; ++h) {
+      for (int h = 0; h < kG; ++h)
         ts[h] += st.q[h * d + k] * x;
-        tc[h] += st.q[h * d + k] * cx;
-      }
     }
     for (int h = 0; h < kG; ++h) {
       if constexpr (kSampled) {
-        z[h * kBlock + i] = st.scale * (hn::GetLane(hn::SumOfLanes(df, s[h])) + ts[h]);
-        c[h * kBlock + i] = hn::GetLane(hn::SumOfLanes(df, cs[h])) + tc[h];
+        const float dot = hn::GetLane(hn::SumOfLanes(df, hn::Add(s[h], cs[h]))) + ts[h];
+        z[h * kBlock + i] = st.scale * dot;
+        c[h * kBlock + i] = dot - st.qmu[h];
       } else {
         z[h * kBlock + i] =
             st.scale * (hn::GetLane(hn::SumOfLanes(df, hn::Add(s[h], cs[h]))) + ts[h]);
@@ -471,7 +474,7 @@ HWY_INLINE void ScoreRows(const Heads &st, const Row *const *rows, std::size_t n
 // z -= log u for a block of sampled tokens of head h; heads that did not sample a token get
 // z = -inf. log u = h(p) + t K log p with p = 1 - acos(cos)/pi (table in LogUTable).
 HWY_INLINE void SubtractLogU(const LogUTable &lut, float qnorm, const float *HWY_RESTRICT c,
-                             const float *HWY_RESTRICT nn, const uint8_t *masks, int bit,
+                             const float *HWY_RESTRICT kn, const uint8_t *masks, int bit,
                              std::size_t nb, float *HWY_RESTRICT z) {
   const DF df;
   const hn::RebindToSigned<DF> di;
@@ -484,7 +487,7 @@ HWY_INLINE void SubtractLogU(const LogUTable &lut, float qnorm, const float *HWY
   const VF floor_log_u = hn::Set(df, -744.44007f); // log(denorm_min of double), as pig::ref
   const VF vq = hn::Set(df, qnorm);
   for (std::size_t i = 0; i < kBlock; i += N) {
-    const VF knorm = hn::Sqrt(hn::LoadU(df, nn + i));
+    const VF knorm = hn::LoadU(df, kn + i); // |k_i - mean|, computed once for the group
     const VF den = hn::Mul(vq, knorm);
     // A zero-norm vector has no direction: cosine 0 (pig::ref::cosine).
     const VF cosv = hn::IfThenElseZero(hn::Gt(den, zero), hn::Div(hn::LoadU(df, c + i), den));
@@ -656,6 +659,11 @@ HWY_INLINE void SampledRange(Heads &st, const SampledAttentionArgs &a) {
     for (std::size_t i = nb; i < kBlock; ++i)
       nn[i] = 0;
     ScoreRows<kG, kD, Row, true>(st, krows, nb, z, c, nn);
+    {
+      const DF df;
+      for (std::size_t i = 0; i < kBlock; i += hn::Lanes(df))
+        hn::Store(hn::Sqrt(hn::Load(df, nn + i)), df, nn + i);
+    }
     for (int h = 0; h < kG; ++h) {
       for (std::size_t i = nb; i < kBlock; ++i)
         c[h * kBlock + i] = z[h * kBlock + i] = 0;
@@ -686,6 +694,13 @@ HWY_INLINE void InitHeads(Heads &st, const float *q, int G, std::size_t d, float
     st.m[h] = -HUGE_VALF;
     st.l[h] = 0;
     st.bad[h] = false;
+  }
+  for (int h = 0; h < G; ++h) {
+    double qm = 0;
+    if (mean)
+      for (std::size_t k = 0; k < d; ++k)
+        qm += double(q[h * d + k]) * double(mean[k]);
+    st.qmu[h] = float(qm);
   }
   if (mean)
     sd::ToKernelOrder<Row>(mean, d, st.mean);
