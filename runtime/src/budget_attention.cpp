@@ -251,12 +251,8 @@ void BudgetAttention::Forward(size_t layer, size_t pos, size_t n, const float *q
       SparseHead<std::uint16_t>(layer, h, pos, q + h * d, out + h * d, *scratch_[thread],
                                 head_count_[h]);
   });
-  for (const HeadCount &c : head_count_) {
-    stats_.indexed += c.indexed;
-    stats_.sampled += c.sampled;
-    stats_.index_bytes_read += c.index_read;
-    stats_.kv_bytes_indexed += c.kv_indexed;
-  }
+  for (const HeadCount &c : head_count_)
+    stats_ += c;
 }
 
 void BudgetAttention::DenseDecode(size_t layer, size_t n_tok, const float *q, float *out,
@@ -295,7 +291,7 @@ void BudgetAttention::SparseHead(size_t layer, size_t head, size_t pos, const fl
   const double scale = 1.0 / std::sqrt(double(d));
   s.acc.resize(d);
   count.indexed = double(n_idx);
-  count.kv_indexed = double(2 * n_idx * d * sizeof(E));
+  count.kv_bytes_indexed = double(2 * n_idx * d * sizeof(E));
 
   // Ranking in the reference's order: highest first, ties to the lower index, NaN above all (it
   // is kept, so it propagates); a strict weak order even with NaN.
@@ -336,7 +332,7 @@ void BudgetAttention::SparseHead(size_t layer, size_t head, size_t pos, const fl
     attend_range(e, n_tok);
     SoftmaxValues(s.zs.data(), s.ids.data(), s.ids.size(), V, d, s.acc.data(), out);
     count.sampled = double(m);
-    count.index_read = double(n_idx * d * sizeof(E));
+    count.index_bytes_read = double(n_idx * d * sizeof(E));
     return;
   }
 
@@ -362,7 +358,7 @@ void BudgetAttention::SparseHead(size_t layer, size_t head, size_t pos, const fl
     attend_range(e, n_tok);
     SoftmaxValues(s.zs.data(), s.ids.data(), s.ids.size(), V, d, s.acc.data(), out);
     count.sampled = double(read);
-    count.index_read = double(pages * 2 * d * sizeof(float));
+    count.index_bytes_read = double(pages * 2 * d * sizeof(float));
     return;
   }
 
@@ -373,7 +369,7 @@ void BudgetAttention::SparseHead(size_t layer, size_t head, size_t pos, const fl
       SoftmaxValues(s.zs.data(), s.ids.data(), s.ids.size(), V, d, s.acc.data(), out);
   // The indexed part: its exact lse (the oracle knows every score), then B = m i.i.d. draws from
   // its softmax, as pig::ref::oracle_sampling.
-  count.index_read = double(n_idx * d * sizeof(E));
+  count.index_bytes_read = double(n_idx * d * sizeof(E));
   s.z.resize(n_idx);
   Logits(q, K, d, scale, b, e, s.z.data());
   double mx = -kInf;

@@ -59,11 +59,8 @@ size_t LshAttention::MemoryBytes() const {
 
 AttentionStats LshAttention::stats() const {
   AttentionStats s;
+  static_cast<CostCounters &>(s) = total_;
   s.decode_steps = decode_steps_;
-  s.indexed = total_.indexed;
-  s.sampled = total_.sampled;
-  s.index_bytes_read = total_.index_bytes_read;
-  s.kv_bytes_indexed = total_.kv_bytes_indexed;
   for (const auto &ix : index_)
     if (ix)
       s.index_bytes += ix->bytes();
@@ -72,7 +69,7 @@ AttentionStats LshAttention::stats() const {
 }
 
 void LshAttention::DecodeGroup(size_t layer, size_t kvh, size_t n_tokens, const float *q,
-                               float *out, PerThread &pt, Counters &c) {
+                               float *out, PerThread &pt, CostCounters &c) {
   const AttentionShape &sh = cache_.shape();
   const size_t d = sh.head_dim, G = sh.group();
   const float scale = 1.0f / std::sqrt(float(d));
@@ -135,12 +132,8 @@ void LshAttention::Forward(size_t layer, size_t pos, size_t n, const float *q, c
     DecodeGroup(layer, kvh, pos + 1, q + kvh * G * hd, out + kvh * G * hd, *threads_[thread],
                 per_kvh_[kvh]);
   });
-  for (const auto &c : per_kvh_) {
-    total_.indexed += c.indexed;
-    total_.sampled += c.sampled;
-    total_.index_bytes_read += c.index_bytes_read;
-    total_.kv_bytes_indexed += c.kv_bytes_indexed;
-  }
+  for (const auto &c : per_kvh_)
+    total_ += c;
   if (layer == 0)
     ++decode_steps_;
 }

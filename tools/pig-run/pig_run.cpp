@@ -460,10 +460,7 @@ int RunBatch(const Options &o) {
   size_t kv = 0;
   for (size_t i = 0; i < B; ++i) {
     const AttentionStats st = batch.attention(i).stats();
-    total.indexed += st.indexed;
-    total.sampled += st.sampled;
-    total.index_bytes_read += st.index_bytes_read;
-    total.kv_bytes_indexed += st.kv_bytes_indexed;
+    total += st;
     total.index_bytes += st.index_bytes;
     total.kernels = st.kernels;
     kv += batch.attention(i).cache().MemoryBytes();

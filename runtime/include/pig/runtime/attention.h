@@ -21,16 +21,27 @@
 
 namespace pig::runtime {
 
-/// What the sparse decode steps of an Attention did, summed over steps, sparse layers and query
-/// heads (ALGORITHM.md section 1.8).
-struct AttentionStats {
-  size_t decode_steps = 0;     ///< single-token Forward calls (per layer: counted once, layer 0)
+/// The cost counters of sparse decode steps (ALGORITHM.md section 1.8), summed over steps, sparse
+/// layers and query heads. Work items of one step fill one each; they are summed once per step.
+struct CostCounters {
   double indexed = 0;          ///< sum of indexed (sampleable) tokens seen by each query head
   double sampled = 0;          ///< sum of |S_h| (tokens read from the indexed part)
   double index_bytes_read = 0; ///< index traffic of retrieval (bucket offsets and ids)
   double kv_bytes_indexed = 0; ///< K+V bytes of the indexed tokens (denominator of cost1)
-  size_t index_bytes = 0;      ///< index memory now (all layers, kv-heads)
-  std::string kernels;         ///< which kernels served (KernelRegistry::describe), if any
+  CostCounters &operator+=(const CostCounters &o) {
+    indexed += o.indexed;
+    sampled += o.sampled;
+    index_bytes_read += o.index_bytes_read;
+    kv_bytes_indexed += o.kv_bytes_indexed;
+    return *this;
+  }
+};
+
+/// What the decode steps of an Attention did.
+struct AttentionStats : CostCounters {
+  size_t decode_steps = 0; ///< single-token Forward calls (per layer: counted once, layer 0)
+  size_t index_bytes = 0;  ///< index memory now (all layers, kv-heads)
+  std::string kernels;     ///< which kernels served (KernelRegistry::describe), if any
   /// cost2: sampled fraction of the indexed tokens.
   double cost2() const { return indexed > 0 ? sampled / indexed : 0.0; }
   /// cost1: index traffic relative to reading the indexed tokens' K and V densely.

@@ -61,9 +61,7 @@ public:
 
 private:
   struct Scratch; // per pool thread, defined in the .cpp
-  struct HeadCount {
-    double indexed = 0, sampled = 0, index_read = 0, kv_indexed = 0;
-  };
+  using HeadCount = CostCounters;
 
   void DenseDecode(size_t layer, size_t n_tok, const float *q, float *out, ThreadPool &pool);
   template <typename E>

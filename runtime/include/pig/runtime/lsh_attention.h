@@ -49,12 +49,8 @@ private:
     std::vector<float> lse;
     explicit PerThread(size_t capacity) : scratch(capacity) {}
   };
-  struct Counters {
-    double indexed = 0, sampled = 0, index_bytes_read = 0, kv_bytes_indexed = 0;
-  };
-
   void DecodeGroup(size_t layer, size_t kvh, size_t n_tokens, const float *q, float *out,
-                   PerThread &pt, Counters &c);
+                   PerThread &pt, CostCounters &c);
 
   AttentionSpec spec_;
   KvCache cache_;
@@ -64,8 +60,8 @@ private:
   std::vector<bool> dense_layer_;
   std::vector<std::optional<lsh::LshIndex>> index_; // [layer][kv-head]
   std::vector<std::unique_ptr<PerThread>> threads_;
-  std::vector<Counters> per_kvh_;
-  Counters total_;
+  std::vector<CostCounters> per_kvh_;
+  CostCounters total_;
   size_t decode_steps_ = 0;
 };
 
