@@ -66,11 +66,13 @@ using VF = hn::Vec<DF>;
 
 inline constexpr std::size_t kSegment = 65535; // tokens per index segment (ids and offsets u16)
 inline constexpr std::size_t kBlock = 16;      // tokens per softmax block (>= N of every target)
-#ifndef PIG_LSH_PREFETCH_BLOCKS
-#define PIG_LSH_PREFETCH_BLOCKS 2
+#ifndef PIG_LSH_PREFETCH_ROWS
+#define PIG_LSH_PREFETCH_ROWS 8
 #endif
-// Sampled rows are prefetched this many blocks ahead of the block being scored.
-inline constexpr std::size_t kPrefetchBlocks = PIG_LSH_PREFETCH_BLOCKS;
+// Sampled K and V rows are prefetched this many rows ahead of the row being scored, one row's
+// prefetches per row scored. Issuing a whole block's prefetches at once (64 cache lines) overran
+// the core's outstanding-miss buffers, so most of them were dropped and the gathers stalled.
+inline constexpr std::size_t kPrefetchRows = PIG_LSH_PREFETCH_ROWS;
 
 // Storage type of a row element: f32, or bf16 as raw bits.
 template <typename T> using RowOf = std::conditional_t<std::is_same_v<T, float>, float, uint16_t>;
@@ -408,13 +410,18 @@ struct Heads {
 // the heads).
 template <int kG, int kD, typename Row, bool kSampled>
 HWY_INLINE void ScoreRows(const Heads &st, const Row *const *rows, std::size_t nb,
-                          float *HWY_RESTRICT z, float *HWY_RESTRICT c, float *HWY_RESTRICT nn) {
+                          float *HWY_RESTRICT z, float *HWY_RESTRICT c, float *HWY_RESTRICT nn,
+                          const Row *const *pf_k = nullptr, const Row *const *pf_v = nullptr) {
   const DF df;
   const std::size_t N = hn::Lanes(df);
   const std::size_t d = kD ? std::size_t(kD) : st.d;
   const std::size_t dv = sd::VectorPart<Row>(d);
   for (std::size_t i = 0; i < nb; ++i) {
     const Row *row = rows[i];
+    if (pf_k && pf_k[i]) { // the rows kPrefetchRows ahead of this one
+      sd::PrefetchRow(pf_k[i], d * sizeof(Row));
+      sd::PrefetchRow(pf_v[i], d * sizeof(Row));
+    }
     VF s[kG], cs[kG];
     VF n2 = hn::Zero(df);
     for (int h = 0; h < kG; ++h) {
@@ -638,27 +645,24 @@ HWY_INLINE void SampledRange(Heads &st, const SampledAttentionArgs &a) {
   const Row *k = static_cast<const Row *>(a.k);
   const Row *v = static_cast<const Row *>(a.v);
   alignas(64) float z[kG * kBlock], c[kG * kBlock], nn[kBlock];
-  const Row *krows[kBlock];
-  const Row *vrows[kBlock];
+  const Row *krows[kBlock], *vrows[kBlock], *pf_k[kBlock], *pf_v[kBlock];
   const std::size_t row_bytes = d * sizeof(Row);
-  const std::size_t ahead = kPrefetchBlocks * kBlock;
-  for (std::size_t i = 0; i < std::min(ahead, a.count); ++i) {
+  for (std::size_t i = 0; i < std::min(kPrefetchRows, a.count); ++i) {
     sd::PrefetchRow(k + std::size_t(a.tokens[i]) * d, row_bytes);
     sd::PrefetchRow(v + std::size_t(a.tokens[i]) * d, row_bytes);
   }
   for (std::size_t i0 = 0; i0 < a.count; i0 += kBlock) {
     const std::size_t nb = std::min(kBlock, a.count - i0);
-    for (std::size_t i = i0 + ahead; i < std::min(i0 + ahead + nb, a.count); ++i) {
-      sd::PrefetchRow(k + std::size_t(a.tokens[i]) * d, row_bytes);
-      sd::PrefetchRow(v + std::size_t(a.tokens[i]) * d, row_bytes);
-    }
     for (std::size_t i = 0; i < nb; ++i) {
       krows[i] = k + std::size_t(a.tokens[i0 + i]) * d;
       vrows[i] = v + std::size_t(a.tokens[i0 + i]) * d;
+      const std::size_t f = i0 + i + kPrefetchRows;
+      pf_k[i] = f < a.count ? k + std::size_t(a.tokens[f]) * d : nullptr;
+      pf_v[i] = f < a.count ? v + std::size_t(a.tokens[f]) * d : nullptr;
     }
     for (std::size_t i = nb; i < kBlock; ++i)
       nn[i] = 0;
-    ScoreRows<kG, kD, Row, true>(st, krows, nb, z, c, nn);
+    ScoreRows<kG, kD, Row, true>(st, krows, nb, z, c, nn, pf_k, pf_v);
     {
       const DF df;
       for (std::size_t i = 0; i < kBlock; i += hn::Lanes(df))
