@@ -11,7 +11,8 @@
 // For each context: both methods decode the same --steps tokens from the same cache; the first
 // LSH step builds the index of every sparse layer and is reported apart.
 // Usage: pig-bench-context [--model FILE] [--text FILE] [--prefill N] [--steps N]
-//                          [--contexts 2048,4096,...] [--threads N] [--kv bf16|f32]
+//                          [--contexts 2048,4096,...] [--threads N] [--kv bf16|f32] [--out DIR]
+// --out DIR writes speed.csv and draws speed.png with gnuplot (docs/RESULTS.md, part 3).
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -23,6 +24,7 @@
 
 #include "pig/runtime/attention.h"
 #include "pig/runtime/model.h"
+#include "report.h" // tools/pig-eval: CSV and gnuplot helpers
 
 #ifdef PIG_HAVE_GENERATED_KERNELS
 #include "pig/Codegen/GeneratedKernels.h"
@@ -65,13 +67,15 @@ struct Options {
   size_t prefill = 2048, steps = 16, threads = 0;
   std::vector<size_t> contexts{2048, 4096, 8192, 16384, 32768};
   lsh::DType kv = lsh::DType::bf16;
+  std::string out; // --out: CSV + PNG
 };
 
 [[noreturn]] void Usage(const std::string &e) {
-  std::fprintf(stderr,
-               "pig-bench-context: %s\nusage: pig-bench-context [--model F] [--text F] "
-               "[--prefill N] [--steps N] [--contexts a,b,..] [--threads N] [--kv bf16|f32]\n",
-               e.c_str());
+  std::fprintf(
+      stderr,
+      "pig-bench-context: %s\nusage: pig-bench-context [--model F] [--text F] "
+      "[--prefill N] [--steps N] [--contexts a,b,..] [--threads N] [--kv bf16|f32] [--out DIR]\n",
+      e.c_str());
   std::exit(2);
 }
 
@@ -135,6 +139,8 @@ int main(int argc, char **argv) {
       o.prefill = Count(a, value());
     else if (a == "--steps")
       o.steps = Count(a, value());
+    else if (a == "--out")
+      o.out = value();
     else if (a == "--threads")
       o.threads = Count(a, value());
     else if (a == "--kv") {
@@ -187,6 +193,15 @@ int main(int argc, char **argv) {
     std::printf("\n| context | dense tok/s | LSH tok/s | speed-up | attention share (dense / "
                 "LSH) | cost2 | index build (s) | KV MiB | index MiB |\n");
     std::printf("|---|---|---|---|---|---|---|---|---|\n");
+    std::unique_ptr<pig::eval::Csv> csv;
+    if (!o.out.empty()) {
+      pig::eval::MakeDirs(o.out);
+      csv = std::make_unique<pig::eval::Csv>(
+          o.out + "/speed.csv",
+          std::vector<std::string>{"context", "dense_tok_s", "lsh_tok_s", "speedup",
+                                   "dense_attention_share", "lsh_attention_share", "cost2",
+                                   "index_build_s", "kv_mib", "index_mib"});
+    }
     for (size_t ctx : o.contexts) {
       KvCache tiled(AttentionShape{c.n_layers, c.n_heads, c.n_kv_heads, c.head_dim, ctx}, o.kv);
       tiled.Tile(pre.attention().cache(), o.prefill, ctx);
@@ -198,6 +213,41 @@ int main(int argc, char **argv) {
           100 * l.attention_share, 100 * l.stats.cost2(), l.first_step_s,
           double(tiled.MemoryBytes()) / 1048576.0, double(l.stats.index_bytes) / 1048576.0);
       std::fflush(stdout);
+      if (csv) {
+        using pig::eval::Fmt;
+        csv->row({std::to_string(ctx), Fmt("%.2f", d.tokens_per_s), Fmt("%.2f", l.tokens_per_s),
+                  Fmt("%.3f", l.tokens_per_s / d.tokens_per_s), Fmt("%.3f", d.attention_share),
+                  Fmt("%.3f", l.attention_share), Fmt("%.4f", l.stats.cost2()),
+                  Fmt("%.2f", l.first_step_s), Fmt("%.1f", double(tiled.MemoryBytes()) / 1048576.0),
+                  Fmt("%.1f", double(l.stats.index_bytes) / 1048576.0)});
+      }
+    }
+    if (csv) {
+      csv.reset(); // flushed before gnuplot reads it
+      const std::string data = "'" + o.out + "/speed.csv' every ::1 using 1:";
+      pig::eval::WriteFile(
+          o.out + "/speed.gp",
+          "set datafile separator ','\n"
+          "set terminal pngcairo size 1000,420 noenhanced font ',10'\n"
+          "set output '" +
+              o.out +
+              "/speed.png'\n"
+              "set multiplot layout 1,2 title 'SmolLM2-135M decode, bf16 KV, " +
+              std::to_string(pool.size()) +
+              " threads (pig-bench-context)'\n"
+              "set logscale x 2\nset grid\nset key top right\nset xlabel 'context (tokens)'\n"
+              "set ylabel 'decode tokens/s'\nset title 'speed'\n"
+              "plot " +
+              data + "2 with linespoints title 'dense', " + data +
+              "3 with linespoints title 'LSH sampling (10,150)'\n"
+              "set ylabel 'share of a step in attention'\nset title 'attention share'\n"
+              "set yrange [0:1]\n"
+              "plot " +
+              data + "5 with linespoints title 'dense', " + data +
+              "6 with linespoints title 'LSH sampling (10,150)'\n"
+              "unset multiplot\n");
+      if (pig::eval::RunGnuplot(o.out + "/speed.gp"))
+        std::printf("\nwrote %s/speed.csv and %s/speed.png\n", o.out.c_str(), o.out.c_str());
     }
     std::printf("\nkernels: %s\n", MakeAttention(lsh, AttentionShape{c.n_layers, c.n_heads,
                                                                      c.n_kv_heads, c.head_dim, 16})
