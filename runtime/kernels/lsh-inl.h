@@ -399,7 +399,7 @@ struct Heads {
   float *mean = nullptr; // d (sampled only)
   float m[kMaxGroup], l[kMaxGroup], qnorm[kMaxGroup];
   float qmu[kMaxGroup]; // q_h . mean (double, rounded once): q.(k - mean) = q.k - q.mean
-  bool bad[kMaxGroup]; // a NaN or +inf logit was seen: the result is NaN
+  bool bad[kMaxGroup];  // a NaN or +inf logit was seen: the result is NaN
   float scale = 0;
   int mask_shift = 0; // heads of this chunk are bits [mask_shift, mask_shift + G) of the masks
 };
@@ -759,54 +759,42 @@ void SampledG(const SampledAttentionArgs &a, int mask_shift) {
 // instantiations stay few, and common GQA groups (2, 3, 4) are served in one pass.
 inline constexpr int kMaxChunk = 4;
 
-template <int kD, typename Row> void DenseChunks(const DenseAttentionArgs &a) {
+// Calls fn(chunk_args, std::integral_constant<int, G>{}, h0) for each chunk of at most kMaxChunk
+// heads of args (a Dense- or SampledAttentionArgs), with q, out and lse offset to the chunk.
+template <typename Args, typename Fn> HWY_INLINE void ForEachGroupChunk(const Args &a, Fn &&fn) {
   HWY_ASSERT(a.G >= 1 && a.G <= kMaxGroup);
   for (int h0 = 0; h0 < a.G; h0 += kMaxChunk) {
-    DenseAttentionArgs c = a;
+    Args c = a;
     c.G = std::min(kMaxChunk, a.G - h0);
     c.q = a.q + std::size_t(h0) * a.d;
     c.out = a.out + std::size_t(h0) * a.d;
     c.lse = a.lse + h0;
     switch (c.G) {
     case 1:
-      DenseG<1, kD, Row>(c);
+      fn(c, std::integral_constant<int, 1>{}, h0);
       break;
     case 2:
-      DenseG<2, kD, Row>(c);
+      fn(c, std::integral_constant<int, 2>{}, h0);
       break;
     case 3:
-      DenseG<3, kD, Row>(c);
+      fn(c, std::integral_constant<int, 3>{}, h0);
       break;
     default:
-      DenseG<4, kD, Row>(c);
+      fn(c, std::integral_constant<int, 4>{}, h0);
       break;
     }
   }
 }
 
+template <int kD, typename Row> void DenseChunks(const DenseAttentionArgs &a) {
+  ForEachGroupChunk(
+      a, [](const DenseAttentionArgs &c, auto g, int) { DenseG<decltype(g)::value, kD, Row>(c); });
+}
+
 template <int kD, typename Row> void SampledChunks(const SampledAttentionArgs &a) {
-  HWY_ASSERT(a.G >= 1 && a.G <= kMaxGroup);
-  for (int h0 = 0; h0 < a.G; h0 += kMaxChunk) {
-    SampledAttentionArgs c = a;
-    c.G = std::min(kMaxChunk, a.G - h0);
-    c.q = a.q + std::size_t(h0) * a.d;
-    c.out = a.out + std::size_t(h0) * a.d;
-    c.lse = a.lse + h0;
-    switch (c.G) {
-    case 1:
-      SampledG<1, kD, Row>(c, h0);
-      break;
-    case 2:
-      SampledG<2, kD, Row>(c, h0);
-      break;
-    case 3:
-      SampledG<3, kD, Row>(c, h0);
-      break;
-    default:
-      SampledG<4, kD, Row>(c, h0);
-      break;
-    }
-  }
+  ForEachGroupChunk(a, [](const SampledAttentionArgs &c, auto g, int h0) {
+    SampledG<decltype(g)::value, kD, Row>(c, h0);
+  });
 }
 
 // ================================ entry points ==================================================
