@@ -12,18 +12,14 @@
 #include <string>
 #include <vector>
 
+#include "model_util.h"
 #include "pig/runtime/model.h"
 #include "pig/runtime/sampler.h"
 
 namespace pig::runtime {
 namespace {
 
-std::unique_ptr<LlamaModel> LoadOrSkip() {
-  const std::string path = DefaultModelPath();
-  if (!std::filesystem::exists(path))
-    return nullptr;
-  return LlamaModel::Load(path);
-}
+using testing::LoadOrSkip;
 
 AttentionShape Shape(const LlamaModel &m, size_t capacity) {
   const LlamaConfig &c = m.config();

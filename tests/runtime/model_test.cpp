@@ -5,18 +5,14 @@
 #include <cmath>
 #include <filesystem>
 
+#include "model_util.h"
 #include "pig/runtime/model.h"
 #include "pig/runtime/sampler.h"
 
 namespace pig::runtime {
 namespace {
 
-std::unique_ptr<LlamaModel> LoadOrSkip() {
-  const std::string path = DefaultModelPath();
-  if (!std::filesystem::exists(path))
-    return nullptr;
-  return LlamaModel::Load(path);
-}
+using testing::LoadOrSkip;
 
 TEST(Model, ConfigFromMetadata) {
   auto m = LoadOrSkip();
