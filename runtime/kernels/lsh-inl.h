@@ -284,14 +284,14 @@ template <int kK, int kL> void BuildIndex(const BuildIndexArgs &a) {
 
 // ================================ retrieval =====================================================
 
-// Counts the query's L buckets of one segment into the epoch-stamped counters; tokens reaching t
-// set their bit. Bucket offsets of all tables are loaded first (independent misses overlap), then
-// the id lists are prefetched a few tables ahead of the one being counted.
-template <int kK, int kL>
-HWY_INLINE void CountSegment(const IndexView &ix, std::size_t s, std::size_t len,
-                             const uint16_t *HWY_RESTRICT qc, uint32_t base, uint32_t t,
-                             uint16_t *HWY_RESTRICT counters, uint32_t *HWY_RESTRICT hits,
-                             std::size_t &n_hits, uint32_t *HWY_RESTRICT lo_hi) {
+// Walks the query's L buckets of one segment: calls list(ids, lo, hi) for each table's id list
+// ids[lo, hi) (ids relative to the segment). Bucket offsets of all tables are loaded first
+// (independent misses overlap), then the id lists are prefetched a few tables ahead of the one
+// being counted.
+template <int kK, int kL, typename List>
+HWY_INLINE void WalkSegment(const IndexView &ix, std::size_t s, std::size_t len,
+                            const uint16_t *HWY_RESTRICT qc, uint32_t *HWY_RESTRICT lo_hi,
+                            const List &list) {
   const std::size_t K = kK ? std::size_t(kK) : std::size_t(ix.K);
   const std::size_t L = kL ? std::size_t(kL) : std::size_t(ix.L);
   const std::size_t stride = (std::size_t(1) << K) + 1;
@@ -301,8 +301,7 @@ HWY_INLINE void CountSegment(const IndexView &ix, std::size_t s, std::size_t len
     lo_hi[2 * l] = o[0];
     lo_hi[2 * l + 1] = o[1];
   }
-  const std::size_t s0 = s * kSegment;
-  const uint16_t *ids0 = ix.ids + s0 * L;
+  const uint16_t *ids0 = ix.ids + s * kSegment * L;
   constexpr std::size_t kAhead = 8; // tables whose id lists are in flight
   for (std::size_t l = 0; l < std::min(kAhead, L); ++l)
     sd::PrefetchRow(ids0 + l * len + lo_hi[2 * l], (lo_hi[2 * l + 1] - lo_hi[2 * l]) * 2);
@@ -311,21 +310,50 @@ HWY_INLINE void CountSegment(const IndexView &ix, std::size_t s, std::size_t len
       const std::size_t la = l + kAhead;
       sd::PrefetchRow(ids0 + la * len + lo_hi[2 * la], (lo_hi[2 * la + 1] - lo_hi[2 * la]) * 2);
     }
-    const uint16_t *ids = ids0 + l * len;
-    const uint32_t hi = lo_hi[2 * l + 1];
-    // Branch-free: the hit is always written and kept only when the counter reaches t (the
-    // public implementation's `if (++c == t) push` mispredicts on every hit).
-    std::size_t nh = n_hits;
-    for (uint32_t j = lo_hi[2 * l]; j < hi; ++j) {
-      const uint32_t tok = uint32_t(s0) + ids[j];
-      const uint32_t c = counters[tok];
-      const uint32_t m = c > base ? c : base; // a stale epoch reads as 0
-      const uint32_t r = m - base;
-      counters[tok] = uint16_t(m + (r < t)); // saturates at t
-      hits[nh] = tok;
-      nh += (r + 1 == t);
+    list(ids0 + l * len, lo_hi[2 * l], lo_hi[2 * l + 1]);
+  }
+}
+
+// Counts one segment's entries into the epoch-stamped counters: a counter below `base` is stale
+// (left by an earlier head or call) and reads as 0, so the count of token i is
+// max(c_i, base) - base, and no counter is ever cleared per step. Per entry: one load, a max and
+// one store, no branch and no hit list: tokens reaching t are found afterwards by ScanCounters.
+template <int kK, int kL>
+HWY_INLINE void CountSegment(const IndexView &ix, std::size_t s, std::size_t len,
+                             const uint16_t *HWY_RESTRICT qc, uint32_t base,
+                             uint16_t *HWY_RESTRICT counters, uint32_t *HWY_RESTRICT lo_hi) {
+  uint16_t *HWY_RESTRICT c = counters + s * kSegment; // ids are relative to the segment
+  WalkSegment<kK, kL>(ix, s, len, qc, lo_hi, [&](const uint16_t *ids, uint32_t lo, uint32_t hi) {
+    for (uint32_t j = lo; j < hi; ++j) {
+      // max(v - base, 0) without a branch: written as v > base ? v : base, GCC emits a jump
+      // that mispredicts on every second collision of a token.
+      const int32_t dv = int32_t(c[ids[j]]) - int32_t(base);
+      c[ids[j]] = uint16_t(base + uint32_t(dv & ~(dv >> 31)) + 1);
     }
-    n_hits = nh;
+  });
+}
+
+// bits[i / 64] bit i % 64 = (counters[i] >= threshold), for i < count (bits: ceil(count / 64)
+// words, every one written). One vector compare per N counters; the result is in ascending order
+// for free, which is what the sampled pass wants.
+HWY_INLINE void ScanCounters(const uint16_t *HWY_RESTRICT counters, std::size_t count,
+                             uint32_t threshold, uint64_t *HWY_RESTRICT bits) {
+  const hn::ScalableTag<uint16_t> du;
+  const std::size_t N = hn::Lanes(du);
+  const auto thr = hn::Set(du, uint16_t(threshold));
+  uint8_t *out = reinterpret_cast<uint8_t *>(bits); // little-endian: byte j holds tokens 8j..8j+7
+  std::size_t i = 0;
+  if (N >= 8) {
+    for (; i + N <= count; i += N) {
+      const auto v = hn::LoadU(du, counters + i);
+      hn::StoreMaskBits(du, hn::Eq(hn::Max(v, thr), v), out + i / 8);
+    }
+  }
+  for (std::size_t w = i / 64; w < (count + 63) / 64; ++w) { // the rest, one word at a time
+    uint64_t word = w * 64 < i ? bits[w] & ((uint64_t(1) << (i - w * 64)) - 1) : 0;
+    for (std::size_t k = std::max(i, w * 64); k < std::min(count, w * 64 + 64); ++k)
+      word |= uint64_t(counters[k] >= threshold) << (k - w * 64);
+    bits[w] = word;
   }
 }
 
@@ -337,28 +365,43 @@ template <int kK, int kL> void Retrieve(const RetrieveArgs &a) {
   const std::size_t words = (ix.count + 63) / 64;
   HWY_ASSERT(a.state.words >= words);
   const uint32_t t = uint32_t(a.t);
-  thread_local std::vector<uint32_t> lo_hi, hits;
+  thread_local std::vector<uint32_t> lo_hi;
   lo_hi.resize(2 * L);
-  hits.resize(ix.count + 1); // each token is a hit at most once per head, plus one spare write
   for (int h = 0; h < a.G; ++h) {
+    // A head adds at most 1 per table to a counter: its counts stay within (base, base + L].
     uint32_t base = *a.state.epoch;
-    if (base + t > 0xFFFFu) { // epoch space exhausted: one clear every ~65535/t heads
+    if (base + L > 0xFFFFu) { // epoch space exhausted: one clear every ~65535 / L heads
       std::memset(a.state.counters, 0, ix.count * sizeof(uint16_t));
       base = 0;
     }
-    *a.state.epoch = base + t;
-    uint64_t *bits = a.state.bits + std::size_t(h) * a.state.words;
-    std::size_t n_hits = 0;
+    *a.state.epoch = base + uint32_t(L);
     for (std::size_t s0 = 0, s = 0; s0 < ix.count; s0 += kSegment, ++s)
-      CountSegment<kK, kL>(ix, s, std::min(kSegment, ix.count - s0), a.query_codes + h * L, base, t,
-                           a.state.counters, hits.data(), n_hits, lo_hi.data());
-    for (std::size_t i = 0; i < n_hits; ++i) // ascending order comes from the bitset scan
-      bits[hits[i] >> 6] |= uint64_t(1) << (hits[i] & 63);
+      CountSegment<kK, kL>(ix, s, std::min(kSegment, ix.count - s0), a.query_codes + h * L, base,
+                           a.state.counters, lo_hi.data());
+    ScanCounters(a.state.counters, ix.count, base + t,
+                 a.state.bits + std::size_t(h) * a.state.words);
   }
   // Union of the G bitsets in ascending order, clearing them as they are read.
   std::size_t n = 0;
   std::size_t per_head[kMaxGroup] = {};
   const uint32_t begin = uint32_t(ix.begin);
+  if (a.G == 1) { // one head: its bitset is the union, every mask is 1
+    for (std::size_t w = 0; w < words; ++w) {
+      uint64_t b = a.state.bits[w];
+      if (!b)
+        continue;
+      a.state.bits[w] = 0;
+      const uint32_t t0 = begin + uint32_t(w * 64);
+      for (; b; b &= b - 1)
+        a.tokens[n++] = t0 + uint32_t(hwy::Num0BitsBelowLS1Bit_Nonzero64(b));
+    }
+    if (a.masks)
+      std::memset(a.masks, 1, n);
+    *a.count = n;
+    if (a.per_head)
+      a.per_head[0] = n;
+    return;
+  }
   for (std::size_t w = 0; w < words; ++w) {
     uint64_t any = 0;
     for (int h = 0; h < a.G; ++h)

@@ -95,13 +95,14 @@ struct BuildIndexArgs {
 };
 
 /// Per-thread state of retrieval: epoch-stamped counters (never cleared per step: a counter
-/// below the current epoch base reads as zero) and one hit bitset per head, cleared while it is
-/// scanned. Size it with lsh_index.h's RetrievalScratch.
+/// below the current epoch base reads as zero; one memset every ~65535 / L heads when the epoch
+/// space runs out) and one hit bitset per head, cleared while it is scanned. Size it with
+/// lsh_index.h's RetrievalScratch.
 struct RetrievalState {
   std::uint16_t *counters = nullptr; ///< >= count entries
   std::uint64_t *bits = nullptr;     ///< kMaxGroup * words entries, zero between calls
   std::size_t words = 0;             ///< bitset words per head, >= ceil(count / 64)
-  std::uint32_t *epoch = nullptr;    ///< current base; advanced by t per head and call
+  std::uint32_t *epoch = nullptr;    ///< current base; advanced by L per head and call
 };
 
 /// Tokens whose codes agree with the query's in >= t tables, for each of G query heads of one
