@@ -38,14 +38,23 @@ ThreadPool::~ThreadPool() {
 
 // Claims and runs items of `generation` until none is left. Items are counted as done only
 // after they ran, so ParallelFor never waits for a worker that has nothing to do.
-void ThreadPool::RunItems(uint64_t generation, size_t thread) {
+//
+// n_items and fn are the generation's own, read together with it (under mu_ by a worker): a
+// worker still in here for the previous generation must not see the next call's n_items_. It
+// used to read the member: after the caller saw the last item done and began the next
+// ParallelFor with more items, a late worker could claim index n_old of the finished generation
+// (n_old < the new n_items_) before claim_ was reset, run the new fn on it and add a stray count
+// to done_, which then never equalled n_items: the caller spun forever (seen as a hang of
+// the parity test, and reproduced by ThreadPoolTest.BackToBackCallsOfGrowingSize).
+void ThreadPool::RunItems(uint64_t generation, size_t n_items,
+                          const std::function<void(size_t, size_t)> &fn, size_t thread) {
   uint64_t c = claim_.load(std::memory_order_acquire);
   for (;;) {
-    if ((c >> 32) != (generation & 0xFFFFFFFFu) || (c & 0xFFFFFFFFu) >= n_items_)
+    if ((c >> 32) != (generation & 0xFFFFFFFFu) || (c & 0xFFFFFFFFu) >= n_items)
       return;
     if (!claim_.compare_exchange_weak(c, c + 1, std::memory_order_acq_rel))
       continue;
-    (*fn_)(size_t(c & 0xFFFFFFFFu), thread);
+    fn(size_t(c & 0xFFFFFFFFu), thread);
     done_.fetch_add(1, std::memory_order_acq_rel);
     c = claim_.load(std::memory_order_acquire);
   }
@@ -70,7 +79,7 @@ void ThreadPool::ParallelFor(size_t n_items, const std::function<void(size_t, si
     generation_.store(gen, std::memory_order_release);
   }
   cv_.notify_all();
-  RunItems(gen, 0);
+  RunItems(gen, n_items, fn, 0);
   const auto start = std::chrono::steady_clock::now();
   while (done_.load(std::memory_order_acquire) != n_items) {
     if (std::chrono::steady_clock::now() - start < kSpin) {
@@ -90,14 +99,18 @@ void ThreadPool::WorkerLoop(size_t thread) {
       CpuRelax();
     }
     uint64_t gen;
+    size_t n_items;
+    const std::function<void(size_t, size_t)> *fn;
     {
       std::unique_lock<std::mutex> lock(mu_);
       cv_.wait(lock, [&] { return generation_.load() != seen; });
       if (stop_)
         return;
       gen = seen = generation_.load();
+      n_items = n_items_;
+      fn = fn_;
     }
-    RunItems(gen, thread);
+    RunItems(gen, n_items, *fn, thread);
   }
 }
 

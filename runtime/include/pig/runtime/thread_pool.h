@@ -28,7 +28,8 @@ public:
 
 private:
   void WorkerLoop(size_t thread);
-  void RunItems(uint64_t generation, size_t thread);
+  void RunItems(uint64_t generation, size_t n_items, const std::function<void(size_t, size_t)> &fn,
+                size_t thread);
 
   std::vector<std::thread> workers_;
   std::mutex mu_;
