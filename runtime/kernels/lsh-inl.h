@@ -73,6 +73,13 @@ inline constexpr std::size_t kBlock = 16;      // tokens per softmax block (>= N
 // prefetches per row scored. Issuing a whole block's prefetches at once (64 cache lines) overran
 // the core's outstanding-miss buffers, so most of them were dropped and the gathers stalled.
 inline constexpr std::size_t kPrefetchRows = PIG_LSH_PREFETCH_ROWS;
+#ifndef PIG_DENSE_PREFETCH_ROWS
+#define PIG_DENSE_PREFETCH_ROWS 64
+#endif
+// The dense pass prefetches K and V this many rows ahead too (one row per row scored). The
+// hardware prefetchers alone left it at 6-10 GB/s; 64 rows ahead gave 1.15-1.3x at n = 128k
+// (bf16, d = 64 and 128, one head and a group of 3; interleaved A/B runs).
+inline constexpr std::size_t kDensePrefetchRows = PIG_DENSE_PREFETCH_ROWS;
 
 // Storage type of a row element: f32, or bf16 as raw bits.
 template <typename T> using RowOf = std::conditional_t<std::is_same_v<T, float>, float, uint16_t>;
@@ -669,21 +676,107 @@ HWY_INLINE void DenseRange(Heads &st, const Row *k, const Row *v, std::size_t be
   alignas(64) float z[kG * kBlock];
   const Row *krows[kBlock];
   const Row *vrows[kBlock];
+  const Row *pf_k[kBlock], *pf_v[kBlock];
   for (std::size_t i0 = begin; i0 < end; i0 += kBlock) {
     const std::size_t nb = std::min(kBlock, end - i0);
     for (std::size_t i = 0; i < nb; ++i) {
       krows[i] = k + (i0 + i) * d;
       vrows[i] = v + (i0 + i) * d;
+      const std::size_t f = i0 + i + kDensePrefetchRows;
+      pf_k[i] = f < end ? k + f * d : nullptr;
+      pf_v[i] = f < end ? v + f * d : nullptr;
     }
-    ScoreRows<kG, kD, Row, false>(st, krows, nb, z, nullptr, nullptr);
+    ScoreRows<kG, kD, Row, false>(st, krows, nb, z, nullptr, nullptr, pf_k, pf_v);
     for (int h = 0; h < kG; ++h)
       BlockWeights<kD>(st, h, nb, z + h * kBlock);
     AccumulateValues<kG, kD, Row>(st, vrows, nb, z);
   }
 }
 
+// The one-head state of head h of st (its q and accumulator, its softmax state in slot 0).
+HWY_INLINE Heads HeadView(const Heads &st, int h) {
+  Heads v = st;
+  v.q = st.q + std::size_t(h) * st.d;
+  v.acc = st.acc + std::size_t(h) * st.d;
+  v.m[0] = st.m[h];
+  v.l[0] = st.l[h];
+  v.qnorm[0] = st.qnorm[h];
+  v.qmu[0] = st.qmu[h];
+  v.bad[0] = st.bad[h];
+  return v;
+}
+
+// The sampled tokens of a group whose heads sampled different sets (masks given): rows are
+// gathered once for the group, in union order, but each head scores, weighs and accumulates only
+// the rows of its own sample set. Scoring every union row for every head (and weighing the
+// non-members to zero) made the group pay G times the union for the arithmetic: with sets that
+// overlap little (the union of 3 heads is ~2.5 times one set on the benchmark's keys) that was
+// the limit, not memory. Per block of union rows: each head takes its members, in order, through
+// the one-head pipeline; meanwhile the next block's rows are prefetched, one per member row
+// processed (a block has at least as many member rows as union rows), so they arrive spread out
+// instead of in a burst. Each head's estimator is unchanged: the same tokens, the same weights.
+template <int kG, int kD, typename Row>
+HWY_INLINE void SampledRangeByHead(Heads &st, const SampledAttentionArgs &a) {
+  const std::size_t d = kD ? std::size_t(kD) : st.d;
+  const Row *k = static_cast<const Row *>(a.k);
+  const Row *v = static_cast<const Row *>(a.v);
+  alignas(64) float z[kBlock], c[kBlock], nn[kBlock];
+  const Row *kr[kBlock], *vr[kBlock], *pf_k[kBlock], *pf_v[kBlock];
+  const std::size_t row_bytes = d * sizeof(Row);
+  Heads one[kG];
+  for (int h = 0; h < kG; ++h)
+    one[h] = HeadView(st, h);
+  for (std::size_t i = 0; i < std::min(kBlock, a.count); ++i) { // the first block: no overlap
+    sd::PrefetchRow(k + std::size_t(a.tokens[i]) * d, row_bytes);
+    sd::PrefetchRow(v + std::size_t(a.tokens[i]) * d, row_bytes);
+  }
+  const DF df;
+  for (std::size_t i0 = 0; i0 < a.count; i0 += kBlock) {
+    const std::size_t nb = std::min(kBlock, a.count - i0);
+    const std::size_t next = i0 + kBlock,
+                      nb_next = next < a.count ? std::min(kBlock, a.count - next) : 0;
+    std::size_t slot = 0; // member rows processed so far in this block
+    for (int h = 0; h < kG; ++h) {
+      const unsigned bit = unsigned(h + st.mask_shift);
+      std::size_t nh = 0;
+      for (std::size_t i = 0; i < nb; ++i) { // branch-free compaction of head h's members
+        const std::size_t tok = a.tokens[i0 + i];
+        kr[nh] = k + tok * d;
+        vr[nh] = v + tok * d;
+        nh += (a.masks[i0 + i] >> bit) & 1u;
+      }
+      if (nh == 0)
+        continue;
+      for (std::size_t i = 0; i < nh; ++i, ++slot) {
+        const bool pf = slot < nb_next;
+        pf_k[i] = pf ? k + std::size_t(a.tokens[next + slot]) * d : nullptr;
+        pf_v[i] = pf ? v + std::size_t(a.tokens[next + slot]) * d : nullptr;
+      }
+      for (std::size_t i = nh; i < kBlock; ++i)
+        nn[i] = c[i] = z[i] = 0;
+      ScoreRows<1, kD, Row, true>(one[h], kr, nh, z, c, nn, pf_k, pf_v);
+      for (std::size_t i = 0; i < kBlock; i += hn::Lanes(df))
+        hn::Store(hn::Sqrt(hn::Load(df, nn + i)), df, nn + i);
+      SubtractLogU(a.log_u, one[h].qnorm[0], c, nn, nullptr, 0, nh, z);
+      BlockWeights<kD>(one[h], 0, nh, z);
+      AccumulateValues<1, kD, Row>(one[h], vr, nh, z);
+    }
+  }
+  for (int h = 0; h < kG; ++h) {
+    st.m[h] = one[h].m[0];
+    st.l[h] = one[h].l[0];
+    st.bad[h] = one[h].bad[0];
+  }
+}
+
 template <int kG, int kD, typename Row>
 HWY_INLINE void SampledRange(Heads &st, const SampledAttentionArgs &a) {
+  if constexpr (kG > 1) {
+    if (a.masks) {
+      SampledRangeByHead<kG, kD, Row>(st, a);
+      return;
+    }
+  }
   const std::size_t d = kD ? std::size_t(kD) : st.d;
   const Row *k = static_cast<const Row *>(a.k);
   const Row *v = static_cast<const Row *>(a.v);
