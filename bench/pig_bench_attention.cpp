@@ -620,6 +620,17 @@ void print_ratios() {
                   name.c_str() + std::strlen("retrieve_ours/"), g_median[pub] / t,
                   g_counter[name + ".index_B_per_tok"], g_counter[pub + ".index_B_per_tok"]);
   }
+  for (const char *what : {"sampled", "dense"}) {
+    const std::string gen = std::string(what) + "_generic/";
+    for (const auto &[name, t] : g_median) {
+      if (name.rfind(gen, 0) != 0)
+        continue;
+      const std::string spec = std::string(what) + "/" + name.substr(gen.size());
+      if (g_median.count(spec))
+        std::printf("specialised vs generic %s %s : %.2fx (target >= 1.3x)\n", what,
+                    name.c_str() + gen.size(), t / g_median[spec]);
+    }
+  }
   if (!g_pair.empty())
     std::printf(
         "\n==== interleaved pairs (A and B alternately in ~20 ms blocks on the same data; medians "
@@ -655,17 +666,6 @@ void print_ratios() {
                   "%zu calls)  (target >= 1.3x)\n",
                   what == "pair_spec_generic_sampled" ? "sampled" : "dense  ", shape, r.b / r.a,
                   us(r.a), us(r.b), r.calls);
-    }
-  }
-  for (const char *what : {"sampled", "dense"}) {
-    const std::string gen = std::string(what) + "_generic/";
-    for (const auto &[name, t] : g_median) {
-      if (name.rfind(gen, 0) != 0)
-        continue;
-      const std::string spec = std::string(what) + "/" + name.substr(gen.size());
-      if (g_median.count(spec))
-        std::printf("specialised vs generic %s %s : %.2fx (target >= 1.3x)\n", what,
-                    name.c_str() + gen.size(), t / g_median[spec]);
     }
   }
 }
