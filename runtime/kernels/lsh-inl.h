@@ -370,7 +370,7 @@ template <int kK, int kL> void Retrieve(const RetrieveArgs &a) {
   Pick<kK>(std::size_t(ix.K));
   HWY_ASSERT(a.G >= 1 && a.G <= kMaxGroup && a.t >= 1 && a.t <= int(L));
   const std::size_t words = (ix.count + 63) / 64;
-  HWY_ASSERT(a.state.words >= words);
+  HWY_ASSERT(a.state.words >= words && (a.state.capacity == 0 || a.state.capacity >= ix.count));
   const uint32_t t = uint32_t(a.t);
   thread_local std::vector<uint32_t> lo_hi;
   lo_hi.resize(2 * L);
@@ -378,7 +378,9 @@ template <int kK, int kL> void Retrieve(const RetrieveArgs &a) {
     // A head adds at most 1 per table to a counter: its counts stay within (base, base + L].
     uint32_t base = *a.state.epoch;
     if (base + L > 0xFFFFu) { // epoch space exhausted: one clear every ~65535 / L heads
-      std::memset(a.state.counters, 0, ix.count * sizeof(uint16_t));
+      // All of them, not only this index's: the scratch serves indexes of different sizes, and
+      // a counter past this count left at a high epoch would read as a count for a larger one.
+      std::memset(a.state.counters, 0, std::max(a.state.capacity, ix.count) * sizeof(uint16_t));
       base = 0;
     }
     *a.state.epoch = base + uint32_t(L);

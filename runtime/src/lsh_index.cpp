@@ -221,7 +221,7 @@ RetrievalScratch::RetrievalScratch(std::size_t capacity)
 
 RetrievalState RetrievalScratch::state() {
   return RetrievalState{counters_.data(), bits_.data(), bits_.size() / std::size_t(kMaxGroup),
-                        &epoch_};
+                        &epoch_, counters_.size()};
 }
 
 LogUTableData::LogUTableData(int K, int L, int t, int size)

@@ -103,6 +103,7 @@ struct RetrievalState {
   std::uint64_t *bits = nullptr;     ///< kMaxGroup * words entries, zero between calls
   std::size_t words = 0;             ///< bitset words per head, >= ceil(count / 64)
   std::uint32_t *epoch = nullptr;    ///< current base; advanced by L per head and call
+  std::size_t capacity = 0;          ///< counters entries (all are cleared when the epoch wraps)
 };
 
 /// Tokens whose codes agree with the query's in >= t tables, for each of G query heads of one
