@@ -128,55 +128,79 @@ Dataset &dataset(std::size_t n, std::size_t d, int G, bool with_index) {
 // Medians (ns per step) captured from the aggregates, for the ratio lines.
 std::map<std::string, double> g_median, g_counter;
 
-void BM_Dense(benchmark::State &state, std::size_t n, std::size_t d, int G, bool generic) {
-  Dataset &ds = dataset(n, d, G, true);
-  lsh::LshKernelSet set =
-      lsh::KernelRegistry::global().resolve({kK, kL, int(d), lsh::DType::bf16, lsh::Target::cpu});
-  if (generic)
-    set = lsh::generic_kernel_set();
-  std::vector<float> out(std::size_t(G) * d), lse(std::size_t(G), 0.0f);
+// One dense call on the dataset, rotating over its copies.
+struct DenseCall {
+  Dataset &ds;
+  lsh::LshKernelSet set;
+  std::vector<float> out, lse;
   std::size_t c = 0;
-  for (auto _ : state) {
+  DenseCall(Dataset &d, bool generic)
+      : ds(d), set(resolve(d, generic)), out(std::size_t(d.G) * d.d), lse(std::size_t(d.G)) {}
+  static lsh::LshKernelSet resolve(const Dataset &d, bool generic) {
+    lsh::LshKernelSet s = lsh::KernelRegistry::global().resolve(
+        {kK, kL, int(d.d), lsh::DType::bf16, lsh::Target::cpu});
+    if (generic) {
+      const lsh::KernelKey k = s.key;
+      s = lsh::generic_kernel_set();
+      s.key = k;
+    }
+    return s;
+  }
+  void operator()() {
     lsh::DenseAttentionArgs a;
     a.q = ds.q.data();
-    a.G = G;
-    a.d = d;
-    a.scale = float(1.0 / std::sqrt(double(d)));
+    a.G = ds.G;
+    a.d = ds.d;
+    a.scale = float(1.0 / std::sqrt(double(ds.d)));
     a.k = ds.k[c].data();
     a.v = ds.v[c].data() + kVSkew;
     a.dtype = lsh::DType::bf16;
     a.begin = 0;
-    a.end = n;
+    a.end = ds.n;
     a.out = out.data();
     a.lse = lse.data();
     set.dense_attention(a);
     benchmark::DoNotOptimize(out.data());
     c = (c + 1) % ds.copies;
   }
+};
+
+// One sampled step (query encode + retrieval + fused pass) on the dataset.
+struct SampledCall {
+  Dataset &ds;
+  lsh::LshKernelSet set;
+  lsh::RetrievalScratch scratch;
+  lsh::StepBuffers buf;
+  std::vector<float> out, lse;
+  lsh::StepStats *stats = nullptr; // optional: the last call's statistics
+  std::size_t c = 0;
+  SampledCall(Dataset &d, bool generic)
+      : ds(d), set(DenseCall::resolve(d, generic)), scratch(d.n), out(std::size_t(d.G) * d.d),
+        lse(std::size_t(d.G)) {}
+  void operator()() {
+    lsh::sampled_step(set, ds.index[c], *ds.W, *ds.lut, kT, scratch, buf, ds.q.data(), ds.G,
+                      ds.k[c].data(), ds.v[c].data() + kVSkew, lsh::DType::bf16,
+                      float(1.0 / std::sqrt(double(ds.d))), out.data(), lse.data(), stats);
+    benchmark::DoNotOptimize(out.data());
+    c = (c + 1) % ds.copies;
+  }
+};
+
+void BM_Dense(benchmark::State &state, std::size_t n, std::size_t d, int G, bool generic) {
+  DenseCall dense(dataset(n, d, G, true), generic);
+  for (auto _ : state)
+    dense();
   state.SetBytesProcessed(std::int64_t(state.iterations()) * std::int64_t(2 * n * d * 2));
 }
 
 void BM_Sampled(benchmark::State &state, std::size_t n, std::size_t d, int G, bool generic) {
   Dataset &ds = dataset(n, d, G, true);
-  lsh::LshKernelSet set =
-      lsh::KernelRegistry::global().resolve({kK, kL, int(d), lsh::DType::bf16, lsh::Target::cpu});
-  if (generic) {
-    const lsh::KernelKey k = set.key;
-    set = lsh::generic_kernel_set();
-    set.key = k;
-  }
-  lsh::RetrievalScratch scratch(n);
-  lsh::StepBuffers buf;
-  std::vector<float> out(std::size_t(G) * d), lse(static_cast<std::size_t>(G));
+  SampledCall sampled(ds, generic);
   lsh::StepStats stats;
-  std::size_t c = 0;
+  sampled.stats = &stats;
   double per_head = 0, uni = 0, steps = 0;
   for (auto _ : state) {
-    lsh::sampled_step(set, ds.index[c], *ds.W, *ds.lut, kT, scratch, buf, ds.q.data(), G,
-                      ds.k[c].data(), ds.v[c].data() + kVSkew, lsh::DType::bf16,
-                      float(1.0 / std::sqrt(double(d))), out.data(), lse.data(), &stats);
-    benchmark::DoNotOptimize(out.data());
-    c = (c + 1) % ds.copies;
+    sampled();
     for (int h = 0; h < G; ++h)
       per_head += double(stats.sampled_per_head[h]);
     uni += double(stats.sampled_union);
@@ -186,7 +210,7 @@ void BM_Sampled(benchmark::State &state, std::size_t n, std::size_t d, int G, bo
   state.counters["frac"] = per_head / (steps * G) / indexed;
   state.counters["union_frac"] = uni / steps / indexed;
   state.counters["index_B_per_tok"] = ds.index[0].layout().bytes_per_token();
-  state.SetLabel(lsh::KernelRegistry::describe(set));
+  state.SetLabel(lsh::KernelRegistry::describe(sampled.set));
 }
 
 // ---- retrieval: ours vs the public implementation's method ------------------------------------
@@ -287,14 +311,18 @@ RetrievalData &retrieval_data(std::size_t n, std::size_t d) {
   return *g_ret;
 }
 
-void BM_RetrieveOurs(benchmark::State &state, std::size_t n, std::size_t d) {
-  RetrievalData &r = retrieval_data(n, d);
-  const lsh::LshKernelSet set =
-      lsh::KernelRegistry::global().resolve({kK, kL, int(d), lsh::DType::bf16, lsh::Target::cpu});
-  lsh::RetrievalScratch scratch(n);
-  std::vector<std::uint32_t> tokens(n);
+// One retrieval with our kernel, rotating over the copies of the index.
+struct RetrieveCall {
+  RetrievalData &r;
+  lsh::LshKernelSet set;
+  lsh::RetrievalScratch scratch;
+  std::vector<std::uint32_t> tokens;
   std::size_t count = 0, c = 0;
-  for (auto _ : state) {
+  RetrieveCall(RetrievalData &data)
+      : r(data), set(lsh::KernelRegistry::global().resolve(
+                     {kK, kL, int(data.d), lsh::DType::bf16, lsh::Target::cpu})),
+        scratch(data.n), tokens(data.n) {}
+  void operator()() {
     lsh::RetrieveArgs a;
     a.index = r.ours[c].view();
     a.query_codes = r.qcodes.data();
@@ -307,7 +335,14 @@ void BM_RetrieveOurs(benchmark::State &state, std::size_t n, std::size_t d) {
     benchmark::DoNotOptimize(tokens.data());
     c = (c + 1) % r.ours.size();
   }
-  state.counters["sampled"] = double(count);
+};
+
+void BM_RetrieveOurs(benchmark::State &state, std::size_t n, std::size_t d) {
+  RetrievalData &r = retrieval_data(n, d);
+  RetrieveCall ours(r);
+  for (auto _ : state)
+    ours();
+  state.counters["sampled"] = double(ours.count);
   state.counters["index_B_per_tok"] = r.ours[0].layout().bytes_per_token();
   // Index entries the query's L buckets hold: the work of any bucket walk.
   const lsh::IndexView ix = r.ours[0].view();
@@ -400,63 +435,6 @@ void run_pair(benchmark::State &state, const std::string &name, A &&fa, B &&fb) 
   state.counters["B_over_A"] = r.b / r.a;
 }
 
-// One dense call on the dataset, rotating over its copies.
-struct DenseCall {
-  Dataset &ds;
-  lsh::LshKernelSet set;
-  std::vector<float> out, lse;
-  std::size_t c = 0;
-  DenseCall(Dataset &d, bool generic)
-      : ds(d), set(resolve(d, generic)), out(std::size_t(d.G) * d.d), lse(std::size_t(d.G)) {}
-  static lsh::LshKernelSet resolve(const Dataset &d, bool generic) {
-    lsh::LshKernelSet s = lsh::KernelRegistry::global().resolve(
-        {kK, kL, int(d.d), lsh::DType::bf16, lsh::Target::cpu});
-    if (generic) {
-      const lsh::KernelKey k = s.key;
-      s = lsh::generic_kernel_set();
-      s.key = k;
-    }
-    return s;
-  }
-  void operator()() {
-    lsh::DenseAttentionArgs a;
-    a.q = ds.q.data();
-    a.G = ds.G;
-    a.d = ds.d;
-    a.scale = float(1.0 / std::sqrt(double(ds.d)));
-    a.k = ds.k[c].data();
-    a.v = ds.v[c].data() + kVSkew;
-    a.dtype = lsh::DType::bf16;
-    a.begin = 0;
-    a.end = ds.n;
-    a.out = out.data();
-    a.lse = lse.data();
-    set.dense_attention(a);
-    benchmark::DoNotOptimize(out.data());
-    c = (c + 1) % ds.copies;
-  }
-};
-
-// One sampled step (query encode + retrieval + fused pass) on the dataset.
-struct SampledCall {
-  Dataset &ds;
-  lsh::LshKernelSet set;
-  lsh::RetrievalScratch scratch;
-  lsh::StepBuffers buf;
-  std::vector<float> out, lse;
-  std::size_t c = 0;
-  SampledCall(Dataset &d, bool generic)
-      : ds(d), set(DenseCall::resolve(d, generic)), scratch(d.n), out(std::size_t(d.G) * d.d),
-        lse(std::size_t(d.G)) {}
-  void operator()() {
-    lsh::sampled_step(set, ds.index[c], *ds.W, *ds.lut, kT, scratch, buf, ds.q.data(), ds.G,
-                      ds.k[c].data(), ds.v[c].data() + kVSkew, lsh::DType::bf16,
-                      float(1.0 / std::sqrt(double(ds.d))), out.data(), lse.data());
-    benchmark::DoNotOptimize(out.data());
-    c = (c + 1) % ds.copies;
-  }
-};
-
 // A: streaming read of as many bytes as one dense call reads (K and V), from the 256 MiB buffer
 // at a rotating offset; B: the dense call. B / A = stream bandwidth / dense bandwidth.
 void BM_PairDenseStream(benchmark::State &state, std::size_t n, std::size_t d, int G) {
@@ -509,34 +487,17 @@ void BM_PairSpecGeneric(benchmark::State &state, std::size_t n, std::size_t d, i
 // A: our retrieval, B: the public implementation's method (same index contents).
 void BM_PairRetrieval(benchmark::State &state, std::size_t n, std::size_t d) {
   RetrievalData &r = retrieval_data(n, d);
-  const lsh::LshKernelSet set =
-      lsh::KernelRegistry::global().resolve({kK, kL, int(d), lsh::DType::bf16, lsh::Target::cpu});
-  lsh::RetrievalScratch scratch(n);
-  std::vector<std::uint32_t> tokens(n);
+  RetrieveCall ours(r);
   std::vector<std::uint8_t> mask(n);
   std::vector<std::int32_t> out;
   out.reserve(n);
-  std::size_t count = 0, c = 0;
-  run_pair(
-      state, key("pair_retrieval", d, 1, n),
-      [&] {
-        lsh::RetrieveArgs a;
-        a.index = r.ours[c].view();
-        a.query_codes = r.qcodes.data();
-        a.G = 1;
-        a.t = kT;
-        a.state = scratch.state();
-        a.tokens = tokens.data();
-        a.count = &count;
-        set.retrieve(a);
-        benchmark::DoNotOptimize(tokens.data());
-      },
-      [&] {
-        public_retrieve(r.pub[c], r.qcodes.data(), mask, out);
-        benchmark::DoNotOptimize(out.data());
-        c = (c + 1) % r.ours.size();
-      });
-  if (count != out.size())
+  std::size_t c = 0;
+  run_pair(state, key("pair_retrieval", d, 1, n), ours, [&] {
+    public_retrieve(r.pub[c], r.qcodes.data(), mask, out);
+    benchmark::DoNotOptimize(out.data());
+    c = (c + 1) % r.pub.size();
+  });
+  if (ours.count != out.size())
     state.SkipWithError("our retrieval and the public method disagree on the sample set size");
 }
 
