@@ -217,11 +217,12 @@ std::size_t retrieve_tail(const std::uint16_t *codes, std::size_t count, std::si
 }
 
 RetrievalScratch::RetrievalScratch(std::size_t capacity)
-    : counters_(capacity, 0), bits_(std::size_t(kMaxGroup) * ((capacity + 63) / 64 + 1), 0) {}
+    : counters_(capacity + kCounterSlack, 0),
+      bits_(std::size_t(kMaxGroup) * ((capacity + 63) / 64 + 1), 0) {}
 
 RetrievalState RetrievalScratch::state() {
   return RetrievalState{counters_.data(), bits_.data(), bits_.size() / std::size_t(kMaxGroup),
-                        &epoch_, counters_.size()};
+                        &epoch_, capacity()};
 }
 
 LogUTableData::LogUTableData(int K, int L, int t, int size)

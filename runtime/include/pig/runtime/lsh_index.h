@@ -169,7 +169,7 @@ class RetrievalScratch {
 public:
   explicit RetrievalScratch(std::size_t capacity);
   RetrievalState state();
-  std::size_t capacity() const { return counters_.size(); }
+  std::size_t capacity() const { return counters_.size() - kCounterSlack; }
 
 private:
   HugeVector<std::uint16_t> counters_;

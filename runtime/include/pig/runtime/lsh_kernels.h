@@ -94,16 +94,21 @@ struct BuildIndexArgs {
   std::uint16_t *ids = nullptr;     ///< IndexLayout::id_entries
 };
 
+/// Counter entries a RetrievalState holds past `capacity`: the vector walk reads and writes
+/// counters two at a time (a 32-bit lane at the u16 counter of a token), so the counter of the
+/// last token needs a neighbour.
+inline constexpr std::size_t kCounterSlack = 16;
+
 /// Per-thread state of retrieval: epoch-stamped counters (never cleared per step: a counter
 /// below the current epoch base reads as zero; one memset every ~65535 / L heads when the epoch
-/// space runs out) and one hit bitset per head, cleared while it is scanned. Size it with
+/// space runs out) and one hit bitset per head, cleared while it is read. Size it with
 /// lsh_index.h's RetrievalScratch.
 struct RetrievalState {
-  std::uint16_t *counters = nullptr; ///< >= count entries
+  std::uint16_t *counters = nullptr; ///< capacity + kCounterSlack entries
   std::uint64_t *bits = nullptr;     ///< kMaxGroup * words entries, zero between calls
   std::size_t words = 0;             ///< bitset words per head, >= ceil(count / 64)
   std::uint32_t *epoch = nullptr;    ///< current base; advanced by L per head and call
-  std::size_t capacity = 0;          ///< counters entries (all are cleared when the epoch wraps)
+  std::size_t capacity = 0;          ///< tokens (>= the index's count; all cleared on a wrap)
 };
 
 /// Tokens whose codes agree with the query's in >= t tables, for each of G query heads of one
