@@ -1,10 +1,12 @@
 // pig-bench-attention: the LSH kernels measured the way a decode step sees memory.
 //
 // Every benchmark rotates over enough copies of its data (K/V, index) that the working set is
-// >= 96 MiB, three times this machine's 32 MiB LLC, so each step reads cold data like one layer
-// after another would. One iteration = one step of one kv-head group. Times are medians of
-// repetitions with min and max (Google Benchmark aggregates); the ratio lines at the end are
-// computed from the medians of this one run, side by side, so machine noise affects both sides.
+// at least twice the last-level cache the machine reports (and >= 96 MiB), so each step reads
+// cold data like one layer after another would. The LLC size is printed first; on a machine
+// that reports a large shared LLC (e.g. 260 MiB) this takes a few GiB of memory. One iteration =
+// one step of one kv-head group. Times are medians of repetitions with min and max (Google
+// Benchmark aggregates); the ratio lines at the end are computed from the medians of this one run,
+// side by side, so machine noise affects both sides.
 //
 //   build/bin/pig-bench-attention                       # full run (~3-5 minutes)
 //   build/bin/pig-bench-attention --benchmark_filter=dense   # a subset
@@ -22,6 +24,8 @@
 #include <string>
 #include <vector>
 
+#include <unistd.h>
+
 #include <benchmark/benchmark.h>
 
 #include "pig/reference/random.h"
@@ -32,19 +36,31 @@
 namespace {
 
 namespace lsh = pig::runtime::lsh;
-constexpr std::size_t kWorkingSet = 96ull << 20;
+
+// Bytes of the last-level cache as the C library reports it (0 when it does not).
+std::size_t llc_bytes() {
+  const long v = sysconf(_SC_LEVEL3_CACHE_SIZE);
+  return v > 0 ? std::size_t(v) : 0;
+}
+
+std::size_t working_set() {
+  static const std::size_t bytes = std::max<std::size_t>(96ull << 20, 2 * llc_bytes());
+  return bytes;
+}
 constexpr int kK = 10, kL = 150, kT = 2;
 constexpr std::uint64_t kSeed = 1;
 constexpr std::size_t kVSkew = 1056; // elements (2112 bytes: 33 cache lines)
 
 std::size_t copies_for(std::size_t bytes_per_copy) {
-  return std::max<std::size_t>(2, (kWorkingSet + bytes_per_copy - 1) / bytes_per_copy);
+  return std::max<std::size_t>(2, (working_set() + bytes_per_copy - 1) / bytes_per_copy);
 }
 
 // ---- streaming read bandwidth ------------------------------------------------------------------
 
 lsh::HugeVector<std::uint64_t> &stream_buffer() {
-  static lsh::HugeVector<std::uint64_t> buf(std::size_t(256) << 17, 1); // 256 MiB
+  // >= 256 MiB and at least the working set of the other benchmarks, so it streams from memory
+  static lsh::HugeVector<std::uint64_t> buf(std::max<std::size_t>(256ull << 20, working_set()) / 8,
+                                            1);
   return buf;
 }
 
@@ -435,7 +451,7 @@ void run_pair(benchmark::State &state, const std::string &name, A &&fa, B &&fb) 
   state.counters["B_over_A"] = r.b / r.a;
 }
 
-// A: streaming read of as many bytes as one dense call reads (K and V), from the 256 MiB buffer
+// A: streaming read of as many bytes as one dense call reads (K and V), from the stream buffer
 // at a rotating offset; B: the dense call. B / A = stream bandwidth / dense bandwidth.
 void BM_PairDenseStream(benchmark::State &state, std::size_t n, std::size_t d, int G) {
   Dataset &ds = dataset(n, d, G, true);
@@ -716,6 +732,8 @@ int main(int argc, char **argv) {
   benchmark::Initialize(&argc, argv);
   if (benchmark::ReportUnrecognizedArguments(argc, argv))
     return 1;
+  std::printf("last-level cache %.0f MiB (as reported); working set per benchmark %.0f MiB\n",
+              double(llc_bytes()) / double(1 << 20), double(working_set()) / double(1 << 20));
   CapturingReporter reporter;
   benchmark::RunSpecifiedBenchmarks(&reporter);
   print_ratios();
