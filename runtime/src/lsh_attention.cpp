@@ -108,6 +108,7 @@ void LshAttention::DecodeGroup(size_t layer, size_t kvh, size_t n_tokens, const 
   c.indexed += double(st.indexed) * double(G);
   for (size_t h = 0; h < G; ++h)
     c.sampled += double(st.sampled_per_head[h]);
+  c.gathered += double(st.sampled_union);
   c.index_bytes_read += st.index_bytes_read;
   c.kv_bytes_indexed += double(st.indexed) * 2.0 * double(d) * double(cache_.ElementBytes());
 }

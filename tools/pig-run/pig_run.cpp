@@ -215,6 +215,12 @@ void PrintSummary(const Attention &attn, const LlamaConfig &cfg) {
                  "cost2 (sampled fraction of indexed tokens): %.2f %%   cost1 (index traffic / "
                  "K+V bytes of indexed tokens): %.2f %%\n",
                  100.0 * st.cost2(), 100.0 * st.cost1());
+    if (cfg.n_heads > cfg.n_kv_heads && st.gathered > 0)
+      std::fprintf(stderr,
+                   "GQA sample sets: the union of a group's %zu sets is %.1f %% of their summed "
+                   "size (%.1f %%: identical sets, 100 %%: disjoint)\n",
+                   size_t(cfg.n_heads / cfg.n_kv_heads), 100.0 * st.gather_ratio(),
+                   100.0 * double(cfg.n_kv_heads) / double(cfg.n_heads));
   } else if (attn.stats().decode_steps > 0 && st.kernels.rfind("dense", 0) != 0) {
     std::fprintf(stderr, "cost: no token was indexed (the sequence is shorter than sink + local + "
                          "the minimum index size): every step was dense\n");
@@ -562,6 +568,9 @@ int RunCompare(const Options &o) {
   });
   row("cost1 (index traffic)", [&](const Column &c) {
     return c.st.index_bytes_read > 0 ? fmt("%.2f %%", 100 * c.st.cost1()) : std::string("-");
+  });
+  row("GQA union / sum of sets", [&](const Column &c) {
+    return c.st.gathered > 0 ? fmt("%.1f %%", 100 * c.st.gather_ratio()) : std::string("-");
   });
   row("KV cache MiB", [&](const Column &c) { return fmt("%.1f", double(c.kv_bytes) / 1048576); });
   row("index MiB", [&](const Column &c) {

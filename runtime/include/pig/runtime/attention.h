@@ -28,11 +28,13 @@ struct CostCounters {
   double sampled = 0;          ///< sum of |S_h| (tokens read from the indexed part)
   double index_bytes_read = 0; ///< index traffic of retrieval (bucket offsets and ids)
   double kv_bytes_indexed = 0; ///< K+V bytes of the indexed tokens (denominator of cost1)
+  double gathered = 0; ///< sum of |S_1 u ... u S_G| per group step (rows a shared gather reads)
   CostCounters &operator+=(const CostCounters &o) {
     indexed += o.indexed;
     sampled += o.sampled;
     index_bytes_read += o.index_bytes_read;
     kv_bytes_indexed += o.kv_bytes_indexed;
+    gathered += o.gathered;
     return *this;
   }
 };
@@ -46,6 +48,10 @@ struct AttentionStats : CostCounters {
   double cost2() const { return indexed > 0 ? sampled / indexed : 0.0; }
   /// cost1: index traffic relative to reading the indexed tokens' K and V densely.
   double cost1() const { return kv_bytes_indexed > 0 ? index_bytes_read / kv_bytes_indexed : 0.0; }
+  /// Overlap of the sample sets of a GQA group: the union's size over the sum of the heads'
+  /// sizes, 1/G when the G heads sampled the same tokens, 1 when their sets are disjoint (0 when
+  /// the method does not sample per group).
+  double gather_ratio() const { return sampled > 0 ? gathered / sampled : 0.0; }
 };
 
 class Attention {
