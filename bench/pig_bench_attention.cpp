@@ -3,7 +3,8 @@
 // Every benchmark rotates over enough copies of its data (K/V, index) that the working set is
 // at least twice the last-level cache the machine reports (and >= 96 MiB), so each step reads
 // cold data like one layer after another would. The LLC size is printed first; on a machine
-// that reports a large shared LLC (e.g. 260 MiB) this takes a few GiB of memory. One iteration =
+// that reports a large shared LLC (e.g. 260 MiB) this takes a few GiB of memory.
+// PIG_BENCH_WORKING_SET_MIB=N sets the working set instead. One iteration =
 // one step of one kv-head group. Times are medians of repetitions with min and max (Google
 // Benchmark aggregates); the ratio lines at the end are computed from the medians of this one run,
 // side by side, so machine noise affects both sides.
@@ -18,6 +19,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <map>
 #include <memory>
@@ -43,8 +45,14 @@ std::size_t llc_bytes() {
   return v > 0 ? std::size_t(v) : 0;
 }
 
+// PIG_BENCH_WORKING_SET_MIB overrides it (e.g. 1: two copies of everything, mostly cached, to
+// separate a kernel's arithmetic from its memory stalls).
 std::size_t working_set() {
-  static const std::size_t bytes = std::max<std::size_t>(96ull << 20, 2 * llc_bytes());
+  static const std::size_t bytes = [] {
+    if (const char *mib = std::getenv("PIG_BENCH_WORKING_SET_MIB"))
+      return std::size_t(std::strtoull(mib, nullptr, 10)) << 20;
+    return std::max<std::size_t>(96ull << 20, 2 * llc_bytes());
+  }();
   return bytes;
 }
 constexpr int kK = 10, kL = 150, kT = 2;
