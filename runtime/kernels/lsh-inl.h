@@ -296,7 +296,7 @@ template <int kK, int kL> void BuildIndex(const BuildIndexArgs &a) {
 // segment). Per segment, the bucket offsets of all tables are loaded first (L independent
 // misses overlap), then the id lists are prefetched kAhead tables ahead of the one being
 // counted. (A pipeline that prefetched the offsets 16 lists ahead instead, across segments,
-// measured 1.15-1.30x the public method against 1.44-1.69x for this in interleaved runs.)
+// measured 1.15-1.30x the public method against 1.44-1.69x for this, A/B within one hour.)
 template <int kK, int kL, typename List>
 HWY_INLINE void WalkIndex(const IndexView &ix, const uint16_t *HWY_RESTRICT qc, const List &list) {
   const std::size_t K = kK ? std::size_t(kK) : std::size_t(ix.K);
@@ -338,12 +338,12 @@ HWY_INLINE void WalkIndex(const IndexView &ix, const uint16_t *HWY_RESTRICT qc, 
 // counter with its upper neighbour, which is why the state has kCounterSlack counters of slack);
 // hits are compressed onto `hits` as index positions. With the counters in L2 the walk is bound
 // by instructions per entry, not by memory: the scalar loop takes ~15, the public method ~9,
-// this ~2 (the scatter is the limit). Two lanes of one vector never name the same counter (a
-// token is in a bucket once), and when they name neighbours (ids i and i + 1) the scatter
-// writes lanes in order, lowest first, and ids ascend within a bucket (BuildIndex), so the lane
-// that updates counter i + 1 writes it last. Lanes past the list's end repeat its last entry:
-// same address, same value, no hit.
-// Other targets: the scalar loop, which sets the hit's bit at once.
+// this about one vector instruction (the scatter, ~1.2 cycles per entry, is the limit). Two lanes
+// of one vector never name the same counter (a token is in a bucket once), and when they name
+// neighbours (ids i and i + 1) the scatter writes lanes in order, lowest first, and ids ascend
+// within a bucket (BuildIndex), so the lane that updates counter i + 1 writes it last. Lanes past
+// the list's end repeat its last entry: same address, same value, no hit. Other targets: the scalar
+// loop, which sets the hit's bit at once.
 template <int kK, int kL>
 HWY_INLINE std::size_t CountHead(const IndexView &ix, const uint16_t *HWY_RESTRICT qc,
                                  uint32_t base, uint32_t t, uint16_t *HWY_RESTRICT counters,
