@@ -4,6 +4,7 @@
 // no model: fast enough for the sanitizer build.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <random>
 #include <stdexcept>
@@ -154,6 +155,7 @@ TEST_P(LshAttentionTest, MatchesReferenceThroughIncrementalIndexing) {
       if (step % 29 != 0 && step + 1 != c.steps)
         continue;
       double step_sampled = 0, step_indexed = 0;
+      std::vector<std::vector<size_t>> group_union(kvh); // per kv-head: its heads' sample sets
       for (size_t h = 0; h < heads; ++h) {
         const size_t g = l * kvh + h / G;
         const ref::Matrix Km{K[g].data.data(), n, d}, Vm{V[g].data.data(), n, d};
@@ -175,6 +177,7 @@ TEST_P(LshAttentionTest, MatchesReferenceThroughIncrementalIndexing) {
           expect = r.attention.out;
           step_sampled += double(r.sample.size());
           step_indexed += double(r.indexed);
+          group_union[h / G].insert(group_union[h / G].end(), r.sample.begin(), r.sample.end());
         }
         for (size_t j = 0; j < d; ++j) {
           const double tol = 2e-4 * (1.0 + std::fabs(expect[j]));
@@ -185,6 +188,12 @@ TEST_P(LshAttentionTest, MatchesReferenceThroughIncrementalIndexing) {
       // The statistics count exactly the reference's sample sets and indexed tokens.
       EXPECT_EQ(after.sampled - before.sampled, step_sampled) << c.name << " step " << step;
       EXPECT_EQ(after.indexed - before.indexed, step_indexed) << c.name << " step " << step;
+      double step_gathered = 0; // the union of each group's sets: rows its shared gather reads
+      for (auto &u : group_union) {
+        std::sort(u.begin(), u.end());
+        step_gathered += double(std::unique(u.begin(), u.end()) - u.begin());
+      }
+      EXPECT_EQ(after.gathered - before.gathered, step_gathered) << c.name << " step " << step;
       sampled += step_sampled;
     }
   }
@@ -195,6 +204,9 @@ TEST_P(LshAttentionTest, MatchesReferenceThroughIncrementalIndexing) {
   EXPECT_LE(st.cost2(), 1.0);
   if (sampled > 0) {
     EXPECT_GT(st.cost2(), 0.0);
+    // Between identical sets (1/G) and disjoint ones (1).
+    EXPECT_GE(st.gather_ratio(), 1.0 / double(G) - 1e-12);
+    EXPECT_LE(st.gather_ratio(), 1.0);
   }
 }
 
