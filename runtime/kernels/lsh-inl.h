@@ -295,11 +295,9 @@ template <int kK, int kL> void BuildIndex(const BuildIndexArgs &a) {
 // (segment s, table l) in order, with ids[lo, hi) the bucket's id list (ids relative to the
 // segment). Per segment, the bucket offsets of all tables are loaded first (L independent
 // misses overlap), then the id lists are prefetched kAhead tables ahead of the one being
-// counted. (A pipeline that prefetched the offsets 16 lists ahead instead, across segments,
-// measured 1.15-1.30x the public method against 1.44-1.69x for this, A/B within one hour. A
-// form of this same walk with the segment loop over s0 += kSegment and the offsets of a segment
-// taken from one base pointer measured 1.06-1.24x against this form's 1.42-1.63x on the Xeon,
-// reproducibly; the cause was not found, so mind the generated code when touching this loop.)
+// counted. Keep the prefetches in this function's body: a form that issued them from a lambda
+// compiled to no prefetch instruction at all (GCC 12.2, every target; see objdump) and ran at
+// 1.06-1.24x the public method against 1.43-1.63x for this one.
 template <int kK, int kL, typename List>
 HWY_INLINE void WalkIndex(const IndexView &ix, const uint16_t *HWY_RESTRICT qc, const List &list) {
   const std::size_t K = kK ? std::size_t(kK) : std::size_t(ix.K);
