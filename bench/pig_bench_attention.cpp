@@ -4,10 +4,10 @@
 // at least twice the last-level cache the machine reports (and >= 96 MiB), so each step reads
 // cold data like one layer after another would. The LLC size is printed first; on a machine
 // that reports a large shared LLC (e.g. 260 MiB) this takes a few GiB of memory.
-// PIG_BENCH_WORKING_SET_MIB=N sets the working set instead. One iteration =
-// one step of one kv-head group. Times are medians of repetitions with min and max (Google
-// Benchmark aggregates); the ratio lines at the end are computed from the medians of this one run,
-// side by side, so machine noise affects both sides.
+// PIG_BENCH_WORKING_SET_MIB=N sets the working set instead (N MiB, a positive integer).
+// One iteration = one step of one kv-head group. Times are medians of repetitions with min and
+// max (Google Benchmark aggregates); the ratio lines at the end are computed from the medians of
+// this one run, side by side, so machine noise affects both sides.
 //
 //   build/bin/pig-bench-attention                       # full run (~3-5 minutes)
 //   build/bin/pig-bench-attention --benchmark_filter=dense   # a subset
@@ -49,8 +49,18 @@ std::size_t llc_bytes() {
 // separate a kernel's arithmetic from its memory stalls).
 std::size_t working_set() {
   static const std::size_t bytes = [] {
-    if (const char *mib = std::getenv("PIG_BENCH_WORKING_SET_MIB"))
-      return std::size_t(std::strtoull(mib, nullptr, 10)) << 20;
+    if (const char *mib = std::getenv("PIG_BENCH_WORKING_SET_MIB")) {
+      char *end = nullptr;
+      const unsigned long long v = std::strtoull(mib, &end, 10);
+      if (end == mib || *end != '\0' || v == 0 || v > (1ull << 20)) {
+        std::fprintf(stderr,
+                     "pig-bench-attention: PIG_BENCH_WORKING_SET_MIB='%s' is not a size in MiB "
+                     "(a positive integer up to 1048576)\n",
+                     mib);
+        std::exit(2);
+      }
+      return std::size_t(v) << 20;
+    }
     return std::max<std::size_t>(96ull << 20, 2 * llc_bytes());
   }();
   return bytes;
