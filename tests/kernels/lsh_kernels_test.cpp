@@ -88,8 +88,8 @@ TEST(SimHash, BitIdenticalToReference) {
   }
 }
 
-// Rows that stress the sign decisions: near-orthogonal to columns, zero, tiny, huge, NaN, and
-// copies of each other.
+// Rows that stress the sign decisions: near-orthogonal to columns, zero, tiny, subnormal, huge,
+// NaN, and copies of each other.
 ref::OwnedMatrix adversarial_rows(std::size_t d, std::uint64_t seed) {
   ref::OwnedMatrix m = gaussian(40, d, seed);
   for (std::size_t j = 0; j < d; ++j) {
@@ -97,7 +97,9 @@ ref::OwnedMatrix adversarial_rows(std::size_t d, std::uint64_t seed) {
     m.at(1, j) *= 1e-30f;
     m.at(2, j) *= 1e30f;
     m.at(3, j) = m.at(4, j);
-    m.at(6, j) = 1e-3f; // all equal entries: many projections near 0 relative to the norm
+    m.at(6, j) = 1e-3f;   // all equal entries: many projections near 0 relative to the norm
+    m.at(8, j) *= 1e-37f; // projections near the smallest normal float, products below it
+    m.at(9, j) *= 1e-41f; // subnormal entries: every product underflows
   }
   m.at(5, 3) = std::numeric_limits<float>::quiet_NaN();
   m.at(7, 0) = std::numeric_limits<float>::infinity();
