@@ -363,8 +363,8 @@ HWY_INLINE void WalkIndex(const IndexView &ix, const uint16_t *HWY_RESTRICT qc, 
 // of one vector never name the same counter (a token is in a bucket once), and when they name
 // neighbours (ids i and i + 1) the scatter writes lanes in order, lowest first, and ids ascend
 // within a bucket (BuildIndex), so the lane that updates counter i + 1 writes it last. Lanes past
-// the list's end repeat its last entry: same address, same value, no hit. Other targets: the scalar
-// loop, which sets the hit's bit at once.
+// the list's end are masked out of the gather, the scatter and the hits. Other targets: the
+// scalar loop, which sets the hit's bit at once.
 template <int kK, int kL>
 HWY_INLINE std::size_t CountHead(const IndexView &ix, const uint16_t *HWY_RESTRICT qc,
                                  uint32_t base, uint32_t t, uint16_t *HWY_RESTRICT counters,
@@ -385,13 +385,16 @@ HWY_INLINE std::size_t CountHead(const IndexView &ix, const uint16_t *HWY_RESTRI
     for (uint32_t j = lo; j < hi; j += uint32_t(N)) {
       const std::size_t n = std::min<std::size_t>(N, hi - j);
       // A masked load: the last list of the index may end at the end of its allocation.
-      auto id = hn::PromoteTo(du, hn::MaskedLoad(hn::FirstN(d16, n), d16, ids + j));
+      const auto id = hn::PromoteTo(du, hn::MaskedLoad(hn::FirstN(d16, n), d16, ids + j));
       const auto valid = hn::FirstN(du, n);
-      id = hn::IfThenElse(valid, id, hn::Set(du, uint32_t(ids[hi - 1])));
       const auto offset = hn::BitCast(di, hn::Add(id, id)); // bytes
-      const auto pair = hn::GatherOffset(du, cw, offset);
+      // Masked gather and scatter (Highway 1.0.3 has neither): lanes past the list's end cost
+      // nothing, where unmasked ones repeating the last entry took a full 16-lane scatter.
+      const auto pair = decltype(id){
+          _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), valid.raw, offset.raw, cw, 1)};
       const auto now = hn::Add(hn::Max(hn::And(pair, low), vbase), one); // base + count
-      hn::ScatterOffset(hn::Or(hn::And(pair, high), now), du, cw, offset);
+      _mm512_mask_i32scatter_epi32(cw, valid.raw, offset.raw, hn::Or(hn::And(pair, high), now).raw,
+                                   1);
       const auto hit = hn::And(valid, hn::Eq(now, vt));
       hn::StoreU(hn::Compress(hn::Add(id, seg), hit), du, hits + n_hits); // hits has N slack
       n_hits += hn::CountTrue(du, hit);
