@@ -125,6 +125,19 @@ TEST(Encode, CodesEqualReference) {
           a.codes = got.data();
           s.encode(a);
           ASSERT_EQ(got, want) << KernelRegistry::describe(s) << " " << lsh::to_string(dt);
+          // Row counts that leave a partial block of rows (the kernels project up to 4 at once,
+          // padding some counts with zero rows): the codes of the rows asked for, nothing past.
+          for (std::size_t rows : {1, 2, 3, 5, 6, 7}) {
+            std::fill(got.begin(), got.end(), 0xFFFF);
+            a.rows = rows;
+            s.encode(a);
+            const std::size_t L = std::size_t(c.L);
+            ASSERT_TRUE(std::equal(want.begin(), want.begin() + rows * L, got.begin()))
+                << KernelRegistry::describe(s) << " rows " << rows;
+            ASSERT_TRUE(std::all_of(got.begin() + rows * L, got.end(),
+                                    [](std::uint16_t v) { return v == 0xFFFF; }))
+                << "codes written past row " << rows;
+          }
         }
     }
   });
