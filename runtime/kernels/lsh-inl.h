@@ -104,9 +104,9 @@ HWY_INLINE void ProjectRows(const float *HWY_RESTRICT x, std::size_t d_rt, const
   const std::size_t N = hn::Lanes(df);
   const std::size_t d = kD ? std::size_t(kD) : d_rt;
   // Column vectors per block: R * kCB accumulator chains, which must cover the FMA latency
-  // (about 8 chains in flight) and, with the kCB loads of W, fit the register file. With 32
-  // vector registers (AVX-512) R = 3 took 2 columns per block (6 chains) before and ran at
-  // 1.6x the time of R = 4 (d = 64, Xeon).
+  // (about 8 chains in flight) and, with the kCB loads of W, fit the register file. On AVX-512
+  // (32 registers) R = 1 takes 8 and R = 4 takes 4; R = 2 and 3 stayed slower than R = 4 even
+  // with 12 and 9 chains (d = 64, Xeon), so EncodeTyped projects them as 4 rows there.
 #if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
   constexpr std::size_t kCB = R == 1 ? 8 : R == 2 ? 4 : R == 3 ? 3 : 4;
 #else
