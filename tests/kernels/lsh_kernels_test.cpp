@@ -295,7 +295,7 @@ TEST(SampledAttention, AdversarialInputs) {
 TEST(DenseAttention, MatchesReference) {
   for_each_target([](const char *) {
     for (std::size_t d : {std::size_t(64), std::size_t(128), std::size_t(18)})
-      for (std::size_t n : {0, 1, 15, 16, 17, 300})
+      for (std::size_t n : {0, 1, 15, 16, 17, 63, 64, 65, 129, 300}) // vector and block edges
         for (int G : {1, 3}) {
           const Problem pr = make_problem(std::max<std::size_t>(n, 1), d, G, 40 + n);
           const float scale = float(1.0 / std::sqrt(double(d)));
