@@ -192,7 +192,7 @@ private:
 };
 
 struct StepStats {
-  std::size_t sampled_union = 0; ///< rows gathered (union over the group)
+  std::size_t sampled_union = 0; ///< union of the group's sets (rows read from memory)
   std::size_t sampled_per_head[kMaxGroup] = {};
   std::size_t indexed = 0;     ///< tokens the index held (sorted + tail)
   double index_bytes_read = 0; ///< offsets, ids of the walked buckets, tail codes
