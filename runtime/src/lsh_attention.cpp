@@ -68,24 +68,24 @@ AttentionStats LshAttention::stats() const {
   return s;
 }
 
-void LshAttention::DecodeGroup(size_t layer, size_t kvh, size_t n_tokens, const float *q,
-                               float *out, PerThread &pt, CostCounters &c) {
+void LshAttention::PrepareGroup(size_t layer, size_t kvh, size_t n_tokens, const float *q,
+                                float *out, PerThread &pt, Group &g, CostCounters &c) {
   const AttentionShape &sh = cache_.shape();
   const size_t d = sh.head_dim, G = sh.group();
-  const float scale = 1.0f / std::sqrt(float(d));
-  const void *keys = cache_.Keys(layer, kvh), *values = cache_.Values(layer, kvh);
-  pt.lse.resize(G);
+  const void *keys = cache_.Keys(layer, kvh);
+  g.sampled = false;
   auto &slot = index_[layer * sh.n_kv_heads + kvh];
   const size_t indexable =
       n_tokens > spec_.sink + spec_.local ? n_tokens - spec_.sink - spec_.local : 0;
   if (dense_layer_[layer] || (!slot && indexable < kMinIndexed)) {
+    pt.lse.resize(G);
     lsh::DenseAttentionArgs a;
     a.q = q;
     a.G = int(G);
     a.d = d;
-    a.scale = scale;
+    a.scale = 1.0f / std::sqrt(float(d));
     a.k = keys;
-    a.v = values;
+    a.v = cache_.Values(layer, kvh);
     a.dtype = cache_.dtype();
     a.begin = 0;
     a.end = n_tokens;
@@ -103,14 +103,25 @@ void LshAttention::DecodeGroup(size_t layer, size_t kvh, size_t n_tokens, const 
     slot->extend(set_, keys, cache_.dtype(), n_tokens, W_);
   }
   lsh::StepStats st;
-  lsh::sampled_step(set_, *slot, W_, log_u_, spec_.t, pt.scratch, pt.buf, q, int(G), keys, values,
-                    cache_.dtype(), scale, out, pt.lse.data(), &st);
+  g.n_union = lsh::retrieve_step(set_, *slot, W_, spec_.t, pt.scratch, g.buf, q, int(G), &st);
+  g.sampled = true;
   c.indexed += double(st.indexed) * double(G);
   for (size_t h = 0; h < G; ++h)
     c.sampled += double(st.sampled_per_head[h]);
   c.gathered += double(st.sampled_union);
   c.index_bytes_read += st.index_bytes_read;
   c.kv_bytes_indexed += double(st.indexed) * 2.0 * double(d) * double(cache_.ElementBytes());
+}
+
+void LshAttention::AttendGroup(size_t layer, size_t kvh, const float *q, Group &g, size_t part,
+                               size_t parts) {
+  const AttentionShape &sh = cache_.shape();
+  const size_t d = sh.head_dim, G = sh.group();
+  const size_t begin = g.n_union * part / parts, end = g.n_union * (part + 1) / parts;
+  lsh::attend_step(set_, *index_[layer * sh.n_kv_heads + kvh], log_u_, g.buf, begin, end, part == 0,
+                   q, int(G), d, cache_.Keys(layer, kvh), cache_.Values(layer, kvh), cache_.dtype(),
+                   1.0f / std::sqrt(float(d)), g.out.data() + part * G * d,
+                   g.lse.data() + part * G);
 }
 
 void LshAttention::Forward(size_t layer, size_t pos, size_t n, const float *q, const float *k,
@@ -128,11 +139,48 @@ void LshAttention::Forward(size_t layer, size_t pos, size_t n, const float *q, c
       t = std::make_unique<PerThread>(sh.capacity);
   for (auto &c : per_kvh_)
     c = {};
-  const size_t hd = sh.head_dim, G = sh.group();
-  pool.ParallelFor(sh.n_kv_heads, [&](size_t kvh, size_t thread) {
-    DecodeGroup(layer, kvh, pos + 1, q + kvh * G * hd, out + kvh * G * hd, *threads_[thread],
-                per_kvh_[kvh]);
+  const size_t hd = sh.head_dim, G = sh.group(), H = sh.n_kv_heads;
+  // Two phases: every group's index update and retrieval, then the sampled passes, split in
+  // `parts` ranges of each group's retrieved tokens when the kv-heads do not divide among the
+  // threads (3 groups on 2 threads left one idle for a third of the step); the parts are merged
+  // exactly (LSE). Measured on the Xeon (3 kv-heads x G = 3, d = 64, 2 threads, split and
+  // unsplit steps alternated in one process): 6-9 % less time per layer at 16k and 32k tokens.
+  // The first phase is still 3 items on 2 threads.
+  const size_t parts = pool.size() > 1 && H % pool.size() != 0 ? 2 : 1;
+  groups_.resize(H);
+  for (auto &g : groups_) {
+    g.out.resize(parts * G * hd);
+    g.lse.resize(parts * G);
+  }
+  pool.ParallelFor(H, [&](size_t kvh, size_t thread) {
+    PrepareGroup(layer, kvh, pos + 1, q + kvh * G * hd, out + kvh * G * hd, *threads_[thread],
+                 groups_[kvh], per_kvh_[kvh]);
   });
+  pool.ParallelFor(H * parts, [&](size_t item, size_t) {
+    const size_t kvh = item / parts;
+    if (groups_[kvh].sampled)
+      AttendGroup(layer, kvh, q + kvh * G * hd, groups_[kvh], item % parts, parts);
+  });
+  for (size_t kvh = 0; kvh < H; ++kvh) {
+    Group &g = groups_[kvh];
+    if (!g.sampled)
+      continue;
+    float *o = out + kvh * G * hd;
+    if (parts == 1) {
+      std::copy(g.out.begin(), g.out.begin() + G * hd, o);
+      continue;
+    }
+    lsh::MergeArgs m;
+    m.out_a = g.out.data();
+    m.lse_a = g.lse.data();
+    m.out_b = g.out.data() + G * hd;
+    m.lse_b = g.lse.data() + G;
+    m.heads = G;
+    m.d = hd;
+    m.out = o;
+    m.lse = g.lse.data(); // in place: out may alias out_a, so lse may alias lse_a
+    set_.merge(m);
+  }
   for (const auto &c : per_kvh_)
     total_ += c;
   if (layer == 0)

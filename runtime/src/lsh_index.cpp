@@ -238,10 +238,9 @@ LogUTableData::LogUTableData(int K, int L, int t, int size)
   }
 }
 
-void sampled_step(const LshKernelSet &set, const LshIndex &index, const SimHash &W,
-                  const LogUTableData &log_u, int t, RetrievalScratch &scratch, StepBuffers &buf,
-                  const float *q, int G, const void *k, const void *v, DType dtype, float scale,
-                  float *out, float *lse, StepStats *stats) {
+std::size_t retrieve_step(const LshKernelSet &set, const LshIndex &index, const SimHash &W, int t,
+                          RetrievalScratch &scratch, StepBuffers &buf, const float *q, int G,
+                          StepStats *stats) {
   if (G < 1 || G > kMaxGroup)
     throw std::invalid_argument("sampled_step: group of " + std::to_string(G) + " heads");
   const std::size_t L = std::size_t(W.L()), sorted = index.layout().count;
@@ -280,25 +279,6 @@ void sampled_step(const LshKernelSet &set, const LshIndex &index, const SimHash 
         retrieve_tail(index.tail_codes(), index.tail_count(), index.sink_end() + sorted, W.L(),
                       buf.qcodes.data(), G, t, buf.tokens.data(), masks, n_union, per_head);
   }
-  SampledAttentionArgs sa;
-  sa.q = q;
-  sa.G = G;
-  sa.d = W.d();
-  sa.scale = scale;
-  sa.k = k;
-  sa.v = v;
-  sa.dtype = dtype;
-  sa.n = index.n();
-  sa.sink_end = index.sink_end();
-  sa.local_begin = index.local_begin();
-  sa.mean = index.mean().data();
-  sa.tokens = buf.tokens.data();
-  sa.masks = masks;
-  sa.count = n_union;
-  sa.log_u = log_u.view();
-  sa.out = out;
-  sa.lse = lse;
-  set.sampled_attention(sa);
   if (stats) {
     stats->sampled_union = n_union;
     std::copy(per_head, per_head + G, stats->sampled_per_head);
@@ -320,6 +300,45 @@ void sampled_step(const LshKernelSet &set, const LshIndex &index, const SimHash 
     }
     stats->index_bytes_read = bytes;
   }
+  return n_union;
+}
+
+void attend_step(const LshKernelSet &set, const LshIndex &index, const LogUTableData &log_u,
+                 const StepBuffers &buf, std::size_t begin, std::size_t end, bool with_static,
+                 const float *q, int G, std::size_t d, const void *k, const void *v, DType dtype,
+                 float scale, float *out, float *lse) {
+  if (G < 1 || G > kMaxGroup)
+    throw std::invalid_argument("sampled_step: group of " + std::to_string(G) + " heads");
+  if (begin > end || (end > begin && end > buf.tokens.size()))
+    throw std::invalid_argument("attend_step: token range outside the retrieved tokens");
+  SampledAttentionArgs sa;
+  sa.q = q;
+  sa.G = G;
+  sa.d = d;
+  sa.scale = scale;
+  sa.k = k;
+  sa.v = v;
+  sa.dtype = dtype;
+  // Without the static tokens: an empty sink and a local window that starts at n.
+  sa.n = index.n();
+  sa.sink_end = with_static ? index.sink_end() : 0;
+  sa.local_begin = with_static ? index.local_begin() : index.n();
+  sa.mean = index.mean().data();
+  sa.tokens = buf.tokens.data() + begin;
+  sa.masks = G > 1 ? buf.masks.data() + begin : nullptr;
+  sa.count = end - begin;
+  sa.log_u = log_u.view();
+  sa.out = out;
+  sa.lse = lse;
+  set.sampled_attention(sa);
+}
+
+void sampled_step(const LshKernelSet &set, const LshIndex &index, const SimHash &W,
+                  const LogUTableData &log_u, int t, RetrievalScratch &scratch, StepBuffers &buf,
+                  const float *q, int G, const void *k, const void *v, DType dtype, float scale,
+                  float *out, float *lse, StepStats *stats) {
+  const std::size_t n_union = retrieve_step(set, index, W, t, scratch, buf, q, G, stats);
+  attend_step(set, index, log_u, buf, 0, n_union, true, q, G, W.d(), k, v, dtype, scale, out, lse);
 }
 
 } // namespace pig::runtime::lsh

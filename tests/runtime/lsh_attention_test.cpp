@@ -35,6 +35,7 @@ struct Case {
   double key_scale; // multiplies every key (huge norms)
   bool equal_keys;  // every key the same row
   lsh::DType dtype;
+  size_t kv_heads = 2; // 3 on the test's 2 threads: each group's sampled pass is split in two
 };
 
 // Rows of keys in a cone (a common offset plus noise), like a real model's keys.
@@ -61,7 +62,7 @@ class LshAttentionTest : public ::testing::TestWithParam<Case> {};
 
 TEST_P(LshAttentionTest, MatchesReferenceThroughIncrementalIndexing) {
   const Case c = GetParam();
-  const size_t layers = 2, heads = 6, kvh = 2, d = 64, G = heads / kvh;
+  const size_t layers = 2, kvh = c.kv_heads, heads = 3 * kvh, d = 64, G = heads / kvh;
   const size_t cap = c.prompt + c.steps;
   AttentionSpec spec;
   spec.method = "magicpig";
@@ -219,7 +220,11 @@ INSTANTIATE_TEST_SUITE_P(
         // Shorter than sink + local: dense until enough tokens left the window.
         Case{"tiny", 10, 100, 1.0, false, lsh::DType::bf16},
         Case{"huge_norms", 150, 40, 1e3, false, lsh::DType::bf16},
-        Case{"equal_keys", 150, 40, 1.0, true, lsh::DType::bf16}),
+        Case{"equal_keys", 150, 40, 1.0, true, lsh::DType::bf16},
+        // 3 kv-heads on 2 threads: the sampled passes run as two merged halves per group.
+        Case{"split_bf16", 300, 60, 1.0, false, lsh::DType::bf16, 3},
+        Case{"split_f32", 120, 40, 1.0, false, lsh::DType::f32, 3},
+        Case{"split_equal_keys", 150, 20, 1.0, true, lsh::DType::bf16, 3}),
     [](const auto &info) { return std::string(info.param.name); });
 
 TEST(LshAttention, InvalidSpecsThrowWithAMessage) {

@@ -45,12 +45,22 @@ public:
 private:
   struct PerThread {
     lsh::RetrievalScratch scratch;
-    lsh::StepBuffers buf;
     std::vector<float> lse;
     explicit PerThread(size_t capacity) : scratch(capacity) {}
   };
-  void DecodeGroup(size_t layer, size_t kvh, size_t n_tokens, const float *q, float *out,
-                   PerThread &pt, CostCounters &c);
+  // One kv-head group's decode step between its two phases.
+  struct Group {
+    lsh::StepBuffers buf;        // the retrieved union (tokens, masks) and the query codes
+    size_t n_union = 0;          // retrieved tokens
+    bool sampled = false;        // false: the group was attended densely in the first phase
+    std::vector<float> out, lse; // [part][G x d], [part][G]: the second phase's partial results
+  };
+  // First phase of a group's step: the dense pass (dense layers, short sequences), or index
+  // build / extend and retrieval. The second: the fused pass over part `part` of `parts` of the
+  // retrieved tokens (the first part with the static tokens).
+  void PrepareGroup(size_t layer, size_t kvh, size_t n_tokens, const float *q, float *out,
+                    PerThread &pt, Group &g, CostCounters &c);
+  void AttendGroup(size_t layer, size_t kvh, const float *q, Group &g, size_t part, size_t parts);
 
   AttentionSpec spec_;
   KvCache cache_;
@@ -61,6 +71,7 @@ private:
   std::vector<std::optional<lsh::LshIndex>> index_; // [layer][kv-head]
   std::vector<std::unique_ptr<PerThread>> threads_;
   std::vector<CostCounters> per_kvh_;
+  std::vector<Group> groups_; // [kv-head]
   CostCounters total_;
   size_t decode_steps_ = 0;
 };

@@ -207,11 +207,27 @@ struct StepBuffers {
 
 /// One MagicPIG step for G query heads of one kv-head: encode the queries, retrieve the union of
 /// their sample sets, one fused pass over static and sampled tokens. k, v: n x d of the index's
-/// dtype. out: G x d, lse: G (natural log).
+/// dtype. out: G x d, lse: G (natural log). It is retrieve_step, then attend_step over all the
+/// retrieved tokens with the static ones.
 void sampled_step(const LshKernelSet &set, const LshIndex &index, const SimHash &W,
                   const LogUTableData &log_u, int t, RetrievalScratch &scratch, StepBuffers &buf,
                   const float *q, int G, const void *k, const void *v, DType dtype, float scale,
                   float *out, float *lse, StepStats *stats = nullptr);
+
+/// The first half of sampled_step: encode the G queries and retrieve the union of their sample
+/// sets (sorted segments, then the tail) into buf.tokens (ascending) and, for G > 1, buf.masks.
+/// Returns the union's size.
+std::size_t retrieve_step(const LshKernelSet &set, const LshIndex &index, const SimHash &W, int t,
+                          RetrievalScratch &scratch, StepBuffers &buf, const float *q, int G,
+                          StepStats *stats = nullptr);
+
+/// The second half: the fused pass over the retrieved tokens [begin, end) of buf, with the sink
+/// and local-window tokens if with_static. Passes over disjoint ranges (one of them with the
+/// static tokens) combine exactly with the merge kernel: a step can be split across threads.
+void attend_step(const LshKernelSet &set, const LshIndex &index, const LogUTableData &log_u,
+                 const StepBuffers &buf, std::size_t begin, std::size_t end, bool with_static,
+                 const float *q, int G, std::size_t d, const void *k, const void *v, DType dtype,
+                 float scale, float *out, float *lse);
 
 /// Round-to-nearest-even f32 -> bf16 (raw bits) of n values on the chosen SIMD target, and back.
 void convert_to_bf16(const float *in, std::uint16_t *out, std::size_t n);
