@@ -8,8 +8,8 @@
 // of the prefilled text (every copy of a sampled key is sampled too). Beyond the model's trained
 // context (8k) quality is not meaningful; speed is.
 //
-// For each context: both methods decode the same --steps tokens from the same cache; the first
-// LSH step builds the index of every sparse layer and is reported apart.
+// For each context: both methods decode the same --steps tokens from the same cache, one step of
+// each in turn; the first LSH step builds the index of every sparse layer and is reported apart.
 // Usage: pig-bench-context [--model FILE] [--text FILE] [--prefill N] [--steps N]
 //                          [--contexts 2048,4096,...] [--threads N] [--kv bf16|f32] [--out DIR]
 // --out DIR writes speed.csv and draws speed.png with gnuplot (docs/RESULTS.md, part 3).
@@ -93,31 +93,70 @@ struct Run {
   size_t memory = 0;
 };
 
-Run Decode(const LlamaModel &model, ThreadPool &pool, const AttentionSpec &spec,
-           const KvCache &tiled, size_t context, const std::vector<int32_t> &feed) {
-  const LlamaConfig &c = model.config();
-  const AttentionShape shape{c.n_layers, c.n_heads, c.n_kv_heads, c.head_dim,
-                             context + feed.size()};
-  auto timed = std::make_unique<TimedAttention>(MakeAttention(spec, shape));
-  TimedAttention *t = timed.get();
-  t->LoadPrefix(tiled, context);
-  LlamaSession s(model, pool, shape.capacity, std::move(timed));
-  s.SetPosition(context);
-  std::vector<float> logits(c.vocab);
-  Run r;
-  auto t0 = Clock::now();
-  s.Forward(&feed[0], 1, logits.data());
-  r.first_step_s = Since(t0);
-  t->seconds = 0;
-  t0 = Clock::now();
-  for (size_t i = 1; i < feed.size(); ++i)
-    s.Forward(&feed[i], 1, logits.data());
-  const double total = Since(t0);
-  r.tokens_per_s = double(feed.size() - 1) / total;
-  r.attention_share = t->seconds / total;
-  r.stats = t->stats();
-  r.memory = t->MemoryBytes();
-  return r;
+// One method's session decoding from the tiled cache, one timed step at a time.
+class Decoder {
+public:
+  Decoder(const LlamaModel &model, ThreadPool &pool, const AttentionSpec &spec,
+          const KvCache &tiled, size_t context, size_t steps)
+      : logits_(model.config().vocab) {
+    const LlamaConfig &c = model.config();
+    const AttentionShape shape{c.n_layers, c.n_heads, c.n_kv_heads, c.head_dim, context + steps};
+    auto timed = std::make_unique<TimedAttention>(MakeAttention(spec, shape));
+    timed_ = timed.get();
+    timed_->LoadPrefix(tiled, context);
+    session_ = std::make_unique<LlamaSession>(model, pool, shape.capacity, std::move(timed));
+    session_->SetPosition(context);
+  }
+  // Decodes one token; returns the step's seconds. After the first step (which builds the LSH
+  // index), steps and attention time are accumulated.
+  double Step(int32_t token) {
+    const double attention0 = timed_->seconds;
+    const auto t0 = Clock::now();
+    session_->Forward(&token, 1, logits_.data());
+    const double s = Since(t0);
+    if (first_) {
+      run_.first_step_s = s;
+      first_ = false;
+    } else {
+      total_ += s;
+      attention_ += timed_->seconds - attention0;
+      ++steps_;
+    }
+    return s;
+  }
+  Run Result() const {
+    Run r = run_;
+    r.tokens_per_s = double(steps_) / total_;
+    r.attention_share = attention_ / total_;
+    r.stats = timed_->stats();
+    r.memory = timed_->MemoryBytes();
+    return r;
+  }
+
+private:
+  std::vector<float> logits_;
+  TimedAttention *timed_ = nullptr;
+  std::unique_ptr<LlamaSession> session_;
+  Run run_;
+  bool first_ = true;
+  double total_ = 0, attention_ = 0;
+  size_t steps_ = 0;
+};
+
+// Both methods decode the same tokens from the same cache, their steps alternated (dense, LSH,
+// dense, ...) so that the machine's drift (30 % and more within minutes on a shared machine)
+// affects both alike; before, each method ran its steps in a time window of its own.
+void DecodeBoth(const LlamaModel &model, ThreadPool &pool, const AttentionSpec &dense,
+                const AttentionSpec &lsh, const KvCache &tiled, size_t context,
+                const std::vector<int32_t> &feed, Run &d, Run &l) {
+  Decoder a(model, pool, dense, tiled, context, feed.size());
+  Decoder b(model, pool, lsh, tiled, context, feed.size());
+  for (int32_t token : feed) {
+    a.Step(token);
+    b.Step(token);
+  }
+  d = a.Result();
+  l = b.Result();
 }
 
 } // namespace
@@ -205,8 +244,8 @@ int main(int argc, char **argv) {
     for (size_t ctx : o.contexts) {
       KvCache tiled(AttentionShape{c.n_layers, c.n_heads, c.n_kv_heads, c.head_dim, ctx}, o.kv);
       tiled.Tile(pre.attention().cache(), o.prefill, ctx);
-      const Run d = Decode(*model, pool, dense, tiled, ctx, feed);
-      const Run l = Decode(*model, pool, lsh, tiled, ctx, feed);
+      Run d, l;
+      DecodeBoth(*model, pool, dense, lsh, tiled, ctx, feed, d, l);
       std::printf(
           "| %zu | %.1f | %.1f | %.2fx | %.0f %% / %.0f %% | %.2f %% | %.2f | %.0f | %.0f |\n", ctx,
           d.tokens_per_s, l.tokens_per_s, l.tokens_per_s / d.tokens_per_s, 100 * d.attention_share,
