@@ -13,6 +13,7 @@
 // the same kernels. Prefill (several queries in one call) is dense and causal.
 #pragma once
 
+#include <atomic>
 #include <memory>
 #include <optional>
 #include <vector>
@@ -71,7 +72,9 @@ private:
   std::vector<std::optional<lsh::LshIndex>> index_; // [layer][kv-head]
   std::vector<std::unique_ptr<PerThread>> threads_;
   std::vector<CostCounters> per_kvh_;
-  std::vector<Group> groups_; // [kv-head]
+  std::vector<Group> groups_;                     // [kv-head]
+  std::unique_ptr<std::atomic<bool>[]> prepared_; // [kv-head]: PrepareGroup finished this step
+  size_t prepared_size_ = 0;
   CostCounters total_;
   size_t decode_steps_ = 0;
 };
