@@ -113,7 +113,7 @@ HWY_INLINE void ProjectRows(const float *HWY_RESTRICT x, std::size_t d_rt, const
   // (32 registers) R = 1 takes 8 and R = 4 takes 4; R = 2 and 3 stayed slower than R = 4 even
   // with 12 and 9 chains (d = 64, Xeon), so EncodeTyped projects them as 4 rows there.
 #if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
-  constexpr std::size_t kCB = R == 1 ? 8 : R == 2 ? 4 : R == 3 ? 3 : 4;
+  constexpr std::size_t kCB = R == 1 ? 8 : R == 2 ? 4 : R == 3 ? 3 : R == 4 ? 4 : 2;
 #else
   constexpr std::size_t kCB = R == 1 ? 4 : R == 2 ? 3 : 2;
 #endif
@@ -243,7 +243,11 @@ template <int kK, int kL, int kD, typename Row> void EncodeTyped(const EncodeArg
   const std::size_t cols = K * L;
   const std::size_t cols_pad = (cols + N - 1) / N * N;
   HWY_ASSERT(a.W.cols >= cols_pad && a.W.cols % N == 0);
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
+  constexpr std::size_t R = 8; // rows per pass over W (the index build encodes every key)
+#else
   constexpr std::size_t R = 4;
+#endif
   thread_local std::vector<float> xs, proj;
   xs.resize(R * d);
   proj.resize(R * cols_pad);
@@ -261,13 +265,17 @@ template <int kK, int kL, int kD, typename Row> void EncodeTyped(const EncodeArg
     std::size_t np = nr; // rows projected
 #if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
     // On AVX-512 four rows cost less than two or three (d = 64, Xeon: 9.7 us against 11.6 and
-    // 16.0): project zero rows in their place and drop their codes.
-    if (nr >= 2) {
-      std::fill(xs.begin() + nr * d, xs.begin() + R * d, 0.0f);
-      np = R;
-    }
+    // 16.0), and eight rows read W half as often as four: project zero rows in place of the
+    // missing ones and drop their codes.
+    np = nr == 1 ? 1 : nr <= 4 ? 4 : 8;
+    std::fill(xs.begin() + nr * d, xs.begin() + np * d, 0.0f);
 #endif
     switch (np) {
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
+    case 8:
+      ProjectRows<8, kD>(xs.data(), d, a.W, cols_pad, proj.data(), cols_pad);
+      break;
+#endif
     case 4:
       ProjectRows<4, kD>(xs.data(), d, a.W, cols_pad, proj.data(), cols_pad);
       break;

@@ -125,9 +125,9 @@ TEST(Encode, CodesEqualReference) {
           a.codes = got.data();
           s.encode(a);
           ASSERT_EQ(got, want) << KernelRegistry::describe(s) << " " << lsh::to_string(dt);
-          // Row counts that leave a partial block of rows (the kernels project up to 4 at once,
+          // Row counts that leave a partial block of rows (the kernels project up to 8 at once,
           // padding some counts with zero rows): the codes of the rows asked for, nothing past.
-          for (std::size_t rows : {1, 2, 3, 5, 6, 7}) {
+          for (std::size_t rows : {1, 2, 3, 5, 6, 7, 9, 12, 13}) {
             std::fill(got.begin(), got.end(), 0xFFFF);
             a.rows = rows;
             s.encode(a);
