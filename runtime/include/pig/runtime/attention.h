@@ -28,7 +28,7 @@ struct CostCounters {
   double sampled = 0;          ///< sum of |S_h| (tokens read from the indexed part)
   double index_bytes_read = 0; ///< index traffic of retrieval (bucket offsets and ids)
   double kv_bytes_indexed = 0; ///< K+V bytes of the indexed tokens (denominator of cost1)
-  double gathered = 0; ///< sum of |S_1 u ... u S_G| per group step (rows the group reads from memory)
+  double gathered = 0;         ///< sum of |S_1 u ... u S_G| per group step (rows read from memory)
   CostCounters &operator+=(const CostCounters &o) {
     indexed += o.indexed;
     sampled += o.sampled;
