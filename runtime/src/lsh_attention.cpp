@@ -115,15 +115,16 @@ void LshAttention::PrepareGroup(size_t layer, size_t kvh, size_t n_tokens, const
   c.kv_bytes_indexed += double(st.indexed) * 2.0 * double(d) * double(cache_.ElementBytes());
 }
 
-void LshAttention::AttendGroup(size_t layer, size_t kvh, const float *q, Group &g, size_t part,
-                               size_t parts) {
+void LshAttention::AttendGroup(size_t layer, size_t kvh, const float *q, float *out, Group &g,
+                               size_t part, size_t parts) {
   const AttentionShape &sh = cache_.shape();
   const size_t d = sh.head_dim, G = sh.group();
   const size_t begin = g.n_union * part / parts, end = g.n_union * (part + 1) / parts;
+  // One part writes the group's output directly; two write partial results for the merge.
+  float *o = parts == 1 ? out : g.out.data() + part * G * d;
   lsh::attend_step(set_, *index_[layer * sh.n_kv_heads + kvh], log_u_, g.buf, begin, end, part == 0,
                    q, int(G), d, cache_.Keys(layer, kvh), cache_.Values(layer, kvh), cache_.dtype(),
-                   1.0f / std::sqrt(float(d)), g.out.data() + part * G * d,
-                   g.lse.data() + part * G);
+                   1.0f / std::sqrt(float(d)), o, g.lse.data() + part * G);
 }
 
 void LshAttention::Forward(size_t layer, size_t pos, size_t n, const float *q, const float *k,
@@ -161,7 +162,7 @@ void LshAttention::Forward(size_t layer, size_t pos, size_t n, const float *q, c
   }
   for (size_t kvh = 0; kvh < H; ++kvh) {
     Group &g = groups_[kvh];
-    g.out.resize(parts * G * hd);
+    g.out.resize(parts > 1 ? parts * G * hd : 0);
     g.lse.resize(parts * G);
     prepared_[kvh].store(false, std::memory_order_relaxed);
   }
@@ -179,17 +180,14 @@ void LshAttention::Forward(size_t layer, size_t pos, size_t n, const float *q, c
     while (!prepared_[kvh].load(std::memory_order_acquire))
       std::this_thread::yield();
     if (groups_[kvh].sampled)
-      AttendGroup(layer, kvh, q + kvh * G * hd, groups_[kvh], (item - H) % parts, parts);
+      AttendGroup(layer, kvh, q + kvh * G * hd, out + kvh * G * hd, groups_[kvh],
+                  (item - H) % parts, parts);
   });
   for (size_t kvh = 0; kvh < H; ++kvh) {
     Group &g = groups_[kvh];
-    if (!g.sampled)
+    if (!g.sampled || parts == 1)
       continue;
     float *o = out + kvh * G * hd;
-    if (parts == 1) {
-      std::copy(g.out.begin(), g.out.begin() + G * hd, o);
-      continue;
-    }
     lsh::MergeArgs m;
     m.out_a = g.out.data();
     m.lse_a = g.lse.data();

@@ -54,14 +54,15 @@ private:
     lsh::StepBuffers buf;        // the retrieved union (tokens, masks) and the query codes
     size_t n_union = 0;          // retrieved tokens
     bool sampled = false;        // false: the group was attended densely in the first phase
-    std::vector<float> out, lse; // [part][G x d], [part][G]: the second phase's partial results
+    std::vector<float> out, lse; // [part][G x d] (two parts only), [part][G]: partial results
   };
   // First phase of a group's step: the dense pass (dense layers, short sequences), or index
   // build / extend and retrieval. The second: the fused pass over part `part` of `parts` of the
   // retrieved tokens (the first part with the static tokens).
   void PrepareGroup(size_t layer, size_t kvh, size_t n_tokens, const float *q, float *out,
                     PerThread &pt, Group &g, CostCounters &c);
-  void AttendGroup(size_t layer, size_t kvh, const float *q, Group &g, size_t part, size_t parts);
+  void AttendGroup(size_t layer, size_t kvh, const float *q, float *out, Group &g, size_t part,
+                   size_t parts);
 
   AttentionSpec spec_;
   KvCache cache_;
