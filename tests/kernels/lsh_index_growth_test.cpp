@@ -81,15 +81,15 @@ TEST(LshIndexGrowth, RetrievalMatchesReferenceAcrossMergesAndSegments) {
   EXPECT_THROW(ix.extend(set, keys.data(), DType::f32, n0, W), std::invalid_argument);
 }
 
-// The retrieval counters are epoch-stamped: each head advances the epoch by L and the counters
-// are cleared only when the 16-bit epoch space runs out (every ~65535 / L heads). Thousands of
-// heads with varying t, group size and query, on random keys and on all-equal keys (every token
-// collides in every table: counts reach L, the most an epoch may hold), alternating between a
-// large and a small index that share one scratch (as the kv-heads of a thread do), must keep
-// returning pig::ref::sample_set exactly across several wraps.
+// The retrieval counters are epoch-stamped u8: each head advances the epoch by t + 1 (its counts
+// saturate there) and the counters are cleared only when the 8-bit epoch space runs out (every
+// ~255 / (t + 1) heads). Thousands of heads with varying t, group size and query, on random keys
+// and on all-equal keys (every token collides in every table: every count saturates), alternating
+// between a large and a small index that share one scratch (as the kv-heads of a thread do), must
+// keep returning pig::ref::sample_set exactly across many wraps.
 TEST(LshIndexGrowth, RetrievalSurvivesEpochWraparound) {
   const std::size_t d = 8, n = 3000;
-  const int K = 5, L = 40; // 1638 heads per epoch wrap
+  const int K = 5, L = 40; // 18 to 127 heads per epoch wrap
   std::mt19937 rng(5);
   std::normal_distribution<float> nd;
   const LshKernelSet set = generic_kernel_set();
@@ -112,7 +112,7 @@ TEST(LshIndexGrowth, RetrievalSurvivesEpochWraparound) {
       const int G = 1 + call % 4, t = 1 + (call / 4) % 5 * 3; // t in {1, 4, 7, 10, 13}
       // Every wrap happens on the small index, so the large one next reads counters past the
       // small one's count that only a clear of the whole scratch resets.
-      const bool wraps = *scratch.state().epoch + std::uint32_t(G * L) > 0xFFFFu;
+      const bool wraps = *scratch.state().epoch + std::uint32_t(G * (t + 1)) > 0xFFu;
       const LshIndex &ix = wraps || call % 3 == 2 ? small : big;
       const std::vector<std::uint16_t> &codes = ix.codes();
       const std::size_t count = ix.count();

@@ -250,6 +250,34 @@ TEST(SampledAttention, ThresholdOneAndOddShapes) {
   check_magicpig(make_problem(300, 16, 1, 6), {3, 5, 16}, 1, 2, {1, 7}, 2e-4);
 }
 
+TEST(SampledAttention, ThresholdsAroundTheByteCounters) {
+  // The epoch-stamped u8 counters serve t <= kMaxEpochT (a count saturates at t + 1 within a
+  // byte's epoch); larger t counts in 16 bits per head. Both sides of the boundary, one and two
+  // heads, against the reference's sample sets.
+  static_assert(lsh::kMaxEpochT == 254);
+  // Every third key lies near the query's direction at a spread of angles (so its count of
+  // 300 collisions falls on both sides of these t); the others point away. Their mean is ~0,
+  // so centering keeps the directions.
+  const std::size_t n = 600, d = 16;
+  ref::Rng rng(23);
+  std::vector<float> q(2 * d);
+  for (std::size_t j = 0; j < d; ++j) {
+    q[j] = float(rng.gaussian());
+    q[d + j] = q[j] + float(0.1 * rng.gaussian());
+  }
+  ref::OwnedMatrix K(n, d);
+  for (std::size_t i = 0; i < n; ++i) {
+    const bool near = i % 3 == 0;
+    const double c = near ? 1.0 : -0.5, noise = near ? 0.02 + 0.6 * double(i % 21) / 20 : 1.0;
+    for (std::size_t j = 0; j < d; ++j)
+      K.row(i)[j] = float(c * q[j] + noise * rng.gaussian());
+  }
+  const Problem pr{Rows(std::move(K)), Rows(gaussian(n, d, 24)), q, n, d};
+  for (int t : {253, 254, 255, 270})
+    for (int G : {1, 2})
+      check_magicpig(pr, {1, 300, int(d)}, G, t, {2, 8}, 2e-4);
+}
+
 TEST(SampledAttention, TinyAndAllStatic) {
   for (std::size_t n : {1, 2, 40, 68, 69, 70})
     check_magicpig(make_problem(n, 64, 3, 3 + n), {10, 150, 64}, 3, 2, {}, 2e-4);

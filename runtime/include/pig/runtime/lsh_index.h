@@ -172,7 +172,7 @@ public:
   std::size_t capacity() const { return counters_.size() - kCounterSlack; }
 
 private:
-  HugeVector<std::uint16_t> counters_;
+  HugeVector<std::uint8_t> counters_;
   std::vector<std::uint64_t> bits_;
   std::uint32_t epoch_ = 0;
 };

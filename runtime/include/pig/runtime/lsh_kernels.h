@@ -95,20 +95,25 @@ struct BuildIndexArgs {
 };
 
 /// Counter entries a RetrievalState holds past `capacity`: the vector walk reads and writes
-/// counters two at a time (a 32-bit lane at the u16 counter of a token), so the counter of the
-/// last token needs a neighbour.
+/// counters four at a time (a 32-bit lane at the u8 counter of a token), so the counter of the
+/// last token needs three neighbours.
 inline constexpr std::size_t kCounterSlack = 16;
 
-/// Per-thread state of retrieval: epoch-stamped counters (never cleared per step: a counter
-/// below the current epoch base reads as zero; one memset every ~65535 / L heads when the epoch
-/// space runs out) and one hit bitset per head, cleared while it is read. Size it with
-/// lsh_index.h's RetrievalScratch.
+/// The largest t the epoch-stamped u8 counters serve: a head's counter saturates at t + 1, and
+/// its epoch's values [base, base + t + 1] must fit in a byte. Retrieval with a larger t (which
+/// needs L >= 255 tables) counts in a plain 16-bit array cleared per head instead.
+inline constexpr int kMaxEpochT = 254;
+
+/// Per-thread state of retrieval: epoch-stamped u8 counters (never cleared per step: a counter
+/// below the current epoch base reads as zero; each head advances the base by t + 1 and one
+/// memset every ~255 / (t + 1) heads restarts the epochs) and one hit bitset per head, cleared
+/// while it is read. Size it with lsh_index.h's RetrievalScratch.
 struct RetrievalState {
-  std::uint16_t *counters = nullptr; ///< capacity + kCounterSlack entries
-  std::uint64_t *bits = nullptr;     ///< kMaxGroup * words entries, zero between calls
-  std::size_t words = 0;             ///< bitset words per head, >= ceil(count / 64)
-  std::uint32_t *epoch = nullptr;    ///< current base; advanced by L per head and call
-  std::size_t capacity = 0;          ///< tokens (>= the index's count; all cleared on a wrap)
+  std::uint8_t *counters = nullptr; ///< capacity + kCounterSlack entries
+  std::uint64_t *bits = nullptr;    ///< kMaxGroup * words entries, zero between calls
+  std::size_t words = 0;            ///< bitset words per head, >= ceil(count / 64)
+  std::uint32_t *epoch = nullptr;   ///< current base; advanced by t + 1 per head and call
+  std::size_t capacity = 0;         ///< tokens (>= the index's count; all cleared on a wrap)
 };
 
 /// Tokens whose codes agree with the query's in >= t tables, for each of G query heads of one
