@@ -471,6 +471,109 @@ HWY_INLINE void CountHeadWide(const IndexView &ix, const uint16_t *HWY_RESTRICT 
   });
 }
 
+// The union of G hit bitsets (head h's at bits + h * stride, `words` words each) in ascending
+// order: tokens[i] = begin + position, and with masks, masks[i] = the bit mask of the heads whose
+// set holds it (bit h = head h). Clears the bitsets as it reads them, adds each head's count to
+// per_head[h], and returns the union's size. Writes nothing past the union (masked stores).
+//
+// AVX-512: per 64-bit word, the set positions are compressed out of an index vector and the
+// heads' mask bytes out of a vector built from their words, with no branch per token. The scalar
+// loop (one tzcnt, G shifts and a data-dependent loop exit per token) cost ~50 us per GQA-3 step
+// at n = 128k, more than a third of its three walks (harness on cached data, Xeon).
+HWY_INLINE std::size_t UnionOfBitsets(uint64_t *HWY_RESTRICT bits, std::size_t stride,
+                                      std::size_t words, int G, uint32_t begin,
+                                      uint32_t *HWY_RESTRICT tokens, uint8_t *HWY_RESTRICT masks,
+                                      std::size_t *HWY_RESTRICT per_head) {
+  std::size_t n = 0;
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
+  alignas(64) static constexpr uint8_t kIota[64] = {
+      0,  1,  2,  3,  4,  5,  6,  7,  8,  9,  10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21,
+      22, 23, 24, 25, 26, 27, 28, 29, 30, 31, 32, 33, 34, 35, 36, 37, 38, 39, 40, 41, 42, 43,
+      44, 45, 46, 47, 48, 49, 50, 51, 52, 53, 54, 55, 56, 57, 58, 59, 60, 61, 62, 63};
+  const __m512i iota8 = _mm512_load_si512(kIota);
+  const __m512i iota32 = _mm512_cvtepu8_epi32(_mm512_castsi512_si128(iota8));
+  auto first = [](unsigned k) { return __mmask16(k >= 16 ? 0xFFFFu : (1u << k) - 1u); };
+  for (std::size_t w = 0; w < words; ++w) {
+    uint64_t hb[kMaxGroup];
+    uint64_t any = 0;
+    for (int h = 0; h < G; ++h) {
+      hb[h] = bits[std::size_t(h) * stride + w];
+      any |= hb[h];
+    }
+    if (!any)
+      continue;
+    for (int h = 0; h < G; ++h) {
+      bits[std::size_t(h) * stride + w] = 0;
+      per_head[h] += std::size_t(_mm_popcnt_u64(hb[h]));
+    }
+    const unsigned cnt = unsigned(_mm_popcnt_u64(any));
+    const __m512i base = _mm512_set1_epi32(int32_t(begin + uint32_t(w * 64)));
+#if HWY_TARGET <= HWY_AVX3_DL
+    // VBMI2: one byte compress gives every position and every mask of the word.
+    if (masks) {
+      __m512i mv = _mm512_maskz_mov_epi8(hb[0], _mm512_set1_epi8(1));
+      for (int h = 1; h < G; ++h)
+        mv = _mm512_or_si512(mv, _mm512_maskz_mov_epi8(hb[h], _mm512_set1_epi8(char(1 << h))));
+      _mm512_mask_storeu_epi8(masks + n, cnt >= 64 ? ~uint64_t(0) : (uint64_t(1) << cnt) - 1,
+                              _mm512_maskz_compress_epi8(any, mv));
+    }
+    __m512i pos = _mm512_maskz_compress_epi8(any, iota8);
+    for (unsigned c = 0; c < cnt; c += 16) { // once for all but words of > 16 tokens
+      const __m512i t32 = _mm512_add_epi32(_mm512_cvtepu8_epi32(_mm512_castsi512_si128(pos)), base);
+      _mm512_mask_storeu_epi32(tokens + n + c, first(cnt - c), t32);
+      pos = _mm512_alignr_epi32(pos, pos, 4); // the next 16 positions to the bottom
+    }
+#else
+    // AVX3: 32-bit compresses, 16 positions at a time.
+    for (unsigned c = 0, o = 0; c < 64; c += 16) {
+      const __mmask16 m = __mmask16(any >> c);
+      const unsigned k = unsigned(_mm_popcnt_u32(m));
+      const __m512i pos = _mm512_add_epi32(iota32, _mm512_set1_epi32(int32_t(c)));
+      _mm512_mask_storeu_epi32(tokens + n + o, first(k),
+                               _mm512_maskz_compress_epi32(m, _mm512_add_epi32(pos, base)));
+      if (masks) {
+        __m512i mv = _mm512_maskz_mov_epi32(__mmask16(hb[0] >> c), _mm512_set1_epi32(1));
+        for (int h = 1; h < G; ++h)
+          mv = _mm512_or_si512(
+              mv, _mm512_maskz_mov_epi32(__mmask16(hb[h] >> c), _mm512_set1_epi32(1 << h)));
+        _mm512_mask_cvtepi32_storeu_epi8(masks + n + o, first(k),
+                                         _mm512_maskz_compress_epi32(m, mv));
+      }
+      o += k;
+    }
+#endif
+    n += cnt;
+  }
+#else
+  for (std::size_t w = 0; w < words; ++w) {
+    uint64_t any = 0;
+    for (int h = 0; h < G; ++h)
+      any |= bits[std::size_t(h) * stride + w];
+    if (!any)
+      continue;
+    uint64_t hb[kMaxGroup];
+    for (int h = 0; h < G; ++h) {
+      hb[h] = bits[std::size_t(h) * stride + w];
+      bits[std::size_t(h) * stride + w] = 0;
+      per_head[h] += std::size_t(hwy::PopCount(hb[h]));
+    }
+    const uint32_t t0 = begin + uint32_t(w * 64);
+    while (any) {
+      const std::size_t b = hwy::Num0BitsBelowLS1Bit_Nonzero64(any);
+      any &= any - 1;
+      uint32_t m = 0;
+      for (int h = 0; h < G; ++h)
+        m |= uint32_t((hb[h] >> b) & 1u) << h;
+      tokens[n] = t0 + uint32_t(b);
+      if (masks)
+        masks[n] = uint8_t(m);
+      ++n;
+    }
+  }
+#endif
+  return n;
+}
+
 template <int kK, int kL> void Retrieve(const RetrieveArgs &a) {
   const IndexView &ix = a.index;
   const std::size_t L = Pick<kL>(std::size_t(ix.L));
@@ -503,51 +606,11 @@ template <int kK, int kL> void Retrieve(const RetrieveArgs &a) {
     for (std::size_t i = 0; i < n_hits; ++i) // hits of the vector walk (none on other targets)
       bits[hits[i] / 64] |= uint64_t(1) << (hits[i] % 64);
   }
-  // Union of the G bitsets in ascending order, clearing them as they are read.
-  std::size_t n = 0;
   std::size_t per_head[kMaxGroup] = {};
-  const uint32_t begin = uint32_t(ix.begin);
-  if (a.G == 1) { // one head: its bitset is the union, every mask is 1
-    for (std::size_t w = 0; w < words; ++w) {
-      uint64_t b = a.state.bits[w];
-      if (!b)
-        continue;
-      a.state.bits[w] = 0;
-      const uint32_t t0 = begin + uint32_t(w * 64);
-      for (; b; b &= b - 1)
-        a.tokens[n++] = t0 + uint32_t(hwy::Num0BitsBelowLS1Bit_Nonzero64(b));
-    }
-    if (a.masks)
-      std::memset(a.masks, 1, n);
-    *a.count = n;
-    if (a.per_head)
-      a.per_head[0] = n;
-    return;
-  }
-  for (std::size_t w = 0; w < words; ++w) {
-    uint64_t any = 0;
-    for (int h = 0; h < a.G; ++h)
-      any |= a.state.bits[h * a.state.words + w];
-    if (!any)
-      continue;
-    uint64_t hb[kMaxGroup];
-    for (int h = 0; h < a.G; ++h) {
-      hb[h] = a.state.bits[h * a.state.words + w];
-      a.state.bits[h * a.state.words + w] = 0;
-      per_head[h] += std::size_t(hwy::PopCount(hb[h]));
-    }
-    while (any) {
-      const std::size_t b = hwy::Num0BitsBelowLS1Bit_Nonzero64(any);
-      any &= any - 1;
-      uint32_t m = 0;
-      for (int h = 0; h < a.G; ++h)
-        m |= uint32_t((hb[h] >> b) & 1u) << h;
-      a.tokens[n] = begin + uint32_t(w * 64 + b);
-      if (a.masks)
-        a.masks[n] = uint8_t(m);
-      ++n;
-    }
-  }
+  const std::size_t n = UnionOfBitsets(a.state.bits, a.state.words, words, a.G, uint32_t(ix.begin),
+                                       a.tokens, a.masks, per_head);
+  if (a.G == 1 && a.masks) // one head: every mask is 1
+    std::memset(a.masks, 1, n);
   *a.count = n;
   if (a.per_head)
     for (int h = 0; h < a.G; ++h)
