@@ -13,6 +13,7 @@
 #include "pig/reference/lsh.h"
 #include "pig/reference/random.h"
 #include "pig/runtime/lsh_index.h"
+#include "test_util.h"
 
 namespace {
 
@@ -92,74 +93,78 @@ TEST(LshIndexGrowth, RetrievalSurvivesEpochWraparound) {
   const int K = 5, L = 40; // 18 to 127 heads per epoch wrap
   std::mt19937 rng(5);
   std::normal_distribution<float> nd;
-  const LshKernelSet set = generic_kernel_set();
   const SimHash W(17, d, K, L);
   const ref::OwnedMatrix Wr = ref::simhash_matrix(17, d, K, L);
-  for (bool all_equal : {false, true}) {
-    std::vector<float> keys(n * d);
-    for (std::size_t i = 0; i < n; ++i)
-      for (std::size_t j = 0; j < d; ++j)
-        keys[i * d + j] = all_equal && i > 0 ? keys[j] : nd(rng);
-    const LshIndex big = LshIndex::build(set, keys.data(), DType::f32, n, W, StaticTokens{0, 0});
-    const LshIndex small =
-        LshIndex::build(set, keys.data(), DType::f32, n / 3, W, StaticTokens{0, 0});
-    RetrievalScratch scratch(n);
-    std::vector<std::uint16_t> qc(std::size_t(4) * std::size_t(L));
-    std::vector<std::uint32_t> tokens(n);
-    std::vector<std::uint8_t> masks(n);
-    std::size_t heads = 0;
-    for (int call = 0; heads < 4000; ++call) {
-      const int G = 1 + call % 4, t = 1 + (call / 4) % 5 * 3; // t in {1, 4, 7, 10, 13}
-      // Every wrap happens on the small index, so the large one next reads counters past the
-      // small one's count that only a clear of the whole scratch resets.
-      const bool wraps = *scratch.state().epoch + std::uint32_t(G * (t + 1)) > 0xFFu;
-      const LshIndex &ix = wraps || call % 3 == 2 ? small : big;
-      const std::vector<std::uint16_t> &codes = ix.codes();
-      const std::size_t count = ix.count();
-      std::vector<float> q(std::size_t(G) * d);
-      for (auto &x : q)
-        x = nd(rng);
-      EncodeArgs ea;
-      ea.x = q.data();
-      ea.dtype = DType::f32;
-      ea.rows = std::size_t(G);
-      ea.W = W.view();
-      ea.codes = qc.data();
-      set.encode(ea);
-      std::size_t got = 0, per_head[kMaxGroup] = {};
-      RetrieveArgs ra;
-      ra.index = ix.view();
-      ra.query_codes = qc.data();
-      ra.G = G;
-      ra.t = t;
-      ra.state = scratch.state();
-      ra.tokens = tokens.data();
-      ra.masks = masks.data();
-      ra.count = &got;
-      ra.per_head = per_head;
-      set.retrieve(ra);
-      heads += std::size_t(G);
-      const ref::LshConfig cfg{K, L, t, 17};
-      std::vector<std::uint8_t> expect_mask(count, 0);
-      for (int h = 0; h < G; ++h) {
-        const auto s = ref::sample_set({&qc[std::size_t(h) * std::size_t(L)], std::size_t(L)},
-                                       codes, cfg, 0, count);
-        ASSERT_EQ(per_head[h], s.size()) << "call " << call << " head " << h;
-        for (std::size_t i : s)
-          expect_mask[i] |= std::uint8_t(1u << h);
+  // Every target: the walk, the epoch wraps and the union (with its words of 64 tokens when all
+  // keys are equal) differ between AVX3_DL, AVX3 and the scalar code.
+  pig::test::for_each_target([&](const char *) {
+    const LshKernelSet set = generic_kernel_set();
+    for (bool all_equal : {false, true}) {
+      std::vector<float> keys(n * d);
+      for (std::size_t i = 0; i < n; ++i)
+        for (std::size_t j = 0; j < d; ++j)
+          keys[i * d + j] = all_equal && i > 0 ? keys[j] : nd(rng);
+      const LshIndex big = LshIndex::build(set, keys.data(), DType::f32, n, W, StaticTokens{0, 0});
+      const LshIndex small =
+          LshIndex::build(set, keys.data(), DType::f32, n / 3, W, StaticTokens{0, 0});
+      RetrievalScratch scratch(n);
+      std::vector<std::uint16_t> qc(std::size_t(4) * std::size_t(L));
+      std::vector<std::uint32_t> tokens(n);
+      std::vector<std::uint8_t> masks(n);
+      std::size_t heads = 0;
+      for (int call = 0; heads < 4000; ++call) {
+        const int G = 1 + call % 4, t = 1 + (call / 4) % 5 * 3; // t in {1, 4, 7, 10, 13}
+        // Every wrap happens on the small index, so the large one next reads counters past the
+        // small one's count that only a clear of the whole scratch resets.
+        const bool wraps = *scratch.state().epoch + std::uint32_t(G * (t + 1)) > 0xFFu;
+        const LshIndex &ix = wraps || call % 3 == 2 ? small : big;
+        const std::vector<std::uint16_t> &codes = ix.codes();
+        const std::size_t count = ix.count();
+        std::vector<float> q(std::size_t(G) * d);
+        for (auto &x : q)
+          x = nd(rng);
+        EncodeArgs ea;
+        ea.x = q.data();
+        ea.dtype = DType::f32;
+        ea.rows = std::size_t(G);
+        ea.W = W.view();
+        ea.codes = qc.data();
+        set.encode(ea);
+        std::size_t got = 0, per_head[kMaxGroup] = {};
+        RetrieveArgs ra;
+        ra.index = ix.view();
+        ra.query_codes = qc.data();
+        ra.G = G;
+        ra.t = t;
+        ra.state = scratch.state();
+        ra.tokens = tokens.data();
+        ra.masks = masks.data();
+        ra.count = &got;
+        ra.per_head = per_head;
+        set.retrieve(ra);
+        heads += std::size_t(G);
+        const ref::LshConfig cfg{K, L, t, 17};
+        std::vector<std::uint8_t> expect_mask(count, 0);
+        for (int h = 0; h < G; ++h) {
+          const auto s = ref::sample_set({&qc[std::size_t(h) * std::size_t(L)], std::size_t(L)},
+                                         codes, cfg, 0, count);
+          ASSERT_EQ(per_head[h], s.size()) << "call " << call << " head " << h;
+          for (std::size_t i : s)
+            expect_mask[i] |= std::uint8_t(1u << h);
+        }
+        std::size_t k = 0;
+        for (std::size_t i = 0; i < count; ++i) {
+          if (!expect_mask[i])
+            continue;
+          ASSERT_LT(k, got) << "call " << call;
+          ASSERT_EQ(tokens[k], i) << "call " << call;
+          ASSERT_EQ(masks[k], expect_mask[i]) << "call " << call << " token " << i;
+          ++k;
+        }
+        ASSERT_EQ(k, got) << "call " << call << (all_equal ? " (all keys equal)" : "");
       }
-      std::size_t k = 0;
-      for (std::size_t i = 0; i < count; ++i) {
-        if (!expect_mask[i])
-          continue;
-        ASSERT_LT(k, got) << "call " << call;
-        ASSERT_EQ(tokens[k], i) << "call " << call;
-        ASSERT_EQ(masks[k], expect_mask[i]) << "call " << call << " token " << i;
-        ++k;
-      }
-      ASSERT_EQ(k, got) << "call " << call << (all_equal ? " (all keys equal)" : "");
     }
-  }
+  });
 }
 
 } // namespace
