@@ -484,7 +484,6 @@ HWY_INLINE std::size_t UnionOfBitsets(uint64_t *HWY_RESTRICT bits, std::size_t s
                                       std::size_t words, int G, uint32_t begin,
                                       uint32_t *HWY_RESTRICT tokens, uint8_t *HWY_RESTRICT masks,
                                       std::size_t *HWY_RESTRICT per_head) {
-  std::size_t n = 0;
 #if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
   alignas(64) static constexpr uint8_t kIota[64] = {
       0,  1,  2,  3,  4,  5,  6,  7,  8,  9,  10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21,
@@ -493,6 +492,8 @@ HWY_INLINE std::size_t UnionOfBitsets(uint64_t *HWY_RESTRICT bits, std::size_t s
   const __m512i iota8 = _mm512_load_si512(kIota);
   const __m512i iota32 = _mm512_cvtepu8_epi32(_mm512_castsi512_si128(iota8));
   auto first = [](unsigned k) { return __mmask16(k >= 16 ? 0xFFFFu : (1u << k) - 1u); };
+#endif
+  std::size_t n = 0;
   for (std::size_t w = 0; w < words; ++w) {
     uint64_t hb[kMaxGroup];
     uint64_t any = 0;
@@ -504,9 +505,10 @@ HWY_INLINE std::size_t UnionOfBitsets(uint64_t *HWY_RESTRICT bits, std::size_t s
       continue;
     for (int h = 0; h < G; ++h) {
       bits[std::size_t(h) * stride + w] = 0;
-      per_head[h] += std::size_t(_mm_popcnt_u64(hb[h]));
+      per_head[h] += std::size_t(hwy::PopCount(hb[h]));
     }
-    const unsigned cnt = unsigned(_mm_popcnt_u64(any));
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
+    const unsigned cnt = unsigned(hwy::PopCount(any));
     const __m512i base = _mm512_set1_epi32(int32_t(begin + uint32_t(w * 64)));
 #if HWY_TARGET <= HWY_AVX3_DL
     // VBMI2: one byte compress gives every position and every mask of the word.
@@ -543,20 +545,7 @@ HWY_INLINE std::size_t UnionOfBitsets(uint64_t *HWY_RESTRICT bits, std::size_t s
     }
 #endif
     n += cnt;
-  }
 #else
-  for (std::size_t w = 0; w < words; ++w) {
-    uint64_t any = 0;
-    for (int h = 0; h < G; ++h)
-      any |= bits[std::size_t(h) * stride + w];
-    if (!any)
-      continue;
-    uint64_t hb[kMaxGroup];
-    for (int h = 0; h < G; ++h) {
-      hb[h] = bits[std::size_t(h) * stride + w];
-      bits[std::size_t(h) * stride + w] = 0;
-      per_head[h] += std::size_t(hwy::PopCount(hb[h]));
-    }
     const uint32_t t0 = begin + uint32_t(w * 64);
     while (any) {
       const std::size_t b = hwy::Num0BitsBelowLS1Bit_Nonzero64(any);
@@ -569,8 +558,8 @@ HWY_INLINE std::size_t UnionOfBitsets(uint64_t *HWY_RESTRICT bits, std::size_t s
         masks[n] = uint8_t(m);
       ++n;
     }
-  }
 #endif
+  }
   return n;
 }
 
@@ -609,8 +598,6 @@ template <int kK, int kL> void Retrieve(const RetrieveArgs &a) {
   std::size_t per_head[kMaxGroup] = {};
   const std::size_t n = UnionOfBitsets(a.state.bits, a.state.words, words, a.G, uint32_t(ix.begin),
                                        a.tokens, a.masks, per_head);
-  if (a.G == 1 && a.masks) // one head: every mask is 1
-    std::memset(a.masks, 1, n);
   *a.count = n;
   if (a.per_head)
     for (int h = 0; h < a.G; ++h)

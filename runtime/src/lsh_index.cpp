@@ -242,11 +242,11 @@ std::size_t retrieve_step(const LshKernelSet &set, const LshIndex &index, const 
                           RetrievalScratch &scratch, StepBuffers &buf, const float *q, int G,
                           StepStats *stats) {
   if (G < 1 || G > kMaxGroup)
-    throw std::invalid_argument("sampled_step: group of " + std::to_string(G) + " heads");
+    throw std::invalid_argument("retrieve_step: group of " + std::to_string(G) + " heads");
   const std::size_t L = std::size_t(W.L()), sorted = index.layout().count;
   const std::size_t count = index.count();
   if (scratch.capacity() < sorted)
-    throw std::invalid_argument("sampled_step: retrieval scratch too small");
+    throw std::invalid_argument("retrieve_step: retrieval scratch too small");
   buf.qcodes.resize(std::size_t(G) * L);
   buf.tokens.resize(std::max<std::size_t>(count, 1));
   buf.masks.resize(std::max<std::size_t>(count, 1));
@@ -308,7 +308,7 @@ void attend_step(const LshKernelSet &set, const LshIndex &index, const LogUTable
                  const float *q, int G, std::size_t d, const void *k, const void *v, DType dtype,
                  float scale, float *out, float *lse) {
   if (G < 1 || G > kMaxGroup)
-    throw std::invalid_argument("sampled_step: group of " + std::to_string(G) + " heads");
+    throw std::invalid_argument("attend_step: group of " + std::to_string(G) + " heads");
   if (begin > end || (end > begin && end > buf.tokens.size()))
     throw std::invalid_argument("attend_step: token range outside the retrieved tokens");
   SampledAttentionArgs sa;
