@@ -13,7 +13,15 @@
 //   build/bin/pig-bench-attention --benchmark_filter=dense   # a subset
 //
 // Data: pig::ref::synthetic_problem (a sink, keys in a cone, log-normal tail), K and V in bf16;
-// the heads of a GQA group use the synthetic query plus a per-head perturbation.
+// the heads of a GQA group use the synthetic query plus a per-head perturbation. Each pass over
+// the copies takes the next of kQueries queries (the synthetic one, then perturbations of it),
+// so what a step touches besides the streamed data, the sampled rows and the query's bucket
+// lists, is cold too. With one query the same ~1-2 MB per copy stayed in the LLC from one
+// rotation to the next, which a decode step never sees (its queries change, and every other
+// layer and head runs between two visits of one): on the Xeon, in a harness on this data, the
+// d = 64 fused pass took 69-75 us with one query against 88-103 us with 8-256 rotating ones,
+// and the pairs below moved from 41-43x to 27-30x (d = 128), 23x to 16-18x (d = 64), and for
+// retrieval from 1.55-1.71x to 2.71-2.74x (the public method's int32 lists are twice the bytes).
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -68,6 +76,26 @@ std::size_t working_set() {
 constexpr int kK = 10, kL = 150, kT = 2;
 constexpr std::uint64_t kSeed = 1;
 constexpr std::size_t kVSkew = 1056; // elements (2112 bytes: 33 cache lines)
+constexpr std::size_t kQueries = 16; // queries (groups of G) taken in turn, one per rotation
+
+// Query q (of kQueries) of a group of G heads, G x d: query 0 is the synthetic query (head 0) and
+// its per-head perturbations; query q > 0 perturbs the synthetic query first (seeded by q), then
+// the heads the same way. Each head's sample set stays near 2 % (2.4-2.6 % at d = 64).
+std::vector<float> group_query(const std::vector<float> &q0, int G, std::size_t query) {
+  const std::size_t d = q0.size();
+  std::vector<float> base = q0;
+  if (query > 0) {
+    pig::ref::Rng r(1000 + query);
+    for (std::size_t j = 0; j < d; ++j)
+      base[j] += float(0.5 * r.gaussian());
+  }
+  std::vector<float> out;
+  pig::ref::Rng rng(3);
+  for (int h = 0; h < G; ++h)
+    for (std::size_t j = 0; j < d; ++j)
+      out.push_back(base[j] + float(h == 0 ? 0.0 : 0.5 * rng.gaussian()));
+  return out;
+}
 
 std::size_t copies_for(std::size_t bytes_per_copy) {
   return std::max<std::size_t>(2, (working_set() + bytes_per_copy - 1) / bytes_per_copy);
@@ -104,7 +132,7 @@ struct Dataset {
   std::size_t n = 0, d = 0;
   int G = 1;
   std::vector<lsh::HugeVector<std::uint16_t>> k, v; // per copy, n x d bf16 (huge pages)
-  std::vector<float> q;                             // G x d
+  std::vector<std::vector<float>> q;                // kQueries x (G x d)
   std::unique_ptr<lsh::SimHash> W;
   std::vector<lsh::LshIndex> index; // per copy (same content, separate memory)
   std::unique_ptr<lsh::LogUTableData> lut;
@@ -130,10 +158,8 @@ Dataset &dataset(std::size_t n, std::size_t d, int G, bool with_index) {
   std::vector<std::uint16_t> kb(n * d), vb(n * d);
   lsh::convert_to_bf16(p.K.data.data(), kb.data(), kb.size());
   lsh::convert_to_bf16(p.V.data.data(), vb.data(), vb.size());
-  pig::ref::Rng rng(3);
-  for (int h = 0; h < G; ++h)
-    for (std::size_t j = 0; j < d; ++j)
-      ds->q.push_back(p.q[j] + float(h == 0 ? 0.0 : 0.5 * rng.gaussian()));
+  for (std::size_t qi = 0; qi < kQueries; ++qi)
+    ds->q.push_back(group_query(p.q, G, qi));
   ds->W = std::make_unique<lsh::SimHash>(kSeed, d, kK, kL);
   ds->lut = std::make_unique<lsh::LogUTableData>(kK, kL, kT);
   std::size_t per_copy = 2 * n * d * 2;
@@ -167,7 +193,7 @@ struct DenseCall {
   Dataset &ds;
   lsh::LshKernelSet set;
   std::vector<float> out, lse;
-  std::size_t c = 0;
+  std::size_t c = 0, calls = 0;
   DenseCall(Dataset &d, bool generic)
       : ds(d), set(resolve(d, generic)), out(std::size_t(d.G) * d.d), lse(std::size_t(d.G)) {}
   static lsh::LshKernelSet resolve(const Dataset &d, bool generic) {
@@ -182,7 +208,7 @@ struct DenseCall {
   }
   void operator()() {
     lsh::DenseAttentionArgs a;
-    a.q = ds.q.data();
+    a.q = ds.q[calls / ds.copies % kQueries].data();
     a.G = ds.G;
     a.d = ds.d;
     a.scale = float(1.0 / std::sqrt(double(ds.d)));
@@ -196,6 +222,7 @@ struct DenseCall {
     set.dense_attention(a);
     benchmark::DoNotOptimize(out.data());
     c = (c + 1) % ds.copies;
+    ++calls;
   }
 };
 
@@ -207,16 +234,18 @@ struct SampledCall {
   lsh::StepBuffers buf;
   std::vector<float> out, lse;
   lsh::StepStats *stats = nullptr; // optional: the last call's statistics
-  std::size_t c = 0;
+  std::size_t c = 0, calls = 0;
   SampledCall(Dataset &d, bool generic)
       : ds(d), set(DenseCall::resolve(d, generic)), scratch(d.n), out(std::size_t(d.G) * d.d),
         lse(std::size_t(d.G)) {}
   void operator()() {
-    lsh::sampled_step(set, ds.index[c], *ds.W, *ds.lut, kT, scratch, buf, ds.q.data(), ds.G,
-                      ds.k[c].data(), ds.v[c].data() + kVSkew, lsh::DType::bf16,
+    lsh::sampled_step(set, ds.index[c], *ds.W, *ds.lut, kT, scratch, buf,
+                      ds.q[calls / ds.copies % kQueries].data(), ds.G, ds.k[c].data(),
+                      ds.v[c].data() + kVSkew, lsh::DType::bf16,
                       float(1.0 / std::sqrt(double(ds.d))), out.data(), lse.data(), stats);
     benchmark::DoNotOptimize(out.data());
     c = (c + 1) % ds.copies;
+    ++calls;
   }
 };
 
@@ -304,7 +333,12 @@ struct RetrievalData {
   std::size_t n = 0, d = 0;
   std::vector<lsh::LshIndex> ours;
   std::vector<PublicIndex> pub;
-  std::vector<std::uint16_t> qcodes; // L
+  std::vector<std::vector<std::uint16_t>> qcodes; // kQueries x L
+  std::string disagree; // empty when both methods retrieve the same set for every query
+  // The query codes of the call-th call of a method rotating over the copies.
+  const std::uint16_t *codes(std::size_t call) const {
+    return qcodes[call / ours.size() % kQueries].data();
+  }
 };
 std::unique_ptr<RetrievalData> g_ret;
 
@@ -328,14 +362,44 @@ RetrievalData &retrieval_data(std::size_t n, std::size_t d) {
   lsh::LshIndex ix = lsh::LshIndex::build(set, kb.data(), lsh::DType::bf16, n, W);
   const PublicIndex pub = public_index(ix.codes(), ix.layout().count, ix.sink_end());
   ix.drop_codes();
-  r->qcodes.resize(kL);
-  lsh::EncodeArgs ea;
-  ea.x = p.q.data();
-  ea.dtype = lsh::DType::f32;
-  ea.rows = 1;
-  ea.W = W.view();
-  ea.codes = r->qcodes.data();
-  set.encode(ea);
+  for (std::size_t qi = 0; qi < kQueries; ++qi) {
+    const std::vector<float> q = group_query(p.q, 1, qi);
+    r->qcodes.emplace_back(kL);
+    lsh::EncodeArgs ea;
+    ea.x = q.data();
+    ea.dtype = lsh::DType::f32;
+    ea.rows = 1;
+    ea.W = W.view();
+    ea.codes = r->qcodes.back().data();
+    set.encode(ea);
+  }
+  // Both methods must retrieve the same set for every query (ours sorted, the public unsorted).
+  {
+    const lsh::LshKernelSet spec =
+        lsh::KernelRegistry::global().resolve({kK, kL, int(d), lsh::DType::bf16, lsh::Target::cpu});
+    lsh::RetrievalScratch scratch(n);
+    std::vector<std::uint32_t> tokens(n);
+    std::vector<std::uint8_t> mask(n);
+    std::vector<std::int32_t> out;
+    for (std::size_t qi = 0; qi < kQueries && r->disagree.empty(); ++qi) {
+      std::size_t count = 0;
+      lsh::RetrieveArgs a;
+      a.index = ix.view();
+      a.query_codes = r->qcodes[qi].data();
+      a.G = 1;
+      a.t = kT;
+      a.state = scratch.state();
+      a.tokens = tokens.data();
+      a.count = &count;
+      spec.retrieve(a);
+      public_retrieve(pub, r->qcodes[qi].data(), mask, out);
+      std::sort(out.begin(), out.end());
+      if (out.size() != count || !std::equal(out.begin(), out.end(), tokens.begin()))
+        r->disagree = "query " + std::to_string(qi) + ": ours retrieves " + std::to_string(count) +
+                      " tokens, the public method " + std::to_string(out.size()) +
+                      " (or other tokens)";
+    }
+  }
   const std::size_t copies = copies_for(std::min(ix.layout().bytes(), pub.ids.size() * 4));
   for (std::size_t c = 0; c < copies; ++c) {
     r->ours.push_back(ix);
@@ -351,7 +415,8 @@ struct RetrieveCall {
   lsh::LshKernelSet set;
   lsh::RetrievalScratch scratch;
   std::vector<std::uint32_t> tokens;
-  std::size_t count = 0, c = 0;
+  std::size_t count = 0, c = 0, calls = 0;
+  double retrieved = 0; // summed over calls
   RetrieveCall(RetrievalData &data)
       : r(data), set(lsh::KernelRegistry::global().resolve(
                      {kK, kL, int(data.d), lsh::DType::bf16, lsh::Target::cpu})),
@@ -359,7 +424,7 @@ struct RetrieveCall {
   void operator()() {
     lsh::RetrieveArgs a;
     a.index = r.ours[c].view();
-    a.query_codes = r.qcodes.data();
+    a.query_codes = r.codes(calls);
     a.G = 1;
     a.t = kT;
     a.state = scratch.state();
@@ -368,40 +433,54 @@ struct RetrieveCall {
     set.retrieve(a);
     benchmark::DoNotOptimize(tokens.data());
     c = (c + 1) % r.ours.size();
+    ++calls;
+    retrieved += double(count);
   }
 };
 
 void BM_RetrieveOurs(benchmark::State &state, std::size_t n, std::size_t d) {
   RetrievalData &r = retrieval_data(n, d);
+  if (!r.disagree.empty()) {
+    state.SkipWithError(r.disagree.c_str());
+    return;
+  }
   RetrieveCall ours(r);
   for (auto _ : state)
     ours();
-  state.counters["sampled"] = double(ours.count);
+  state.counters["sampled"] = ours.retrieved / double(std::max<std::size_t>(ours.calls, 1));
   state.counters["index_B_per_tok"] = r.ours[0].layout().bytes_per_token();
-  // Index entries the query's L buckets hold: the work of any bucket walk.
+  // Index entries the query's L buckets hold, mean over the queries: the work of any bucket walk.
   const lsh::IndexView ix = r.ours[0].view();
   const std::size_t stride = (std::size_t(1) << kK) + 1;
   double entries = 0;
-  for (std::size_t s = 0; s * lsh::kSegmentTokens < ix.count; ++s)
-    for (std::size_t l = 0; l < std::size_t(kL); ++l) {
-      const std::uint16_t *o = ix.offsets + (s * kL + l) * stride + r.qcodes[l];
-      entries += double(o[1] - o[0]);
-    }
-  state.counters["entries"] = entries;
+  for (const std::vector<std::uint16_t> &qc : r.qcodes)
+    for (std::size_t s = 0; s * lsh::kSegmentTokens < ix.count; ++s)
+      for (std::size_t l = 0; l < std::size_t(kL); ++l) {
+        const std::uint16_t *o = ix.offsets + (s * kL + l) * stride + qc[l];
+        entries += double(o[1] - o[0]);
+      }
+  state.counters["entries"] = entries / double(r.qcodes.size());
 }
 
 void BM_RetrievePublic(benchmark::State &state, std::size_t n, std::size_t d) {
   RetrievalData &r = retrieval_data(n, d);
+  if (!r.disagree.empty()) {
+    state.SkipWithError(r.disagree.c_str());
+    return;
+  }
   std::vector<std::uint8_t> mask(n);
   std::vector<std::int32_t> out;
   out.reserve(n);
-  std::size_t c = 0;
+  std::size_t c = 0, calls = 0;
+  double retrieved = 0;
   for (auto _ : state) {
-    public_retrieve(r.pub[c], r.qcodes.data(), mask, out);
+    public_retrieve(r.pub[c], r.codes(calls), mask, out);
     benchmark::DoNotOptimize(out.data());
     c = (c + 1) % r.pub.size();
+    ++calls;
+    retrieved += double(out.size());
   }
-  state.counters["sampled"] = double(out.size());
+  state.counters["sampled"] = retrieved / double(std::max<std::size_t>(calls, 1));
   const PublicIndex &p = r.pub[0];
   state.counters["index_B_per_tok"] =
       double((p.ids.size() + p.start.size() + p.end.size()) * 4) / double(p.count);
@@ -521,18 +600,21 @@ void BM_PairSpecGeneric(benchmark::State &state, std::size_t n, std::size_t d, i
 // A: our retrieval, B: the public implementation's method (same index contents).
 void BM_PairRetrieval(benchmark::State &state, std::size_t n, std::size_t d) {
   RetrievalData &r = retrieval_data(n, d);
+  if (!r.disagree.empty()) { // checked for every query when the data was built
+    state.SkipWithError(r.disagree.c_str());
+    return;
+  }
   RetrieveCall ours(r);
   std::vector<std::uint8_t> mask(n);
   std::vector<std::int32_t> out;
   out.reserve(n);
-  std::size_t c = 0;
+  std::size_t c = 0, calls = 0;
   run_pair(state, key("pair_retrieval", d, 1, n), ours, [&] {
-    public_retrieve(r.pub[c], r.qcodes.data(), mask, out);
+    public_retrieve(r.pub[c], r.codes(calls), mask, out);
     benchmark::DoNotOptimize(out.data());
     c = (c + 1) % r.pub.size();
+    ++calls;
   });
-  if (ours.count != out.size())
-    state.SkipWithError("our retrieval and the public method disagree on the sample set size");
 }
 
 // ---- reporting ----------------------------------------------------------------------------------
