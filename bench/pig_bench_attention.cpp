@@ -329,6 +329,23 @@ __attribute__((noinline)) void public_retrieve(const PublicIndex &p, const std::
   }
 }
 
+// One retrieval of one query by our kernel; returns the sample set's size.
+std::size_t retrieve_ours(const lsh::LshKernelSet &set, const lsh::IndexView &ix,
+                          const std::uint16_t *qc, lsh::RetrievalScratch &scratch,
+                          std::uint32_t *tokens) {
+  std::size_t count = 0;
+  lsh::RetrieveArgs a;
+  a.index = ix;
+  a.query_codes = qc;
+  a.G = 1;
+  a.t = kT;
+  a.state = scratch.state();
+  a.tokens = tokens;
+  a.count = &count;
+  set.retrieve(a);
+  return count;
+}
+
 struct RetrievalData {
   std::size_t n = 0, d = 0;
   std::vector<lsh::LshIndex> ours;
@@ -382,16 +399,8 @@ RetrievalData &retrieval_data(std::size_t n, std::size_t d) {
     std::vector<std::uint8_t> mask(n);
     std::vector<std::int32_t> out;
     for (std::size_t qi = 0; qi < kQueries && r->disagree.empty(); ++qi) {
-      std::size_t count = 0;
-      lsh::RetrieveArgs a;
-      a.index = ix.view();
-      a.query_codes = r->qcodes[qi].data();
-      a.G = 1;
-      a.t = kT;
-      a.state = scratch.state();
-      a.tokens = tokens.data();
-      a.count = &count;
-      spec.retrieve(a);
+      const std::size_t count =
+          retrieve_ours(spec, ix.view(), r->qcodes[qi].data(), scratch, tokens.data());
       public_retrieve(pub, r->qcodes[qi].data(), mask, out);
       std::sort(out.begin(), out.end());
       if (out.size() != count || !std::equal(out.begin(), out.end(), tokens.begin()))
@@ -422,15 +431,7 @@ struct RetrieveCall {
                      {kK, kL, int(data.d), lsh::DType::bf16, lsh::Target::cpu})),
         scratch(data.n), tokens(data.n) {}
   void operator()() {
-    lsh::RetrieveArgs a;
-    a.index = r.ours[c].view();
-    a.query_codes = r.codes(calls);
-    a.G = 1;
-    a.t = kT;
-    a.state = scratch.state();
-    a.tokens = tokens.data();
-    a.count = &count;
-    set.retrieve(a);
+    count = retrieve_ours(set, r.ours[c].view(), r.codes(calls), scratch, tokens.data());
     benchmark::DoNotOptimize(tokens.data());
     c = (c + 1) % r.ours.size();
     ++calls;
