@@ -137,6 +137,8 @@ struct Dataset {
   std::vector<lsh::LshIndex> index; // per copy (same content, separate memory)
   std::unique_ptr<lsh::LogUTableData> lut;
   std::size_t copies = 0;
+  // The query of the call-th call of a method rotating over the copies.
+  const float *query(std::size_t call) const { return q[call / copies % kQueries].data(); }
 };
 
 std::unique_ptr<Dataset> g_data;
@@ -208,7 +210,7 @@ struct DenseCall {
   }
   void operator()() {
     lsh::DenseAttentionArgs a;
-    a.q = ds.q[calls / ds.copies % kQueries].data();
+    a.q = ds.query(calls);
     a.G = ds.G;
     a.d = ds.d;
     a.scale = float(1.0 / std::sqrt(double(ds.d)));
@@ -239,9 +241,8 @@ struct SampledCall {
       : ds(d), set(DenseCall::resolve(d, generic)), scratch(d.n), out(std::size_t(d.G) * d.d),
         lse(std::size_t(d.G)) {}
   void operator()() {
-    lsh::sampled_step(set, ds.index[c], *ds.W, *ds.lut, kT, scratch, buf,
-                      ds.q[calls / ds.copies % kQueries].data(), ds.G, ds.k[c].data(),
-                      ds.v[c].data() + kVSkew, lsh::DType::bf16,
+    lsh::sampled_step(set, ds.index[c], *ds.W, *ds.lut, kT, scratch, buf, ds.query(calls), ds.G,
+                      ds.k[c].data(), ds.v[c].data() + kVSkew, lsh::DType::bf16,
                       float(1.0 / std::sqrt(double(ds.d))), out.data(), lse.data(), stats);
     benchmark::DoNotOptimize(out.data());
     c = (c + 1) % ds.copies;
@@ -439,12 +440,38 @@ struct RetrieveCall {
   }
 };
 
-void BM_RetrieveOurs(benchmark::State &state, std::size_t n, std::size_t d) {
-  RetrievalData &r = retrieval_data(n, d);
-  if (!r.disagree.empty()) {
-    state.SkipWithError(r.disagree.c_str());
-    return;
+// One retrieval by the public method, rotating over its copies of the index like RetrieveCall.
+struct PublicCall {
+  RetrievalData &r;
+  std::vector<std::uint8_t> mask;
+  std::vector<std::int32_t> out;
+  std::size_t c = 0, calls = 0;
+  double retrieved = 0; // summed over calls
+  PublicCall(RetrievalData &data) : r(data), mask(data.n) { out.reserve(data.n); }
+  void operator()() {
+    public_retrieve(r.pub[c], r.codes(calls), mask, out);
+    benchmark::DoNotOptimize(out.data());
+    c = (c + 1) % r.pub.size();
+    ++calls;
+    retrieved += double(out.size());
   }
+};
+
+// The retrieval data for (n, d), or null with the benchmark stopped when the two methods
+// disagreed on some query's sample set (checked when the data was built).
+RetrievalData *checked_retrieval_data(benchmark::State &state, std::size_t n, std::size_t d) {
+  RetrievalData &r = retrieval_data(n, d);
+  if (r.disagree.empty())
+    return &r;
+  state.SkipWithError(r.disagree.c_str());
+  return nullptr;
+}
+
+void BM_RetrieveOurs(benchmark::State &state, std::size_t n, std::size_t d) {
+  RetrievalData *rp = checked_retrieval_data(state, n, d);
+  if (!rp)
+    return;
+  RetrievalData &r = *rp;
   RetrieveCall ours(r);
   for (auto _ : state)
     ours();
@@ -464,24 +491,14 @@ void BM_RetrieveOurs(benchmark::State &state, std::size_t n, std::size_t d) {
 }
 
 void BM_RetrievePublic(benchmark::State &state, std::size_t n, std::size_t d) {
-  RetrievalData &r = retrieval_data(n, d);
-  if (!r.disagree.empty()) {
-    state.SkipWithError(r.disagree.c_str());
+  RetrievalData *rp = checked_retrieval_data(state, n, d);
+  if (!rp)
     return;
-  }
-  std::vector<std::uint8_t> mask(n);
-  std::vector<std::int32_t> out;
-  out.reserve(n);
-  std::size_t c = 0, calls = 0;
-  double retrieved = 0;
-  for (auto _ : state) {
-    public_retrieve(r.pub[c], r.codes(calls), mask, out);
-    benchmark::DoNotOptimize(out.data());
-    c = (c + 1) % r.pub.size();
-    ++calls;
-    retrieved += double(out.size());
-  }
-  state.counters["sampled"] = retrieved / double(std::max<std::size_t>(calls, 1));
+  RetrievalData &r = *rp;
+  PublicCall pub(r);
+  for (auto _ : state)
+    pub();
+  state.counters["sampled"] = pub.retrieved / double(std::max<std::size_t>(pub.calls, 1));
   const PublicIndex &p = r.pub[0];
   state.counters["index_B_per_tok"] =
       double((p.ids.size() + p.start.size() + p.end.size()) * 4) / double(p.count);
@@ -600,22 +617,12 @@ void BM_PairSpecGeneric(benchmark::State &state, std::size_t n, std::size_t d, i
 
 // A: our retrieval, B: the public implementation's method (same index contents).
 void BM_PairRetrieval(benchmark::State &state, std::size_t n, std::size_t d) {
-  RetrievalData &r = retrieval_data(n, d);
-  if (!r.disagree.empty()) { // checked for every query when the data was built
-    state.SkipWithError(r.disagree.c_str());
+  RetrievalData *r = checked_retrieval_data(state, n, d);
+  if (!r)
     return;
-  }
-  RetrieveCall ours(r);
-  std::vector<std::uint8_t> mask(n);
-  std::vector<std::int32_t> out;
-  out.reserve(n);
-  std::size_t c = 0, calls = 0;
-  run_pair(state, key("pair_retrieval", d, 1, n), ours, [&] {
-    public_retrieve(r.pub[c], r.codes(calls), mask, out);
-    benchmark::DoNotOptimize(out.data());
-    c = (c + 1) % r.pub.size();
-    ++calls;
-  });
+  RetrieveCall ours(*r);
+  PublicCall pub(*r);
+  run_pair(state, key("pair_retrieval", d, 1, n), ours, pub);
 }
 
 // ---- reporting ----------------------------------------------------------------------------------
