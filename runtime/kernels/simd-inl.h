@@ -209,10 +209,9 @@ HWY_INLINE void FromKernelOrder(const float *HWY_RESTRICT y, std::size_t d, floa
     x[j] = y[j];
 }
 
-// Prefetch every cache line that [p, p + bytes) touches. The lines are counted from p's line, not
-// from p: a range that starts inside a line ends one line further than bytes / 64 lines from p
-// suggests (an index bucket list of 148 bytes at offset 60 of its line spans 4 lines, and
-// stepping 64 bytes from p prefetched 3 of them).
+// Prefetch every cache line that [p, p + bytes) touches, starting from p's line: a range that
+// starts inside a line can span one line more than stepping 64 bytes from p reaches (148 bytes
+// at offset 60 of a line span 4 lines; the steps reach 3).
 HWY_INLINE void PrefetchRow(const void *p, std::size_t bytes) {
   if (bytes == 0)
     return;
