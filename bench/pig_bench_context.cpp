@@ -12,7 +12,7 @@
 // each in turn; the first LSH step builds the index of every sparse layer and is reported apart.
 // Usage: pig-bench-context [--model FILE] [--text FILE] [--prefill N] [--steps N]
 //                          [--contexts 2048,4096,...] [--threads N] [--kv bf16|f32] [--out DIR]
-// --out DIR writes speed.csv and draws speed.png with gnuplot (docs/RESULTS.md, part 3).
+// --out DIR writes speed.csv and draws speed.png with gnuplot (docs/PERFORMANCE.md).
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
