@@ -3,8 +3,9 @@
 # <n> (default 0) even where a PASS_REGULAR_EXPRESSION matched. With MODEL the test needs the
 # model ${PIG_MODEL}: it is registered whatever the model's state at configure time, and at run
 # time skips with a message when the model is missing (fails instead when CI=true). <command>
-# may be a target name; no argument may contain a ';' (CMake would split it). Set further properties (LABELS, TIMEOUT, PASS_REGULAR_EXPRESSION) with
-# set_tests_properties as usual; leave FAIL_REGULAR_EXPRESSION and SKIP_RETURN_CODE as they are.
+# may be a target name; no argument may contain a ';' (CMake would split it). Set further
+# properties (LABELS, TIMEOUT, PASS_REGULAR_EXPRESSION) with set_tests_properties as usual; leave
+# FAIL_REGULAR_EXPRESSION and SKIP_RETURN_CODE as they are.
 set(PIG_RUN_CHECKED ${CMAKE_CURRENT_LIST_DIR}/run_checked.sh)
 
 function(pig_add_checked_test name)
