@@ -19,7 +19,7 @@
 namespace pig::runtime {
 namespace {
 
-using testing::LoadOrSkip;
+using testing::LoadModel;
 
 AttentionShape Shape(const LlamaModel &m, size_t capacity) {
   const LlamaConfig &c = m.config();
@@ -66,9 +66,8 @@ float MaxAbsDiff(const float *a, const float *b, size_t n) {
 }
 
 TEST(Batch, DecodeTogetherMatchesDecodingAlone) {
-  auto m = LoadOrSkip();
-  if (!m)
-    GTEST_SKIP() << "model not found: " << DefaultModelPath();
+  PIG_REQUIRE_MODEL();
+  auto m = LoadModel();
   const size_t vocab = m->config().vocab;
   ThreadPool pool(2);
   // Four prompts of different lengths; the last is longer than a prefill chunk, so its prefill
@@ -159,9 +158,8 @@ float TopMargin(const float *x, size_t n) {
 }
 
 TEST(Batch, WideStepsMatchDecodingAloneWithinRounding) {
-  auto m = LoadOrSkip();
-  if (!m)
-    GTEST_SKIP() << "model not found: " << DefaultModelPath();
+  PIG_REQUIRE_MODEL();
+  auto m = LoadModel();
   const size_t vocab = m->config().vocab, b = 8, n_new = 4;
   static_assert(8 > LlamaForward::kRowwiseMaxRows); // takes the f32 matrix-matrix kernels
   ThreadPool pool(2);
@@ -210,9 +208,8 @@ TEST(Batch, WideStepsMatchDecodingAloneWithinRounding) {
 }
 
 TEST(Batch, RejectsMalformedBatches) {
-  auto m = LoadOrSkip();
-  if (!m)
-    GTEST_SKIP() << "model not found: " << DefaultModelPath();
+  PIG_REQUIRE_MODEL();
+  auto m = LoadModel();
   ThreadPool pool(2);
   auto make = [&](std::vector<std::unique_ptr<Attention>> attn) {
     return LlamaBatch(*m, pool, std::move(attn)).size();
@@ -236,9 +233,8 @@ TEST(Batch, RejectsMalformedBatches) {
 }
 
 TEST(Batch, StepErrorsThrowAndChangeNothing) {
-  auto m = LoadOrSkip();
-  if (!m)
-    GTEST_SKIP() << "model not found: " << DefaultModelPath();
+  PIG_REQUIRE_MODEL();
+  auto m = LoadModel();
   const size_t vocab = m->config().vocab;
   ThreadPool pool(2);
   std::vector<std::unique_ptr<Attention>> attn;

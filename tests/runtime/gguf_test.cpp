@@ -7,6 +7,7 @@
 #include <random>
 
 #include "gguf_writer.h"
+#include "model_util.h"
 
 namespace pig::runtime {
 namespace {
@@ -225,10 +226,8 @@ TEST(Gguf, MissingFileIsAClearError) {
 }
 
 TEST(Gguf, DefaultModelOpens) {
-  const std::string path = PIG_DEFAULT_MODEL;
-  if (!std::filesystem::exists(path))
-    GTEST_SKIP() << "model not found: " << path;
-  auto f = GgufFile::Open(path);
+  PIG_REQUIRE_MODEL();
+  auto f = GgufFile::Open(DefaultModelPath());
   EXPECT_EQ(f->GetString("general.architecture"), "llama");
   EXPECT_EQ(f->GetUint("llama.block_count"), 30u);
   std::map<std::string, int> types;

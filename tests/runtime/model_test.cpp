@@ -12,12 +12,11 @@
 namespace pig::runtime {
 namespace {
 
-using testing::LoadOrSkip;
+using testing::LoadModel;
 
 TEST(Model, ConfigFromMetadata) {
-  auto m = LoadOrSkip();
-  if (!m)
-    GTEST_SKIP() << "model not found: " << DefaultModelPath();
+  PIG_REQUIRE_MODEL();
+  auto m = LoadModel();
   const LlamaConfig &c = m->config();
   EXPECT_EQ(c.n_layers, 30u);
   EXPECT_EQ(c.dim, 576u);
@@ -32,9 +31,8 @@ TEST(Model, ConfigFromMetadata) {
 }
 
 TEST(Model, PrefillMatchesTokenByTokenDecode) {
-  auto m = LoadOrSkip();
-  if (!m)
-    GTEST_SKIP() << "model not found: " << DefaultModelPath();
+  PIG_REQUIRE_MODEL();
+  auto m = LoadModel();
   const std::vector<int32_t> ids = m->tokenizer().Encode("The quick brown fox jumps over");
   ThreadPool pool(2);
   const size_t vocab = m->config().vocab;

@@ -4,6 +4,7 @@
 
 #include <filesystem>
 
+#include "model_util.h"
 #include "pig/runtime/gguf.h"
 #include "pig/runtime/model.h"
 
@@ -91,10 +92,8 @@ TEST(Tokenizer, ByteLevelBpeWithMerges) {
 }
 
 TEST(Tokenizer, ChatMLTemplateFromTheModel) {
-  const std::string path = DefaultModelPath();
-  if (!std::filesystem::exists(path))
-    GTEST_SKIP() << "model not found: " << path;
-  auto f = GgufFile::Open(path);
+  PIG_REQUIRE_MODEL();
+  auto f = GgufFile::Open(DefaultModelPath());
   const Tokenizer t = Tokenizer::FromGguf(*f);
   EXPECT_EQ(t.chat_format(), ChatFormat::kChatML);
   EXPECT_EQ(t.ApplyChatTemplate("Hi"),
