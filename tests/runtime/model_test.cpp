@@ -2,6 +2,7 @@
 // token-by-token decode agree, the session reports a full context clearly, sampling is seeded.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 
@@ -58,24 +59,93 @@ TEST(Model, PrefillMatchesTokenByTokenDecode) {
   EXPECT_THROW(stepped.Forward(&bad, 1, b.data()), std::out_of_range);
 }
 
-TEST(Sampling, GreedySeededAndTopP) {
-  std::vector<float> logits = {0.1f, 3.0f, 2.9f, -1.0f, 0.0f};
-  EXPECT_EQ(Sampler({}).Sample(logits.data(), logits.size()), 1);
+// The distribution Sample draws from, derived from its definition: softmax(logits / T), then
+// the nucleus (the smallest set of most likely tokens whose probability reaches top_p),
+// renormalised. Zero outside the nucleus.
+std::vector<double> NucleusDistribution(const std::vector<float> &logits, double T, double top_p) {
+  const size_t n = logits.size();
+  std::vector<double> p(n);
+  double sum = 0;
+  for (size_t i = 0; i < n; ++i)
+    sum += p[i] = std::exp(double(logits[i]) / T);
+  for (double &x : p)
+    x /= sum;
+  std::vector<size_t> order(n);
+  for (size_t i = 0; i < n; ++i)
+    order[i] = i;
+  std::sort(order.begin(), order.end(), [&](size_t a, size_t b) { return p[a] > p[b]; });
+  std::vector<double> q(n, 0.0);
+  double kept = 0;
+  for (size_t k = 0; k < n && (k == 0 || kept < top_p); ++k)
+    kept += q[order[k]] = p[order[k]];
+  for (double &x : q)
+    x /= kept;
+  return q;
+}
+
+// Draws kDraws tokens and compares each token's count with its expectation: |z| < 5 with the
+// binomial standard deviation sqrt(N p (1 - p)) for every token of the nucleus (a false alarm
+// has probability < 1e-5 for the whole test, and the seed is fixed), and no draw at all outside
+// it. With N = 20000 a frequency off by 0.02 at p ~ 0.4 is z ~ 6: uniform sampling inside the
+// nucleus, an ignored temperature or a nucleus one token too small or too large all fail.
+void ExpectSamplesFollow(const std::vector<float> &logits, float T, float top_p,
+                         const std::vector<size_t> &nucleus) {
+  constexpr int kDraws = 20000;
+  SamplingParams params;
+  params.temperature = T;
+  params.top_p = top_p;
+  params.seed = 42;
+  Sampler sampler(params);
+  std::vector<int> counts(logits.size());
+  for (int i = 0; i < kDraws; ++i)
+    ++counts.at(size_t(sampler.Sample(logits.data(), logits.size())));
+  const std::vector<double> want = NucleusDistribution(logits, T, top_p);
+  std::vector<size_t> in_nucleus;
+  for (size_t i = 0; i < want.size(); ++i)
+    if (want[i] > 0)
+      in_nucleus.push_back(i);
+  ASSERT_EQ(in_nucleus, nucleus) << "the test's own derivation of the nucleus";
+  for (size_t i = 0; i < logits.size(); ++i) {
+    if (want[i] == 0) {
+      EXPECT_EQ(counts[i], 0) << "token " << i << " is outside the nucleus (T " << T << ", top_p "
+                              << top_p << ")";
+      continue;
+    }
+    const double mean = kDraws * want[i], sd = std::sqrt(kDraws * want[i] * (1 - want[i]));
+    const double z = (counts[i] - mean) / sd;
+    EXPECT_LT(std::abs(z), 5.0) << "token " << i << ": " << counts[i] << " of " << kDraws
+                                << " draws, expected " << mean << " +- " << sd << " (T " << T
+                                << ", top_p " << top_p << ")";
+  }
+}
+
+TEST(Sampling, TemperatureAndNucleusFrequencies) {
+  const std::vector<float> logits = {0.1f, 3.0f, 2.9f, -1.0f, 0.0f, 2.0f, 1.5f, -0.5f};
+  // T = 0.7: probabilities sorted 0.442 (token 1), 0.383 (2), 0.106 (5), 0.052 (6), ...;
+  // cumulative 0.442, 0.825, 0.931: the nucleus of 0.9 is {1, 2, 5}, renormalised to
+  // 0.475, 0.412, 0.114. (At T = 1 it would be {1, 2, 5, 6}.)
+  ExpectSamplesFollow(logits, 0.7f, 0.9f, {1, 2, 5});
+  // T = 1.5, top_p = 1: every token, flattened: 0.306 (token 1) down to 0.021 (token 3).
+  ExpectSamplesFollow(logits, 1.5f, 1.0f, {0, 1, 2, 3, 4, 5, 6, 7});
+}
+
+TEST(Sampling, GreedySeededAndTinyNucleus) {
+  const std::vector<float> logits = {0.1f, 3.0f, 2.9f, -1.0f, 0.0f};
+  EXPECT_EQ(Sampler({}).Sample(logits.data(), logits.size()), 1); // temperature 0: argmax
   SamplingParams p;
   p.temperature = 1.0f;
-  p.top_p = 0.9f;
   p.seed = 42;
   Sampler s1(p), s2(p);
-  std::vector<int> counts(5);
-  for (int i = 0; i < 2000; ++i) {
+  p.seed = 43;
+  Sampler other(p);
+  int differ = 0;
+  for (int i = 0; i < 200; ++i) {
     const int32_t a = s1.Sample(logits.data(), logits.size());
     EXPECT_EQ(a, s2.Sample(logits.data(), logits.size())); // same seed, same stream
-    ++counts[a];
+    differ += a != other.Sample(logits.data(), logits.size());
   }
-  EXPECT_GT(counts[1], 500);
-  EXPECT_GT(counts[2], 500);
-  EXPECT_EQ(counts[3], 0); // outside the nucleus
-  p.top_p = 0.01f;
+  EXPECT_GT(differ, 20); // another seed, another stream (P(same token) = 0.44 per draw)
+  p.top_p = 0.01f;       // the nucleus is the most likely token alone
   Sampler s3(p);
   for (int i = 0; i < 100; ++i)
     EXPECT_EQ(s3.Sample(logits.data(), logits.size()), 1);
