@@ -1,11 +1,11 @@
-// RUN: pig-opt %s --pig-decompose | FileCheck %s
-// RUN: pig-opt %s --pig-decompose | pig-opt | FileCheck %s
+// RUN: pig-opt %s --pig-decompose | FileCheck %s --implicit-check-not=pig.sampled_attention
+// RUN: pig-opt %s --pig-decompose | pig-opt | FileCheck %s --implicit-check-not=pig.sampled_attention
 
 // 4 query heads over 2 kv-heads: per kv-head one center / encode / build_index, per query head
 // encode, query, collision_prob, weighted_softmax, dense_attention over the static tokens, merge.
 
+// No pig.sampled_attention is left anywhere (--implicit-check-not).
 // CHECK-LABEL: func.func @gqa
-// CHECK-NOT: pig.sampled_attention
 // CHECK: %[[K0:.*]] = tensor.extract_slice %arg1[0, 0, 0] [1, %{{.*}}, 64] [1, 1, 1] : tensor<2x?x64xbf16> to tensor<?x64xbf16>
 // CHECK: %[[V0:.*]] = tensor.extract_slice %arg2[0, 0, 0]
 // CHECK: %[[C0:.*]], %{{.*}} = pig.center %[[K0]] : tensor<?x64xbf16> -> tensor<?x64xbf16>, tensor<1x64xf32>
@@ -23,11 +23,15 @@
 // CHECK: tensor.insert_slice %[[ML]] into %{{.*}}[0] [1] [1]
 // CHECK-COUNT-1: pig.center
 // CHECK: return
-// Totals over the function.
-// RUN: pig-opt %s --pig-decompose | grep -c "pig.merge" | FileCheck %s --check-prefix=MERGES
+// Totals over the function (whole lines: "4" must not match 14 or 40).
+// RUN: pig-opt %s --pig-decompose | grep -c "pig.merge" | FileCheck %s --check-prefix=MERGES --match-full-lines
 // MERGES: 4
-// RUN: pig-opt %s --pig-decompose | grep -c "pig.build_index" | FileCheck %s --check-prefix=INDEXES
+// RUN: pig-opt %s --pig-decompose | grep -c "pig.query" | FileCheck %s --check-prefix=QUERIES --match-full-lines
+// QUERIES: 4
+// RUN: pig-opt %s --pig-decompose | grep -c "pig.build_index" | FileCheck %s --check-prefix=INDEXES --match-full-lines
 // INDEXES: 2
+// RUN: pig-opt %s --pig-decompose | grep -c "pig.center" | FileCheck %s --check-prefix=CENTERS --match-full-lines
+// CENTERS: 2
 func.func @gqa(%q: tensor<4x64xbf16>, %k: tensor<2x?x64xbf16>, %v: tensor<2x?x64xbf16>) -> (tensor<4x64xf32>, tensor<4xf32>) {
   %o, %lse = pig.sampled_attention %q, %k, %v {lsh = #pig.lsh<k = 8, l = 75, t = 2, seed = 5>, static_tokens = #pig.static<sink = 4, local = 16>} : (tensor<4x64xbf16>, tensor<2x?x64xbf16>, tensor<2x?x64xbf16>) -> (tensor<4x64xf32>, tensor<4xf32>)
   return %o, %lse : tensor<4x64xf32>, tensor<4xf32>

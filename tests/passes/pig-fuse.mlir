@@ -7,6 +7,8 @@
 // CHECK-NOT: pig.collision_prob
 // CHECK-NOT: pig.weighted_softmax
 // CHECK: %[[O:.*]], %[[L:.*]] = pig.sampled_softmax_fused %arg0, %arg1, %arg2, %[[MEAN]], %arg3 {lsh = #pig.lsh<k = 10, l = 150, t = 2, seed = 0>, pig.device = #pig.device<cpu>, static_tokens = #pig.static<sink = 4, local = 64>} : (tensor<1x64xbf16>, tensor<?x64xbf16>, tensor<?x64xbf16>, tensor<1x64xf32>, tensor<?xi32>) -> (tensor<1x64xf32>, tensor<1xf32>)
+// CHECK-NOT: pig.collision_prob
+// CHECK-NOT: pig.weighted_softmax
 // CHECK: return %[[O]], %[[L]]
 func.func @softmax(%q: tensor<1x64xbf16>, %k: tensor<?x64xbf16>, %v: tensor<?x64xbf16>, %ids: tensor<?xi32>) -> (tensor<1x64xf32>, tensor<1xf32>) {
   %c, %mean = pig.center %k {pig.device = #pig.device<cpu>} : tensor<?x64xbf16> -> tensor<?x64xbf16>, tensor<1x64xf32>
@@ -23,7 +25,10 @@ func.func @softmax(%q: tensor<1x64xbf16>, %k: tensor<?x64xbf16>, %v: tensor<?x64
 // CHECK-NEXT: %[[M:.*]] = pig.transfer %[[MEAN]] {from = #pig.device<gpu>, to = #pig.device<cpu>} : tensor<1x64xf32>
 // CHECK-NOT: pig.transfer
 // CHECK: pig.sampled_softmax_fused %arg0, %arg1, %arg2, %[[M]], %arg3
+// CHECK-NOT: pig.transfer
 // CHECK: pig.sampled_softmax_fused %arg0, %arg1, %arg2, %[[M]], %arg4
+// CHECK-NOT: pig.transfer
+// CHECK: return
 func.func @moved_keys(%q: tensor<1x64xbf16>, %k: tensor<?x64xbf16>, %v: tensor<?x64xbf16>, %ids: tensor<?xi32>, %ids2: tensor<?xi32>) -> (tensor<1x64xf32>, tensor<1x64xf32>) {
   %c, %mean = pig.center %k {pig.device = #pig.device<gpu>} : tensor<?x64xbf16> -> tensor<?x64xbf16>, tensor<1x64xf32>
   %cc = pig.transfer %c {from = #pig.device<gpu>, to = #pig.device<cpu>} : tensor<?x64xbf16>
@@ -43,6 +48,8 @@ func.func @moved_keys(%q: tensor<1x64xbf16>, %k: tensor<?x64xbf16>, %v: tensor<?
 // CHECK: pig.weighted_softmax
 // CHECK: pig.collision_prob
 // CHECK: pig.weighted_softmax
+// CHECK-NOT: pig.sampled_softmax_fused
+// CHECK: return
 func.func @not_fused(%q: tensor<1x64xbf16>, %k: tensor<?x64xbf16>, %c: tensor<?x64xbf16>, %v: tensor<?x64xbf16>, %ids: tensor<?xi32>, %ids2: tensor<?xi32>) -> (tensor<1x64xf32>, tensor<1x64xf32>) {
   %u = pig.collision_prob %q, %c, %ids {lsh = #pig.lsh<k = 10, l = 150, t = 2, seed = 0>} : (tensor<1x64xbf16>, tensor<?x64xbf16>, tensor<?xi32>) -> tensor<?xf32>
   %o, %l = pig.weighted_softmax %q, %k, %v, %ids, %u : (tensor<1x64xbf16>, tensor<?x64xbf16>, tensor<?x64xbf16>, tensor<?xi32>, tensor<?xf32>) -> (tensor<1x64xf32>, tensor<1xf32>)
@@ -63,6 +70,9 @@ func.func @not_fused(%q: tensor<1x64xbf16>, %k: tensor<?x64xbf16>, %c: tensor<?x
 // CHECK-NOT: pig.transfer
 // CHECK-DAG: pig.query %arg1, %[[MOVED]][0] threshold 2
 // CHECK-DAG: pig.query %arg1, %[[MOVED]][1] threshold 2
+// CHECK-NOT: pig.encode
+// CHECK-NOT: pig.transfer
+// CHECK: return
 func.func @gqa_group(%g: tensor<2x64xbf16>, %i: !pig.index<150x10>) -> (tensor<?xi32>, tensor<?xi32>) {
   %q0 = tensor.extract_slice %g[0, 0] [1, 64] [1, 1] : tensor<2x64xbf16> to tensor<1x64xbf16>
   %c0 = pig.encode %q0 {lsh = #pig.lsh<k = 10, l = 150, t = 2, seed = 0>, pig.device = #pig.device<gpu>} : tensor<1x64xbf16> -> !pig.codes<1x150x10>

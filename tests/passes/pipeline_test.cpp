@@ -111,7 +111,16 @@ TEST(PipelineTest, GpuTargetEncodesOnTheGpuAndSamplesOnTheCpu) {
   module->walk([&](BuildIndexOp op) { EXPECT_EQ(deviceOf(op), "cpu"); });
   module->walk([&](SampledSoftmaxFusedOp op) { EXPECT_EQ(deviceOf(op), "cpu"); });
   module->walk([&](MergeOp op) { EXPECT_EQ(deviceOf(op), "gpu"); });
-  EXPECT_GT(count<TransferOp>(*module), 0);
+  // The walks above hold for no op at all: the ops must all be there.
+  EXPECT_EQ(count<CenterOp>(*module), 2);
+  EXPECT_EQ(count<EncodeOp>(*module), 2 + 2);
+  EXPECT_EQ(count<BuildIndexOp>(*module), 2);
+  EXPECT_EQ(count<QueryOp>(*module), 4);
+  EXPECT_EQ(count<SampledSoftmaxFusedOp>(*module), 4);
+  EXPECT_EQ(count<MergeOp>(*module), 4);
+  // Per kv-head: the centering mean, the key codes and the group's query codes to the CPU; per
+  // query head: the sampled output and its log-sum-exp back to the GPU.
+  EXPECT_EQ(count<TransferOp>(*module), 2 * 3 + 4 * 2);
   // Every operand of a placed op lives on its device.
   module->walk([&](Operation *op) {
     if (!isa<PigDialect>(op->getDialect()) || isa<TransferOp>(op))
