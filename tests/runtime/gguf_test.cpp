@@ -132,7 +132,29 @@ TEST(Gguf, UnknownTypesAndAbsurdSizes) {
   {
     GgufWriter w;
     w.Tensor("t", 0, {uint64_t(1) << 30, uint64_t(1) << 30}, {});
-    ExpectError(w.Finish(), "t");
+    ExpectError(w.Finish(), "tensor t has an absurd element count 1152921504606846976");
+  }
+  {
+    GgufWriter w;
+    w.Tensor("t", 0, {uint64_t(1) << 41}, {});
+    ExpectError(w.Finish(), "tensor t has absurd dimension 2199023255552");
+  }
+  {
+    GgufWriter w;
+    w.Tensor("t", 0, {}, {});
+    ExpectError(w.Finish(), "tensor t has 0 dimensions");
+  }
+  {
+    GgufWriter w;
+    w.Tensor("t", 0, {8}, std::vector<uint8_t>(32));
+    w.Tensor("t", 0, {8}, std::vector<uint8_t>(32));
+    ExpectError(w.Finish(), "duplicate tensor name t");
+  }
+  {
+    GgufWriter w;
+    w.U32("k", 1);
+    w.U32("k", 2);
+    ExpectError(w.Finish(), "duplicate metadata key k");
   }
   {
     GgufWriter w;
