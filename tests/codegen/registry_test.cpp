@@ -15,6 +15,7 @@
 #include "pig/runtime/lsh_index.h"
 #include "pig/runtime/lsh_kernels.h"
 #ifdef PIG_HAVE_GENERATED_CUDA
+#include "../cuda/gpu_expected.h"
 #include "pig/Codegen/GeneratedCudaKernels.h"
 #endif
 
@@ -144,8 +145,7 @@ TEST(GeneratedCudaKernels, RegistryServesEveryManifestKeySpecialised) {
 
 /// The specialised CUDA encode of every manifest key equals pig::ref (run where a GPU is).
 TEST(GeneratedCudaKernels, SpecialisedEncodeEqualsReference) {
-  if (pig::cuda::device_count() == 0)
-    GTEST_SKIP() << "no CUDA device: the generated CUDA kernels are compiled but not run here";
+  PIG_REQUIRE_GPU(); // skips without a GPU, fails where one is expected (tests/cuda)
   pig_register_generated_cuda_kernels();
   for (const KernelKey &key : manifestKeys()) {
     const pig::cuda::CudaKernelKey cuda{key.K, key.L, key.d,

@@ -1,5 +1,6 @@
 // Whole CUDA kernels against pig::ref. Built when nvcc exists; every test skips with a message
-// where no GPU is usable (device_count() == 0), so CI without a GPU still compiles and links it.
+// where no GPU is usable (device_count() == 0), so CI without a GPU still compiles and links it,
+// and fails instead where a GPU is expected (gpu_expected.h).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -9,6 +10,7 @@
 #include <vector>
 
 #include "cuda_test_util.h"
+#include "gpu_expected.h"
 #include "pig/cuda/lsh_cuda.h"
 #include "pig/reference/reference.h"
 
@@ -17,14 +19,20 @@ namespace {
 
 using testing::Shape;
 
-#define PIG_REQUIRE_GPU()                                                                          \
-  do {                                                                                             \
-    if (device_count() == 0)                                                                       \
-      GTEST_SKIP() << "no CUDA device (cudaGetDeviceCount failed or found none): "                 \
-                      "the kernels are compiled but not run here";                                 \
-  } while (0)
-
-TEST(CudaKernels, DeviceCountNeverFails) { EXPECT_GE(device_count(), 0); }
+// device_count() finds the GPU where one is expected (a count of 0 there would silently skip
+// every other test), reports none where none is, and answers the same when asked again (the
+// error a failed cudaGetDeviceCount leaves must not stick).
+TEST(CudaKernels, DeviceCountFindsTheExpectedGpu) {
+  const int n = device_count();
+  const std::string expected = testing::GpuExpectedBecause();
+  if (!expected.empty()) {
+    EXPECT_GE(n, 1) << "a GPU is expected here (" << expected << ")";
+  }
+  EXPECT_GE(n, 0);
+  EXPECT_EQ(device_count(), n);
+  if (expected.empty() && n == 0)
+    GTEST_SKIP() << "no GPU here and none expected (no /dev/nvidia0, PIG_EXPECT_GPU unset)";
+}
 
 struct Case {
   Shape shape;
