@@ -88,6 +88,9 @@ TEST_F(Parity, ChatTemplateMatchesTransformers) {
     GTEST_SKIP() << "transformers rendered no chat template";
 }
 
+constexpr double kMaxAbsoluteLogitDifference = 1e-3;
+constexpr double kMaxRelativeLogitDifference = 1e-4;
+
 TEST_F(Parity, LogitsOfFirst64Positions) {
   std::ifstream in(ParityDir() + "/logits_ids.txt");
   const std::vector<int32_t> ids = Ids(in);
@@ -119,8 +122,12 @@ TEST_F(Parity, LogitsOfFirst64Positions) {
   std::printf("logits over %zu positions: largest absolute difference %.3g, relative to the "
               "row's largest logit %.3g; top-1 identical at %zu/%zu positions\n",
               ids.size(), max_abs, max_rel, top1_same, ids.size());
-  EXPECT_TRUE(max_rel <= 1e-3 || top1_same == ids.size())
-      << "max relative difference " << max_rel << ", top-1 agreement " << top1_same;
+  // Both must hold: top-1 agreement alone allows arbitrarily wrong logits. Measured: largest
+  // absolute difference 5e-5 (README) to 8e-5, 3e-6 of the row's largest logit; the bounds
+  // leave over 10x for other machines' SIMD targets and rounding.
+  EXPECT_LE(max_rel, kMaxRelativeLogitDifference) << "top-1 agreement " << top1_same;
+  EXPECT_LE(max_abs, kMaxAbsoluteLogitDifference);
+  EXPECT_EQ(top1_same, ids.size()) << "max relative difference " << max_rel;
 }
 
 TEST_F(Parity, Greedy32Tokens) {
