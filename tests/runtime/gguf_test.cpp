@@ -2,7 +2,6 @@
 
 #include <gtest/gtest.h>
 
-#include <chrono>
 #include <filesystem>
 #include <random>
 
@@ -189,13 +188,14 @@ TEST(Gguf, OffsetBeyondFile) {
 
 // Randomised corruption: flipped bytes, overwritten words and truncations of a valid file must
 // either parse or end in a GgufError -- never crash, hang or read out of bounds (the sanitizer
-// build runs this too). Bounded in time so that CI stays fast.
+// build runs this too). A fixed, seeded number of cases, so that every machine runs the same ones:
+// 0.4 s in the Release build and 2.2 s in the sanitizer build on the 2-core machine.
 TEST(Gguf, RandomCorruptionFuzz) {
+  constexpr size_t kCases = 40000;
   const auto base = SampleFile();
   std::mt19937_64 rng(12345);
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(2);
   size_t runs = 0, errors = 0;
-  while (std::chrono::steady_clock::now() < deadline && runs < 200000) {
+  for (; runs < kCases; ++runs) {
     auto b = base;
     const int edits = 1 + int(rng() % 4);
     for (int e = 0; e < edits; ++e) {
@@ -231,10 +231,11 @@ TEST(Gguf, RandomCorruptionFuzz) {
     } catch (const GgufError &) {
       ++errors;
     }
-    ++runs;
   }
-  EXPECT_GT(runs, 100u);
-  EXPECT_GT(errors, 0u);
+  // Both outcomes must be common, or the cases exercise only one side of the parser: with these
+  // edits and this seed 35896 of the 40000 files are rejected and 4104 parse.
+  EXPECT_GT(errors, kCases / 2);
+  EXPECT_GT(kCases - errors, kCases / 20);
   std::printf("fuzz: %zu corrupted files, %zu rejected with GgufError\n", runs, errors);
 }
 
