@@ -86,6 +86,140 @@ TEST(Kernels, Q4_1Reference) {
   EXPECT_EQ(y[1], -1.0f);
 }
 
+// Hand-built blocks of every quantised weight type, expected values written from the GGUF/ggml
+// block layouts (ggml-common.h, dequantize_row_* of ggml-quants.c) per element, independently of
+// DequantizeRowScalar: the scales are literal f16 bit patterns, the Q4_K 6-bit scales and mins
+// are packed here from the values the expectation reads directly. Every value is exact in f32.
+// Checked on the scalar decoder and on every compiled Highway target.
+void ExpectDequantizesTo(GgmlType t, const std::vector<uint8_t> &bytes,
+                         const std::vector<float> &want) {
+  const size_t n = want.size();
+  ASSERT_EQ(bytes.size(), n / GgmlInfo(t).block_elems * GgmlInfo(t).block_bytes);
+  std::vector<float> got(n, -1.0f);
+  DequantizeRowScalar(t, bytes.data(), got.data(), n);
+  for (size_t i = 0; i < n; ++i)
+    ASSERT_EQ(got[i], want[i]) << "scalar " << GgmlTypeName(t) << " element " << i;
+  for (const Kernels &k : AllKernels()) {
+    std::fill(got.begin(), got.end(), -1.0f);
+    k.dequant_row(t, bytes.data(), got.data(), n);
+    for (size_t i = 0; i < n; ++i)
+      ASSERT_EQ(got[i], want[i]) << k.target << " " << GgmlTypeName(t) << " element " << i;
+  }
+}
+
+template <typename Block> std::vector<uint8_t> Bytes(const std::vector<Block> &blocks) {
+  std::vector<uint8_t> b(blocks.size() * sizeof(Block));
+  std::memcpy(b.data(), blocks.data(), b.size());
+  return b;
+}
+
+// f16 bit patterns: sign | exponent (bias 15) << 10 | mantissa.
+constexpr uint16_t kF16Quarter = 0x3400, kF16Half = 0x3800, kF16MinusTwo = 0xC000,
+                   kF16Eighth = 0x3000;
+
+TEST(Kernels, Q4_0FromTheSpecification) {
+  // Block: f16 d, 16 bytes; element j (j < 16) = d * ((qs[j] & 15) - 8), element j + 16 =
+  // d * ((qs[j] >> 4) - 8).
+  std::vector<BlockQ4_0> blocks(2);
+  blocks[0].d = kF16Quarter;
+  blocks[1].d = kF16MinusTwo;
+  for (int j = 0; j < 16; ++j) {
+    blocks[0].qs[j] = uint8_t(j | ((15 - j) << 4));
+    blocks[1].qs[j] = uint8_t(((j * 5 + 3) % 16) | (((j * 11 + 7) % 16) << 4));
+  }
+  std::vector<float> want(64);
+  for (int j = 0; j < 16; ++j) {
+    want[j] = 0.25f * float(j - 8);
+    want[j + 16] = 0.25f * float(15 - j - 8);
+    want[32 + j] = -2.0f * float((j * 5 + 3) % 16 - 8);
+    want[48 + j] = -2.0f * float((j * 11 + 7) % 16 - 8);
+  }
+  EXPECT_EQ(want[0], -2.0f);   // nibble 0
+  EXPECT_EQ(want[15], 1.75f);  // nibble 15
+  EXPECT_EQ(want[16], 1.75f);  // high nibble of byte 0 = 15
+  EXPECT_EQ(want[32], 10.0f);  // -2 * (3 - 8)
+  EXPECT_EQ(want[48], 2.0f);   // high nibble of block 1 byte 0 = 7: -2 * (7 - 8)
+  ExpectDequantizesTo(GgmlType::kQ4_0, Bytes(blocks), want);
+}
+
+TEST(Kernels, Q8_0FromTheSpecification) {
+  // Block: f16 d, 32 int8; element j = d * qs[j].
+  std::vector<BlockQ8_0> blocks(2);
+  blocks[0].d = kF16Half;
+  blocks[1].d = kF16Eighth;
+  for (int j = 0; j < 32; ++j) {
+    blocks[0].qs[j] = int8_t(j * 8 - 128); // -128 .. 120
+    blocks[1].qs[j] = int8_t(127 - j * 3); // 127 .. 34
+  }
+  std::vector<float> want(64);
+  for (int j = 0; j < 32; ++j) {
+    want[j] = 0.5f * float(j * 8 - 128);
+    want[32 + j] = 0.125f * float(127 - j * 3);
+  }
+  EXPECT_EQ(want[0], -64.0f);
+  EXPECT_EQ(want[32], 15.875f);
+  ExpectDequantizesTo(GgmlType::kQ8_0, Bytes(blocks), want);
+}
+
+TEST(Kernels, Q4_KFromTheSpecification) {
+  // Super-block of 256: f16 d, f16 dmin, 12 bytes holding 8 six-bit scales sc[s] and mins m[s],
+  // 128 bytes of nibbles. Element 64c + l (l < 32) = d * sc[2c] * (qs[32c + l] & 15) -
+  // dmin * m[2c]; element 64c + 32 + l = d * sc[2c + 1] * (qs[32c + l] >> 4) - dmin * m[2c + 1].
+  // Packing (ggml's quantize_row_q4_K): for s < 4, scales[s] = sc[s] and scales[s + 4] = m[s] in
+  // the low 6 bits; for s >= 4, scales[s + 4] = (sc[s] & 15) | (m[s] & 15) << 4, and the top two
+  // bits of sc[s] and m[s] go to bits 6-7 of scales[s - 4] and scales[s].
+  const uint8_t sc[8] = {1, 2, 17, 63, 5, 33, 48, 63};
+  const uint8_t m[8] = {0, 9, 62, 7, 40, 21, 63, 16};
+  BlockQ4_K blk{};
+  blk.d = kF16Half;
+  blk.dmin = kF16Quarter;
+  for (int s = 0; s < 4; ++s) {
+    blk.scales[s] = uint8_t(sc[s] | ((sc[s + 4] >> 4) << 6));
+    blk.scales[s + 4] = uint8_t(m[s] | ((m[s + 4] >> 4) << 6));
+    blk.scales[s + 8] = uint8_t((sc[s + 4] & 15) | ((m[s + 4] & 15) << 4));
+  }
+  for (int i = 0; i < 128; ++i)
+    blk.qs[i] = uint8_t(i * 37 + 11);
+  std::vector<float> want(256);
+  for (int e = 0; e < 256; ++e) {
+    const int c = e / 64, high = (e % 64) / 32, l = e % 32, s = 2 * c + high;
+    const uint8_t byte = blk.qs[32 * c + l];
+    const int q = high ? byte >> 4 : byte & 15;
+    want[e] = 0.5f * float(sc[s]) * float(q) - 0.25f * float(m[s]);
+  }
+  EXPECT_EQ(want[0], 5.5f);    // qs[0] = 11, low nibble 11; sub-block 0: 0.5 * 1 * 11 - 0.25 * 0
+  EXPECT_EQ(want[32], -2.25f); // high nibble of 11 = 0; sub-block 1: 0.5 * 2 * 0 - 0.25 * 9
+  EXPECT_EQ(want[255], 185.0f); // qs[127] = 0x66, high nibble 6; sub-block 7: 0.5*63*6 - 0.25*16
+  ExpectDequantizesTo(GgmlType::kQ4_K, Bytes(std::vector<BlockQ4_K>{blk}), want);
+}
+
+TEST(Kernels, Q6_KFromTheSpecification) {
+  // Super-block of 256: 128 bytes ql (low 4 bits), 64 bytes qh (high 2 bits), 16 int8 scales,
+  // f16 d. In half h (elements 128h..128h+127) with l < 32 and quarter r (element 128h + 32r +
+  // l): the low bits are the low (r < 2) or high (r >= 2) nibble of ql[64h + l + 32 (r & 1)],
+  // the high bits are bits 2r, 2r+1 of qh[32h + l], q = that 6-bit value - 32, and the element
+  // is d * scales[8h + l / 16 + 2r] * q.
+  const int8_t scales[16] = {1, -2, 3, -4, 5, -6, 7, -8, 16, -16, 32, -32, 64, -64, 127, -128};
+  BlockQ6_K blk{};
+  for (int i = 0; i < 128; ++i)
+    blk.ql[i] = uint8_t(i * 37 + 11);
+  for (int i = 0; i < 64; ++i)
+    blk.qh[i] = uint8_t(i * 53 + 5);
+  std::memcpy(blk.scales, scales, 16);
+  blk.d = kF16Half;
+  std::vector<float> want(256);
+  for (int e = 0; e < 256; ++e) {
+    const int h = e / 128, r = (e % 128) / 32, l = e % 32;
+    const uint8_t low_byte = blk.ql[64 * h + l + 32 * (r & 1)];
+    const int low = r < 2 ? low_byte & 15 : low_byte >> 4;
+    const int high = (blk.qh[32 * h + l] >> (2 * r)) & 3;
+    want[e] = 0.5f * float(scales[8 * h + l / 16 + 2 * r]) * float((low | (high << 4)) - 32);
+  }
+  EXPECT_EQ(want[0], -2.5f);    // ql[0] = 11, qh[0] = 5 -> q = (11 | 1 << 4) - 32 = -5; 0.5 * 1 * -5
+  EXPECT_EQ(want[255], 1664.0f); // ql[127] = 0x66 -> 6, qh[63] = 0x10 -> 0: q = -26; 0.5 * -128 * -26
+  ExpectDequantizesTo(GgmlType::kQ6_K, Bytes(std::vector<BlockQ6_K>{blk}), want);
+}
+
 TEST(Kernels, HalfConversions) {
   for (float f : {0.0f, 1.0f, -2.5f, 65504.0f, 6.1035156e-05f, 5.9604645e-08f}) {
     EXPECT_EQ(F16ToF32(F32ToF16(f)), f);
