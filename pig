@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # pig: the project's one entry point. Installs what is missing, configures, builds, then runs.
 #
-#   ./pig run  [args...]   the main job: decode ~2.7k tokens of real text with dense and with LSH
-#                          sampling attention side by side (pig-run --compare);
-#                          with args, they go to build/bin/pig-run as they are
+#   ./pig run  [args...]   the main job (pig-run --demo): a question about a fact planted in
+#                          ~2.6k tokens of real text, answered with dense and with LSH sampling
+#                          attention side by side, each answer checked; with args, they go to
+#                          build/bin/pig-run as they are (./pig run --help)
 #   ./pig compare [args]   accuracy vs cost of every algorithm on synthetic attention
 #   ./pig test             the whole test suite: sanitizer build + tests, then the full build + ctest
 #   ./pig build            set up and build only
@@ -146,20 +147,10 @@ case "$cmd" in
   run)
     setup
     build_main
-    if [ $# -eq 0 ]; then
-      # Several thousand tokens of real text (the GPL-3 as Debian's base-files ships it) and a
-      # question about it; one dense prefill, then dense and LSH sampling attention decode side
-      # by side from the same KV cache.
-      prompt="$BUILD/run-prompt.txt"
-      {
-        echo "Read this licence, then answer the question after it."
-        echo
-        head -c 12000 /usr/share/common-licenses/GPL-3
-        echo
-        echo "Question: under section 6, in which ways may you convey object code? Answer briefly."
-      } >"$prompt"
-      set -- --chat --compare dense,magicpig --max-new 64 --prompt-file "$prompt"
-    fi
+    # The demo (pig-run --help says what it does): a fact planted in ~2.6k tokens of real text
+    # (the GPL-3 of Debian's base-files), one dense prefill, then dense and LSH sampling
+    # attention answer side by side from the same KV cache, each answer checked.
+    [ $# -eq 0 ] && set -- --demo
     exec "$BUILD/bin/pig-run" "$@"
     ;;
   compare)
@@ -181,7 +172,7 @@ case "$cmd" in
     ctest --test-dir "$BUILD" --output-on-failure -j "$JOBS" "$@"
     ;;
   help | -h | --help)
-    sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//'
+    sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//'
     ;;
   *) die "unknown command '$cmd' (try ./pig help)" ;;
 esac

@@ -4,6 +4,8 @@
 //           [--attention dense|magicpig|topk|quest|oracle] [--lsh K=10,L=150,t=2]
 //           [--sink 4 --local 64 --dense-layers 0,15] [--budget F] [--kv bf16|f32]
 //           [--temperature T --top-p P --seed S] [--chat] [--threads N] [--ctx N]
+//           [--expect TEXT] [--rate-steps N]
+//   pig-run --demo [--demo-text FILE] [--demo-seed S] [--demo-bytes N]   (what ./pig run runs)
 // Streams the generated text to stdout, then prints a summary to stderr: prefill and decode
 // speed, the sampled fraction (cost2) and index traffic (cost1), KV and index memory, and which
 // kernels served. Without --model it uses the default model that ./pig installs.
@@ -25,6 +27,8 @@
 #include "pig/runtime/attention.h"
 #include "pig/runtime/model.h"
 #include "pig/runtime/sampler.h"
+
+#include "demo.h"
 
 #ifdef PIG_HAVE_GENERATED_KERNELS
 #include "pig/Codegen/GeneratedKernels.h"
@@ -49,6 +53,12 @@ struct Options {
   AttentionSpec attention;
   std::vector<std::string> compare; // --compare dense,magicpig
   size_t batch = 0;                 // --batch B
+  std::string expect;               // --expect: the answer must contain this
+  size_t rate_steps = 0;            // --rate-steps: decode steps timed, past the answer's end
+  bool demo = false;                // --demo: the planted-fact prompt of demo.h
+  pig::run::DemoOptions demo_opts;
+  bool show_prompt = false; // --show-prompt: print the prompt (and expected answer), exit
+  bool max_new_set = false, rate_steps_set = false;
 };
 
 [[noreturn]] void Usage(const std::string &error) {
@@ -63,6 +73,21 @@ struct Options {
                "               [--compare dense,magicpig,...]  (one prefill, side by side)\n"
                "               [--batch B]  (B sequences of different lengths, decoded together)\n"
                "               [--threads N] [--ctx N] [--long-context] [--print-ids]\n"
+               "               [--expect TEXT]  (is each answer correct: does it contain TEXT)\n"
+               "               [--rate-steps N]  (time N decode steps, past the answer's end)\n"
+               "               [--show-prompt]  (print the prompt and the expected answer; exit)\n"
+               "       pig-run --demo [--demo-text FILE] [--demo-seed S] [--demo-bytes N] [...]\n"
+               "\n"
+               "--demo is the main job (./pig run): it takes the first 12000 bytes of a text\n"
+               "(default: the GPL-3 as Debian ships it, ~2.7k tokens), plants the sentence\n"
+               "\"The author of this text lives in <city>.\" at a paragraph break that --demo-seed\n"
+               "chooses, and asks \"In which city does the author of this text live?\". One dense\n"
+               "prefill; then dense and LSH sampling attention (magicpig) each answer from that\n"
+               "KV cache, side by side, and the table says whether each answer names the city.\n"
+               "Each method decodes 48 steps for its rate (steps past the answer are timed, not\n"
+               "shown). On your own text: --demo --demo-text FILE; your own question:\n"
+               "  pig-run --chat --compare dense,magicpig --prompt-file F --expect ANSWER\n"
+               "The other flags apply (--compare, --lsh, --max-new, --threads, ...).\n"
                "default model: %s\n",
                DefaultModelPath());
   std::exit(error.empty() ? 0 : 2);
@@ -130,6 +155,7 @@ Options Parse(int argc, char **argv) {
       o.have_prompt = true;
     } else if (a == "--max-new") {
       o.max_new = long(ParseNumber(a, value()));
+      o.max_new_set = true;
     } else if (a == "--temperature") {
       o.sampling.temperature = float(ParseNumber(a, value()));
     } else if (a == "--top-p") {
@@ -181,6 +207,25 @@ Options Parse(int argc, char **argv) {
       o.batch = ParseCount(a, value());
       if (o.batch == 0 || o.batch > LlamaBatch::kMaxSequences)
         Usage("--batch must be in [1, " + std::to_string(LlamaBatch::kMaxSequences) + "]");
+    } else if (a == "--expect") {
+      o.expect = value();
+      if (o.expect.empty())
+        Usage("--expect needs a non-empty answer");
+    } else if (a == "--rate-steps") {
+      o.rate_steps = ParseCount(a, value());
+      o.rate_steps_set = true;
+    } else if (a == "--demo") {
+      o.demo = true;
+    } else if (a == "--demo-text") {
+      o.demo_opts.text_file = value();
+    } else if (a == "--demo-seed") {
+      o.demo_opts.seed = ParseCount(a, value());
+    } else if (a == "--demo-bytes") {
+      o.demo_opts.max_bytes = ParseCount(a, value());
+      if (o.demo_opts.max_bytes == 0)
+        Usage("--demo-bytes must be positive");
+    } else if (a == "--show-prompt") {
+      o.show_prompt = true;
     } else if (a == "--long-context") {
       o.long_context = true;
     } else if (a == "--print-ids") {
@@ -191,8 +236,31 @@ Options Parse(int argc, char **argv) {
       Usage("unknown argument '" + a + "'");
     }
   }
+  if (o.demo) {
+    if (o.have_prompt)
+      Usage("--demo makes its own prompt: give --demo-text FILE instead of --prompt/--prompt-file");
+    if (o.batch)
+      Usage("--demo and --batch do not combine");
+    const pig::run::DemoPrompt d = pig::run::MakeDemoPrompt(o.demo_opts);
+    o.prompt = d.prompt;
+    o.have_prompt = true;
+    o.chat = true;
+    if (o.expect.empty())
+      o.expect = d.expected;
+    if (o.compare.empty())
+      o.compare = {"dense", "magicpig"};
+    if (!o.max_new_set)
+      o.max_new = 24; // the answer is one sentence
+    if (!o.rate_steps_set)
+      o.rate_steps = 48;
+    std::fprintf(stderr,
+                 "pig-run: demo: %zu bytes of %s; the fact (the author lives in %s) stands at "
+                 "%.0f %% of the text (--demo-seed %llu)\n",
+                 d.text_bytes, o.demo_opts.text_file.c_str(), d.expected.c_str(), 100 * d.depth,
+                 static_cast<unsigned long long>(o.demo_opts.seed));
+  }
   if (!o.have_prompt)
-    Usage("give --prompt TEXT or --prompt-file F");
+    Usage("give --prompt TEXT or --prompt-file F (or --demo)");
   if (o.max_new < 0)
     Usage("--max-new must be >= 0");
   if (o.sampling.top_p <= 0 || o.sampling.top_p > 1)
@@ -236,7 +304,7 @@ void PrintSummary(const Attention &attn, const LlamaConfig &cfg) {
 }
 
 struct DecodeResult {
-  std::vector<int32_t> tokens;
+  std::vector<int32_t> tokens; // the answer: up to the end of generation or --max-new
   std::string text;
   size_t steps = 0;   // forward passes run (the last sampled token needs none)
   double first_s = 0; // the first step (builds the LSH index of every sparse layer)
@@ -244,26 +312,39 @@ struct DecodeResult {
   double TokensPerSecond() const { return steps > 1 ? double(steps - 1) / rest_s : 0.0; }
 };
 
+// Decode steps a run needs room for in the KV cache: the answer's, or --rate-steps.
+size_t StepsNeeded(const Options &o) {
+  return std::max(size_t(std::max(o.max_new, 0L)), o.rate_steps + 1);
+}
+
 // Samples from `logits` (the prompt's last position), then runs one forward pass per token.
+// The answer ends at the end-of-generation token or after --max-new tokens; with --rate-steps N
+// the decode goes on (timed, neither kept nor shown) until N forward passes have run, so that the
+// rate does not rest on a short answer's few steps.
 DecodeResult Decode(LlamaSession &session, const Tokenizer &tok, std::vector<float> logits,
                     const Options &o, bool stream) {
   const size_t vocab = logits.size();
   Sampler sampler(o.sampling);
   DecodeResult r;
-  for (long i = 0; i < o.max_new; ++i) {
+  bool answering = o.max_new > 0;
+  for (long i = 0; answering || r.steps < o.rate_steps; ++i) {
     const int32_t next = sampler.Sample(logits.data(), vocab);
-    r.tokens.push_back(next);
-    if (tok.IsEndOfGeneration(next))
-      break;
-    if (!tok.IsControl(next)) {
-      const std::string piece = tok.Decode(next);
-      r.text += piece;
-      if (stream) {
-        std::fwrite(piece.data(), 1, piece.size(), stdout);
-        std::fflush(stdout);
+    if (answering) {
+      r.tokens.push_back(next);
+      if (tok.IsEndOfGeneration(next)) {
+        answering = false;
+      } else if (!tok.IsControl(next)) {
+        const std::string piece = tok.Decode(next);
+        r.text += piece;
+        if (stream) {
+          std::fwrite(piece.data(), 1, piece.size(), stdout);
+          std::fflush(stdout);
+        }
       }
+      if (i + 1 >= o.max_new)
+        answering = false;
     }
-    if (i + 1 < o.max_new) {
+    if (answering || r.steps < o.rate_steps) {
       const auto t = Clock::now();
       session.Forward(&next, 1, logits.data());
       const double s = std::chrono::duration<double>(Clock::now() - t).count();
@@ -299,18 +380,22 @@ Prepared Prepare(const Options &o) {
   p.prompt = tok.Encode(text);
   if (p.prompt.empty())
     throw std::runtime_error("the prompt encodes to no tokens");
-  p.ctx = o.ctx ? o.ctx : p.prompt.size() + size_t(o.max_new);
+  const size_t steps = StepsNeeded(o);
+  const std::string steps_flag = size_t(std::max(o.max_new, 0L)) >= steps
+                                     ? "--max-new " + std::to_string(o.max_new)
+                                     : "--rate-steps " + std::to_string(o.rate_steps) + " + 1";
+  p.ctx = o.ctx ? o.ctx : p.prompt.size() + steps;
   if (p.ctx > cfg.context_length && !o.long_context) {
     throw std::runtime_error(
         "a context of " + std::to_string(p.ctx) + " tokens (prompt " +
-        std::to_string(p.prompt.size()) + " + --max-new " + std::to_string(o.max_new) +
+        std::to_string(p.prompt.size()) + " + " + steps_flag +
         ") exceeds the model's trained context of " + std::to_string(cfg.context_length) +
         " tokens (--long-context runs it anyway; quality degrades)");
   }
-  if (p.prompt.size() + size_t(o.max_new) > p.ctx) {
-    throw std::runtime_error("prompt (" + std::to_string(p.prompt.size()) +
-                             " tokens) + --max-new " + std::to_string(o.max_new) +
-                             " exceeds the context of " + std::to_string(p.ctx) + " tokens");
+  if (p.prompt.size() + steps > p.ctx) {
+    throw std::runtime_error("prompt (" + std::to_string(p.prompt.size()) + " tokens) + " +
+                             steps_flag + " exceeds the context of " + std::to_string(p.ctx) +
+                             " tokens");
   }
   return p;
 }
@@ -373,6 +458,10 @@ int Run(const Options &o) {
     std::fprintf(stderr, "decode: %zu steps (too few to measure a rate)\n", r.steps);
   }
   PrintSummary(session.attention(), cfg);
+  if (!o.expect.empty())
+    std::fprintf(stderr, "answer: %s (expected it to contain \"%s\")\n",
+                 pig::run::AnswerContains(r.text, o.expect) ? "correct" : "WRONG",
+                 o.expect.c_str());
   std::fprintf(stderr, "peak memory: %.1f MiB (RSS; weights are memory-mapped)\n", PeakRssMiB());
   return 0;
 }
@@ -561,7 +650,9 @@ int RunCompare(const Options &o) {
   };
   std::printf("\n");
   row("", [](const Column &c) { return c.name; });
-  row("decode tokens/s", [&](const Column &c) { return fmt("%.1f", c.r.TokensPerSecond()); });
+  row("decode tokens/s", [&](const Column &c) {
+    return fmt("%.1f", c.r.TokensPerSecond()) + " (" + std::to_string(c.r.steps) + " steps)";
+  });
   row("first step (s)", [&](const Column &c) { return fmt("%.3f", c.r.first_s); });
   row("cost2 (sampled)", [&](const Column &c) {
     return c.st.indexed > 0 ? fmt("%.2f %%", 100 * c.st.cost2()) : std::string("-");
@@ -576,6 +667,12 @@ int RunCompare(const Options &o) {
   row("index MiB", [&](const Column &c) {
     return c.st.index_bytes ? fmt("%.1f", double(c.st.index_bytes) / 1048576) : std::string("-");
   });
+  if (!o.expect.empty()) {
+    const std::string label = "answer has \"" + o.expect + "\"";
+    row(label.size() <= 24 ? label.c_str() : "answer correct", [&](const Column &c) {
+      return std::string(pig::run::AnswerContains(c.r.text, o.expect) ? "yes" : "NO");
+    });
+  }
   row("same tokens as first", [&](const Column &c) {
     size_t same = 0;
     while (same < c.r.tokens.size() && same < cols[0].r.tokens.size() &&
@@ -596,6 +693,15 @@ int RunCompare(const Options &o) {
       std::printf(" | %-*s", w, i < col.size() ? col[i].c_str() : "");
     std::printf("\n");
   }
+  if (o.rate_steps > 0)
+    std::printf("\ndecode rates are over %zu steps per method: past the end of an answer the "
+                "decode goes on, timed but not shown (--rate-steps)\n",
+                o.rate_steps);
+  if (o.demo)
+    std::printf("the rates are at %zu tokens of context, where attention is a small part of a "
+                "step; LSH sampling's speed-up grows with the context: build/bin/pig-bench-context "
+                "measures it at 2k-32k\n",
+                p.prompt.size());
   std::printf("\nkernels:\n");
   for (const Column &c : cols)
     std::printf("  %s: %s\n", c.name.c_str(), c.st.kernels.c_str());
@@ -605,8 +711,14 @@ int RunCompare(const Options &o) {
 } // namespace
 
 int main(int argc, char **argv) {
-  const Options o = Parse(argc, argv);
   try {
+    const Options o = Parse(argc, argv);
+    if (o.show_prompt) {
+      std::printf("%s\n", o.prompt.c_str());
+      if (!o.expect.empty())
+        std::printf("\nexpected answer: %s\n", o.expect.c_str());
+      return 0;
+    }
     if (!o.compare.empty() && o.batch)
       Usage("--compare and --batch do not combine");
     return o.batch ? RunBatch(o) : o.compare.empty() ? Run(o) : RunCompare(o);
