@@ -5,6 +5,7 @@
 
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/DialectImplementation.h"
+#include "mlir/Interfaces/FunctionInterfaces.h"
 #include "llvm/ADT/STLExtras.h"
 #include "llvm/ADT/TypeSwitch.h"
 
@@ -55,6 +56,14 @@ LogicalResult PigDialect::verifyOperationAttribute(Operation *op, NamedAttribute
   if (attr.getName() == kKernelAttrName) {
     if (!isa<KernelAttr>(attr.getValue()))
       return op->emitError() << "'" << kKernelAttrName << "' must be a #pig.kernel attribute";
+    return success();
+  }
+  if (attr.getName() == kScheduleAttrName) {
+    if (!isa<ScheduleAttr>(attr.getValue()))
+      return op->emitError() << "'" << kScheduleAttrName << "' must be a #pig.schedule attribute";
+    if (!isa<FunctionOpInterface>(op))
+      return op->emitError() << "'" << kScheduleAttrName
+                             << "' belongs on a function (the schedule of its kernels)";
     return success();
   }
   return op->emitError() << "unknown pig attribute '" << attr.getName().getValue() << "'";
@@ -156,6 +165,116 @@ Attribute DeviceAttr::parse(AsmParser &parser, Type) {
 }
 
 void DeviceAttr::print(AsmPrinter &printer) const { printer << "<" << getKind() << ">"; }
+
+// The schedule's knobs come from runtime/include/pig/runtime/lsh_schedule.h: names, legal values,
+// defaults and the verifier's wording (Schedule::check_knob) are the runtime's.
+namespace {
+using ::pig::runtime::lsh::kScheduleKnobs;
+
+/// "gqa, block, prefetch, dense_prefetch, tables_ahead, parts".
+std::string knobNames() {
+  std::string names;
+  for (const auto &knob : kScheduleKnobs)
+    names += (names.empty() ? "" : ", ") + std::string(knob.name);
+  return names;
+}
+} // namespace
+
+ScheduleAttr ScheduleAttr::get(MLIRContext *context, const ::pig::runtime::lsh::Schedule &schedule) {
+  SmallVector<int64_t> values;
+  for (size_t i = 0; i < kScheduleKnobs.size(); ++i)
+    values.push_back(schedule.get(i));
+  return get(context, values);
+}
+
+::pig::runtime::lsh::Schedule ScheduleAttr::getSchedule() const {
+  ::pig::runtime::lsh::Schedule schedule;
+  for (auto [i, value] : llvm::enumerate(getValues()))
+    if (i < kScheduleKnobs.size())
+      schedule.set(i, static_cast<int>(value));
+  return schedule;
+}
+
+LogicalResult ScheduleAttr::verify(function_ref<InFlightDiagnostic()> emitError,
+                                   ArrayRef<int64_t> values) {
+  if (values.size() != kScheduleKnobs.size())
+    return emitError() << "a schedule has " << kScheduleKnobs.size() << " knobs (" << knobNames()
+                       << "), got " << values.size() << " values";
+  for (auto [i, value] : llvm::enumerate(values)) {
+    const auto &knob = kScheduleKnobs[i];
+    // check_knob takes an int: a value beyond int is illegal for every knob, same wording.
+    std::string error = value < knob.min || value > knob.max
+                            ? "schedule knob '" + std::string(knob.name) +
+                                  "' = " + std::to_string(value) + " is illegal (" + knob.help +
+                                  ")"
+                            : ::pig::runtime::lsh::Schedule::check_knob(i, static_cast<int>(value));
+    if (!error.empty())
+      return emitError() << error;
+  }
+  return success();
+}
+
+/// `<` (knob `=` value) separated by `,` `>`, any subset in any order; `<>` is the default.
+Attribute ScheduleAttr::parse(AsmParser &parser, Type) {
+  SMLoc loc = parser.getCurrentLocation();
+  SmallVector<int64_t> values;
+  for (const auto &knob : kScheduleKnobs)
+    values.push_back(knob.def);
+  SmallVector<bool> seen(kScheduleKnobs.size(), false);
+  if (parser.parseLess())
+    return {};
+  if (failed(parser.parseOptionalGreater())) {
+    do {
+      SMLoc knobLoc = parser.getCurrentLocation();
+      std::string name;
+      if (parser.parseKeywordOrString(&name))
+        return {};
+      size_t i = 0;
+      while (i < kScheduleKnobs.size() && name != kScheduleKnobs[i].name)
+        ++i;
+      if (i == kScheduleKnobs.size())
+        return parser.emitError(knobLoc) << "unknown schedule knob '" << name << "' ("
+                                         << knobNames() << ")",
+               Attribute();
+      if (seen[i])
+        return parser.emitError(knobLoc) << "schedule knob '" << name << "' is given twice",
+               Attribute();
+      seen[i] = true;
+      if (parser.parseEqual())
+        return {};
+      SMLoc valueLoc = parser.getCurrentLocation();
+      // gqa is written per_head or union (the integers 0 and 1 are read too).
+      StringRef word;
+      if (i == 0 && succeeded(parser.parseOptionalKeyword(&word))) {
+        if (word != "per_head" && word != "union")
+          return parser.emitError(valueLoc) << "schedule knob 'gqa' expects per_head or union, got '"
+                                            << word << "'",
+                 Attribute();
+        values[i] = word == "union" ? 1 : 0;
+      } else if (parser.parseInteger(values[i])) {
+        return {};
+      }
+    } while (succeeded(parser.parseOptionalComma()));
+    if (parser.parseGreater())
+      return {};
+  }
+  return ScheduleAttr::getChecked([&] { return parser.emitError(loc); }, parser.getContext(),
+                                  values);
+}
+
+void ScheduleAttr::print(AsmPrinter &printer) const {
+  printer << "<";
+  for (auto [i, value] : llvm::enumerate(getValues())) {
+    if (i)
+      printer << ", ";
+    printer << (i < kScheduleKnobs.size() ? kScheduleKnobs[i].name : "?") << " = ";
+    if (i == 0 && (value == 0 || value == 1))
+      printer << ::pig::runtime::lsh::Schedule::gqa_name(::pig::runtime::lsh::GqaStrategy(value));
+    else
+      printer << value;
+  }
+  printer << ">";
+}
 
 //===----------------------------------------------------------------------===//
 // Types

@@ -103,6 +103,102 @@ func.func @unknown_pig_attr() attributes {pig.colour = 3} {
   return
 }
 
+// -----
+
+//===----------------------------------------------------------------------===//
+// #pig.schedule: every knob's legal values (runtime/include/pig/runtime/lsh_schedule.h).
+//===----------------------------------------------------------------------===//
+
+// expected-error @+1 {{schedule knob 'block' = 48 is illegal (rows per softmax block: 16, 32, 64 or 128)}}
+func.func @block_not_pow2() attributes {pig.schedule = #pig.schedule<block = 48>} {
+  return
+}
+
+// -----
+
+// expected-error @+1 {{schedule knob 'block' = 256 is illegal (rows per softmax block: 16, 32, 64 or 128)}}
+func.func @block_too_large() attributes {pig.schedule = #pig.schedule<block = 256>} {
+  return
+}
+
+// -----
+
+// expected-error @+1 {{schedule knob 'gqa' = 2 is illegal (0 = per_head, 1 = union: how a GQA group attends its sampled rows)}}
+func.func @gqa_out_of_range() attributes {pig.schedule = #pig.schedule<gqa = 2>} {
+  return
+}
+
+// -----
+
+// expected-error @+1 {{schedule knob 'prefetch' = 65 is illegal (sampled rows prefetched ahead, 0..64)}}
+func.func @prefetch_too_far() attributes {pig.schedule = #pig.schedule<prefetch = 65>} {
+  return
+}
+
+// -----
+
+// expected-error @+1 {{schedule knob 'prefetch' = 5000000000 is illegal (sampled rows prefetched ahead, 0..64)}}
+func.func @prefetch_beyond_int() attributes {pig.schedule = #pig.schedule<prefetch = 5000000000>} {
+  return
+}
+
+// -----
+
+// expected-error @+1 {{schedule knob 'dense_prefetch' = -1 is illegal (dense rows prefetched ahead, 0..256)}}
+func.func @dense_prefetch_negative() attributes {pig.schedule = #pig.schedule<dense_prefetch = -1>} {
+  return
+}
+
+// -----
+
+// expected-error @+1 {{schedule knob 'tables_ahead' = 65 is illegal (bucket lists prefetched ahead in retrieval, 0..64)}}
+func.func @tables_ahead_too_far() attributes {pig.schedule = #pig.schedule<tables_ahead = 65>} {
+  return
+}
+
+// -----
+
+// expected-error @+1 {{schedule knob 'parts' = 9 is illegal (ranges of one kv-head's sampled pass, 0 = automatic, 1..8)}}
+func.func @parts_too_many() attributes {pig.schedule = #pig.schedule<parts = 9>} {
+  return
+}
+
+// -----
+
+// expected-error @+1 {{unknown schedule knob 'colour' (gqa, block, prefetch, dense_prefetch, tables_ahead, parts)}}
+func.func @unknown_knob() attributes {pig.schedule = #pig.schedule<colour = 3>} {
+  return
+}
+
+// -----
+
+// expected-error @+1 {{schedule knob 'block' is given twice}}
+func.func @knob_twice() attributes {pig.schedule = #pig.schedule<block = 32, block = 64>} {
+  return
+}
+
+// -----
+
+// expected-error @+1 {{schedule knob 'gqa' expects per_head or union, got 'shared'}}
+func.func @gqa_unknown_strategy() attributes {pig.schedule = #pig.schedule<gqa = shared>} {
+  return
+}
+
+// -----
+
+// expected-error @+1 {{'pig.schedule' must be a #pig.schedule attribute}}
+func.func @schedule_attr_kind() attributes {pig.schedule = #pig.kernel<k = 10, l = 150, d = 128, dtype = bf16>} {
+  return
+}
+
+// -----
+
+func.func @schedule_on_an_op(%x: tensor<1x64xf32>) {
+  // expected-error @+1 {{'pig.schedule' belongs on a function (the schedule of its kernels)}}
+  %c = pig.encode %x {lsh = #pig.lsh<k = 10, l = 150, t = 2, seed = 0>, pig.schedule = #pig.schedule<>} : tensor<1x64xf32> -> !pig.codes<1x150x10>
+  return
+}
+
 //===----------------------------------------------------------------------===//
 // pig.center
 //===----------------------------------------------------------------------===//

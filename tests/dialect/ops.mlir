@@ -74,3 +74,24 @@ func.func @placement(%q: tensor<1x64xbf16>, %index: !pig.index<?x?>) -> tensor<?
 func.func @kernel_key() attributes {pig.kernel = #pig.kernel<k = 10, l = 150, d = 128, dtype = bf16>} {
   return
 }
+
+// The schedule of a function's kernels: omitted knobs take their defaults; every knob is
+// printed, in the order of runtime/include/pig/runtime/lsh_schedule.h.
+// CHECK-LABEL: func.func @schedule_some_knobs
+// CHECK-SAME: attributes {pig.schedule = #pig.schedule<gqa = union, block = 32, prefetch = 8, dense_prefetch = 64, tables_ahead = 8, parts = 0>}
+func.func @schedule_some_knobs() attributes {pig.schedule = #pig.schedule<block = 32, gqa = union>} {
+  return
+}
+
+// CHECK-LABEL: func.func @schedule_default
+// CHECK-SAME: attributes {pig.schedule = #pig.schedule<gqa = per_head, block = 64, prefetch = 8, dense_prefetch = 64, tables_ahead = 8, parts = 0>}
+func.func @schedule_default() attributes {pig.schedule = #pig.schedule<>} {
+  return
+}
+
+// Every knob at the ends of its range; gqa as an integer.
+// CHECK-LABEL: func.func @schedule_every_knob
+// CHECK-SAME: attributes {pig.kernel = #pig.kernel<k = 10, l = 150, d = 64, dtype = bf16>, pig.schedule = #pig.schedule<gqa = per_head, block = 128, prefetch = 0, dense_prefetch = 256, tables_ahead = 64, parts = 8>}
+func.func @schedule_every_knob() attributes {pig.kernel = #pig.kernel<k = 10, l = 150, d = 64, dtype = bf16>, pig.schedule = #pig.schedule<gqa = 0, block = 128, prefetch = 0, dense_prefetch = 256, tables_ahead = 64, parts = 8>} {
+  return
+}

@@ -81,4 +81,49 @@ def Pig_KernelAttr : Pig_Attr<"Kernel", "kernel"> {
   let assemblyFormat = "`<` struct(params) `>`";
 }
 
+def Pig_ScheduleAttr : Pig_Attr<"Schedule", "schedule"> {
+  let summary = "how the LSH kernels of a function run: GQA strategy, block, prefetch, parts";
+  let description = [{
+    The schedule of the CPU kernels a function is compiled to: decisions that change how fast
+    the kernels run, never what they compute. Set on a function as `pig.schedule` by
+    `pig-schedule`; `pig-translate --emit=cpu` passes the knobs to
+    `MakeKernelSet<K, L, d, T, Schedule{...}>` and registers the kernel set under its key and
+    schedule. A function without `pig.schedule` is compiled with the default schedule.
+
+    The knobs, their legal values and defaults are those of
+    `runtime/include/pig/runtime/lsh_schedule.h` (`kScheduleKnobs`), which the parser, the
+    printer and the verifier read; a knob added there is accepted here without a change:
+
+    | knob | legal values | default | decides |
+    |---|---|---|---|
+    | `gqa` | `per_head`, `union` | `per_head` | a GQA group's sampled rows: each head through the one-head pipeline, or the group's union scored once for all heads |
+    | `block` | 16, 32, 64, 128 | 64 | rows per softmax block |
+    | `prefetch` | 0..64 | 8 | sampled K/V rows prefetched ahead |
+    | `dense_prefetch` | 0..256 | 64 | dense K/V rows prefetched ahead |
+    | `tables_ahead` | 0..64 | 8 | bucket lists prefetched ahead in retrieval |
+    | `parts` | 0..8 | 0 | ranges one kv-head's sampled pass is split into (0: automatic) |
+
+    Knobs may be given in any order and omitted (they then take their defaults); the printer
+    writes every knob, in the order of the table. `gqa` is written `per_head` or `union` (an
+    integer, 0 or 1, is read too).
+
+    ```mlir
+    func.func @step(...) attributes {pig.schedule = #pig.schedule<gqa = union, block = 32>}
+    // printed:
+    //   #pig.schedule<gqa = union, block = 32, prefetch = 8, dense_prefetch = 64,
+    //                 tables_ahead = 8, parts = 0>
+    ```
+  }];
+  let parameters = (ins ArrayRefParameter<"int64_t", "knob values, in kScheduleKnobs order">:$values);
+  let hasCustomAssemblyFormat = 1;
+  let genVerifyDecl = 1;
+  let extraClassDeclaration = [{
+    /// The attribute of `schedule` (every knob).
+    static ScheduleAttr get(::mlir::MLIRContext *context,
+                            const ::pig::runtime::lsh::Schedule &schedule);
+    /// The runtime's schedule value (the attribute is verified: every knob is legal).
+    ::pig::runtime::lsh::Schedule getSchedule() const;
+  }];
+}
+
 #endif // PIG_DIALECT_PIGATTRS_TD

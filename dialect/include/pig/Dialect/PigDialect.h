@@ -10,6 +10,8 @@
 
 #include <cstdint>
 
+#include "pig/runtime/lsh_schedule.h"
+
 namespace mlir::pig {
 /// Codes are uint16: K bits per table, 2^K buckets per table.
 inline constexpr int64_t kMinBits = 1, kMaxBits = 16;
@@ -18,6 +20,8 @@ inline constexpr int64_t kMinTables = 1, kMaxTables = 1024;
 inline constexpr llvm::StringLiteral kDeviceAttrName = "pig.device";
 /// The attribute that pig-specialize sets on every specialised function.
 inline constexpr llvm::StringLiteral kKernelAttrName = "pig.kernel";
+/// The attribute that pig-schedule sets on every function it schedules (#pig.schedule).
+inline constexpr llvm::StringLiteral kScheduleAttrName = "pig.schedule";
 
 /// True for the element types pig ops accept for queries, keys and values.
 bool isSupportedElementType(Type type);
