@@ -12,6 +12,13 @@
 //   pig-opt examples/decode_step.mlir --pig-decompose --pig-specialize="k=10 l=150" \
 //       --pig-partition=target=cpu+gpu --pig-fuse
 //
+// Then pig-schedule attaches the kernels' schedule (#pig.schedule: GQA strategy, softmax block,
+// prefetch distances, parts) from an explicit schedule, a tuning record for this machine or the
+// default heuristic (docs/SCHEDULES.md), which pig-translate compiles in:
+//
+//   pig-opt examples/decode_step.mlir --pig-decompose --pig-specialize="k=10 l=150" \
+//       --pig-partition=target=cpu --pig-fuse --pig-schedule="schedule=gqa=union,block=32"
+//
 // Checked by tests/passes/decode_step.test.
 func.func @decode_step(%q: tensor<4x128xbf16>, %k: tensor<2x?x128xbf16>, %v: tensor<2x?x128xbf16>)
     -> (tensor<4x128xf32>, tensor<4xf32>) {

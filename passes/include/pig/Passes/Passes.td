@@ -68,4 +68,34 @@ def PigFuse : Pass<"pig-fuse", "::mlir::ModuleOp"> {
   let dependentDialects = ["::mlir::tensor::TensorDialect"];
 }
 
+def PigSchedule : Pass<"pig-schedule", "::mlir::ModuleOp"> {
+  let summary = "attach the kernels' schedule (#pig.schedule) to every specialised function";
+  let description = [{
+    Runs after `pig-specialize` (it needs the function's `pig.kernel`), usually last, after
+    `pig-fuse`. Every function that uses pig ops gets `pig.schedule = #pig.schedule<...>`
+    (an existing one is replaced), chosen from, in this order:
+    1. `schedule=`: an explicit schedule, knobs as in a manifest line
+       (`schedule=gqa=union,block=32`: `knob=value` items separated by commas or spaces; the
+       others take their defaults);
+    2. a tuning record of `record=<file>` (JSON, docs/SCHEDULES.md) whose kernel key is the
+       function's (`K=10 L=150 d=64 bf16`) and whose machine is `machine=` (default: this
+       machine's fingerprint, `<model name>; family <f> model <m>; <arch>` from /proc/cpuinfo
+       and uname);
+    3. the default heuristic (`defaultSchedule` in passes/lib/Schedule.cpp), by head dim and
+       GQA group size.
+    A remark on each function says which schedule was chosen and from where. A record file that
+    cannot be read, is not valid JSON, does not follow the format, holds an illegal knob or
+    two records for one key and machine is an error; records for the function's key but only
+    for other machines give a warning, and the default heuristic decides.
+  }];
+  let options = [
+    Option<"record", "record", "std::string", "\"\"",
+           "JSON file of tuning records (docs/SCHEDULES.md)">,
+    Option<"schedule", "schedule", "std::string", "\"\"",
+           "explicit schedule, e.g. gqa=union,block=32 (overrides records and the default)">,
+    Option<"machine", "machine", "std::string", "\"\"",
+           "machine fingerprint records must match (default: this machine's)">,
+  ];
+}
+
 #endif // PIG_PASSES_PASSES_TD
