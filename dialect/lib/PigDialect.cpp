@@ -2,6 +2,7 @@
 
 #include "pig/Dialect/PigDialect.h"
 #include "pig/Dialect/PigOps.h"
+#include "pig/Dialect/PigSchedule.h"
 
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/DialectImplementation.h"
@@ -180,16 +181,17 @@ std::string knobNames() {
 }
 } // namespace
 
-ScheduleAttr ScheduleAttr::get(MLIRContext *context, const ::pig::runtime::lsh::Schedule &schedule) {
+ScheduleAttr mlir::pig::getScheduleAttr(MLIRContext *context,
+                                        const ::pig::runtime::lsh::Schedule &schedule) {
   SmallVector<int64_t> values;
   for (size_t i = 0; i < kScheduleKnobs.size(); ++i)
     values.push_back(schedule.get(i));
-  return get(context, values);
+  return ScheduleAttr::get(context, values);
 }
 
-::pig::runtime::lsh::Schedule ScheduleAttr::getSchedule() const {
+::pig::runtime::lsh::Schedule mlir::pig::toSchedule(ScheduleAttr attr) {
   ::pig::runtime::lsh::Schedule schedule;
-  for (auto [i, value] : llvm::enumerate(getValues()))
+  for (auto [i, value] : llvm::enumerate(attr.getValues()))
     if (i < kScheduleKnobs.size())
       schedule.set(i, static_cast<int>(value));
   return schedule;

@@ -8,6 +8,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "pig/Dialect/PigOps.h"
+#include "pig/Dialect/PigSchedule.h"
 #include "pig/Passes/Passes.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
@@ -319,7 +320,7 @@ struct PigSchedule : mlir::pig::impl::PigScheduleBase<PigSchedule> {
                    std::to_string(group) + ")";
         }
       }
-      func->setAttr(kScheduleAttrName, ScheduleAttr::get(&getContext(), chosen));
+      func->setAttr(kScheduleAttrName, getScheduleAttr(&getContext(), chosen));
       func.emitRemark() << "pig-schedule: @" << func.getSymName() << " " << key << ": "
                         << chosen.str() << " from " << source;
     }

@@ -117,13 +117,8 @@ def Pig_ScheduleAttr : Pig_Attr<"Schedule", "schedule"> {
   let parameters = (ins ArrayRefParameter<"int64_t", "knob values, in kScheduleKnobs order">:$values);
   let hasCustomAssemblyFormat = 1;
   let genVerifyDecl = 1;
-  let extraClassDeclaration = [{
-    /// The attribute of `schedule` (every knob).
-    static ScheduleAttr get(::mlir::MLIRContext *context,
-                            const ::pig::runtime::lsh::Schedule &schedule);
-    /// The runtime's schedule value (the attribute is verified: every knob is legal).
-    ::pig::runtime::lsh::Schedule getSchedule() const;
-  }];
+  // To and from the runtime's Schedule value: pig/Dialect/PigSchedule.h (kept out of this
+  // class so that PigDialect.h does not pull the runtime's header into every user).
 }
 
 #endif // PIG_DIALECT_PIGATTRS_TD

@@ -10,8 +10,6 @@
 
 #include <cstdint>
 
-#include "pig/runtime/lsh_schedule.h"
-
 namespace mlir::pig {
 /// Codes are uint16: K bits per table, 2^K buckets per table.
 inline constexpr int64_t kMinBits = 1, kMaxBits = 16;
