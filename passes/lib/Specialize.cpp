@@ -15,6 +15,8 @@
 
 #include <optional>
 
+#include "pig/runtime/lsh_schedule.h"
+
 namespace mlir::pig {
 #define GEN_PASS_DEF_PIGSPECIALIZE
 #include "pig/Passes/Passes.h.inc"
@@ -45,7 +47,9 @@ std::string typeName(Type type) {
   return s;
 }
 
-/// Parses `K=10 L=150 d=128 bf16` lines; `#` starts a comment.
+/// Parses `K=10 L=150 d=128 bf16` lines, optionally followed by schedule knobs
+/// (`gqa=union block=32`, checked here against lsh_schedule.h; pig-schedule attaches them);
+/// `#` starts a comment. Lines that differ only in their schedule are one configuration here.
 FailureOr<SmallVector<Config>> parseManifest(StringRef path, std::string &error) {
   auto buffer = llvm::MemoryBuffer::getFile(path);
   if (!buffer) {
@@ -61,7 +65,9 @@ FailureOr<SmallVector<Config>> parseManifest(StringRef path, std::string &error)
       continue;
     Config config;
     SmallVector<StringRef> words;
-    line.split(words, ' ', -1, /*KeepEmpty=*/false);
+    SplitString(line, words);
+    std::string knobs;
+    const std::string where = "manifest '" + path.str() + "' line " + std::to_string(number + 1);
     for (StringRef word : words) {
       auto [key, value] = word.split('=');
       int64_t *field = key == "K"   ? &config.k
@@ -70,15 +76,25 @@ FailureOr<SmallVector<Config>> parseManifest(StringRef path, std::string &error)
                                     : nullptr;
       if (field && !value.getAsInteger(10, *field))
         continue;
+      if (!field && word.contains('=') && !config.dtype.empty()) {
+        knobs += " " + word.str(); // a schedule knob, after the dtype
+        continue;
+      }
       if (value.empty() && (key == "f32" || key == "bf16" || key == "f16")) {
         config.dtype = key.str();
         continue;
       }
-      error = "manifest '" + path.str() + "' line " + std::to_string(number + 1) +
-              ": cannot read '" + word.str() + "' (expected K=.. L=.. d=.. and f32 or bf16)";
+      error = where + ": cannot read '" + word.str() +
+              "' (expected K=.. L=.. d=.. f32|bf16, then optional schedule knobs knob=value)";
       return failure();
     }
-    configs.push_back(config);
+    std::string knobError;
+    if (!knobs.empty() && !::pig::runtime::lsh::Schedule::parse(knobs, &knobError)) {
+      error = where + " ('" + line.str() + "'): " + knobError;
+      return failure();
+    }
+    if (llvm::none_of(configs, [&](const Config &other) { return other.str() == config.str(); }))
+      configs.push_back(config);
   }
   return configs;
 }

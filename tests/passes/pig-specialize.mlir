@@ -16,6 +16,11 @@
 // RUN: pig-opt %t/dynd.mlir --pig-decompose --pig-specialize="k=8 l=75 d=64" --pig-partition=target=cpu+gpu --pig-fuse | pig-opt | FileCheck %s --check-prefix=DYND-PIPELINE
 // RUN: not pig-opt %t/dynd.mlir --pig-specialize="k=8 l=75" 2>&1 | FileCheck %s --check-prefix=DYND-NOD
 // RUN: not pig-opt %t/dynd.mlir --pig-specialize="k=8 l=75 d=96" 2>&1 | FileCheck %s --check-prefix=DYND-D96
+// RUN: pig-opt %t/generic.mlir --pig-specialize="manifest=%t/schedules.txt l=150" | FileCheck %s --check-prefix=MANIFEST
+// RUN: pig-opt %t/fixed.mlir --pig-specialize="manifest=%t/schedules.txt" | FileCheck %s --check-prefix=FIXED
+// RUN: not pig-opt %t/fixed.mlir --pig-specialize="manifest=%t/illegal-knob.txt" 2>&1 | FileCheck %s --check-prefix=ILLEGAL-KNOB
+// RUN: not pig-opt %t/fixed.mlir --pig-specialize="manifest=%t/unknown-knob.txt" 2>&1 | FileCheck %s --check-prefix=UNKNOWN-KNOB
+// RUN: not pig-opt %t/fixed.mlir --pig-specialize="manifest=%t/knob-first.txt" 2>&1 | FileCheck %s --check-prefix=KNOB-FIRST
 
 // Generic K and L are folded into the attributes and the codes / index types; the function
 // records the kernel key. Configurations no kernel serves are rejected with the reason.
@@ -78,12 +83,37 @@
 // DYND-NOD: error: no kernel can serve this function: the configuration is incomplete (K=8 L=75 d=0 bf16)
 // DYND-D96: error: no kernel can serve this function: head dim d=96 has no kernel
 
+// Manifest lines may carry schedule knobs after the dtype (pig-schedule attaches them); lines
+// that differ only in their schedule are one configuration to pig-specialize. A malformed or
+// illegal knob fails, naming the line.
+// ILLEGAL-KNOB: error: manifest '{{.*}}illegal-knob.txt' line 3 ('K=8 L=75 d=64 bf16 gqa=union block=48'): schedule knob 'block' = 48 is illegal (rows per softmax block: 16, 32, 64 or 128)
+// UNKNOWN-KNOB: error: manifest '{{.*}}unknown-knob.txt' line 1 ('K=8 L=75 d=64 bf16 colour=3'): unknown schedule knob 'colour' (gqa, block, prefetch, dense_prefetch, tables_ahead, parts)
+// KNOB-FIRST: error: manifest '{{.*}}knob-first.txt' line 1: cannot read 'gqa=union' (expected K=.. L=.. d=.. f32|bf16, then optional schedule knobs knob=value)
+
 //--- manifest.txt
 # Kernel configurations that exist: K, L, head dim, element type.
 K=10 L=150 d=128 bf16
 K=12 L=200 d=128 bf16
 K=8 L=75 d=64 bf16
 K=9 L=120 d=128 f32
+
+//--- schedules.txt
+# Two schedules of one key, and one of another.
+K=10 L=150 d=128 bf16
+K=10 L=150 d=128 bf16 gqa=union block=32
+K=8 L=75 d=64 bf16 prefetch=16   # a comment
+K=9 L=120 d=128 f32
+
+//--- illegal-knob.txt
+K=10 L=150 d=128 bf16
+
+K=8 L=75 d=64 bf16 gqa=union block=48
+
+//--- unknown-knob.txt
+K=8 L=75 d=64 bf16 colour=3
+
+//--- knob-first.txt
+K=8 L=75 d=64 gqa=union bf16
 
 //--- generic.mlir
 func.func @generic(%k: tensor<?x128xbf16>, %q: tensor<1x128xbf16>) -> tensor<?xi32> {

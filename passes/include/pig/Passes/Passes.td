@@ -20,7 +20,9 @@ def PigSpecialize : Pass<"pig-specialize", "::mlir::ModuleOp"> {
   let summary = "fold (K, L, d, dtype) into the IR; reject what no kernel serves";
   let description = [{
     Picks one kernel configuration per function from the options and/or a manifest (lines
-    `K=10 L=150 d=128 bf16`, `#` comments): candidates must agree with everything the IR
+    `K=10 L=150 d=128 bf16`, optionally followed by schedule knobs, e.g. `gqa=union block=32`,
+    which are checked here and attached by `pig-schedule`; lines that differ only in their
+    schedule are one configuration; `#` comments): candidates must agree with everything the IR
     already fixes (K and L of `#pig.lsh`, head dim and element type of the queries). Exactly
     one must remain. The configuration is then checked against what kernels exist for
     (K in [1, 16], L in [1, 1024], t <= L, d in {64, 128}, f32 or bf16), every `?` K and L in
