@@ -1,16 +1,28 @@
 # Build-time kernel generation from the manifest (configs/kernels.txt, see docs/ADDING.md).
 #
-# pig_generate_kernels(<manifest>): for every line `K=.. L=.. d=.. f32|bf16`
+# pig_generate_kernels(<manifest>): for every line `K=.. L=.. d=.. f32|bf16 [knob=value ...]`
 #   1. pig-opt runs the pipeline on the generic step (decode_step.mlir.in for that dtype):
 #      --pig-decompose --pig-specialize="manifest=<manifest> k= l= d= dtype=" --pig-partition
-#      --pig-fuse (target cpu; and target cpu+gpu where nvcc exists);
-#   2. pig-translate --emit=cpu writes generated/pig_lsh_<key>.cpp (one Highway TU per line);
+#      --pig-fuse --pig-schedule (target cpu; and target cpu+gpu where nvcc exists); the line's
+#      knobs are pig-schedule's schedule= (explicit), else PIG_KERNEL_RECORDS' tuning records
+#      for this machine, else the default heuristic decide the schedule;
+#   2. pig-translate --emit=cpu writes generated/pig_lsh_<name>.cpp (one Highway TU per line;
+#      <name> is the key, plus the line's knobs when it has any: k10_l150_d64_bf16_gqaunion_block32);
 #   3. pig-translate --emit=cpu-registry writes pig_register_generated_kernels() for all lines;
 #   4. with CUDA, pig-translate --emit=cuda writes one .cu for all lines.
 # Libraries: pig_generated_kernels (links pig_kernels) and pig_generated_cuda_kernels (links
 # pig_cuda). Every step depends on the tools and the manifest, so editing either regenerates.
+set(PIG_KERNEL_RECORDS "" CACHE FILEPATH
+    "Tuning records (JSON, docs/SCHEDULES.md) pig-schedule reads for manifest lines without knobs")
+
 function(pig_generate_kernels manifest)
   set_property(DIRECTORY APPEND PROPERTY CMAKE_CONFIGURE_DEPENDS ${manifest})
+  set(records_option "--pig-schedule")
+  set(records_depends "")
+  if(PIG_KERNEL_RECORDS)
+    set(records_option "--pig-schedule=record=${PIG_KERNEL_RECORDS}")
+    set(records_depends ${PIG_KERNEL_RECORDS})
+  endif()
   set(gen ${CMAKE_CURRENT_BINARY_DIR}/generated)
   file(MAKE_DIRECTORY ${gen})
   foreach(PIG_DTYPE f32 bf16)
@@ -23,6 +35,7 @@ function(pig_generate_kernels manifest)
   set(cpu_irs)
   set(gpu_irs)
   set(number 0)
+  set(keys)
   foreach(line IN LISTS lines)
     math(EXPR number "${number} + 1")
     string(REGEX REPLACE "#.*" "" line "${line}")
@@ -30,27 +43,46 @@ function(pig_generate_kernels manifest)
     if(line STREQUAL "")
       continue()
     endif()
-    if(NOT line MATCHES "^K=([0-9]+)[ \t]+L=([0-9]+)[ \t]+d=([0-9]+)[ \t]+(f32|bf16)$")
+    # The knobs' names and values are checked by pig-specialize (which reads the manifest, and
+    # names the line) against runtime/include/pig/runtime/lsh_schedule.h; here only their form.
+    if(NOT line MATCHES "^K=([0-9]+)[ \t]+L=([0-9]+)[ \t]+d=([0-9]+)[ \t]+(f32|bf16)(([ \t]+[a-z_]+=[a-z0-9_]+)*)$")
       message(FATAL_ERROR "${manifest}:${number}: cannot read '${line}' "
-                          "(expected e.g. 'K=10 L=150 d=128 bf16')")
+                          "(expected e.g. 'K=10 L=150 d=128 bf16', optionally followed by "
+                          "schedule knobs such as 'gqa=union block=32')")
     endif()
     set(k ${CMAKE_MATCH_1})
     set(l ${CMAKE_MATCH_2})
     set(d ${CMAKE_MATCH_3})
     set(dtype ${CMAKE_MATCH_4})
+    string(STRIP "${CMAKE_MATCH_5}" knobs)
+    string(REGEX REPLACE "[ \t]+" "," knobs "${knobs}")
     set(key k${k}_l${l}_d${d}_${dtype})
+    if(knobs STREQUAL "")
+      set(schedule "${records_option}")
+    else()
+      # gqa=union,block=32 -> k10_l150_d64_bf16_gqaunion_block32
+      string(REPLACE "=" "" suffix "${knobs}")
+      string(REPLACE "," "_" suffix "${suffix}")
+      set(key ${key}_${suffix})
+      set(schedule "--pig-schedule=schedule=${knobs}")
+    endif()
+    if(key IN_LIST keys)
+      message(FATAL_ERROR "${manifest}:${number}: '${line}' is listed twice")
+    endif()
+    list(APPEND keys ${key})
     set(step ${gen}/decode_step_${dtype}.mlir)
     set(specialize "--pig-specialize=manifest=${manifest} k=${k} l=${l} d=${d} dtype=${dtype}")
 
     add_custom_command(
       OUTPUT ${gen}/${key}.cpu.mlir
       COMMAND pig-opt ${step} --pig-decompose ${specialize} --pig-partition=target=cpu
-              --pig-fuse -o ${gen}/${key}.cpu.mlir
-      DEPENDS pig-opt ${manifest} ${step}
+              --pig-fuse ${schedule} --mlir-print-op-on-diagnostic=false -o ${gen}/${key}.cpu.mlir
+      DEPENDS pig-opt ${manifest} ${step} ${records_depends}
       COMMENT "pig-opt: ${key} (cpu)" VERBATIM)
     add_custom_command(
       OUTPUT ${gen}/pig_lsh_${key}.cpp
-      COMMAND pig-translate --emit=cpu ${gen}/${key}.cpu.mlir -o ${gen}/pig_lsh_${key}.cpp
+      COMMAND pig-translate --emit=cpu ${gen}/${key}.cpu.mlir
+              --hwy-self-include=pig_lsh_${key}.cpp -o ${gen}/pig_lsh_${key}.cpp
       DEPENDS pig-translate ${gen}/${key}.cpu.mlir
       COMMENT "pig-translate: pig_lsh_${key}.cpp" VERBATIM)
     list(APPEND cpu_irs ${gen}/${key}.cpu.mlir)
@@ -60,8 +92,9 @@ function(pig_generate_kernels manifest)
       add_custom_command(
         OUTPUT ${gen}/${key}.gpu.mlir
         COMMAND pig-opt ${step} --pig-decompose ${specialize} --pig-partition=target=cpu+gpu
-                --pig-fuse -o ${gen}/${key}.gpu.mlir
-        DEPENDS pig-opt ${manifest} ${step}
+                --pig-fuse ${schedule} --mlir-print-op-on-diagnostic=false
+                -o ${gen}/${key}.gpu.mlir
+        DEPENDS pig-opt ${manifest} ${step} ${records_depends}
         COMMENT "pig-opt: ${key} (cpu+gpu)" VERBATIM)
       list(APPEND gpu_irs ${gen}/${key}.gpu.mlir)
     endif()

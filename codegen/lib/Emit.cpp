@@ -55,6 +55,41 @@ void describeOps(llvm::raw_ostream &os, const KernelPlan &plan,
     os << "//   " << count << " x " << name << " -> " << entries.at(name) << "\n";
 }
 
+/// `Schedule{GqaStrategy::per_head, 64, 8, 64, 8, 0}`: the aggregate, knobs in the order of
+/// kScheduleKnobs (which is the order of Schedule's members), names qualified by `ns`.
+std::string scheduleLiteral(const ::pig::runtime::lsh::Schedule &schedule, StringRef ns) {
+  using ::pig::runtime::lsh::GqaStrategy;
+  using ::pig::runtime::lsh::kScheduleKnobs;
+  std::string s;
+  llvm::raw_string_ostream os(s);
+  os << ns << "Schedule{" << ns << "GqaStrategy::"
+     << (schedule.gqa == GqaStrategy::per_head ? "per_head" : "union_rows");
+  for (size_t i = 1; i < kScheduleKnobs.size(); ++i)
+    os << ", " << schedule.get(i);
+  os << "}";
+  return s;
+}
+
+/// The schedule and what pig-fuse decided, as comments.
+void describeDecisions(llvm::raw_ostream &os, const KernelPlan &plan) {
+  os << "// Schedule: " << plan.schedule.str();
+  if (plan.scheduled)
+    os << " (pig.schedule of @" << llvm::join(plan.functions, ", @") << ")\n";
+  else
+    os << " (the default: no pig.schedule, --pig-schedule was not run)\n";
+  os << "// pig-fuse: ";
+  if (plan.queryHeadsPerEncode > 1)
+    os << plan.queryEncodes << " query encodes serve " << plan.queries
+       << " queries: one encode hashes the " << plan.queryHeadsPerEncode
+       << " query heads of a GQA group together\n";
+  else
+    os << plan.queryEncodes << " query encodes serve " << plan.queries
+       << " queries: each query head is encoded alone\n";
+  os << "// pig-fuse: " << plan.fusedSoftmaxes
+     << " x pig.sampled_softmax_fused: collision probabilities, weights and softmax in one "
+        "pass over the sampled rows\n";
+}
+
 std::string cpuType(const KernelPlan &plan) {
   return plan.dtype == "f32" ? "float" : "hwy::bfloat16_t";
 }
@@ -62,13 +97,14 @@ std::string cudaType(const KernelPlan &plan) {
   return plan.dtype == "f32" ? "float" : "pig::cuda::bf16";
 }
 
-/// Each configuration once; a repeated one is an error (two manifest lines for one key).
+/// Each configuration (key and schedule) once; a repeated one is an error (two manifest lines
+/// for one key and schedule).
 LogicalResult checkDistinct(ModuleOp anchor, ArrayRef<KernelPlan> plans) {
   llvm::StringSet<> seen;
   for (const KernelPlan &plan : plans)
     if (!seen.insert(plan.symbol()).second)
-      return anchor.emitError() << "kernel configuration " << plan.str()
-                                << " is given twice: list each configuration once";
+      return anchor.emitError() << "kernel configuration " << plan.strWithSchedule()
+                                << " is given twice: list each configuration and schedule once";
   return success();
 }
 
@@ -96,16 +132,32 @@ LogicalResult mlir::pig::emitCpuKernels(ModuleOp module, const KernelPlan &plan,
         "// under its key (statically, and by Register(), which\n"
         "// pig_register_generated_kernels() calls).\n";
   describeOps(os, plan, plan.cpuOps, cpuEntries(), "CPU");
+  describeDecisions(os, plan);
   os << "#undef HWY_TARGET_INCLUDE\n";
   os << "#define HWY_TARGET_INCLUDE \"" << self << "\"\n";
   os << "#include \"hwy/foreach_target.h\" // IWYU pragma: keep\n";
   os << "#include \"hwy/highway.h\"\n";
   os << "#include \"runtime/kernels/lsh-inl.h\"\n";
+  // Once per TU (foreach_target.h re-includes the file for every SIMD target).
+  std::string guard = "PIG_LSH_" + llvm::StringRef(plan.symbol()).upper() + "_CONSTANTS";
+  os << "#ifndef " << guard << "\n";
+  os << "#define " << guard << "\n";
+  os << "namespace " << ns << " {\n";
+  os << "/// The schedule the kernels are compiled with (pig/runtime/lsh_schedule.h).\n";
+  os << "inline constexpr pig::runtime::lsh::Schedule kSchedule = "
+     << scheduleLiteral(plan.schedule, "pig::runtime::lsh::") << ";\n";
+  os << "/// pig-fuse: query heads hashed by one encode (a GQA group; 1: each head alone).\n";
+  os << "inline constexpr int kQueryHeadsPerEncode = " << std::max<int64_t>(plan.queryHeadsPerEncode, 1)
+     << ";\n";
+  os << "/// pig-fuse: sampled softmaxes fused with their collision probabilities.\n";
+  os << "inline constexpr int kFusedSampledSoftmaxes = " << plan.fusedSoftmaxes << ";\n";
+  os << "} // namespace " << ns << "\n";
+  os << "#endif\n";
   os << "HWY_BEFORE_NAMESPACE();\n";
   os << "namespace " << ns << "::HWY_NAMESPACE {\n";
   os << "pig::runtime::lsh::LshKernelSet Make() {\n";
   os << "  return pig::runtime::lsh::HWY_NAMESPACE::MakeKernelSet<" << plan.k << ", " << plan.l
-     << ", " << plan.d << ", " << cpuType(plan) << ">();\n";
+     << ", " << plan.d << ", " << cpuType(plan) << ", kSchedule>();\n";
   os << "}\n";
   os << "} // namespace " << ns << "::HWY_NAMESPACE\n";
   os << "HWY_AFTER_NAMESPACE();\n";
@@ -113,12 +165,12 @@ LogicalResult mlir::pig::emitCpuKernels(ModuleOp module, const KernelPlan &plan,
   os << "namespace " << ns << " {\n";
   os << "HWY_EXPORT(Make);\n";
   os << "pig::runtime::lsh::LshKernelSet Factory() { return HWY_DYNAMIC_DISPATCH(Make)(); }\n";
-  os << "PIG_REGISTER_LSH_KERNELS(" << plan.symbol() << ", " << plan.k << ", " << plan.l << ", "
-     << plan.d << ", " << plan.dtype << ", &Factory);\n";
+  os << "PIG_REGISTER_LSH_KERNELS_SCHEDULED(" << plan.symbol() << ", " << plan.k << ", " << plan.l
+     << ", " << plan.d << ", " << plan.dtype << ", kSchedule, &Factory);\n";
   os << "void Register() {\n";
   os << "  using namespace pig::runtime::lsh;\n";
   os << "  KernelRegistry::global().add(KernelKey{" << plan.k << ", " << plan.l << ", " << plan.d
-     << ", DType::" << plan.dtype << ", Target::cpu}, &Factory);\n";
+     << ", DType::" << plan.dtype << ", Target::cpu, kSchedule}, &Factory);\n";
   os << "}\n";
   os << "} // namespace " << ns << "\n";
   os << "#endif\n";
@@ -143,11 +195,14 @@ LogicalResult mlir::pig::emitCpuRegistry(ModuleOp anchor, ArrayRef<KernelPlan> p
   os << "  return " << order.size() << ";\n}\n\n";
   os << "std::vector<pig::runtime::lsh::KernelKey> pig_generated_kernel_keys() {\n";
   os << "  using pig::runtime::lsh::DType;\n";
+  os << "  using pig::runtime::lsh::GqaStrategy;\n";
+  os << "  using pig::runtime::lsh::Schedule;\n";
   os << "  using pig::runtime::lsh::Target;\n";
   os << "  return {\n";
   for (const KernelPlan *plan : order)
-    os << "      {" << plan->k << ", " << plan->l << ", " << plan->d << ", DType::" << plan->dtype
-       << ", Target::cpu},\n";
+    os << "      // " << plan->strWithSchedule() << "\n"
+       << "      {" << plan->k << ", " << plan->l << ", " << plan->d << ", DType::" << plan->dtype
+       << ", Target::cpu, " << scheduleLiteral(plan->schedule, "") << "},\n";
   os << "  };\n}\n";
   return success();
 }
@@ -167,16 +222,23 @@ LogicalResult mlir::pig::emitCudaKernels(ModuleOp anchor, ArrayRef<KernelPlan> p
         return anchor.emitError() << "'" << entry.first << "' is placed on the gpu in "
                                   << plan.str() << " but has no CUDA kernel";
   }
-  const std::vector<const KernelPlan *> order = sorted(plans);
+  // The CUDA kernels have no schedule knobs: one instantiation per (K, L, d, dtype), however
+  // many schedules the CPU kernels of that key are compiled with.
+  std::vector<const KernelPlan *> order;
+  llvm::StringSet<> keys;
+  for (const KernelPlan *plan : sorted(plans))
+    if (keys.insert(plan->keySymbol()).second)
+      order.push_back(plan);
   os << kBanner;
   os << "// CUDA kernels specialised per configuration (runtime/cuda/.../lsh_kernels.cuh), one\n"
-        "// TU for all configurations: nvcc compiles it once per architecture.\n";
+        "// TU for all configurations: nvcc compiles it once per architecture. They have no\n"
+        "// schedule knobs: one instantiation per (K, L, d, dtype).\n";
   for (const KernelPlan *plan : order)
     describeOps(os, *plan, plan->gpuOps, cudaEntries(), "GPU");
   os << "#include \"pig/Codegen/GeneratedCudaKernels.h\"\n";
   os << "#include \"pig/cuda/lsh_kernels.cuh\"\n\n";
   for (const KernelPlan *plan : order) {
-    os << "namespace pig_cuda_" << plan->symbol() << " {\n";
+    os << "namespace pig_cuda_" << plan->keySymbol() << " {\n";
     os << "void Register() {\n";
     os << "  pig::cuda::register_cuda_kernels(\n";
     os << "      pig::cuda::CudaKernelKey{" << plan->k << ", " << plan->l << ", " << plan->d
@@ -184,11 +246,11 @@ LogicalResult mlir::pig::emitCudaKernels(ModuleOp anchor, ArrayRef<KernelPlan> p
     os << "      pig::cuda::make_cuda_kernel_set<" << plan->k << ", " << plan->l << ", " << plan->d
        << ", " << cudaType(*plan) << ">());\n";
     os << "}\n";
-    os << "} // namespace pig_cuda_" << plan->symbol() << "\n\n";
+    os << "} // namespace pig_cuda_" << plan->keySymbol() << "\n\n";
   }
   os << "int pig_register_generated_cuda_kernels() {\n";
   for (const KernelPlan *plan : order)
-    os << "  pig_cuda_" << plan->symbol() << "::Register();\n";
+    os << "  pig_cuda_" << plan->keySymbol() << "::Register();\n";
   os << "  return " << order.size() << ";\n}\n\n";
   os << "std::vector<pig::cuda::CudaKernelKey> pig_generated_cuda_kernel_keys() {\n";
   os << "  return {\n";

@@ -2,23 +2,48 @@
 
 #include "pig/Codegen/Codegen.h"
 #include "pig/Dialect/PigOps.h"
+#include "pig/Dialect/PigSchedule.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "llvm/ADT/STLExtras.h"
 #include "llvm/ADT/TypeSwitch.h"
+
+#include <algorithm>
 
 using namespace mlir;
 using namespace mlir::pig;
 
 // Streams, not "k" + std::to_string(...): GCC 12 at -O3 warns falsely (-Wrestrict) on those.
-std::string KernelPlan::symbol() const {
+std::string KernelPlan::keySymbol() const {
   std::string s;
   llvm::raw_string_ostream(s) << "k" << k << "_l" << l << "_d" << d << "_" << dtype;
+  return s;
+}
+
+// Schedule::symbol()'s spelling ("g0_b64_p8_dp64_ta8_pa0"), written with a stream: the
+// header's `"g" + std::to_string(...)` chain trips the same GCC 12 -Wrestrict false positive
+// at -O3 when it is inlined here.
+std::string KernelPlan::symbol() const {
+  static_assert(::pig::runtime::lsh::kScheduleKnobs.size() == 6,
+                "a knob was added: give it a tag here (and in Schedule::symbol)");
+  static const char *const tags[] = {"g", "b", "p", "dp", "ta", "pa"};
+  std::string s;
+  llvm::raw_string_ostream os(s);
+  os << keySymbol();
+  for (size_t i = 0; i < ::pig::runtime::lsh::kScheduleKnobs.size(); ++i)
+    os << "_" << tags[i] << schedule.get(i);
   return s;
 }
 
 std::string KernelPlan::str() const {
   std::string s;
   llvm::raw_string_ostream(s) << "K=" << k << " L=" << l << " d=" << d << " " << dtype;
+  return s;
+}
+
+std::string KernelPlan::strWithSchedule() const {
+  std::string s;
+  llvm::raw_string_ostream(s) << str() << " " << schedule.str();
   return s;
 }
 
@@ -113,6 +138,31 @@ std::string dtypeName(Type type) {
   os << type;
   return s;
 }
+
+/// All uses of `codes` are pig.query ops, directly or through transfers (a query encode).
+bool onlyQueried(Value codes) {
+  return !codes.use_empty() && llvm::all_of(codes.getUsers(), [](Operation *user) {
+    if (auto transfer = dyn_cast<TransferOp>(user))
+      return onlyQueried(transfer.getOutput());
+    return isa<QueryOp>(user);
+  });
+}
+
+/// What pig-fuse decided in `func` (see KernelPlan).
+void readFusion(func::FuncOp func, KernelPlan &plan) {
+  func.walk([&](Operation *op) {
+    if (auto encode = dyn_cast<EncodeOp>(op); encode && onlyQueried(encode.getCodes())) {
+      ++plan.queryEncodes;
+      int64_t rows = encode.getCodes().getType().getRows();
+      if (!ShapedType::isDynamic(rows))
+        plan.queryHeadsPerEncode = std::max(plan.queryHeadsPerEncode, rows);
+    } else if (isa<QueryOp>(op)) {
+      ++plan.queries;
+    } else if (isa<SampledSoftmaxFusedOp>(op)) {
+      ++plan.fusedSoftmaxes;
+    }
+  });
+}
 } // namespace
 
 FailureOr<KernelPlan> mlir::pig::planKernels(ModuleOp module) {
@@ -136,6 +186,12 @@ FailureOr<KernelPlan> mlir::pig::planKernels(ModuleOp module) {
     here.l = kernel.getL();
     here.d = kernel.getD();
     here.dtype = dtypeName(kernel.getDtype());
+    // No pig.schedule (pig-schedule not run): the default schedule, as the runtime's
+    // unscheduled kernels run.
+    if (auto schedule = func->getAttrOfType<ScheduleAttr>(kScheduleAttrName)) {
+      here.schedule = toSchedule(schedule);
+      here.scheduled = true;
+    }
     if (here.k < kMinBits || here.k > kMaxBits || here.l < kMinTables || here.l > kMaxTables ||
         here.d <= 0 || here.d % 2 != 0 || (here.dtype != "f32" && here.dtype != "bf16")) {
       func.emitError() << "function @" << func.getSymName() << " has kernel " << kernel
@@ -152,8 +208,18 @@ FailureOr<KernelPlan> mlir::pig::planKernels(ModuleOp module) {
       ok = false;
       continue;
     }
+    if (plan && plan->schedule != here.schedule) {
+      func.emitError() << "function @" << func.getSymName() << " has schedule "
+                       << here.schedule.str() << " but @" << plan->functions.front() << " has "
+                       << plan->schedule.str()
+                       << ": one schedule per module (one file per configuration and schedule)";
+      ok = false;
+      continue;
+    }
     if (!plan)
       plan = here;
+    plan->scheduled |= here.scheduled;
+    readFusion(func, *plan);
     plan->functions.push_back(func.getSymName().str());
 
     Checker checker{*plan};

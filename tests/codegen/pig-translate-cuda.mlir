@@ -1,11 +1,15 @@
 // --emit=cuda: one .cu for the GPU ops of every input (cpu+gpu partition), instantiating the
 // CUDA kernel templates with the configuration's constants; --emit=cpu-registry: the explicit
-// registration function of the CPU kernel sets.
+// registration function of the CPU kernel sets. The CUDA kernels have no schedule: a key compiled
+// with two CPU schedules (c.gpu.mlir) is instantiated once for CUDA, registered twice on the CPU.
 // RUN: split-file %s %t
 // RUN: pig-opt %t/a.mlir --pig-decompose --pig-specialize="k=10 l=150 d=128" --pig-partition=target=cpu+gpu --pig-fuse -o %t/a.gpu.mlir
 // RUN: pig-opt %t/a.mlir --pig-decompose --pig-specialize="k=8 l=75 d=64" --pig-partition=target=cpu+gpu --pig-fuse -o %t/b.gpu.mlir
+// RUN: pig-opt %t/a.mlir --pig-decompose --pig-specialize="k=10 l=150 d=128" --pig-partition=target=cpu+gpu --pig-fuse --pig-schedule="schedule=gqa=union,block=32" -o %t/c.gpu.mlir
 // RUN: pig-translate --emit=cuda %t/a.gpu.mlir %t/b.gpu.mlir | FileCheck %s --check-prefix=CUDA
-// RUN: pig-translate --emit=cpu-registry %t/a.gpu.mlir %t/b.gpu.mlir | FileCheck %s --check-prefix=REGISTRY
+// RUN: pig-translate --emit=cuda %t/a.gpu.mlir %t/b.gpu.mlir %t/c.gpu.mlir | FileCheck %s --check-prefix=CUDA
+// RUN: pig-translate --emit=cuda %t/c.gpu.mlir %t/b.gpu.mlir %t/a.gpu.mlir | FileCheck %s --check-prefix=CUDA
+// RUN: pig-translate --emit=cpu-registry %t/a.gpu.mlir %t/b.gpu.mlir %t/c.gpu.mlir | FileCheck %s --check-prefix=REGISTRY
 // The order of the inputs does not matter:
 // RUN: pig-translate --emit=cuda %t/a.gpu.mlir %t/b.gpu.mlir -o %t/ab.cu
 // RUN: pig-translate --emit=cuda %t/b.gpu.mlir %t/a.gpu.mlir -o %t/ba.cu
@@ -18,6 +22,7 @@
 // CUDA-NEXT: //   2 x pig.encode -> encode
 // CUDA-NEXT: //   2 x pig.merge -> merge
 // CUDA-NEXT: // K=8 L=75 d=64 bf16, from @step. GPU ops and the kernel serving them:
+// CUDA-NOT: K=10 L=150
 // CUDA: #include "pig/Codegen/GeneratedCudaKernels.h"
 // CUDA-NEXT: #include "pig/cuda/lsh_kernels.cuh"
 // CUDA: namespace pig_cuda_k10_l150_d128_bf16 {
@@ -25,6 +30,7 @@
 // CUDA-NEXT:   pig::cuda::register_cuda_kernels(
 // CUDA-NEXT:       pig::cuda::CudaKernelKey{10, 150, 128, pig::cuda::DType::bf16},
 // CUDA-NEXT:       pig::cuda::make_cuda_kernel_set<10, 150, 128, pig::cuda::bf16>());
+// CUDA-NOT: make_cuda_kernel_set<10, 150, 128
 // CUDA: namespace pig_cuda_k8_l75_d64_bf16 {
 // CUDA: pig::cuda::make_cuda_kernel_set<8, 75, 64, pig::cuda::bf16>());
 // CUDA: int pig_register_generated_cuda_kernels() {
@@ -39,14 +45,26 @@
 // CUDA-NEXT:   };
 
 // REGISTRY: #include "pig/Codegen/GeneratedKernels.h"
-// REGISTRY: namespace pig_lsh_k10_l150_d128_bf16 {
+// REGISTRY: namespace pig_lsh_k10_l150_d128_bf16_g0_b64_p8_dp64_ta8_pa0 {
 // REGISTRY-NEXT: void Register();
 // REGISTRY: int pig_register_generated_kernels() {
-// REGISTRY-NEXT:   pig_lsh_k10_l150_d128_bf16::Register();
-// REGISTRY-NEXT:   pig_lsh_k8_l75_d64_bf16::Register();
-// REGISTRY-NEXT:   return 2;
-// REGISTRY: {10, 150, 128, DType::bf16, Target::cpu},
-// REGISTRY-NEXT: {8, 75, 64, DType::bf16, Target::cpu},
+// REGISTRY-NEXT:   pig_lsh_k10_l150_d128_bf16_g0_b64_p8_dp64_ta8_pa0::Register();
+// REGISTRY-NEXT:   pig_lsh_k10_l150_d128_bf16_g1_b32_p8_dp64_ta8_pa0::Register();
+// REGISTRY-NEXT:   pig_lsh_k8_l75_d64_bf16_g0_b64_p8_dp64_ta8_pa0::Register();
+// REGISTRY-NEXT:   return 3;
+// REGISTRY: std::vector<pig::runtime::lsh::KernelKey> pig_generated_kernel_keys() {
+// REGISTRY-NEXT:   using pig::runtime::lsh::DType;
+// REGISTRY-NEXT:   using pig::runtime::lsh::GqaStrategy;
+// REGISTRY-NEXT:   using pig::runtime::lsh::Schedule;
+// REGISTRY-NEXT:   using pig::runtime::lsh::Target;
+// REGISTRY-NEXT:   return {
+// REGISTRY-NEXT:       // K=10 L=150 d=128 bf16 gqa=per_head block=64 prefetch=8 dense_prefetch=64 tables_ahead=8 parts=0
+// REGISTRY-NEXT:       {10, 150, 128, DType::bf16, Target::cpu, Schedule{GqaStrategy::per_head, 64, 8, 64, 8, 0}},
+// REGISTRY-NEXT:       // K=10 L=150 d=128 bf16 gqa=union block=32 prefetch=8 dense_prefetch=64 tables_ahead=8 parts=0
+// REGISTRY-NEXT:       {10, 150, 128, DType::bf16, Target::cpu, Schedule{GqaStrategy::union_rows, 32, 8, 64, 8, 0}},
+// REGISTRY-NEXT:       // K=8 L=75 d=64 bf16 gqa=per_head block=64 prefetch=8 dense_prefetch=64 tables_ahead=8 parts=0
+// REGISTRY-NEXT:       {8, 75, 64, DType::bf16, Target::cpu, Schedule{GqaStrategy::per_head, 64, 8, 64, 8, 0}},
+// REGISTRY-NEXT:   };
 
 //--- a.mlir
 func.func @step(%q: tensor<2x?xbf16>, %k: tensor<1x?x?xbf16>, %v: tensor<1x?x?xbf16>)

@@ -13,6 +13,10 @@
 // RUN: not pig-translate --emit=cuda %t/cpu.mlir 2>&1 | FileCheck %s --check-prefix=NOGPU
 // RUN: not pig-translate --emit=cpu %t/cpu.mlir %t/cpu.mlir 2>&1 | FileCheck %s --check-prefix=TWOINPUTS
 // RUN: not pig-translate --emit=cpu-registry %t/cpu.mlir %t/cpu.mlir 2>&1 | FileCheck %s --check-prefix=TWICE
+// RUN: pig-opt %t/cpu.mlir --pig-schedule="schedule=gqa=union,block=32" -o %t/union.mlir
+// RUN: not pig-translate --emit=cpu-registry %t/cpu.mlir %t/union.mlir %t/union.mlir 2>&1 | FileCheck %s --check-prefix=TWICE-SCHEDULED
+// RUN: not pig-translate --emit=cpu %t/two-schedules.mlir 2>&1 | FileCheck %s --check-prefix=TWOSCHEDULES
+// RUN: not pig-translate --emit=cpu %t/bad-schedule.mlir 2>&1 | FileCheck %s --check-prefix=BADSCHEDULE
 // RUN: not pig-translate --emit=cuda %t/gpu-query.mlir 2>&1 | FileCheck %s --check-prefix=GPUQUERY
 // RUN: not pig-translate --emit=cpu %t/two-configs.mlir 2>&1 | FileCheck %s --check-prefix=TWOCONFIGS
 // RUN: not pig-translate --emit=cpu %t/no-pig.mlir 2>&1 | FileCheck %s --check-prefix=NOPIG
@@ -30,7 +34,10 @@
 // UNFUSED: error: 'pig.collision_prob' has no kernel of its own (it is served fused with its partner): run --pig-fuse before pig-translate
 // NOGPU: error: no pig op of K=10 L=150 d=128 bf16 is placed on the gpu (partition with --pig-partition=target=cpu+gpu): nothing to emit for --emit=cuda
 // TWOINPUTS: pig-translate: --emit=cpu takes exactly one input (one file per configuration), got 2
-// TWICE: error: kernel configuration K=10 L=150 d=128 bf16 is given twice: list each configuration once
+// TWICE: error: kernel configuration K=10 L=150 d=128 bf16 gqa=per_head block=64 prefetch=8 dense_prefetch=64 tables_ahead=8 parts=0 is given twice: list each configuration and schedule once
+// TWICE-SCHEDULED: error: kernel configuration K=10 L=150 d=128 bf16 gqa=union block=32 prefetch=8 dense_prefetch=64 tables_ahead=8 parts=0 is given twice: list each configuration and schedule once
+// TWOSCHEDULES: error: function @b has schedule gqa=union block=64 prefetch=8 dense_prefetch=64 tables_ahead=8 parts=0 but @a has gqa=per_head block=64 prefetch=8 dense_prefetch=64 tables_ahead=8 parts=0: one schedule per module (one file per configuration and schedule)
+// BADSCHEDULE: bad-schedule.mlir:2:{{[0-9]+}}: error: schedule knob 'parts' = 9 is illegal (ranges of one kv-head's sampled pass, 0 = automatic, 1..8)
 // GPUQUERY: error: 'pig.query' is placed on the gpu in K=8 L=75 d=64 bf16 but has no CUDA kernel
 // TWOCONFIGS: error: function @b has kernel K=8 L=75 d=64 bf16 but @a has K=10 L=150 d=64 bf16: one kernel configuration per module
 // NOPIG: error: no function uses pig ops: nothing to translate
@@ -82,6 +89,29 @@ func.func @a(%q: tensor<1x64xbf16>) -> !pig.codes<1x150x10>
 }
 func.func @b(%q: tensor<1x64xbf16>) -> !pig.codes<1x75x8>
     attributes {pig.kernel = #pig.kernel<k = 8, l = 75, d = 64, dtype = bf16>} {
+  %c = pig.encode %q {lsh = #pig.lsh<k = 8, l = 75, t = 2, seed = 0>, pig.device = #pig.device<cpu>}
+      : tensor<1x64xbf16> -> !pig.codes<1x75x8>
+  return %c : !pig.codes<1x75x8>
+}
+
+//--- two-schedules.mlir
+func.func @a(%q: tensor<1x64xbf16>) -> !pig.codes<1x75x8>
+    attributes {pig.kernel = #pig.kernel<k = 8, l = 75, d = 64, dtype = bf16>} {
+  %c = pig.encode %q {lsh = #pig.lsh<k = 8, l = 75, t = 2, seed = 0>, pig.device = #pig.device<cpu>}
+      : tensor<1x64xbf16> -> !pig.codes<1x75x8>
+  return %c : !pig.codes<1x75x8>
+}
+func.func @b(%q: tensor<1x64xbf16>) -> !pig.codes<1x75x8>
+    attributes {pig.kernel = #pig.kernel<k = 8, l = 75, d = 64, dtype = bf16>,
+                pig.schedule = #pig.schedule<gqa = union>} {
+  %c = pig.encode %q {lsh = #pig.lsh<k = 8, l = 75, t = 2, seed = 0>, pig.device = #pig.device<cpu>}
+      : tensor<1x64xbf16> -> !pig.codes<1x75x8>
+  return %c : !pig.codes<1x75x8>
+}
+
+//--- bad-schedule.mlir
+func.func @f(%q: tensor<1x64xbf16>) -> !pig.codes<1x75x8>
+    attributes {pig.kernel = #pig.kernel<k = 8, l = 75, d = 64, dtype = bf16>, pig.schedule = #pig.schedule<parts = 9>} {
   %c = pig.encode %q {lsh = #pig.lsh<k = 8, l = 75, t = 2, seed = 0>, pig.device = #pig.device<cpu>}
       : tensor<1x64xbf16> -> !pig.codes<1x75x8>
   return %c : !pig.codes<1x75x8>

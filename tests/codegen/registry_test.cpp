@@ -1,11 +1,13 @@
 // The generated kernels (pig_generated_kernels, built from configs/kernels.txt by pig-opt and
-// pig-translate) are what the registry serves for every manifest configuration, and the
-// generic kernels serve everything else. The specialised sets also compute what pig::ref does.
+// pig-translate) are what the registry serves for every manifest configuration, with the
+// schedule its line gives (the default schedule for a line without knobs), and the generic
+// kernels serve everything else. The specialised sets also compute what pig::ref does.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cstring>
 #include <fstream>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -23,9 +25,12 @@ namespace {
 using pig::runtime::lsh::DType;
 using pig::runtime::lsh::KernelKey;
 using pig::runtime::lsh::KernelRegistry;
+using pig::runtime::lsh::Schedule;
 using pig::runtime::lsh::Target;
 
-/// The manifest's lines, read independently of the build's CMake parser.
+/// The manifest's lines, read independently of the build's CMake parser: `K=.. L=.. d=..
+/// dtype`, then optional schedule knobs (read with the runtime's Schedule::parse; a line built
+/// without knobs has the default schedule, unless PIG_KERNEL_RECORDS chose another).
 std::vector<KernelKey> manifestKeys() {
   std::ifstream in(PIG_KERNEL_MANIFEST);
   EXPECT_TRUE(in) << "cannot read " << PIG_KERNEL_MANIFEST;
@@ -37,14 +42,34 @@ std::vector<KernelKey> manifestKeys() {
     std::string k, l, d, dtype;
     if (!(words >> k >> l >> d >> dtype))
       continue;
+    std::string knobs, knob;
+    while (words >> knob)
+      knobs += " " + knob;
+    std::string error;
+    const std::optional<Schedule> schedule = Schedule::parse(knobs, &error);
+    EXPECT_TRUE(schedule) << line << ": " << error;
     keys.push_back({std::stoi(k.substr(2)), std::stoi(l.substr(2)), std::stoi(d.substr(2)),
-                    dtype == "f32" ? DType::f32 : DType::bf16, Target::cpu});
+                    dtype == "f32" ? DType::f32 : DType::bf16, Target::cpu,
+                    schedule.value_or(Schedule{})});
+  }
+  return keys;
+}
+
+/// The manifest's distinct (K, L, d, dtype): the CUDA kernels have no schedule.
+std::vector<KernelKey> manifestKeysWithoutSchedule() {
+  std::vector<KernelKey> keys;
+  for (KernelKey key : manifestKeys()) {
+    key.schedule = Schedule{};
+    if (std::find(keys.begin(), keys.end(), key) == keys.end())
+      keys.push_back(key);
   }
   return keys;
 }
 
 bool sameKeys(std::vector<KernelKey> a, std::vector<KernelKey> b) {
-  auto less = [](const KernelKey &x, const KernelKey &y) { return x.str() < y.str(); };
+  auto less = [](const KernelKey &x, const KernelKey &y) {
+    return x.str() + " " + x.schedule.str() < y.str() + " " + y.schedule.str();
+  };
   std::sort(a.begin(), a.end(), less);
   std::sort(b.begin(), b.end(), less);
   return a == b;
@@ -64,9 +89,35 @@ TEST(GeneratedKernels, RegistryServesEveryManifestKeySpecialised) {
     EXPECT_TRUE(registry.has_specialised(key)) << key.str();
     const pig::runtime::lsh::LshKernelSet set = registry.resolve(key);
     EXPECT_TRUE(set.specialised) << KernelRegistry::describe(set);
-    EXPECT_EQ(set.key, key);
+    EXPECT_EQ(set.key, key) << KernelRegistry::describe(set);
+    EXPECT_EQ(set.key.schedule, key.schedule) << key.schedule.str();
+    EXPECT_FALSE(set.schedule_fallback) << KernelRegistry::describe(set);
     EXPECT_NE(set.encode, nullptr);
     EXPECT_NE(set.sampled_attention, nullptr);
+  }
+}
+
+/// A schedule the manifest does not list for a key is served by that key's default-schedule
+/// set when the manifest has one (else by the generic kernels), and says so.
+TEST(GeneratedKernels, AnUnlistedScheduleFallsBackToTheDefaultSchedule) {
+  pig_register_generated_kernels();
+  const KernelRegistry &registry = KernelRegistry::global();
+  const std::vector<KernelKey> manifest = manifestKeys();
+  for (const KernelKey &listed : manifest) {
+    KernelKey key = listed;
+    key.schedule = Schedule{};
+    key.schedule.parts = 7; // no manifest line asks for 7 parts
+    if (std::find(manifest.begin(), manifest.end(), key) != manifest.end())
+      continue;
+    const pig::runtime::lsh::LshKernelSet set = registry.resolve(key);
+    KernelKey byDefault = key;
+    byDefault.schedule = Schedule{};
+    const bool hasDefault =
+        std::find(manifest.begin(), manifest.end(), byDefault) != manifest.end();
+    EXPECT_EQ(set.specialised, hasDefault) << KernelRegistry::describe(set);
+    EXPECT_TRUE(set.schedule_fallback) << KernelRegistry::describe(set);
+    EXPECT_EQ(set.key.schedule, Schedule{}) << KernelRegistry::describe(set);
+    EXPECT_EQ(set.requested_schedule, key.schedule);
   }
 }
 
@@ -132,7 +183,7 @@ TEST(GeneratedKernels, SpecialisedEncodeEqualsReference) {
 
 #ifdef PIG_HAVE_GENERATED_CUDA
 TEST(GeneratedCudaKernels, RegistryServesEveryManifestKeySpecialised) {
-  const std::vector<KernelKey> manifest = manifestKeys();
+  const std::vector<KernelKey> manifest = manifestKeysWithoutSchedule();
   EXPECT_EQ(pig_register_generated_cuda_kernels(), int(manifest.size()));
   for (const KernelKey &key : manifest) {
     const pig::cuda::CudaKernelKey cuda{key.K, key.L, key.d,
@@ -147,7 +198,7 @@ TEST(GeneratedCudaKernels, RegistryServesEveryManifestKeySpecialised) {
 TEST(GeneratedCudaKernels, SpecialisedEncodeEqualsReference) {
   PIG_REQUIRE_GPU(); // skips without a GPU, fails where one is expected (tests/cuda)
   pig_register_generated_cuda_kernels();
-  for (const KernelKey &key : manifestKeys()) {
+  for (const KernelKey &key : manifestKeysWithoutSchedule()) {
     const pig::cuda::CudaKernelKey cuda{key.K, key.L, key.d,
                                         key.dtype == DType::f32 ? pig::cuda::DType::f32
                                                                 : pig::cuda::DType::bf16};

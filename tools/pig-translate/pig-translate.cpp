@@ -60,7 +60,7 @@ int main(int argc, char **argv) {
   }
 
   DialectRegistry registry;
-  registry.insert<pig::PigDialect, func::FuncDialect, arith::ArithDialect, tensor::TensorDialect>();
+  registry.insert<mlir::pig::PigDialect, func::FuncDialect, arith::ArithDialect, tensor::TensorDialect>();
   MLIRContext context(registry);
   context.printOpOnDiagnostic(false); // the message names the op; its dump would only be noise
 
@@ -68,7 +68,7 @@ int main(int argc, char **argv) {
   std::vector<std::unique_ptr<llvm::SourceMgr>> sources;
   std::vector<std::unique_ptr<SourceMgrDiagnosticHandler>> handlers;
   std::vector<OwningOpRef<ModuleOp>> modules;
-  std::vector<pig::KernelPlan> plans;
+  std::vector<mlir::pig::KernelPlan> plans;
   for (const std::string &path : inputs) {
     std::string error;
     auto file = openInputFile(path, &error);
@@ -82,7 +82,7 @@ int main(int argc, char **argv) {
     OwningOpRef<ModuleOp> module = parseSourceFile<ModuleOp>(*sources.back(), &context);
     if (!module)
       return 1;
-    FailureOr<pig::KernelPlan> plan = pig::planKernels(*module);
+    FailureOr<mlir::pig::KernelPlan> plan = mlir::pig::planKernels(*module);
     if (failed(plan))
       return 1;
     plans.push_back(std::move(*plan));
@@ -92,9 +92,9 @@ int main(int argc, char **argv) {
   std::string text;
   llvm::raw_string_ostream os(text);
   LogicalResult emitted =
-      emit == Emit::Cpu ? pig::emitCpuKernels(*modules.front(), plans.front(), os, {selfInclude})
-      : emit == Emit::CpuRegistry ? pig::emitCpuRegistry(*modules.front(), plans, os)
-                                  : pig::emitCudaKernels(*modules.front(), plans, os);
+      emit == Emit::Cpu ? mlir::pig::emitCpuKernels(*modules.front(), plans.front(), os, {selfInclude})
+      : emit == Emit::CpuRegistry ? mlir::pig::emitCpuRegistry(*modules.front(), plans, os)
+                                  : mlir::pig::emitCudaKernels(*modules.front(), plans, os);
   if (failed(emitted))
     return 1;
 

@@ -2,16 +2,20 @@
 //
 // pig-translate's logic. A kernel plan is read from partitioned, fused pig IR (the output of
 // `pig-opt --pig-decompose --pig-specialize=... --pig-partition=... --pig-fuse`): the one kernel
-// configuration (K, L, d, dtype) of its functions and which pig ops run on which device. The
+// configuration (K, L, d, dtype) of its functions, their schedule (pig.schedule, set by
+// pig-schedule; the default schedule where a function has none), what pig-fuse decided, and which
+// pig ops run on which device. The
 // emitters turn plans into C++ that instantiates the hand-written kernel templates with those
 // constants and registers them:
-//   - emitCpuKernels: one Highway TU per configuration (the "contract for generated code" of
-//     runtime/kernels/lsh-inl.h, plus an explicit Register() function);
+//   - emitCpuKernels: one Highway TU per configuration and schedule (the "contract for generated
+//     code" of runtime/kernels/lsh-inl.h: MakeKernelSet<K, L, d, T, Schedule{...}>, registered
+//     under the key with the schedule, plus an explicit Register() function);
 //   - emitCpuRegistry: the TU defining pig_register_generated_kernels(), which calls every
 //     Register() (so registration survives static linking);
 //   - emitCudaKernels: one .cu TU for all configurations (nvcc compiles it for every
 //     architecture: one TU keeps the build short) instantiating runtime/cuda's templates for
-//     the ops placed on the GPU, with pig_register_generated_cuda_kernels().
+//     the ops placed on the GPU, with pig_register_generated_cuda_kernels(). The CUDA kernels
+//     have no schedule knobs: plans differing only in their schedule share one instantiation.
 // Output depends only on the IR: the same IR gives the same bytes.
 //
 //===----------------------------------------------------------------------===//
@@ -24,6 +28,8 @@
 #include "llvm/ADT/ArrayRef.h"
 #include "llvm/Support/raw_ostream.h"
 
+#include "pig/runtime/lsh_schedule.h" // brings ::pig: write mlir::pig:: after using namespace mlir
+
 #include <cstdint>
 #include <map>
 #include <string>
@@ -31,19 +37,34 @@
 
 namespace mlir::pig {
 
-/// What one module asks for: its kernel configuration and the pig ops per device.
+/// What one module asks for: its kernel configuration and schedule, what pig-fuse decided, and
+/// the pig ops per device.
 struct KernelPlan {
   int64_t k = 0, l = 0, d = 0;
   std::string dtype; ///< "f32" or "bf16"
+  /// The functions' pig.schedule; the default schedule when they have none (scheduled = false).
+  ::pig::runtime::lsh::Schedule schedule{};
+  bool scheduled = false;
+  /// What pig-fuse decided, read from the IR: the encodes whose codes only pig.query reads
+  /// (query encodes), the widest of them in rows (query heads hashed together: a GQA group
+  /// when fused, 1 when each head is encoded alone), the queries they serve, and the sampled
+  /// softmaxes fused with their collision probabilities.
+  int queryEncodes = 0, queries = 0, fusedSoftmaxes = 0;
+  int64_t queryHeadsPerEncode = 0;
   /// Names of the functions the plan was read from, in module order.
   std::vector<std::string> functions;
   /// Op name ("pig.encode") -> how many, per device. std::map: deterministic order.
   std::map<std::string, int> cpuOps, gpuOps;
 
-  /// "k10_l150_d128_bf16": the suffix of generated namespaces and file names.
+  /// "k10_l150_d128_bf16_g0_b64_p8_dp64_ta8_pa0": the suffix of generated namespaces and file
+  /// names (key and schedule: two schedules of one key give two TUs).
   std::string symbol() const;
-  /// "K=10 L=150 d=128 bf16" (a manifest line).
+  /// "k10_l150_d128_bf16": the key alone (the CUDA instantiations, which have no schedule).
+  std::string keySymbol() const;
+  /// "K=10 L=150 d=128 bf16" (the kernel key, as records name it).
   std::string str() const;
+  /// "K=10 L=150 d=128 bf16 gqa=per_head block=64 ..." (a manifest line with every knob).
+  std::string strWithSchedule() const;
 };
 
 /// Reads and checks the plan of a module. Reports every problem as an error diagnostic on the
