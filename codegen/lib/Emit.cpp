@@ -62,8 +62,8 @@ std::string scheduleLiteral(const ::pig::runtime::lsh::Schedule &schedule, Strin
   using ::pig::runtime::lsh::kScheduleKnobs;
   std::string s;
   llvm::raw_string_ostream os(s);
-  os << ns << "Schedule{" << ns << "GqaStrategy::"
-     << (schedule.gqa == GqaStrategy::per_head ? "per_head" : "union_rows");
+  os << ns << "Schedule{" << ns
+     << "GqaStrategy::" << (schedule.gqa == GqaStrategy::per_head ? "per_head" : "union_rows");
   for (size_t i = 1; i < kScheduleKnobs.size(); ++i)
     os << ", " << schedule.get(i);
   os << "}";
@@ -147,8 +147,8 @@ LogicalResult mlir::pig::emitCpuKernels(ModuleOp module, const KernelPlan &plan,
   os << "inline constexpr pig::runtime::lsh::Schedule kSchedule = "
      << scheduleLiteral(plan.schedule, "pig::runtime::lsh::") << ";\n";
   os << "/// pig-fuse: query heads hashed by one encode (a GQA group; 1: each head alone).\n";
-  os << "inline constexpr int kQueryHeadsPerEncode = " << std::max<int64_t>(plan.queryHeadsPerEncode, 1)
-     << ";\n";
+  os << "inline constexpr int kQueryHeadsPerEncode = "
+     << std::max<int64_t>(plan.queryHeadsPerEncode, 1) << ";\n";
   os << "/// pig-fuse: sampled softmaxes fused with their collision probabilities.\n";
   os << "inline constexpr int kFusedSampledSoftmaxes = " << plan.fusedSoftmaxes << ";\n";
   os << "} // namespace " << ns << "\n";

@@ -207,8 +207,7 @@ LogicalResult ScheduleAttr::verify(function_ref<InFlightDiagnostic()> emitError,
     // check_knob takes an int: a value beyond int is illegal for every knob, same wording.
     std::string error = value < knob.min || value > knob.max
                             ? "schedule knob '" + std::string(knob.name) +
-                                  "' = " + std::to_string(value) + " is illegal (" + knob.help +
-                                  ")"
+                                  "' = " + std::to_string(value) + " is illegal (" + knob.help + ")"
                             : ::pig::runtime::lsh::Schedule::check_knob(i, static_cast<int>(value));
     if (!error.empty())
       return emitError() << error;
@@ -235,8 +234,8 @@ Attribute ScheduleAttr::parse(AsmParser &parser, Type) {
       while (i < kScheduleKnobs.size() && name != kScheduleKnobs[i].name)
         ++i;
       if (i == kScheduleKnobs.size())
-        return parser.emitError(knobLoc) << "unknown schedule knob '" << name << "' ("
-                                         << knobNames() << ")",
+        return parser.emitError(knobLoc)
+                   << "unknown schedule knob '" << name << "' (" << knobNames() << ")",
                Attribute();
       if (seen[i])
         return parser.emitError(knobLoc) << "schedule knob '" << name << "' is given twice",
@@ -249,8 +248,8 @@ Attribute ScheduleAttr::parse(AsmParser &parser, Type) {
       StringRef word;
       if (i == 0 && succeeded(parser.parseOptionalKeyword(&word))) {
         if (word != "per_head" && word != "union")
-          return parser.emitError(valueLoc) << "schedule knob 'gqa' expects per_head or union, got '"
-                                            << word << "'",
+          return parser.emitError(valueLoc)
+                     << "schedule knob 'gqa' expects per_head or union, got '" << word << "'",
                  Attribute();
         values[i] = word == "union" ? 1 : 0;
       } else if (parser.parseInteger(values[i])) {

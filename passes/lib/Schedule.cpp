@@ -159,8 +159,10 @@ std::optional<Schedule> readSchedule(const Json &value, std::string &error) {
       else if (knobValue.is_number_integer())
         text += std::to_string(knobValue.get<int64_t>());
       else
-        return error = "schedule knob '" + knob + "' must be an integer (or per_head / union "
-                                                  "for gqa), got " + knobValue.dump(),
+        return error = "schedule knob '" + knob +
+                       "' must be an integer (or per_head / union "
+                       "for gqa), got " +
+                       knobValue.dump(),
                std::nullopt;
     }
   } else {
@@ -268,9 +270,8 @@ struct PigSchedule : mlir::pig::impl::PigScheduleBase<PigSchedule> {
       if (func.isExternal())
         continue;
       bool usesPig = false;
-      func.walk([&](Operation *op) {
-        usesPig |= op->getDialect() && isa<PigDialect>(op->getDialect());
-      });
+      func.walk(
+          [&](Operation *op) { usesPig |= op->getDialect() && isa<PigDialect>(op->getDialect()); });
       if (!usesPig)
         continue;
       auto kernel = func->getAttrOfType<KernelAttr>(kKernelAttrName);
@@ -307,22 +308,23 @@ struct PigSchedule : mlir::pig::impl::PigScheduleBase<PigSchedule> {
         }
         if (match) {
           chosen = match->schedule;
-          source = "record " + std::to_string(match->number) + " of '" + record +
-                   "' (machine '" + here + "')";
+          source = "record " + std::to_string(match->number) + " of '" + record + "' (machine '" +
+                   here + "')";
         } else {
           if (!otherMachines.empty())
-            func.emitWarning() << "pig-schedule: tuning records '" << record << "' hold " << key
-                               << " only for machine " << llvm::join(otherMachines, ", ")
-                               << ", not for this machine '" << here
-                               << "': using the default heuristic";
+            mlir::emitWarning(func.getLoc())
+                << "pig-schedule: tuning records '" << record << "' hold " << key
+                << " only for machine " << llvm::join(otherMachines, ", ")
+                << ", not for this machine '" << here << "': using the default heuristic";
           chosen = defaultSchedule(kernel.getD(), group);
           source = "the default heuristic (d=" + std::to_string(kernel.getD()) + ", group of " +
                    std::to_string(group) + ")";
         }
       }
       func->setAttr(kScheduleAttrName, getScheduleAttr(&getContext(), chosen));
-      func.emitRemark() << "pig-schedule: @" << func.getSymName() << " " << key << ": "
-                        << chosen.str() << " from " << source;
+      // On the location, not the op: the function's dump would follow every remark otherwise.
+      mlir::emitRemark(func.getLoc()) << "pig-schedule: @" << func.getSymName() << " " << key
+                                      << ": " << chosen.str() << " from " << source;
     }
   }
 };

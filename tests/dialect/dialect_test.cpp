@@ -1,6 +1,7 @@
 // The dialect's C++ surface: parsing and printing, attribute and type range checks.
 #include "pig/Dialect/PigBuilder.h"
 #include "pig/Dialect/PigOps.h"
+#include "pig/Dialect/PigSchedule.h"
 
 #include "mlir/IR/Diagnostics.h"
 #include "mlir/Parser/Parser.h"
@@ -51,6 +52,31 @@ TEST_F(DialectTest, LshAttrRanges) {
   EXPECT_FALSE(lsh(10, 1, 2));    // L < t
   EXPECT_FALSE(lsh(10, 150, 0));  // t < 1
   EXPECT_TRUE(lsh(ShapedType::kDynamic, ShapedType::kDynamic, 2));
+}
+
+/// #pig.schedule <-> the runtime's Schedule, and the check only the C++ API can reach (the
+/// parser always gives one value per knob).
+TEST_F(DialectTest, ScheduleAttrAndTheRuntimesSchedule) {
+  ::pig::runtime::lsh::Schedule schedule;
+  schedule.gqa = ::pig::runtime::lsh::GqaStrategy::union_rows;
+  schedule.block = 32;
+  schedule.parts = 3;
+  ScheduleAttr attr = getScheduleAttr(&context, schedule);
+  EXPECT_EQ(attr.getValues().size(), ::pig::runtime::lsh::kScheduleKnobs.size());
+  EXPECT_EQ(toSchedule(attr), schedule);
+  EXPECT_EQ(toSchedule(getScheduleAttr(&context, {})), ::pig::runtime::lsh::Schedule{});
+
+  std::string message;
+  ScopedDiagnosticHandler capture(&context, [&](Diagnostic &diag) {
+    message = diag.str();
+    return success();
+  });
+  auto emit = [&] { return emitError(UnknownLoc::get(&context)); };
+  EXPECT_FALSE(ScheduleAttr::getChecked(emit, &context, ArrayRef<int64_t>{0, 64, 8}));
+  EXPECT_EQ(message, "a schedule has 6 knobs (gqa, block, prefetch, dense_prefetch, "
+                     "tables_ahead, parts), got 3 values");
+  EXPECT_FALSE(ScheduleAttr::getChecked(emit, &context, ArrayRef<int64_t>{0, 64, 8, 64, 8, 9}));
+  EXPECT_EQ(message, ::pig::runtime::lsh::Schedule::check_knob(5, 9));
 }
 
 TEST_F(DialectTest, CodesAndIndexTypes) {

@@ -1,6 +1,7 @@
 // The passes on IR from the builder API: decompose, specialize, partition, fuse.
 #include "pig/Dialect/PigBuilder.h"
 #include "pig/Dialect/PigOps.h"
+#include "pig/Dialect/PigSchedule.h"
 #include "pig/Passes/Passes.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
@@ -167,5 +168,42 @@ TEST(PipelineTest, SpecializeFromAManifest) {
     EXPECT_EQ(op.getCodes().getType().getTables(), 75);
   });
   std::remove(path.c_str());
+}
+/// pig-schedule from C++: an explicit schedule is attached as #pig.schedule and reads back as
+/// the runtime's Schedule; without options the default heuristic gives the defaults.
+TEST(PipelineTest, ScheduleAttachesTheSchedule) {
+  for (const std::string &knobs :
+       {std::string("gqa=union,block=32,tables_ahead=4"), std::string()}) {
+    MLIRContext context;
+    auto module = oneLayer(context);
+    ASSERT_TRUE(module);
+    std::string errors;
+    ASSERT_TRUE(succeeded(run(*module, Pipeline{}, &errors))) << errors;
+    PassManager pm(module->getContext());
+    pm.addPass(createPigSchedule(PigScheduleOptions{"", knobs, ""}));
+    ScopedDiagnosticHandler handler(&context, [&](Diagnostic &diag) {
+      errors += diag.str() + "\n";
+      return success();
+    });
+    ASSERT_TRUE(succeeded(pm.run(*module))) << errors;
+    ::pig::runtime::lsh::Schedule expected;
+    if (!knobs.empty()) {
+      expected.gqa = ::pig::runtime::lsh::GqaStrategy::union_rows;
+      expected.block = 32;
+      expected.tables_ahead = 4;
+    }
+    int functions = 0;
+    module->walk([&](func::FuncOp func) {
+      auto attr = func->getAttrOfType<ScheduleAttr>(kScheduleAttrName);
+      ASSERT_TRUE(attr);
+      EXPECT_EQ(toSchedule(attr), expected) << toSchedule(attr).str();
+      ++functions;
+    });
+    EXPECT_EQ(functions, 1);
+    EXPECT_NE(errors.find(knobs.empty() ? "from the default heuristic (d=64, group of 2)"
+                                        : "from the schedule option"),
+              std::string::npos)
+        << errors;
+  }
 }
 } // namespace

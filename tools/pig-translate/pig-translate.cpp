@@ -60,7 +60,8 @@ int main(int argc, char **argv) {
   }
 
   DialectRegistry registry;
-  registry.insert<mlir::pig::PigDialect, func::FuncDialect, arith::ArithDialect, tensor::TensorDialect>();
+  registry.insert<mlir::pig::PigDialect, func::FuncDialect, arith::ArithDialect,
+                  tensor::TensorDialect>();
   MLIRContext context(registry);
   context.printOpOnDiagnostic(false); // the message names the op; its dump would only be noise
 
@@ -92,7 +93,8 @@ int main(int argc, char **argv) {
   std::string text;
   llvm::raw_string_ostream os(text);
   LogicalResult emitted =
-      emit == Emit::Cpu ? mlir::pig::emitCpuKernels(*modules.front(), plans.front(), os, {selfInclude})
+      emit == Emit::Cpu
+          ? mlir::pig::emitCpuKernels(*modules.front(), plans.front(), os, {selfInclude})
       : emit == Emit::CpuRegistry ? mlir::pig::emitCpuRegistry(*modules.front(), plans, os)
                                   : mlir::pig::emitCudaKernels(*modules.front(), plans, os);
   if (failed(emitted))
