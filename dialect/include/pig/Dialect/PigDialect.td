@@ -33,6 +33,10 @@ def Pig_Dialect : Dialect {
 
     Placement is the discardable attribute `pig.device = #pig.device<cpu|gpu>` set by
     `pig-partition`; `pig.transfer` moves a value between devices.
+
+    Functions carry their kernel key, `pig.kernel = #pig.kernel<...>` (set by
+    `pig-specialize`), and the schedule their kernels are compiled with,
+    `pig.schedule = #pig.schedule<...>` (set by `pig-schedule`; see docs/SCHEDULES.md).
   }];
   let useDefaultAttributePrinterParser = 1;
   let useDefaultTypePrinterParser = 1;
