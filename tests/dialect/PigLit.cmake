@@ -9,7 +9,10 @@ if(NOT PIG_LIT_COMMAND)
     execute_process(COMMAND "${PIG_PYTHON}" -c "import lit.main" RESULT_VARIABLE _pig_lit_rc
                     OUTPUT_QUIET ERROR_QUIET)
     if(_pig_lit_rc EQUAL 0)
-      set(PIG_LIT_COMMAND "${PIG_PYTHON}" -c "import sys, lit.main; sys.exit(lit.main.main())")
+      # No ';' in the code: CMake would split the argument there (and `python -c "import ..."`
+      # alone exits 0, so every lit suite passed without running a test).
+      set(PIG_LIT_COMMAND "${PIG_PYTHON}" -c
+          "__import__('sys').exit(__import__('lit.main').main.main())")
     endif()
   endif()
   if(NOT PIG_LIT_COMMAND)
