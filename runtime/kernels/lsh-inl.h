@@ -70,21 +70,18 @@ inline constexpr std::size_t kSegment = 65535; // tokens per index segment (ids 
 // cannot overlap; 64 rows amortise it. Interleaved pairs on the Xeon (n = 128k, bf16), 16 -> 64:
 // sampled vs dense 21.7-22.4x -> 23.9-24.5x at d = 64, 41.9-42.0x -> 43.1-43.5x at d = 128,
 // GQA 3 5.7-5.8x -> 6.6-7.4x; 128 was no better than 64 (39.8-40.5x at d = 128).
-inline constexpr std::size_t kBlock = 64;
-#ifndef PIG_LSH_PREFETCH_ROWS
-#define PIG_LSH_PREFETCH_ROWS 8
-#endif
-// Sampled K and V rows are prefetched this many rows ahead of the row being scored, one row's
-// prefetches per row scored. Issuing a whole block's prefetches at once (64 cache lines) overran
-// the core's outstanding-miss buffers, so most of them were dropped and the gathers stalled.
-inline constexpr std::size_t kPrefetchRows = PIG_LSH_PREFETCH_ROWS;
-#ifndef PIG_DENSE_PREFETCH_ROWS
-#define PIG_DENSE_PREFETCH_ROWS 64
-#endif
-// The dense pass prefetches K and V this many rows ahead too (one row per row scored). The
-// hardware prefetchers alone left it at 6-10 GB/s; 64 rows ahead gave 1.15-1.3x at n = 128k
-// (bf16, d = 64 and 128, one head and a group of 3; interleaved A/B runs).
-inline constexpr std::size_t kDensePrefetchRows = PIG_DENSE_PREFETCH_ROWS;
+// The block is a schedule knob (Schedule::block, lsh_schedule.h); its default is 64. Every
+// function below that uses it takes the schedule kS as a template parameter and names
+// `constexpr std::size_t kBlock = kS.block` locally.
+//
+// Sampled K and V rows are prefetched Schedule::prefetch rows ahead of the row being scored
+// (default 8), one row's prefetches per row scored. Issuing a whole block's prefetches at once (64
+// cache lines) overran the core's outstanding-miss buffers, so most of them were dropped and the
+// gathers stalled.
+//
+// The dense pass prefetches K and V Schedule::dense_prefetch rows ahead too (default 64; one row
+// per row scored). The hardware prefetchers alone left it at 6-10 GB/s; 64 rows ahead gave
+// 1.15-1.3x at n = 128k (bf16, d = 64 and 128, one head and a group of 3; interleaved A/B runs).
 
 // Storage type of a row element: f32, or bf16 as raw bits.
 template <typename T> using RowOf = std::conditional_t<std::is_same_v<T, float>, float, uint16_t>;
@@ -333,7 +330,7 @@ template <int kK, int kL> void BuildIndex(const BuildIndexArgs &a) {
 // counted. Keep the prefetches in this function's body: a form that issued them from a lambda
 // compiled to no prefetch instruction at all (GCC 12.2, every target; see objdump) and ran at
 // 1.06-1.24x the public method against 1.43-1.63x for this one.
-template <int kK, int kL, typename List>
+template <int kK, int kL, int kAhead, typename List>
 HWY_INLINE void WalkIndex(const IndexView &ix, const uint16_t *HWY_RESTRICT qc, const List &list) {
   const std::size_t K = kK ? std::size_t(kK) : std::size_t(ix.K);
   const std::size_t L = kL ? std::size_t(kL) : std::size_t(ix.L);
@@ -347,7 +344,7 @@ HWY_INLINE void WalkIndex(const IndexView &ix, const uint16_t *HWY_RESTRICT qc, 
     len = std::min(kSegment, ix.count - seg * kSegment);
     return ix.ids + seg * kSegment * L + (i % L) * len;
   };
-  constexpr std::size_t ahead = 8;       // tables whose id lists are in flight
+  constexpr std::size_t ahead = std::size_t(kAhead); // tables whose id lists are in flight
   thread_local uint32_t lo_hi[2 * 1024]; // the segment's [lo, hi) per table; L <= 1024
   for (std::size_t s = 0; s < nseg; ++s) {
     for (std::size_t l = 0; l < L; ++l) {
@@ -360,7 +357,7 @@ HWY_INLINE void WalkIndex(const IndexView &ix, const uint16_t *HWY_RESTRICT qc, 
     for (std::size_t l = 0; l < std::min(ahead, L); ++l)
       sd::PrefetchRow(ids0 + l * len + lo_hi[2 * l], (lo_hi[2 * l + 1] - lo_hi[2 * l]) * 2);
     for (std::size_t l = 0; l < L; ++l) {
-      if (l + ahead < L) {
+      if (ahead > 0 && l + ahead < L) {
         const std::size_t la = l + ahead;
         sd::PrefetchRow(ids0 + la * len + lo_hi[2 * la], (lo_hi[2 * la + 1] - lo_hi[2 * la]) * 2);
       }
@@ -396,7 +393,7 @@ HWY_INLINE void WalkIndex(const IndexView &ix, const uint16_t *HWY_RESTRICT qc, 
 // and ids ascend within a bucket (BuildIndex), so the lane that owns a counter writes it last.
 // Lanes past the list's end are masked out of the gather, the scatter and the hits. Other
 // targets: the scalar loop, which sets the hit's bit at once.
-template <int kK, int kL>
+template <int kK, int kL, int kAhead>
 HWY_INLINE std::size_t CountHead(const IndexView &ix, const uint16_t *HWY_RESTRICT qc,
                                  uint32_t base, uint32_t t, uint8_t *HWY_RESTRICT counters,
                                  uint64_t *HWY_RESTRICT bits, uint32_t *HWY_RESTRICT hits) {
@@ -410,7 +407,7 @@ HWY_INLINE std::size_t CountHead(const IndexView &ix, const uint16_t *HWY_RESTRI
   const auto vbase = hn::Set(du, base), vt = hn::Set(du, base + t), one = hn::Set(du, 1u);
   const auto vsat = hn::Set(du, base + t + 1);
   const auto low = hn::Set(du, 0xFFu), high = hn::Set(du, 0xFFFFFF00u);
-  WalkIndex<kK, kL>(ix, qc, [&](std::size_t s, const uint16_t *ids, uint32_t lo, uint32_t hi) {
+  WalkIndex<kK, kL, kAhead>(ix, qc, [&](std::size_t s, const uint16_t *ids, uint32_t lo, uint32_t hi) {
     // ids are relative to the segment
     uint8_t *HWY_RESTRICT cw = counters + s * kSegment;
     const auto seg = hn::Set(du, uint32_t(s * kSegment));
@@ -435,7 +432,7 @@ HWY_INLINE std::size_t CountHead(const IndexView &ix, const uint16_t *HWY_RESTRI
   });
 #else
   (void)hits;
-  WalkIndex<kK, kL>(ix, qc, [&](std::size_t s, const uint16_t *ids, uint32_t lo, uint32_t hi) {
+  WalkIndex<kK, kL, kAhead>(ix, qc, [&](std::size_t s, const uint16_t *ids, uint32_t lo, uint32_t hi) {
     uint8_t *HWY_RESTRICT c = counters + s * kSegment; // ids are relative to the segment
     const std::size_t s0 = s * kSegment;
     for (uint32_t j = lo; j < hi; ++j) {
@@ -457,12 +454,12 @@ HWY_INLINE std::size_t CountHead(const IndexView &ix, const uint16_t *HWY_RESTRI
 // The ≥ t rule for t > kMaxEpochT (L >= 255 tables): plain 16-bit counts of this head, cleared
 // per head, with the hit's bit set when a count reaches t. Outside the fast path on purpose; it
 // keeps every valid (K, L, t) served.
-template <int kK, int kL>
+template <int kK, int kL, int kAhead>
 HWY_INLINE void CountHeadWide(const IndexView &ix, const uint16_t *HWY_RESTRICT qc, uint32_t t,
                               uint64_t *HWY_RESTRICT bits) {
   thread_local std::vector<uint16_t> count;
   count.assign(ix.count, 0);
-  WalkIndex<kK, kL>(ix, qc, [&](std::size_t s, const uint16_t *ids, uint32_t lo, uint32_t hi) {
+  WalkIndex<kK, kL, kAhead>(ix, qc, [&](std::size_t s, const uint16_t *ids, uint32_t lo, uint32_t hi) {
     for (uint32_t j = lo; j < hi; ++j) {
       const std::size_t g = s * kSegment + ids[j];
       if (++count[g] == t)
@@ -563,7 +560,7 @@ HWY_INLINE std::size_t UnionOfBitsets(uint64_t *HWY_RESTRICT bits, std::size_t s
   return n;
 }
 
-template <int kK, int kL> void Retrieve(const RetrieveArgs &a) {
+template <int kK, int kL, int kAhead> void Retrieve(const RetrieveArgs &a) {
   const IndexView &ix = a.index;
   const std::size_t L = Pick<kL>(std::size_t(ix.L));
   Pick<kK>(std::size_t(ix.K));
@@ -578,7 +575,7 @@ template <int kK, int kL> void Retrieve(const RetrieveArgs &a) {
   for (int h = 0; h < a.G; ++h) {
     uint64_t *HWY_RESTRICT bits = a.state.bits + std::size_t(h) * a.state.words;
     if (a.t > kMaxEpochT) {
-      CountHeadWide<kK, kL>(ix, a.query_codes + h * L, t, bits);
+      CountHeadWide<kK, kL, kAhead>(ix, a.query_codes + h * L, t, bits);
       continue;
     }
     // A head's counters saturate at base + t + 1: its values stay within [base, base + t + 1].
@@ -591,7 +588,7 @@ template <int kK, int kL> void Retrieve(const RetrieveArgs &a) {
     }
     *a.state.epoch = base + t + 1;
     const std::size_t n_hits =
-        CountHead<kK, kL>(ix, a.query_codes + h * L, base, t, a.state.counters, bits, hits.data());
+        CountHead<kK, kL, kAhead>(ix, a.query_codes + h * L, base, t, a.state.counters, bits, hits.data());
     for (std::size_t i = 0; i < n_hits; ++i) // hits of the vector walk (none on other targets)
       bits[hits[i] / 64] |= uint64_t(1) << (hits[i] % 64);
   }
@@ -623,7 +620,7 @@ struct Heads {
 // blocks also get c[h * kBlock + i] = q_h . (k_i - mean), as q_h . k_i - q_h . mean (one dot
 // product per head and row instead of two), and nn[i] = |k_i - mean|^2 (once per row, shared by
 // the heads).
-template <int kG, int kD, typename Row, bool kSampled>
+template <int kG, int kD, typename Row, bool kSampled, Schedule kS>
 HWY_INLINE void ScoreRows(const Heads &st, const Row *const *rows, std::size_t nb,
                           float *HWY_RESTRICT z, float *HWY_RESTRICT c, float *HWY_RESTRICT nn,
                           const Row *const *pf_k = nullptr, const Row *const *pf_v = nullptr) {
@@ -631,9 +628,10 @@ HWY_INLINE void ScoreRows(const Heads &st, const Row *const *rows, std::size_t n
   const std::size_t N = hn::Lanes(df);
   const std::size_t d = kD ? std::size_t(kD) : st.d;
   const std::size_t dv = sd::VectorPart<Row>(d);
+  constexpr std::size_t kBlock = std::size_t(kS.block);
   for (std::size_t i = 0; i < nb; ++i) {
     const Row *row = rows[i];
-    if (pf_k && pf_k[i]) { // the rows kPrefetchRows ahead of this one
+    if (pf_k && pf_k[i]) { // the rows the schedule's prefetch distance ahead of this one
       sd::PrefetchRow(pf_k[i], d * sizeof(Row));
       sd::PrefetchRow(pf_v[i], d * sizeof(Row));
     }
@@ -695,6 +693,7 @@ HWY_INLINE void ScoreRows(const Heads &st, const Row *const *rows, std::size_t n
 
 // z -= log u for a block of sampled tokens of head h; heads that did not sample a token get
 // z = -inf. log u = h(p) + t K log p with p = 1 - acos(cos)/pi (table in LogUTable).
+template <Schedule kS>
 HWY_INLINE void SubtractLogU(const LogUTable &lut, float qnorm, const float *HWY_RESTRICT c,
                              const float *HWY_RESTRICT kn, const uint8_t *masks, int bit,
                              std::size_t nb, float *HWY_RESTRICT z) {
@@ -708,6 +707,7 @@ HWY_INLINE void SubtractLogU(const LogUTable &lut, float qnorm, const float *HWY
   const VF vtk = hn::Set(df, lut.tk);
   const VF floor_log_u = hn::Set(df, -744.44007f); // log(denorm_min of double), as pig::ref
   const VF vq = hn::Set(df, qnorm);
+  constexpr std::size_t kBlock = std::size_t(kS.block);
   for (std::size_t i = 0; i < kBlock; i += N) {
     const VF knorm = hn::LoadU(df, kn + i); // |k_i - mean|, computed once for the group
     const VF den = hn::Mul(vq, knorm);
@@ -735,11 +735,12 @@ HWY_INLINE void SubtractLogU(const LogUTable &lut, float qnorm, const float *HWY
 }
 
 // Softmax weights of one block for head h (updates m, l, rescales acc): w[i] = e^{z_i - m}.
-template <int kD>
+template <int kD, Schedule kS>
 HWY_INLINE void BlockWeights(Heads &st, int h, std::size_t nb, float *HWY_RESTRICT z) {
   const DF df;
   const std::size_t N = hn::Lanes(df);
   const std::size_t d = kD ? std::size_t(kD) : st.d;
+  constexpr std::size_t kBlock = std::size_t(kS.block);
   for (std::size_t i = nb; i < kBlock; ++i)
     z[i] = -HUGE_VALF;
   VF vmax = hn::Set(df, -HUGE_VALF);
@@ -782,12 +783,13 @@ HWY_INLINE void BlockWeights(Heads &st, int h, std::size_t nb, float *HWY_RESTRI
 
 // acc_h += sum_i w[h][i] v_i over the block, one vector pair of every row at a time so the
 // accumulators stay in registers.
-template <int kG, int kD, typename Row>
+template <int kG, int kD, typename Row, Schedule kS>
 HWY_INLINE void AccumulateValues(Heads &st, const Row *const *rows, std::size_t nb,
                                  const float *HWY_RESTRICT w) {
   const DF df;
   const std::size_t N = hn::Lanes(df);
   const std::size_t d = kD ? std::size_t(kD) : st.d;
+  constexpr std::size_t kBlock = std::size_t(kS.block);
   const std::size_t dv = sd::VectorPart<Row>(d);
   for (std::size_t j = 0; j < dv / (2 * N); ++j) {
     VF aa[kG], ab[kG];
@@ -834,10 +836,12 @@ HWY_INLINE void AccumulateValues(Heads &st, const Row *const *rows, std::size_t 
     }
 }
 
-template <int kG, int kD, typename Row>
+template <int kG, int kD, typename Row, Schedule kS>
 HWY_INLINE void DenseRange(Heads &st, const Row *k, const Row *v, std::size_t begin,
                            std::size_t end) {
   const std::size_t d = kD ? std::size_t(kD) : st.d;
+  constexpr std::size_t kBlock = std::size_t(kS.block);
+  constexpr std::size_t kAhead = std::size_t(kS.dense_prefetch);
   alignas(64) float z[kG * kBlock];
   const Row *krows[kBlock];
   const Row *vrows[kBlock];
@@ -847,14 +851,14 @@ HWY_INLINE void DenseRange(Heads &st, const Row *k, const Row *v, std::size_t be
     for (std::size_t i = 0; i < nb; ++i) {
       krows[i] = k + (i0 + i) * d;
       vrows[i] = v + (i0 + i) * d;
-      const std::size_t f = i0 + i + kDensePrefetchRows;
-      pf_k[i] = f < end ? k + f * d : nullptr;
-      pf_v[i] = f < end ? v + f * d : nullptr;
+      const std::size_t f = i0 + i + kAhead;
+      pf_k[i] = kAhead > 0 && f < end ? k + f * d : nullptr;
+      pf_v[i] = kAhead > 0 && f < end ? v + f * d : nullptr;
     }
-    ScoreRows<kG, kD, Row, false>(st, krows, nb, z, nullptr, nullptr, pf_k, pf_v);
+    ScoreRows<kG, kD, Row, false, kS>(st, krows, nb, z, nullptr, nullptr, pf_k, pf_v);
     for (int h = 0; h < kG; ++h)
-      BlockWeights<kD>(st, h, nb, z + h * kBlock);
-    AccumulateValues<kG, kD, Row>(st, vrows, nb, z);
+      BlockWeights<kD, kS>(st, h, nb, z + h * kBlock);
+    AccumulateValues<kG, kD, Row, kS>(st, vrows, nb, z);
   }
 }
 
@@ -871,7 +875,7 @@ HWY_INLINE Heads HeadView(const Heads &st, int h) {
   return v;
 }
 
-template <int kG, int kD, typename Row>
+template <int kG, int kD, typename Row, Schedule kS>
 HWY_INLINE void SampledRange(Heads &st, const SampledAttentionArgs &a);
 
 // The sampled tokens of a group whose heads sampled different sets (masks given): each head takes
@@ -887,7 +891,7 @@ HWY_INLINE void SampledRange(Heads &st, const SampledAttentionArgs &a);
 // slower one: interleaved pairs (pig-bench-attention, pair_sampled_dense GQA 3, d = 64, n =
 // 128k, 3 runs each) gave 5.3-5.6x dense for it against 6.4-7.2x for this one; its partial block
 // at the end of every window and its per-window compaction cost more than the cache saved.
-template <int kG, int kD, typename Row>
+template <int kG, int kD, typename Row, Schedule kS>
 HWY_INLINE void SampledRangePerHead(Heads &st, const SampledAttentionArgs &a) {
   thread_local std::vector<uint32_t> members;
   members.resize(a.count + 1);
@@ -915,21 +919,25 @@ HWY_INLINE void SampledRangePerHead(Heads &st, const SampledAttentionArgs &a) {
     b.tokens = members.data();
     b.count = nh;
     b.masks = nullptr;
-    SampledRange<1, kD, Row>(one, b);
+    SampledRange<1, kD, Row, kS>(one, b);
     st.m[h] = one.m[0];
     st.l[h] = one.l[0];
     st.bad[h] = one.bad[0];
   }
 }
 
-template <int kG, int kD, typename Row>
+// Schedule::gqa decides a group's form: per_head above, or union (every union row scored once
+// for all heads, SubtractLogU weighting a head's non-members to zero).
+template <int kG, int kD, typename Row, Schedule kS>
 HWY_INLINE void SampledRange(Heads &st, const SampledAttentionArgs &a) {
-  if constexpr (kG > 1) {
+  if constexpr (kG > 1 && kS.gqa == GqaStrategy::per_head) {
     if (a.masks) {
-      SampledRangePerHead<kG, kD, Row>(st, a);
+      SampledRangePerHead<kG, kD, Row, kS>(st, a);
       return;
     }
   }
+  constexpr std::size_t kBlock = std::size_t(kS.block);
+  constexpr std::size_t kPrefetchRows = std::size_t(kS.prefetch);
   const std::size_t d = kD ? std::size_t(kD) : st.d;
   const Row *k = static_cast<const Row *>(a.k);
   const Row *v = static_cast<const Row *>(a.v);
@@ -946,12 +954,12 @@ HWY_INLINE void SampledRange(Heads &st, const SampledAttentionArgs &a) {
       krows[i] = k + std::size_t(a.tokens[i0 + i]) * d;
       vrows[i] = v + std::size_t(a.tokens[i0 + i]) * d;
       const std::size_t f = i0 + i + kPrefetchRows;
-      pf_k[i] = f < a.count ? k + std::size_t(a.tokens[f]) * d : nullptr;
-      pf_v[i] = f < a.count ? v + std::size_t(a.tokens[f]) * d : nullptr;
+      pf_k[i] = kPrefetchRows > 0 && f < a.count ? k + std::size_t(a.tokens[f]) * d : nullptr;
+      pf_v[i] = kPrefetchRows > 0 && f < a.count ? v + std::size_t(a.tokens[f]) * d : nullptr;
     }
     for (std::size_t i = nb; i < kBlock; ++i)
       nn[i] = 0;
-    ScoreRows<kG, kD, Row, true>(st, krows, nb, z, c, nn, pf_k, pf_v);
+    ScoreRows<kG, kD, Row, true, kS>(st, krows, nb, z, c, nn, pf_k, pf_v);
     {
       const DF df;
       for (std::size_t i = 0; i < kBlock; i += hn::Lanes(df))
@@ -960,11 +968,11 @@ HWY_INLINE void SampledRange(Heads &st, const SampledAttentionArgs &a) {
     for (int h = 0; h < kG; ++h) {
       for (std::size_t i = nb; i < kBlock; ++i)
         c[h * kBlock + i] = z[h * kBlock + i] = 0;
-      SubtractLogU(a.log_u, st.qnorm[h], c + h * kBlock, nn, a.masks ? a.masks + i0 : nullptr,
+      SubtractLogU<kS>(a.log_u, st.qnorm[h], c + h * kBlock, nn, a.masks ? a.masks + i0 : nullptr,
                    h + st.mask_shift, nb, z + h * kBlock);
-      BlockWeights<kD>(st, h, nb, z + h * kBlock);
+      BlockWeights<kD, kS>(st, h, nb, z + h * kBlock);
     }
-    AccumulateValues<kG, kD, Row>(st, vrows, nb, z);
+    AccumulateValues<kG, kD, Row, kS>(st, vrows, nb, z);
   }
 }
 
@@ -1020,16 +1028,16 @@ HWY_INLINE void FinishHeads(const Heads &st, int G, float *out, float *lse) {
   }
 }
 
-template <int kG, int kD, typename Row> void DenseG(const DenseAttentionArgs &a) {
+template <int kG, int kD, typename Row, Schedule kS> void DenseG(const DenseAttentionArgs &a) {
   thread_local std::vector<float> buf;
   Heads st;
   InitHeads<Row>(st, a.q, kG, a.d, a.scale, nullptr, buf);
-  DenseRange<kG, kD, Row>(st, static_cast<const Row *>(a.k), static_cast<const Row *>(a.v), a.begin,
+  DenseRange<kG, kD, Row, kS>(st, static_cast<const Row *>(a.k), static_cast<const Row *>(a.v), a.begin,
                           a.end);
   FinishHeads<Row>(st, kG, a.out, a.lse);
 }
 
-template <int kG, int kD, typename Row>
+template <int kG, int kD, typename Row, Schedule kS>
 void SampledG(const SampledAttentionArgs &a, int mask_shift) {
   thread_local std::vector<float> buf;
   Heads st;
@@ -1037,9 +1045,9 @@ void SampledG(const SampledAttentionArgs &a, int mask_shift) {
   st.mask_shift = mask_shift;
   const Row *k = static_cast<const Row *>(a.k);
   const Row *v = static_cast<const Row *>(a.v);
-  DenseRange<kG, kD, Row>(st, k, v, 0, a.sink_end);
-  SampledRange<kG, kD, Row>(st, a);
-  DenseRange<kG, kD, Row>(st, k, v, a.local_begin, a.n);
+  DenseRange<kG, kD, Row, kS>(st, k, v, 0, a.sink_end);
+  SampledRange<kG, kD, Row, kS>(st, a);
+  DenseRange<kG, kD, Row, kS>(st, k, v, a.local_begin, a.n);
   FinishHeads<Row>(st, kG, a.out, a.lse);
 }
 
@@ -1075,14 +1083,15 @@ template <typename Args, typename Fn> HWY_INLINE void ForEachGroupChunk(const Ar
   }
 }
 
-template <int kD, typename Row> void DenseChunks(const DenseAttentionArgs &a) {
-  ForEachGroupChunk(
-      a, [](const DenseAttentionArgs &c, auto g, int) { DenseG<decltype(g)::value, kD, Row>(c); });
+template <int kD, typename Row, Schedule kS> void DenseChunks(const DenseAttentionArgs &a) {
+  ForEachGroupChunk(a, [](const DenseAttentionArgs &c, auto g, int) {
+    DenseG<decltype(g)::value, kD, Row, kS>(c);
+  });
 }
 
-template <int kD, typename Row> void SampledChunks(const SampledAttentionArgs &a) {
+template <int kD, typename Row, Schedule kS> void SampledChunks(const SampledAttentionArgs &a) {
   ForEachGroupChunk(a, [](const SampledAttentionArgs &c, auto g, int h0) {
-    SampledG<decltype(g)::value, kD, Row>(c, h0);
+    SampledG<decltype(g)::value, kD, Row, kS>(c, h0);
   });
 }
 
@@ -1096,31 +1105,31 @@ template <int kK, int kL, int kD, typename T> void Encode(const EncodeArgs &a) {
     EncodeTyped<kK, kL, kD, uint16_t>(a);
 }
 
-template <int kD, typename T> void SampledAttention(const SampledAttentionArgs &a) {
+template <int kD, typename T, Schedule kS> void SampledAttention(const SampledAttentionArgs &a) {
   Pick<kD>(a.d);
   HWY_ASSERT(a.sink_end <= a.local_begin && a.local_begin <= a.n && a.log_u.h);
   if constexpr (std::is_void_v<T>) {
     if (a.dtype == DType::f32)
-      SampledChunks<kD, float>(a);
+      SampledChunks<kD, float, kS>(a);
     else
-      SampledChunks<kD, uint16_t>(a);
+      SampledChunks<kD, uint16_t, kS>(a);
   } else {
     HWY_ASSERT(a.dtype == (std::is_same_v<T, float> ? DType::f32 : DType::bf16));
-    SampledChunks<kD, RowOf<T>>(a);
+    SampledChunks<kD, RowOf<T>, kS>(a);
   }
 }
 
-template <int kD, typename T> void DenseAttention(const DenseAttentionArgs &a) {
+template <int kD, typename T, Schedule kS> void DenseAttention(const DenseAttentionArgs &a) {
   Pick<kD>(a.d);
   HWY_ASSERT(a.begin <= a.end);
   if constexpr (std::is_void_v<T>) {
     if (a.dtype == DType::f32)
-      DenseChunks<kD, float>(a);
+      DenseChunks<kD, float, kS>(a);
     else
-      DenseChunks<kD, uint16_t>(a);
+      DenseChunks<kD, uint16_t, kS>(a);
   } else {
     HWY_ASSERT(a.dtype == (std::is_same_v<T, float> ? DType::f32 : DType::bf16));
-    DenseChunks<kD, RowOf<T>>(a);
+    DenseChunks<kD, RowOf<T>, kS>(a);
   }
 }
 
@@ -1151,20 +1160,43 @@ template <int kD> void Merge(const MergeArgs &m) {
   }
 }
 
-// The kernel set of this target for one configuration (all zeros and void: the generic set).
-template <int kK, int kL, int kD, typename T> LshKernelSet MakeKernelSet() {
+// The part of a schedule each entry point depends on (the other knobs at their defaults), so that
+// schedules differing only in, say, tables_ahead share one instantiation of the attention passes.
+constexpr Schedule ForSampled(Schedule s) {
+  Schedule r;
+  r.gqa = s.gqa;
+  r.block = s.block;
+  r.prefetch = s.prefetch;
+  r.dense_prefetch = s.dense_prefetch; // the static tokens run through DenseRange
+  return r;
+}
+constexpr Schedule ForDense(Schedule s) {
+  Schedule r;
+  r.block = s.block;
+  r.dense_prefetch = s.dense_prefetch;
+  return r;
+}
+
+// The kernel set of this target for one configuration (all zeros and void: the generic set) and
+// one schedule (lsh_schedule.h; the default unless given).
+template <int kK, int kL, int kD, typename T, Schedule kS = Schedule{}> LshKernelSet MakeKernelSet() {
   static_assert(kD % 2 == 0, "head dimension must be even");
   static_assert(kK >= 0 && kK <= 16 && kL >= 0 && kL <= 1024, "K in [1, 16], L in [1, 1024]");
+  static_assert(kS.block == 16 || kS.block == 32 || kS.block == 64 || kS.block == 128,
+                "schedule: block must be 16, 32, 64 or 128");
+  static_assert(kS.prefetch >= 0 && kS.dense_prefetch >= 0 && kS.tables_ahead >= 0,
+                "schedule: prefetch distances must be >= 0");
   LshKernelSet s;
   s.specialised = kK != 0 && kL != 0 && kD != 0 && !std::is_void_v<T>;
   if (s.specialised)
     s.key = KernelKey{kK, kL, kD, std::is_same_v<T, float> ? DType::f32 : DType::bf16, Target::cpu};
+  s.key.schedule = kS;
   s.simd_target = hwy::TargetName(HWY_TARGET);
   s.encode = &Encode<kK, kL, kD, T>;
   s.build_index = &BuildIndex<kK, kL>;
-  s.retrieve = &Retrieve<kK, kL>;
-  s.sampled_attention = &SampledAttention<kD, T>;
-  s.dense_attention = &DenseAttention<kD, T>;
+  s.retrieve = &Retrieve<kK, kL, kS.tables_ahead>;
+  s.sampled_attention = &SampledAttention<kD, T, ForSampled(kS)>;
+  s.dense_attention = &DenseAttention<kD, T, ForDense(kS)>;
   s.merge = &Merge<kD>;
   return s;
 }

@@ -89,6 +89,8 @@ void AttentionSpec::Validate(size_t n_layers) const {
     throw std::invalid_argument("budget must be in (0, 1], got " + std::to_string(budget));
   if (quest_page == 0)
     throw std::invalid_argument("quest page size must be at least 1");
+  if (const std::string e = schedule.validate(); !e.empty())
+    throw std::invalid_argument(e);
   for (size_t l : DenseLayers(n_layers)) {
     if (l >= n_layers) {
       throw std::invalid_argument("dense layer " + std::to_string(l) + " outside the model's " +
@@ -100,8 +102,11 @@ void AttentionSpec::Validate(size_t n_layers) const {
 std::string AttentionSpec::str(size_t n_layers) const {
   std::ostringstream s;
   s << method;
-  if (method == "magicpig")
+  if (method == "magicpig") {
     s << " K=" << K << " L=" << L << " t=" << t;
+    if (!(schedule == lsh::Schedule{}))
+      s << " schedule=[" << schedule.str() << "]";
+  }
   else if (method != "dense")
     s << " budget=" << budget;
   if (method == "quest")

@@ -23,7 +23,8 @@ const AttentionSpec &Checked(const AttentionSpec &spec, const AttentionShape &sh
 LshAttention::LshAttention(const AttentionSpec &spec, const AttentionShape &shape)
     : spec_(Checked(spec, shape)), cache_(shape, spec.kv_dtype),
       set_(lsh::KernelRegistry::global().resolve(
-          lsh::KernelKey{spec.K, spec.L, int(shape.head_dim), spec.kv_dtype})),
+          lsh::KernelKey{spec.K, spec.L, int(shape.head_dim), spec.kv_dtype, lsh::Target::cpu,
+                         spec.schedule})),
       W_(spec.seed, shape.head_dim, spec.K, spec.L), log_u_(spec.K, spec.L, spec.t),
       dense_layer_(shape.n_layers, false), index_(shape.n_layers * shape.n_kv_heads),
       per_kvh_(shape.n_kv_heads) {
@@ -120,7 +121,7 @@ void LshAttention::AttendGroup(size_t layer, size_t kvh, const float *q, float *
   const AttentionShape &sh = cache_.shape();
   const size_t d = sh.head_dim, G = sh.group();
   const size_t begin = g.n_union * part / parts, end = g.n_union * (part + 1) / parts;
-  // One part writes the group's output directly; two write partial results for the merge.
+  // One part writes the group's output directly; several write partial results for the merge.
   float *o = parts == 1 ? out : g.out.data() + part * G * d;
   lsh::attend_step(set_, *index_[layer * sh.n_kv_heads + kvh], log_u_, g.buf, begin, end, part == 0,
                    q, int(G), d, cache_.Keys(layer, kvh), cache_.Values(layer, kvh), cache_.dtype(),
@@ -154,7 +155,11 @@ void LshAttention::Forward(size_t layer, size_t pos, size_t n, const float *q, c
   // took 6-9 % less time per layer than whole ones with a barrier between the phases, and
   // dropping the barrier another 8-17 % (16k: 196-216 against 222-246 us, 32k: 298-453 against
   // 322-530 us).
-  const size_t parts = pool.size() > 1 && H % pool.size() != 0 ? 2 : 1;
+  // The schedule's parts knob (0: this rule). It changes no compiled code, so the spec's value
+  // holds even when the registry served another schedule's kernels.
+  const size_t auto_parts = pool.size() > 1 && H % pool.size() != 0 ? 2 : 1;
+  const int sched_parts = spec_.schedule.parts ? spec_.schedule.parts : set_.key.schedule.parts;
+  const size_t parts = sched_parts > 0 ? size_t(sched_parts) : auto_parts;
   groups_.resize(H);
   if (!prepared_ || prepared_size_ < H) {
     prepared_ = std::make_unique<std::atomic<bool>[]>(H);
@@ -187,17 +192,19 @@ void LshAttention::Forward(size_t layer, size_t pos, size_t n, const float *q, c
     Group &g = groups_[kvh];
     if (!g.sampled || parts == 1)
       continue;
-    float *o = out + kvh * G * hd;
-    lsh::MergeArgs m;
-    m.out_a = g.out.data();
-    m.lse_a = g.lse.data();
-    m.out_b = g.out.data() + G * hd;
-    m.lse_b = g.lse.data() + G;
-    m.heads = G;
-    m.d = hd;
-    m.out = o;
-    m.lse = g.lse.data(); // in place: out may alias out_a, so lse may alias lse_a
-    set_.merge(m);
+    // Parts 1, 2, ... folded into part 0 by LSE, the last merge writing the group's output.
+    for (size_t p = 1; p < parts; ++p) {
+      lsh::MergeArgs m;
+      m.out_a = g.out.data();
+      m.lse_a = g.lse.data();
+      m.out_b = g.out.data() + p * G * hd;
+      m.lse_b = g.lse.data() + p * G;
+      m.heads = G;
+      m.d = hd;
+      m.out = p + 1 == parts ? out + kvh * G * hd : g.out.data(); // in place: out may alias out_a
+      m.lse = g.lse.data(); // so lse may alias lse_a
+      set_.merge(m);
+    }
   }
   for (const auto &c : per_kvh_)
     total_ += c;

@@ -10,8 +10,11 @@ const char *to_string(DType t) { return t == DType::f32 ? "f32" : "bf16"; }
 const char *to_string(Target t) { return t == Target::cpu ? "cpu" : "cuda"; }
 
 std::string KernelKey::str() const {
-  return "K=" + std::to_string(K) + " L=" + std::to_string(L) + " d=" + std::to_string(d) + " " +
-         to_string(dtype) + " " + to_string(target);
+  std::string s = "K=" + std::to_string(K) + " L=" + std::to_string(L) + " d=" + std::to_string(d) +
+                  " " + to_string(dtype) + " " + to_string(target);
+  if (!(schedule == Schedule{}))
+    s += " [" + schedule.str() + "]";
+  return s;
 }
 
 KernelRegistry &KernelRegistry::global() {
@@ -46,24 +49,40 @@ LshKernelSet KernelRegistry::resolve(const KernelKey &key) const {
   if (key.K < 1 || key.K > 16 || key.L < 1 || key.L > 1024 || key.d < 2 || key.d % 2 != 0)
     throw std::invalid_argument("LSH kernels: no kernel can serve " + key.str() +
                                 " (K in [1, 16], L in [1, 1024], d even and >= 2)");
+  if (const std::string e = key.schedule.validate(); !e.empty())
+    throw std::invalid_argument("LSH kernels: no kernel can serve " + key.str() + ": " + e);
   if (key.target != Target::cpu)
     throw std::invalid_argument("LSH kernels: the CPU registry cannot serve " + key.str());
-  for (const Entry &e : entries_)
-    if (e.key == key) {
-      LshKernelSet s = e.factory();
-      s.key = key;
-      s.specialised = true;
-      return s;
-    }
+  KernelKey fallback = key;
+  fallback.schedule = Schedule{};
+  for (const KernelKey &want : {key, fallback})
+    for (const Entry &e : entries_)
+      if (e.key == want) {
+        LshKernelSet s = e.factory();
+        s.key = want;
+        s.specialised = true;
+        s.schedule_fallback = !(want == key);
+        s.requested_schedule = key.schedule;
+        return s;
+      }
   LshKernelSet s = generic_kernel_set();
-  s.key = key;
+  s.key = fallback;
   s.specialised = false;
+  s.schedule_fallback = !(fallback == key);
+  s.requested_schedule = key.schedule;
   return s;
 }
 
 std::string KernelRegistry::describe(const LshKernelSet &set) {
-  return std::string(set.specialised ? "specialised " : "generic ") + set.key.str() + " on " +
-         set.simd_target + (set.specialised ? "" : " (no specialisation registered)");
+  KernelKey plain = set.key;
+  plain.schedule = Schedule{};
+  std::string s = std::string(set.specialised ? "specialised " : "generic ") + plain.str() +
+                  " on " + set.simd_target + ", schedule " + set.key.schedule.str();
+  if (!set.specialised)
+    s += " (no specialisation registered)";
+  if (set.schedule_fallback)
+    s += " (schedule " + set.requested_schedule.str() + " not registered: default served)";
+  return s;
 }
 
 } // namespace pig::runtime::lsh

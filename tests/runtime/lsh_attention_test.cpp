@@ -36,6 +36,7 @@ struct Case {
   bool equal_keys;  // every key the same row
   lsh::DType dtype;
   size_t kv_heads = 2; // 3 on the test's 2 threads: each group's sampled pass is split in two
+  int parts = 0;       // the schedule's parts knob (0: automatic)
 };
 
 // Rows of keys in a cone (a common offset plus noise), like a real model's keys.
@@ -71,6 +72,7 @@ TEST_P(LshAttentionTest, MatchesReferenceThroughIncrementalIndexing) {
   spec.kv_dtype = c.dtype;
   spec.dense_layers = {0};
   spec.dense_layers_set = true;
+  spec.schedule.parts = c.parts;
   const AttentionShape shape{layers, heads, kvh, d, cap};
   LshAttention attn(spec, shape);
   ThreadPool pool(2);
@@ -224,7 +226,11 @@ INSTANTIATE_TEST_SUITE_P(
         // 3 kv-heads on 2 threads: the sampled passes run as two merged halves per group.
         Case{"split_bf16", 300, 60, 1.0, false, lsh::DType::bf16, 3},
         Case{"split_f32", 120, 40, 1.0, false, lsh::DType::f32, 3},
-        Case{"split_equal_keys", 150, 20, 1.0, true, lsh::DType::bf16, 3}),
+        Case{"split_equal_keys", 150, 20, 1.0, true, lsh::DType::bf16, 3},
+        // The schedule's parts: whole passes, and more ranges than threads.
+        Case{"parts1", 200, 30, 1.0, false, lsh::DType::bf16, 3, 1},
+        Case{"parts3", 200, 30, 1.0, false, lsh::DType::bf16, 2, 3},
+        Case{"parts8_f32", 120, 30, 1.0, false, lsh::DType::f32, 3, 8}),
     [](const auto &info) { return std::string(info.param.name); });
 
 TEST(LshAttention, InvalidSpecsThrowWithAMessage) {
@@ -257,6 +263,10 @@ TEST(LshAttention, InvalidSpecsThrowWithAMessage) {
   s.method = "magicpig";
   s.t = 200;
   expect_throw(s, "t must be in");
+  s = {};
+  s.method = "magicpig";
+  s.schedule.block = 20;
+  expect_throw(s, "schedule knob 'block' = 20 is illegal");
   // A GQA group larger than the kernels take, and an odd head dim.
   s = {};
   s.method = "magicpig";

@@ -115,6 +115,9 @@ struct AttentionSpec {
   double budget = 0.02;
   size_t quest_page = 16;
   std::uint64_t sample_seed = 1; ///< oracle sampling draws
+  /// magicpig: the kernel schedule asked of the registry (lsh_schedule.h); the registry serves
+  /// the default schedule's set when none is registered for it, and says so in stats().kernels.
+  lsh::Schedule schedule{};
 
   /// "magicpig K=10 L=150 t=2 sink=4 local=64 dense={0,15} kv=bf16" (after defaults resolve).
   std::string str(size_t n_layers) const;

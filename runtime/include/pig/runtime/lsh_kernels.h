@@ -23,6 +23,8 @@
 #include <string>
 #include <vector>
 
+#include "pig/runtime/lsh_schedule.h"
+
 namespace pig::runtime::lsh {
 
 enum class DType : std::uint8_t { f32, bf16 };
@@ -43,9 +45,12 @@ struct KernelKey {
   int d = 128;
   DType dtype = DType::bf16;
   Target target = Target::cpu;
+  Schedule schedule{}; ///< how the set runs (lsh_schedule.h); not what it computes
 
   friend bool operator==(const KernelKey &, const KernelKey &) = default;
-  std::string str() const; ///< "K=10 L=150 d=128 bf16 cpu"
+  /// "K=10 L=150 d=128 bf16 cpu", with " [gqa=union block=32 ...]" when the schedule is not the
+  /// default.
+  std::string str() const;
 };
 
 /// The SimHash matrix W (d x cols, row-major, f32, bit-identical to pig::ref::simhash_matrix)
@@ -203,8 +208,12 @@ using MergeFn = void (*)(const MergeArgs &);
 /// One configuration's kernels, already dispatched to one SIMD target: calling them involves
 /// no further dispatch.
 struct LshKernelSet {
-  KernelKey key;                ///< for the generic set: the key it was resolved for
+  KernelKey key;                ///< the key served (its schedule is the one the kernels run)
   bool specialised = false;     ///< false: the generic kernels (K, L, d taken at run time)
+  /// Set by resolve() when the requested schedule had no registered set and the default
+  /// schedule's set (or the generic set) serves instead; `key.schedule` is then the default.
+  bool schedule_fallback = false;
+  Schedule requested_schedule{}; ///< the schedule resolve() was asked for
   const char *simd_target = ""; ///< Highway target name, e.g. "AVX2"
   EncodeFn encode = nullptr;    ///< queries (mean null) and keys (mean = centering mean)
   BuildIndexFn build_index = nullptr;
@@ -225,13 +234,18 @@ public:
 
   /// Registers a specialised set; a second registration of the same key replaces the first.
   void add(const KernelKey &key, KernelSetFactory factory);
-  /// The specialised set of `key` if one is registered, else the generic set (specialised =
-  /// false, key = `key`). Throws std::invalid_argument for a key no kernel can serve (K outside
-  /// [1, 16], L outside [1, 1024], d == 0 or odd, a cuda key on the CPU registry).
+  /// The set registered under exactly `key` (schedule included); else the set registered for
+  /// the same (K, L, d, dtype, target) with the default schedule; else the generic set with the
+  /// default schedule (specialised = false). The key of the result is what serves; a fallback
+  /// from the requested schedule sets schedule_fallback. Throws std::invalid_argument for a key
+  /// no kernel can serve (K outside [1, 16], L outside [1, 1024], d == 0 or odd, an illegal
+  /// schedule, a cuda key on the CPU registry).
   LshKernelSet resolve(const KernelKey &key) const;
   bool has_specialised(const KernelKey &key) const;
   std::vector<KernelKey> keys() const;
-  /// "specialised K=10 L=150 d=64 bf16 cpu on AVX2" or "generic ... (no specialisation)".
+  /// "specialised K=10 L=150 d=64 bf16 cpu on AVX2, schedule gqa=per_head block=64 ..." or
+  /// "generic ... (no specialisation registered)", plus what the requested schedule was when the
+  /// registry fell back from it.
   static std::string describe(const LshKernelSet &set);
 
 private:
@@ -258,8 +272,14 @@ struct KernelRegistrar {
 /// time. `name` must be unique in the TU. The object file must be linked in whole (it is part of
 /// pig_kernels, or its test executable): nothing else references it.
 #define PIG_REGISTER_LSH_KERNELS(name, K_, L_, d_, dtype_, factory)                                \
+  PIG_REGISTER_LSH_KERNELS_SCHEDULED(name, K_, L_, d_, dtype_, ::pig::runtime::lsh::Schedule{},     \
+                                     factory)
+
+/// The same for a set compiled with a schedule other than the default (`schedule_` a Schedule
+/// value, e.g. `::pig::runtime::lsh::Schedule{GqaStrategy::union_rows, 32}`).
+#define PIG_REGISTER_LSH_KERNELS_SCHEDULED(name, K_, L_, d_, dtype_, schedule_, factory)           \
   static const ::pig::runtime::lsh::KernelRegistrar pig_lsh_registrar_##name {                     \
     ::pig::runtime::lsh::KernelKey{K_, L_, d_, ::pig::runtime::lsh::DType::dtype_,                 \
-                                   ::pig::runtime::lsh::Target::cpu},                              \
+                                   ::pig::runtime::lsh::Target::cpu, schedule_},                   \
         factory                                                                                    \
   }
