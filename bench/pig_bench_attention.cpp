@@ -31,6 +31,7 @@
 #include <cstring>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -42,6 +43,7 @@
 #include "pig/reference/synthetic.h"
 #include "pig/runtime/lsh_index.h"
 #include "pig/runtime/lsh_kernels.h"
+#include "schedule_variants.h"
 
 namespace {
 
@@ -198,6 +200,8 @@ struct DenseCall {
   std::size_t c = 0, calls = 0;
   DenseCall(Dataset &d, bool generic)
       : ds(d), set(resolve(d, generic)), out(std::size_t(d.G) * d.d), lse(std::size_t(d.G)) {}
+  DenseCall(Dataset &d, const lsh::LshKernelSet &s)
+      : ds(d), set(s), out(std::size_t(d.G) * d.d), lse(std::size_t(d.G)) {}
   static lsh::LshKernelSet resolve(const Dataset &d, bool generic) {
     lsh::LshKernelSet s = lsh::KernelRegistry::global().resolve(
         {kK, kL, int(d.d), lsh::DType::bf16, lsh::Target::cpu});
@@ -240,6 +244,8 @@ struct SampledCall {
   SampledCall(Dataset &d, bool generic)
       : ds(d), set(DenseCall::resolve(d, generic)), scratch(d.n), out(std::size_t(d.G) * d.d),
         lse(std::size_t(d.G)) {}
+  SampledCall(Dataset &d, const lsh::LshKernelSet &s)
+      : ds(d), set(s), scratch(d.n), out(std::size_t(d.G) * d.d), lse(std::size_t(d.G)) {}
   void operator()() {
     lsh::sampled_step(set, ds.index[c], *ds.W, *ds.lut, kT, scratch, buf, ds.query(calls), ds.G,
                       ds.k[c].data(), ds.v[c].data() + kVSkew, lsh::DType::bf16,
@@ -625,6 +631,29 @@ void BM_PairRetrieval(benchmark::State &state, std::size_t n, std::size_t d) {
   run_pair(state, key("pair_retrieval", d, 1, n), ours, pub);
 }
 
+// A: the default schedule, B: one knob changed (generic bf16 sets both; schedule_variants.cpp).
+// B / A > 1: the variant is slower; the knob table prints A / B, the variant's speed-up.
+void BM_PairKnob(benchmark::State &state, const std::string &name, std::size_t n, std::size_t d,
+                 int G, std::size_t variant, bool dense) {
+  Dataset &ds = dataset(n, d, G, true);
+  const lsh::LshKernelSet base = pig::bench::default_schedule_set();
+  const lsh::LshKernelSet var = pig::bench::schedule_variant_sets()[variant];
+  if (dense) {
+    DenseCall a(ds, base), b(ds, var);
+    run_pair(state, name, a, b);
+  } else {
+    SampledCall a(ds, base), b(ds, var);
+    run_pair(state, name, a, b);
+  }
+  state.SetLabel(var.key.schedule.str());
+}
+
+// The knob pairs of this run: name -> (variant's schedule, pass, shape).
+struct KnobPair {
+  std::string schedule, pass, shape;
+};
+std::map<std::string, KnobPair> g_knob_pairs;
+
 // ---- reporting ----------------------------------------------------------------------------------
 
 double to_ns(benchmark::TimeUnit u) {
@@ -660,6 +689,38 @@ double stream_bytes_per_ns() {
   if (it == g_median.end())
     return 0;
   return double(stream_buffer().size() * 8) / it->second;
+}
+
+// One line per (variant, pass): the variant's speed-up over the default schedule per shape.
+void print_knob_table() {
+  if (g_knob_pairs.empty())
+    return;
+  std::printf("\n==== schedule knobs: default time / variant time (interleaved pairs; > 1: the "
+              "variant is faster) ====\n");
+  std::map<std::string, std::map<std::string, double>> rows; // "schedule | pass" -> shape -> x
+  std::map<std::string, bool> shapes;
+  for (const auto &[name, kp] : g_knob_pairs) {
+    auto it = g_pair.find(name);
+    if (it == g_pair.end() || it->second.b <= 0)
+      continue;
+    rows[kp.schedule + " | " + kp.pass][kp.shape] = it->second.a / it->second.b;
+    shapes[kp.shape] = true;
+  }
+  std::printf("%-72s", "variant | pass");
+  for (const auto &[sh, _] : shapes)
+    std::printf(" %14s", sh.c_str());
+  std::printf("\n");
+  for (const auto &[row, cells] : rows) {
+    std::printf("%-72s", row.c_str());
+    for (const auto &[sh, _] : shapes) {
+      auto c = cells.find(sh);
+      if (c == cells.end())
+        std::printf(" %14s", "-");
+      else
+        std::printf(" %13.3fx", c->second);
+    }
+    std::printf("\n");
+  }
 }
 
 void print_ratios() {
@@ -837,6 +898,74 @@ int main(int argc, char **argv) {
       ->Unit(benchmark::kMicrosecond)
       ->UseRealTime()
       ->MinTime(1.0);
+  // --schedule=KNOBS: the knob pairs of that one variant only (it must be one of those compiled
+  // in schedule_variants.cpp; the others take a manifest line and pig-translate).
+  std::optional<lsh::Schedule> only;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a.rfind("--schedule=", 0) != 0)
+      continue;
+    std::string err;
+    only = lsh::Schedule::parse(a.substr(11), &err);
+    if (!only) {
+      std::fprintf(stderr, "pig-bench-attention: --schedule: %s\n", err.c_str());
+      return 2;
+    }
+    bool compiled = false;
+    std::string list;
+    for (const lsh::LshKernelSet &v : pig::bench::schedule_variant_sets()) {
+      compiled = compiled || v.key.schedule == *only;
+      list += "\n  " + v.key.schedule.str();
+    }
+    if (!compiled) {
+      std::fprintf(stderr,
+                   "pig-bench-attention: --schedule: %s is not among the compiled variants:%s\n",
+                   only->str().c_str(), list.c_str());
+      return 2;
+    }
+    for (int j = i; j + 1 < argc; ++j)
+      argv[j] = argv[j + 1];
+    --argc;
+    --i;
+  }
+  // Knob pairs: every variant against the default, per shape (one head and a group of 3, d = 64
+  // and 128; n = 16k, 32k, 128k), grouped by dataset. The sampled step for every knob (gqa only
+  // for groups), the dense pass for the knobs it uses (block, dense_prefetch).
+  {
+    const std::vector<lsh::LshKernelSet> variants = pig::bench::schedule_variant_sets();
+    struct Shape {
+      std::size_t d;
+      int G;
+    };
+    for (const Shape s : {Shape{64, 1}, Shape{128, 1}, Shape{64, 3}, Shape{128, 3}})
+      for (std::size_t n : {16384, 32768, 131072})
+        for (std::size_t vi = 0; vi < variants.size(); ++vi) {
+          const lsh::Schedule &vs = variants[vi].key.schedule;
+          if (only && !(vs == *only))
+            continue;
+          const lsh::Schedule def{};
+          const bool gqa = vs.gqa != def.gqa, dense_knob = vs.block != def.block ||
+                                                          vs.dense_prefetch != def.dense_prefetch;
+          for (bool dense : {false, true}) {
+            if ((gqa && s.G == 1) || (dense && !dense_knob))
+              continue;
+            char buf[160];
+            std::snprintf(buf, sizeof buf, "d%zu/G%d/%zuk", s.d, s.G, n / 1024);
+            const std::string shape = buf;
+            std::snprintf(buf, sizeof buf, "pair_knob/%s/%s/d:%zu/G:%d/n:%zu", vs.symbol().c_str(),
+                          dense ? "dense" : "sampled", s.d, s.G, n);
+            const std::string name = buf;
+            g_knob_pairs[name] = {vs.str(), dense ? "dense" : "sampled", shape};
+            benchmark::RegisterBenchmark(name.c_str(),
+                                         [=](benchmark::State &st) {
+                                           BM_PairKnob(st, name, n, s.d, s.G, vi, dense);
+                                         })
+                ->Unit(benchmark::kMicrosecond)
+                ->UseRealTime()
+                ->MinTime(1.0);
+          }
+        }
+  }
   benchmark::Initialize(&argc, argv);
   if (benchmark::ReportUnrecognizedArguments(argc, argv))
     return 1;
@@ -845,6 +974,7 @@ int main(int argc, char **argv) {
   CapturingReporter reporter;
   benchmark::RunSpecifiedBenchmarks(&reporter);
   print_ratios();
+  print_knob_table();
   benchmark::Shutdown();
   return 0;
 }

@@ -4,7 +4,7 @@
 //           [--attention dense|magicpig|topk|quest|oracle] [--lsh K=10,L=150,t=2]
 //           [--sink 4 --local 64 --dense-layers 0,15] [--budget F] [--kv bf16|f32]
 //           [--temperature T --top-p P --seed S] [--chat] [--threads N] [--ctx N]
-//           [--expect TEXT] [--rate-steps N]
+//           [--expect TEXT] [--rate-steps N] [--schedule KNOBS]
 //   pig-run --demo [--demo-text FILE] [--demo-seed S] [--demo-bytes N]   (what ./pig run runs)
 // Streams the generated text to stdout, then prints a summary to stderr: prefill and decode
 // speed, the sampled fraction (cost2) and index traffic (cost1), KV and index memory, and which
@@ -70,6 +70,7 @@ struct Options {
                "               [--attention dense|magicpig|topk|quest|oracle]\n"
                "               [--lsh K=10,L=150,t=2] [--sink N] [--local N]\n"
                "               [--dense-layers 0,15|none] [--budget F] [--kv bf16|f32]\n"
+               "               [--schedule 'block=32 gqa=union ...']  (LSH kernel schedule)\n"
                "               [--compare dense,magicpig,...]  (one prefill, side by side)\n"
                "               [--batch B]  (B sequences of different lengths, decoded together)\n"
                "               [--threads N] [--ctx N] [--long-context] [--print-ids]\n"
@@ -186,6 +187,12 @@ Options Parse(int argc, char **argv) {
         while (std::getline(ss, item, ','))
           o.attention.dense_layers.push_back(ParseCount(a, item));
       }
+    } else if (a == "--schedule") {
+      std::string err;
+      const auto sched = pig::runtime::lsh::Schedule::parse(value(), &err);
+      if (!sched)
+        Usage("--schedule: " + err);
+      o.attention.schedule = *sched;
     } else if (a == "--budget") {
       o.attention.budget = ParseNumber(a, value());
     } else if (a == "--kv") {
