@@ -30,11 +30,15 @@ using namespace mlir;
 namespace {
 enum class Emit { Cpu, CpuRegistry, Cuda };
 
-llvm::cl::list<std::string> inputs(llvm::cl::Positional, llvm::cl::desc("<input .mlir files>"));
+// Our options only in --help: the linked LLVM libraries register hundreds of their own.
+llvm::cl::OptionCategory category("pig-translate options");
+llvm::cl::list<std::string> inputs(llvm::cl::Positional, llvm::cl::desc("<input .mlir files>"),
+                                   llvm::cl::cat(category));
 llvm::cl::opt<std::string> output("o", llvm::cl::desc("output file (default: stdout)"),
-                                  llvm::cl::value_desc("file"), llvm::cl::init("-"));
+                                  llvm::cl::value_desc("file"), llvm::cl::init("-"),
+                                  llvm::cl::cat(category));
 llvm::cl::opt<Emit>
-    emit("emit", llvm::cl::desc("what to emit"), llvm::cl::Required,
+    emit("emit", llvm::cl::desc("what to emit"), llvm::cl::Required, llvm::cl::cat(category),
          llvm::cl::values(
              clEnumValN(Emit::Cpu, "cpu", "the Highway TU of one configuration (one input)"),
              clEnumValN(Emit::CpuRegistry, "cpu-registry",
@@ -44,11 +48,12 @@ llvm::cl::opt<std::string>
     selfInclude("hwy-self-include",
                 llvm::cl::desc("--emit=cpu: the name HWY_TARGET_INCLUDE gives the output file "
                                "(default pig_lsh_<key>.cpp)"),
-                llvm::cl::init(""));
+                llvm::cl::init(""), llvm::cl::cat(category));
 } // namespace
 
 int main(int argc, char **argv) {
   llvm::InitLLVM init(argc, argv);
+  llvm::cl::HideUnrelatedOptions(category);
   llvm::cl::ParseCommandLineOptions(argc, argv, "pig-translate: pig IR to C++ kernel sources\n");
   if (inputs.empty())
     inputs.push_back("-");
