@@ -20,18 +20,9 @@ std::string KernelPlan::keySymbol() const {
   return s;
 }
 
-// Schedule::symbol()'s spelling ("g0_b64_p8_dp64_ta8_pa0"), written with a stream: the
-// header's `"g" + std::to_string(...)` chain trips the same GCC 12 -Wrestrict false positive
-// at -O3 when it is inlined here.
 std::string KernelPlan::symbol() const {
-  static_assert(::pig::runtime::lsh::kScheduleKnobs.size() == 6,
-                "a knob was added: give it a tag here (and in Schedule::symbol)");
-  static const char *const tags[] = {"g", "b", "p", "dp", "ta", "pa"};
-  std::string s;
-  llvm::raw_string_ostream os(s);
-  os << keySymbol();
-  for (size_t i = 0; i < ::pig::runtime::lsh::kScheduleKnobs.size(); ++i)
-    os << "_" << tags[i] << schedule.get(i);
+  std::string s = keySymbol();
+  s.append("_").append(schedule.symbol());
   return s;
 }
 
