@@ -944,8 +944,8 @@ int main(int argc, char **argv) {
           if (only && !(vs == *only))
             continue;
           const lsh::Schedule def{};
-          const bool gqa = vs.gqa != def.gqa, dense_knob = vs.block != def.block ||
-                                                          vs.dense_prefetch != def.dense_prefetch;
+          const bool gqa = vs.gqa != def.gqa,
+                     dense_knob = vs.block != def.block || vs.dense_prefetch != def.dense_prefetch;
           for (bool dense : {false, true}) {
             if ((gqa && s.G == 1) || (dense && !dense_knob))
               continue;
@@ -956,10 +956,9 @@ int main(int argc, char **argv) {
                           dense ? "dense" : "sampled", s.d, s.G, n);
             const std::string name = buf;
             g_knob_pairs[name] = {vs.str(), dense ? "dense" : "sampled", shape};
-            benchmark::RegisterBenchmark(name.c_str(),
-                                         [=](benchmark::State &st) {
-                                           BM_PairKnob(st, name, n, s.d, s.G, vi, dense);
-                                         })
+            benchmark::RegisterBenchmark(
+                name.c_str(),
+                [=](benchmark::State &st) { BM_PairKnob(st, name, n, s.d, s.G, vi, dense); })
                 ->Unit(benchmark::kMicrosecond)
                 ->UseRealTime()
                 ->MinTime(1.0);

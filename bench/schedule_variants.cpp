@@ -57,12 +57,12 @@ HWY_EXPORT(Tables16);
 pig::runtime::lsh::LshKernelSet default_schedule_set() { return HWY_DYNAMIC_DISPATCH(Default)(); }
 
 std::vector<pig::runtime::lsh::LshKernelSet> schedule_variant_sets() {
-  return {HWY_DYNAMIC_DISPATCH(Union)(),     HWY_DYNAMIC_DISPATCH(Block16)(),
-          HWY_DYNAMIC_DISPATCH(Block32)(),   HWY_DYNAMIC_DISPATCH(Block128)(),
-          HWY_DYNAMIC_DISPATCH(Prefetch0)(), HWY_DYNAMIC_DISPATCH(Prefetch4)(),
+  return {HWY_DYNAMIC_DISPATCH(Union)(),      HWY_DYNAMIC_DISPATCH(Block16)(),
+          HWY_DYNAMIC_DISPATCH(Block32)(),    HWY_DYNAMIC_DISPATCH(Block128)(),
+          HWY_DYNAMIC_DISPATCH(Prefetch0)(),  HWY_DYNAMIC_DISPATCH(Prefetch4)(),
           HWY_DYNAMIC_DISPATCH(Prefetch16)(), HWY_DYNAMIC_DISPATCH(Dense0)(),
-          HWY_DYNAMIC_DISPATCH(Dense32)(),   HWY_DYNAMIC_DISPATCH(Dense128)(),
-          HWY_DYNAMIC_DISPATCH(Tables0)(),   HWY_DYNAMIC_DISPATCH(Tables4)(),
+          HWY_DYNAMIC_DISPATCH(Dense32)(),    HWY_DYNAMIC_DISPATCH(Dense128)(),
+          HWY_DYNAMIC_DISPATCH(Tables0)(),    HWY_DYNAMIC_DISPATCH(Tables4)(),
           HWY_DYNAMIC_DISPATCH(Tables16)()};
 }
 } // namespace pig::bench

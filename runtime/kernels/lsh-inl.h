@@ -345,7 +345,7 @@ HWY_INLINE void WalkIndex(const IndexView &ix, const uint16_t *HWY_RESTRICT qc, 
     return ix.ids + seg * kSegment * L + (i % L) * len;
   };
   constexpr std::size_t ahead = std::size_t(kAhead); // tables whose id lists are in flight
-  thread_local uint32_t lo_hi[2 * 1024]; // the segment's [lo, hi) per table; L <= 1024
+  thread_local uint32_t lo_hi[2 * 1024];             // the segment's [lo, hi) per table; L <= 1024
   for (std::size_t s = 0; s < nseg; ++s) {
     for (std::size_t l = 0; l < L; ++l) {
       const uint16_t *o = offsets(s * L + l);
@@ -407,46 +407,48 @@ HWY_INLINE std::size_t CountHead(const IndexView &ix, const uint16_t *HWY_RESTRI
   const auto vbase = hn::Set(du, base), vt = hn::Set(du, base + t), one = hn::Set(du, 1u);
   const auto vsat = hn::Set(du, base + t + 1);
   const auto low = hn::Set(du, 0xFFu), high = hn::Set(du, 0xFFFFFF00u);
-  WalkIndex<kK, kL, kAhead>(ix, qc, [&](std::size_t s, const uint16_t *ids, uint32_t lo, uint32_t hi) {
-    // ids are relative to the segment
-    uint8_t *HWY_RESTRICT cw = counters + s * kSegment;
-    const auto seg = hn::Set(du, uint32_t(s * kSegment));
-    for (uint32_t j = lo; j < hi; j += uint32_t(N)) {
-      const std::size_t n = std::min<std::size_t>(N, hi - j);
-      // A masked load: the last list of the index may end at the end of its allocation.
-      const auto id = hn::PromoteTo(du, hn::MaskedLoad(hn::FirstN(d16, n), d16, ids + j));
-      const auto valid = hn::FirstN(du, n);
-      const auto offset = hn::BitCast(di, id); // bytes
-      // Masked gather and scatter (Highway 1.0.3 has neither): lanes past the list's end cost
-      // nothing, where unmasked ones repeating the last entry took a full 16-lane scatter.
-      const auto word = decltype(id){
-          _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), valid.raw, offset.raw, cw, 1)};
-      // base + this head's count after the entry, saturated at base + t + 1
-      const auto now = hn::Min(hn::Add(hn::Max(hn::And(word, low), vbase), one), vsat);
-      _mm512_mask_i32scatter_epi32(cw, valid.raw, offset.raw, hn::Or(hn::And(word, high), now).raw,
-                                   1);
-      const auto hit = hn::And(valid, hn::Eq(now, vt));
-      hn::StoreU(hn::Compress(hn::Add(id, seg), hit), du, hits + n_hits); // hits has N slack
-      n_hits += hn::CountTrue(du, hit);
-    }
-  });
+  WalkIndex<kK, kL, kAhead>(
+      ix, qc, [&](std::size_t s, const uint16_t *ids, uint32_t lo, uint32_t hi) {
+        // ids are relative to the segment
+        uint8_t *HWY_RESTRICT cw = counters + s * kSegment;
+        const auto seg = hn::Set(du, uint32_t(s * kSegment));
+        for (uint32_t j = lo; j < hi; j += uint32_t(N)) {
+          const std::size_t n = std::min<std::size_t>(N, hi - j);
+          // A masked load: the last list of the index may end at the end of its allocation.
+          const auto id = hn::PromoteTo(du, hn::MaskedLoad(hn::FirstN(d16, n), d16, ids + j));
+          const auto valid = hn::FirstN(du, n);
+          const auto offset = hn::BitCast(di, id); // bytes
+          // Masked gather and scatter (Highway 1.0.3 has neither): lanes past the list's end cost
+          // nothing, where unmasked ones repeating the last entry took a full 16-lane scatter.
+          const auto word = decltype(id){
+              _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), valid.raw, offset.raw, cw, 1)};
+          // base + this head's count after the entry, saturated at base + t + 1
+          const auto now = hn::Min(hn::Add(hn::Max(hn::And(word, low), vbase), one), vsat);
+          _mm512_mask_i32scatter_epi32(cw, valid.raw, offset.raw,
+                                       hn::Or(hn::And(word, high), now).raw, 1);
+          const auto hit = hn::And(valid, hn::Eq(now, vt));
+          hn::StoreU(hn::Compress(hn::Add(id, seg), hit), du, hits + n_hits); // hits has N slack
+          n_hits += hn::CountTrue(du, hit);
+        }
+      });
 #else
   (void)hits;
-  WalkIndex<kK, kL, kAhead>(ix, qc, [&](std::size_t s, const uint16_t *ids, uint32_t lo, uint32_t hi) {
-    uint8_t *HWY_RESTRICT c = counters + s * kSegment; // ids are relative to the segment
-    const std::size_t s0 = s * kSegment;
-    for (uint32_t j = lo; j < hi; ++j) {
-      const uint32_t id = ids[j];
-      // max(v - base, 0) without a branch: written as v > base ? v : base, GCC emits a jump
-      // that mispredicts on every second collision of a token.
-      const int32_t dv = int32_t(c[id]) - int32_t(base);
-      const uint32_t was = uint32_t(dv & ~(dv >> 31)); // this head's count before the entry
-      const uint32_t now = was + uint32_t(was <= t);   // after it, saturated at t + 1
-      c[id] = uint8_t(base + now);
-      const std::size_t g = s0 + id;
-      bits[g / 64] |= uint64_t(now == t) << (g % 64); // only the entry from t - 1 gives t
-    }
-  });
+  WalkIndex<kK, kL, kAhead>(
+      ix, qc, [&](std::size_t s, const uint16_t *ids, uint32_t lo, uint32_t hi) {
+        uint8_t *HWY_RESTRICT c = counters + s * kSegment; // ids are relative to the segment
+        const std::size_t s0 = s * kSegment;
+        for (uint32_t j = lo; j < hi; ++j) {
+          const uint32_t id = ids[j];
+          // max(v - base, 0) without a branch: written as v > base ? v : base, GCC emits a jump
+          // that mispredicts on every second collision of a token.
+          const int32_t dv = int32_t(c[id]) - int32_t(base);
+          const uint32_t was = uint32_t(dv & ~(dv >> 31)); // this head's count before the entry
+          const uint32_t now = was + uint32_t(was <= t);   // after it, saturated at t + 1
+          c[id] = uint8_t(base + now);
+          const std::size_t g = s0 + id;
+          bits[g / 64] |= uint64_t(now == t) << (g % 64); // only the entry from t - 1 gives t
+        }
+      });
 #endif
   return n_hits;
 }
@@ -459,13 +461,14 @@ HWY_INLINE void CountHeadWide(const IndexView &ix, const uint16_t *HWY_RESTRICT 
                               uint64_t *HWY_RESTRICT bits) {
   thread_local std::vector<uint16_t> count;
   count.assign(ix.count, 0);
-  WalkIndex<kK, kL, kAhead>(ix, qc, [&](std::size_t s, const uint16_t *ids, uint32_t lo, uint32_t hi) {
-    for (uint32_t j = lo; j < hi; ++j) {
-      const std::size_t g = s * kSegment + ids[j];
-      if (++count[g] == t)
-        bits[g / 64] |= uint64_t(1) << (g % 64);
-    }
-  });
+  WalkIndex<kK, kL, kAhead>(ix, qc,
+                            [&](std::size_t s, const uint16_t *ids, uint32_t lo, uint32_t hi) {
+                              for (uint32_t j = lo; j < hi; ++j) {
+                                const std::size_t g = s * kSegment + ids[j];
+                                if (++count[g] == t)
+                                  bits[g / 64] |= uint64_t(1) << (g % 64);
+                              }
+                            });
 }
 
 // The union of G hit bitsets (head h's at bits + h * stride, `words` words each) in ascending
@@ -587,8 +590,8 @@ template <int kK, int kL, int kAhead> void Retrieve(const RetrieveArgs &a) {
       base = 0;
     }
     *a.state.epoch = base + t + 1;
-    const std::size_t n_hits =
-        CountHead<kK, kL, kAhead>(ix, a.query_codes + h * L, base, t, a.state.counters, bits, hits.data());
+    const std::size_t n_hits = CountHead<kK, kL, kAhead>(ix, a.query_codes + h * L, base, t,
+                                                         a.state.counters, bits, hits.data());
     for (std::size_t i = 0; i < n_hits; ++i) // hits of the vector walk (none on other targets)
       bits[hits[i] / 64] |= uint64_t(1) << (hits[i] % 64);
   }
@@ -969,7 +972,7 @@ HWY_INLINE void SampledRange(Heads &st, const SampledAttentionArgs &a) {
       for (std::size_t i = nb; i < kBlock; ++i)
         c[h * kBlock + i] = z[h * kBlock + i] = 0;
       SubtractLogU<kS>(a.log_u, st.qnorm[h], c + h * kBlock, nn, a.masks ? a.masks + i0 : nullptr,
-                   h + st.mask_shift, nb, z + h * kBlock);
+                       h + st.mask_shift, nb, z + h * kBlock);
       BlockWeights<kD, kS>(st, h, nb, z + h * kBlock);
     }
     AccumulateValues<kG, kD, Row, kS>(st, vrows, nb, z);
@@ -1032,8 +1035,8 @@ template <int kG, int kD, typename Row, Schedule kS> void DenseG(const DenseAtte
   thread_local std::vector<float> buf;
   Heads st;
   InitHeads<Row>(st, a.q, kG, a.d, a.scale, nullptr, buf);
-  DenseRange<kG, kD, Row, kS>(st, static_cast<const Row *>(a.k), static_cast<const Row *>(a.v), a.begin,
-                          a.end);
+  DenseRange<kG, kD, Row, kS>(st, static_cast<const Row *>(a.k), static_cast<const Row *>(a.v),
+                              a.begin, a.end);
   FinishHeads<Row>(st, kG, a.out, a.lse);
 }
 
@@ -1179,7 +1182,8 @@ constexpr Schedule ForDense(Schedule s) {
 
 // The kernel set of this target for one configuration (all zeros and void: the generic set) and
 // one schedule (lsh_schedule.h; the default unless given).
-template <int kK, int kL, int kD, typename T, Schedule kS = Schedule{}> LshKernelSet MakeKernelSet() {
+template <int kK, int kL, int kD, typename T, Schedule kS = Schedule{}>
+LshKernelSet MakeKernelSet() {
   static_assert(kD % 2 == 0, "head dimension must be even");
   static_assert(kK >= 0 && kK <= 16 && kL >= 0 && kL <= 1024, "K in [1, 16], L in [1, 1024]");
   static_assert(kS.block == 16 || kS.block == 32 || kS.block == 64 || kS.block == 128,

@@ -106,8 +106,7 @@ std::string AttentionSpec::str(size_t n_layers) const {
     s << " K=" << K << " L=" << L << " t=" << t;
     if (!(schedule == lsh::Schedule{}))
       s << " schedule=[" << schedule.str() << "]";
-  }
-  else if (method != "dense")
+  } else if (method != "dense")
     s << " budget=" << budget;
   if (method == "quest")
     s << " page=" << quest_page;

@@ -22,9 +22,8 @@ const AttentionSpec &Checked(const AttentionSpec &spec, const AttentionShape &sh
 
 LshAttention::LshAttention(const AttentionSpec &spec, const AttentionShape &shape)
     : spec_(Checked(spec, shape)), cache_(shape, spec.kv_dtype),
-      set_(lsh::KernelRegistry::global().resolve(
-          lsh::KernelKey{spec.K, spec.L, int(shape.head_dim), spec.kv_dtype, lsh::Target::cpu,
-                         spec.schedule})),
+      set_(lsh::KernelRegistry::global().resolve(lsh::KernelKey{
+          spec.K, spec.L, int(shape.head_dim), spec.kv_dtype, lsh::Target::cpu, spec.schedule})),
       W_(spec.seed, shape.head_dim, spec.K, spec.L), log_u_(spec.K, spec.L, spec.t),
       dense_layer_(shape.n_layers, false), index_(shape.n_layers * shape.n_kv_heads),
       per_kvh_(shape.n_kv_heads) {
@@ -202,7 +201,7 @@ void LshAttention::Forward(size_t layer, size_t pos, size_t n, const float *q, c
       m.heads = G;
       m.d = hd;
       m.out = p + 1 == parts ? out + kvh * G * hd : g.out.data(); // in place: out may alias out_a
-      m.lse = g.lse.data(); // so lse may alias lse_a
+      m.lse = g.lse.data();                                       // so lse may alias lse_a
       set_.merge(m);
     }
   }

@@ -134,11 +134,11 @@ TEST(Kernels, Q4_0FromTheSpecification) {
     want[32 + j] = -2.0f * float((j * 5 + 3) % 16 - 8);
     want[48 + j] = -2.0f * float((j * 11 + 7) % 16 - 8);
   }
-  EXPECT_EQ(want[0], -2.0f);   // nibble 0
-  EXPECT_EQ(want[15], 1.75f);  // nibble 15
-  EXPECT_EQ(want[16], 1.75f);  // high nibble of byte 0 = 15
-  EXPECT_EQ(want[32], 10.0f);  // -2 * (3 - 8)
-  EXPECT_EQ(want[48], 2.0f);   // high nibble of block 1 byte 0 = 7: -2 * (7 - 8)
+  EXPECT_EQ(want[0], -2.0f);  // nibble 0
+  EXPECT_EQ(want[15], 1.75f); // nibble 15
+  EXPECT_EQ(want[16], 1.75f); // high nibble of byte 0 = 15
+  EXPECT_EQ(want[32], 10.0f); // -2 * (3 - 8)
+  EXPECT_EQ(want[48], 2.0f);  // high nibble of block 1 byte 0 = 7: -2 * (7 - 8)
   ExpectDequantizesTo(GgmlType::kQ4_0, Bytes(blocks), want);
 }
 
@@ -187,8 +187,8 @@ TEST(Kernels, Q4_KFromTheSpecification) {
     const int q = high ? byte >> 4 : byte & 15;
     want[e] = 0.5f * float(sc[s]) * float(q) - 0.25f * float(m[s]);
   }
-  EXPECT_EQ(want[0], 5.5f);    // qs[0] = 11, low nibble 11; sub-block 0: 0.5 * 1 * 11 - 0.25 * 0
-  EXPECT_EQ(want[32], -2.25f); // high nibble of 11 = 0; sub-block 1: 0.5 * 2 * 0 - 0.25 * 9
+  EXPECT_EQ(want[0], 5.5f);     // qs[0] = 11, low nibble 11; sub-block 0: 0.5 * 1 * 11 - 0.25 * 0
+  EXPECT_EQ(want[32], -2.25f);  // high nibble of 11 = 0; sub-block 1: 0.5 * 2 * 0 - 0.25 * 9
   EXPECT_EQ(want[255], 185.0f); // qs[127] = 0x66, high nibble 6; sub-block 7: 0.5*63*6 - 0.25*16
   ExpectDequantizesTo(GgmlType::kQ4_K, Bytes(std::vector<BlockQ4_K>{blk}), want);
 }
@@ -215,8 +215,9 @@ TEST(Kernels, Q6_KFromTheSpecification) {
     const int high = (blk.qh[32 * h + l] >> (2 * r)) & 3;
     want[e] = 0.5f * float(scales[8 * h + l / 16 + 2 * r]) * float((low | (high << 4)) - 32);
   }
-  EXPECT_EQ(want[0], -2.5f);    // ql[0] = 11, qh[0] = 5 -> q = (11 | 1 << 4) - 32 = -5; 0.5 * 1 * -5
-  EXPECT_EQ(want[255], 1664.0f); // ql[127] = 0x66 -> 6, qh[63] = 0x10 -> 0: q = -26; 0.5 * -128 * -26
+  EXPECT_EQ(want[0], -2.5f); // ql[0] = 11, qh[0] = 5 -> q = (11 | 1 << 4) - 32 = -5; 0.5 * 1 * -5
+  EXPECT_EQ(want[255],
+            1664.0f); // ql[127] = 0x66 -> 6, qh[63] = 0x10 -> 0: q = -26; 0.5 * -128 * -26
   ExpectDequantizesTo(GgmlType::kQ6_K, Bytes(std::vector<BlockQ6_K>{blk}), want);
 }
 

@@ -110,8 +110,8 @@ TEST(Select, CheapestUnderAnErrorWithDeterministicTies) {
       {{7, 64, 2}, 0.050, 0.20},   // 2
       {{12, 200, 2}, 0.010, 0.30}, // 3: cheapest, too inaccurate
   };
-  EXPECT_EQ(select_max_error(p, 0.1), 1u);         // tie on cost: smaller K * L wins
-  EXPECT_EQ(select_max_error(p, 0.1, 0.0), 0u);    // no tolerance: the strictly cheapest
+  EXPECT_EQ(select_max_error(p, 0.1), 1u);      // tie on cost: smaller K * L wins
+  EXPECT_EQ(select_max_error(p, 0.1, 0.0), 0u); // no tolerance: the strictly cheapest
   EXPECT_EQ(select_max_error(p, 0.5), 3u);
   EXPECT_EQ(select_max_error(p, 0.01), std::nullopt);
   // Equal projections: the earlier (manifest) order wins, never the timing.

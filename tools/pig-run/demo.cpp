@@ -15,8 +15,8 @@ namespace {
 // Cities the 135M model names reliably once it has read them (all one or two BPE tokens); the
 // question gives no list, so a guess is unlikely to hit the planted one.
 constexpr std::array<const char *, 12> kCities = {
-    "Lisbon", "Oslo",     "Nairobi",   "Montreal",  "Kyoto",    "Valparaiso",
-    "Dublin", "Tallinn",  "Reykjavik", "Marrakesh", "Helsinki", "Auckland"};
+    "Lisbon", "Oslo",    "Nairobi",   "Montreal",  "Kyoto",    "Valparaiso",
+    "Dublin", "Tallinn", "Reykjavik", "Marrakesh", "Helsinki", "Auckland"};
 
 // Byte offsets where `sep` starts, each the start of a break the fact can be planted at.
 std::vector<size_t> Breaks(const std::string &text, const std::string &sep) {

@@ -64,33 +64,34 @@ struct Options {
 [[noreturn]] void Usage(const std::string &error) {
   if (!error.empty())
     std::fprintf(stderr, "pig-run: %s\n", error.c_str());
-  std::fprintf(stderr,
-               "usage: pig-run [--model FILE] (--prompt TEXT | --prompt-file F) --max-new N\n"
-               "               [--temperature T] [--top-p P] [--seed S] [--chat]\n"
-               "               [--attention dense|magicpig|topk|quest|oracle]\n"
-               "               [--lsh K=10,L=150,t=2] [--sink N] [--local N]\n"
-               "               [--dense-layers 0,15|none] [--budget F] [--kv bf16|f32]\n"
-               "               [--schedule 'block=32 gqa=union ...']  (LSH kernel schedule)\n"
-               "               [--compare dense,magicpig,...]  (one prefill, side by side)\n"
-               "               [--batch B]  (B sequences of different lengths, decoded together)\n"
-               "               [--threads N] [--ctx N] [--long-context] [--print-ids]\n"
-               "               [--expect TEXT]  (is each answer correct: does it contain TEXT)\n"
-               "               [--rate-steps N]  (time N decode steps, past the answer's end)\n"
-               "               [--show-prompt]  (print the prompt and the expected answer; exit)\n"
-               "       pig-run --demo [--demo-text FILE] [--demo-seed S] [--demo-bytes N] [...]\n"
-               "\n"
-               "--demo is the main job (./pig run): it takes the first 12000 bytes of a text\n"
-               "(default: the GPL-3 as Debian ships it, ~2.7k tokens), plants the sentence\n"
-               "\"The author of this text lives in <city>.\" at a paragraph break that --demo-seed\n"
-               "chooses, and asks \"In which city does the author of this text live?\". One dense\n"
-               "prefill; then dense and LSH sampling attention (magicpig) each answer from that\n"
-               "KV cache, side by side, and the table says whether each answer names the city.\n"
-               "Each method decodes 48 steps for its rate (steps past the answer are timed, not\n"
-               "shown). On your own text: --demo --demo-text FILE; your own question:\n"
-               "  pig-run --chat --compare dense,magicpig --prompt-file F --expect ANSWER\n"
-               "The other flags apply (--compare, --lsh, --max-new, --threads, ...).\n"
-               "default model: %s\n",
-               DefaultModelPath());
+  std::fprintf(
+      stderr,
+      "usage: pig-run [--model FILE] (--prompt TEXT | --prompt-file F) --max-new N\n"
+      "               [--temperature T] [--top-p P] [--seed S] [--chat]\n"
+      "               [--attention dense|magicpig|topk|quest|oracle]\n"
+      "               [--lsh K=10,L=150,t=2] [--sink N] [--local N]\n"
+      "               [--dense-layers 0,15|none] [--budget F] [--kv bf16|f32]\n"
+      "               [--schedule 'block=32 gqa=union ...']  (LSH kernel schedule)\n"
+      "               [--compare dense,magicpig,...]  (one prefill, side by side)\n"
+      "               [--batch B]  (B sequences of different lengths, decoded together)\n"
+      "               [--threads N] [--ctx N] [--long-context] [--print-ids]\n"
+      "               [--expect TEXT]  (is each answer correct: does it contain TEXT)\n"
+      "               [--rate-steps N]  (time N decode steps, past the answer's end)\n"
+      "               [--show-prompt]  (print the prompt and the expected answer; exit)\n"
+      "       pig-run --demo [--demo-text FILE] [--demo-seed S] [--demo-bytes N] [...]\n"
+      "\n"
+      "--demo is the main job (./pig run): it takes the first 12000 bytes of a text\n"
+      "(default: the GPL-3 as Debian ships it, ~2.7k tokens), plants the sentence\n"
+      "\"The author of this text lives in <city>.\" at a paragraph break that --demo-seed\n"
+      "chooses, and asks \"In which city does the author of this text live?\". One dense\n"
+      "prefill; then dense and LSH sampling attention (magicpig) each answer from that\n"
+      "KV cache, side by side, and the table says whether each answer names the city.\n"
+      "Each method decodes 48 steps for its rate (steps past the answer are timed, not\n"
+      "shown). On your own text: --demo --demo-text FILE; your own question:\n"
+      "  pig-run --chat --compare dense,magicpig --prompt-file F --expect ANSWER\n"
+      "The other flags apply (--compare, --lsh, --max-new, --threads, ...).\n"
+      "default model: %s\n",
+      DefaultModelPath());
   std::exit(error.empty() ? 0 : 2);
 }
 
@@ -393,11 +394,11 @@ Prepared Prepare(const Options &o) {
                                      : "--rate-steps " + std::to_string(o.rate_steps) + " + 1";
   p.ctx = o.ctx ? o.ctx : p.prompt.size() + steps;
   if (p.ctx > cfg.context_length && !o.long_context) {
-    throw std::runtime_error(
-        "a context of " + std::to_string(p.ctx) + " tokens (prompt " +
-        std::to_string(p.prompt.size()) + " + " + steps_flag +
-        ") exceeds the model's trained context of " + std::to_string(cfg.context_length) +
-        " tokens (--long-context runs it anyway; quality degrades)");
+    throw std::runtime_error("a context of " + std::to_string(p.ctx) + " tokens (prompt " +
+                             std::to_string(p.prompt.size()) + " + " + steps_flag +
+                             ") exceeds the model's trained context of " +
+                             std::to_string(cfg.context_length) +
+                             " tokens (--long-context runs it anyway; quality degrades)");
   }
   if (p.prompt.size() + steps > p.ctx) {
     throw std::runtime_error("prompt (" + std::to_string(p.prompt.size()) + " tokens) + " +

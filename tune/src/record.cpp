@@ -80,9 +80,9 @@ std::string to_json_line(const Record &r) {
                         {"threads", r.fingerprint->threads},
                         {"l3_bytes", r.fingerprint->l3_bytes}};
   if (r.quality)
-    o["quality"] = {{"metric", r.quality->metric}, {"value", r.quality->value},
-                    {"spread", r.quality->spread}, {"p90", r.quality->p90},
-                    {"cost2", r.quality->cost2},   {"seeds", r.quality->seeds},
+    o["quality"] = {{"metric", r.quality->metric},      {"value", r.quality->value},
+                    {"spread", r.quality->spread},      {"p90", r.quality->p90},
+                    {"cost2", r.quality->cost2},        {"seeds", r.quality->seeds},
                     {"data_hash", r.quality->data_hash}};
   if (r.time)
     o["time"] = {{"median_s", r.time->median_s},
@@ -191,10 +191,9 @@ LoadedRecords load_records(const std::string &path) {
     try {
       out.records.push_back(parse_record(line));
     } catch (const RecordError &e) {
-      out.problems.push_back(path + ":" + std::to_string(n) + ": " +
-                             (last_unterminated ? "truncated last line (an interrupted append?): "
-                                                : "") +
-                             e.what());
+      out.problems.push_back(
+          path + ":" + std::to_string(n) + ": " +
+          (last_unterminated ? "truncated last line (an interrupted append?): " : "") + e.what());
     }
   }
   if (in.bad())

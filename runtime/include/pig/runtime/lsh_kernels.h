@@ -208,14 +208,14 @@ using MergeFn = void (*)(const MergeArgs &);
 /// One configuration's kernels, already dispatched to one SIMD target: calling them involves
 /// no further dispatch.
 struct LshKernelSet {
-  KernelKey key;                ///< the key served (its schedule is the one the kernels run)
-  bool specialised = false;     ///< false: the generic kernels (K, L, d taken at run time)
+  KernelKey key;            ///< the key served (its schedule is the one the kernels run)
+  bool specialised = false; ///< false: the generic kernels (K, L, d taken at run time)
   /// Set by resolve() when the requested schedule had no registered set and the default
   /// schedule's set (or the generic set) serves instead; `key.schedule` is then the default.
   bool schedule_fallback = false;
   Schedule requested_schedule{}; ///< the schedule resolve() was asked for
-  const char *simd_target = ""; ///< Highway target name, e.g. "AVX2"
-  EncodeFn encode = nullptr;    ///< queries (mean null) and keys (mean = centering mean)
+  const char *simd_target = "";  ///< Highway target name, e.g. "AVX2"
+  EncodeFn encode = nullptr;     ///< queries (mean null) and keys (mean = centering mean)
   BuildIndexFn build_index = nullptr;
   RetrieveFn retrieve = nullptr;
   SampledAttentionFn sampled_attention = nullptr;
@@ -272,14 +272,15 @@ struct KernelRegistrar {
 /// time. `name` must be unique in the TU. The object file must be linked in whole (it is part of
 /// pig_kernels, or its test executable): nothing else references it.
 #define PIG_REGISTER_LSH_KERNELS(name, K_, L_, d_, dtype_, factory)                                \
-  PIG_REGISTER_LSH_KERNELS_SCHEDULED(name, K_, L_, d_, dtype_, ::pig::runtime::lsh::Schedule{},     \
+  PIG_REGISTER_LSH_KERNELS_SCHEDULED(name, K_, L_, d_, dtype_, ::pig::runtime::lsh::Schedule{},    \
                                      factory)
 
 /// The same for a set compiled with a schedule other than the default (`schedule_` a Schedule
 /// value, e.g. `::pig::runtime::lsh::Schedule{GqaStrategy::union_rows, 32}`).
 #define PIG_REGISTER_LSH_KERNELS_SCHEDULED(name, K_, L_, d_, dtype_, schedule_, factory)           \
   static const ::pig::runtime::lsh::KernelRegistrar pig_lsh_registrar_##name {                     \
-    ::pig::runtime::lsh::KernelKey{K_, L_, d_, ::pig::runtime::lsh::DType::dtype_,                 \
-                                   ::pig::runtime::lsh::Target::cpu, schedule_},                   \
+    ::pig::runtime::lsh::KernelKey{                                                                \
+        K_,       L_, d_, ::pig::runtime::lsh::DType::dtype_, ::pig::runtime::lsh::Target::cpu,    \
+        schedule_},                                                                                \
         factory                                                                                    \
   }

@@ -39,7 +39,8 @@ struct Fingerprint {
   int threads = 0;
   std::uint64_t l3_bytes = 0;
   friend bool operator==(const Fingerprint &, const Fingerprint &) = default;
-  std::string str() const; ///< "Intel(R) Xeon(R) Processor, AVX3_DL, 2 cores, 2 threads, L3 260 MiB"
+  std::string
+  str() const; ///< "Intel(R) Xeon(R) Processor, AVX3_DL, 2 cores, 2 threads, L3 260 MiB"
 };
 
 struct Workload {
@@ -51,10 +52,10 @@ struct Workload {
 
 struct Quality {
   std::string metric = "rel_l2"; ///< relative L2 error of the attention output vs dense
-  double value = 0;               ///< mean over heads and decode positions
-  double spread = 0;              ///< standard deviation of the same
-  double p90 = 0;                 ///< 90th percentile
-  double cost2 = 0;               ///< sampled fraction of the indexed tokens
+  double value = 0;              ///< mean over heads and decode positions
+  double spread = 0;             ///< standard deviation of the same
+  double p90 = 0;                ///< 90th percentile
+  double cost2 = 0;              ///< sampled fraction of the indexed tokens
   std::vector<std::uint64_t> seeds;
   std::string data_hash; ///< of (model file, text, contexts): what the value was measured on
   friend bool operator==(const Quality &, const Quality &) = default;
