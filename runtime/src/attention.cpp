@@ -69,7 +69,33 @@ AttentionStats DenseAttention::stats() const {
   return s;
 }
 
+std::string LayerLsh::str() const {
+  if (dense)
+    return "dense";
+  std::string s = "K=";
+  s.append(std::to_string(K)).append(" L=").append(std::to_string(L));
+  s.append(" t=").append(std::to_string(t));
+  return s;
+}
+
+std::vector<LayerLsh> AttentionSpec::LayerChoices(size_t n_layers) const {
+  if (!layers.empty())
+    return layers;
+  std::vector<LayerLsh> c(n_layers, LayerLsh{false, K, L, t});
+  for (size_t l : DenseLayers(n_layers))
+    if (l < n_layers)
+      c[l].dense = true;
+  return c;
+}
+
 std::vector<size_t> AttentionSpec::DenseLayers(size_t n_layers) const {
+  if (!layers.empty()) {
+    std::vector<size_t> d;
+    for (size_t l = 0; l < layers.size(); ++l)
+      if (layers[l].dense)
+        d.push_back(l);
+    return d;
+  }
   if (dense_layers_set)
     return dense_layers;
   std::vector<size_t> d{0};
@@ -91,6 +117,23 @@ void AttentionSpec::Validate(size_t n_layers) const {
     throw std::invalid_argument("quest page size must be at least 1");
   if (const std::string e = schedule.validate(); !e.empty())
     throw std::invalid_argument(e);
+  if (!layers.empty()) {
+    if (layers.size() != n_layers) {
+      throw std::invalid_argument("per-layer choices for " + std::to_string(layers.size()) +
+                                  " layers, the model has " + std::to_string(n_layers));
+    }
+    if (dense_layers_set)
+      throw std::invalid_argument("dense layers are given by the per-layer choices; not both");
+    for (size_t l = 0; l < layers.size(); ++l) {
+      if (layers[l].dense)
+        continue;
+      try {
+        ref::LshConfig{layers[l].K, layers[l].L, layers[l].t, seed}.validate();
+      } catch (const std::invalid_argument &e) {
+        throw std::invalid_argument("layer " + std::to_string(l) + ": " + e.what());
+      }
+    }
+  }
   for (size_t l : DenseLayers(n_layers)) {
     if (l >= n_layers) {
       throw std::invalid_argument("dense layer " + std::to_string(l) + " outside the model's " +
@@ -102,7 +145,23 @@ void AttentionSpec::Validate(size_t n_layers) const {
 std::string AttentionSpec::str(size_t n_layers) const {
   std::ostringstream s;
   s << method;
-  if (method == "magicpig") {
+  if (method == "magicpig" && !layers.empty()) {
+    // Runs of equal choices: "layers 0:dense 1-14:K=8 L=75 t=2 15:dense ..."
+    s << " per-layer[";
+    for (size_t b = 0; b < layers.size();) {
+      size_t e = b + 1;
+      while (e < layers.size() && layers[e] == layers[b])
+        ++e;
+      s << (b ? " " : "") << b;
+      if (e - b > 1)
+        s << "-" << e - 1;
+      s << ":" << layers[b].str();
+      b = e;
+    }
+    s << "]";
+    if (!(schedule == lsh::Schedule{}))
+      s << " schedule=[" << schedule.str() << "]";
+  } else if (method == "magicpig") {
     s << " K=" << K << " L=" << L << " t=" << t;
     if (!(schedule == lsh::Schedule{}))
       s << " schedule=[" << schedule.str() << "]";
@@ -110,8 +169,10 @@ std::string AttentionSpec::str(size_t n_layers) const {
     s << " budget=" << budget;
   if (method == "quest")
     s << " page=" << quest_page;
-  if (method != "dense") {
-    s << " sink=" << sink << " local=" << local << " dense-layers={";
+  if (method != "dense")
+    s << " sink=" << sink << " local=" << local;
+  if (method != "dense" && !(method == "magicpig" && !layers.empty())) {
+    s << " dense-layers={";
     const auto d = DenseLayers(n_layers);
     for (size_t i = 0; i < d.size(); ++i)
       s << (i ? "," : "") << d[i];

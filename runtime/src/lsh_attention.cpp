@@ -1,5 +1,6 @@
 #include "pig/runtime/lsh_attention.h"
 
+#include <algorithm>
 #include <atomic>
 #include <cmath>
 #include <stdexcept>
@@ -24,11 +25,36 @@ LshAttention::LshAttention(const AttentionSpec &spec, const AttentionShape &shap
     : spec_(Checked(spec, shape)), cache_(shape, spec.kv_dtype),
       set_(lsh::KernelRegistry::global().resolve(lsh::KernelKey{
           spec.K, spec.L, int(shape.head_dim), spec.kv_dtype, lsh::Target::cpu, spec.schedule})),
-      W_(spec.seed, shape.head_dim, spec.K, spec.L), log_u_(spec.K, spec.L, spec.t),
-      dense_layer_(shape.n_layers, false), index_(shape.n_layers * shape.n_kv_heads),
+      layer_cfg_(shape.n_layers, nullptr), index_(shape.n_layers * shape.n_kv_heads),
       per_kvh_(shape.n_kv_heads) {
-  for (size_t l : spec.DenseLayers(shape.n_layers))
-    dense_layer_[l] = true;
+  const std::vector<LayerLsh> choices = spec.LayerChoices(shape.n_layers);
+  for (size_t l = 0; l < choices.size(); ++l) {
+    const LayerLsh &c = choices[l];
+    if (c.dense)
+      continue;
+    const Config *found = nullptr;
+    std::shared_ptr<const lsh::SimHash> w;
+    for (const auto &cfg : configs_) {
+      if (cfg->K == c.K && cfg->L == c.L) {
+        w = cfg->W;
+        if (cfg->t == c.t)
+          found = cfg.get();
+      }
+    }
+    if (!found) {
+      const lsh::LshKernelSet set =
+          c.K == spec.K && c.L == spec.L
+              ? set_
+              : lsh::KernelRegistry::global().resolve(lsh::KernelKey{
+                    c.K, c.L, int(shape.head_dim), spec.kv_dtype, lsh::Target::cpu, spec.schedule});
+      if (!w)
+        w = std::make_shared<const lsh::SimHash>(spec.seed, shape.head_dim, c.K, c.L);
+      configs_.push_back(std::unique_ptr<Config>(
+          new Config{c.K, c.L, c.t, set, std::move(w), lsh::LogUTableData(c.K, c.L, c.t)}));
+      found = configs_.back().get();
+    }
+    layer_cfg_[l] = found;
+  }
 }
 
 void LshAttention::Reset() {
@@ -66,7 +92,15 @@ AttentionStats LshAttention::stats() const {
   for (const auto &ix : index_)
     if (ix)
       s.index_bytes += ix->bytes();
+  // The dense layers' set, then each other (K, L) the sparse layers use.
   s.kernels = lsh::KernelRegistry::describe(set_);
+  std::vector<std::pair<int, int>> seen{{spec_.K, spec_.L}};
+  for (const auto &c : configs_) {
+    if (std::find(seen.begin(), seen.end(), std::pair{c->K, c->L}) != seen.end())
+      continue;
+    seen.emplace_back(c->K, c->L);
+    s.kernels.append("; ").append(lsh::KernelRegistry::describe(c->set));
+  }
   return s;
 }
 
@@ -79,7 +113,8 @@ void LshAttention::PrepareGroup(size_t layer, size_t kvh, size_t n_tokens, const
   auto &slot = index_[layer * sh.n_kv_heads + kvh];
   const size_t indexable =
       n_tokens > spec_.sink + spec_.local ? n_tokens - spec_.sink - spec_.local : 0;
-  if (dense_layer_[layer] || (!slot && indexable < kMinIndexed)) {
+  const Config *cfg = layer_cfg_[layer];
+  if (!cfg || (!slot && indexable < kMinIndexed)) {
     pt.lse.resize(G);
     lsh::DenseAttentionArgs a;
     a.q = q;
@@ -97,15 +132,16 @@ void LshAttention::PrepareGroup(size_t layer, size_t kvh, size_t n_tokens, const
     return;
   }
   if (!slot) {
-    slot = lsh::LshIndex::build(set_, keys, cache_.dtype(), n_tokens, W_,
+    slot = lsh::LshIndex::build(cfg->set, keys, cache_.dtype(), n_tokens, *cfg->W,
                                 lsh::StaticTokens{spec_.sink, spec_.local});
     slot->drop_codes();
     slot->reserve(sh.capacity);
   } else {
-    slot->extend(set_, keys, cache_.dtype(), n_tokens, W_);
+    slot->extend(cfg->set, keys, cache_.dtype(), n_tokens, *cfg->W);
   }
   lsh::StepStats st;
-  g.n_union = lsh::retrieve_step(set_, *slot, W_, spec_.t, pt.scratch, g.buf, q, int(G), &st);
+  g.n_union =
+      lsh::retrieve_step(cfg->set, *slot, *cfg->W, cfg->t, pt.scratch, g.buf, q, int(G), &st);
   g.sampled = true;
   c.indexed += double(st.indexed) * double(G);
   for (size_t h = 0; h < G; ++h)
@@ -122,9 +158,10 @@ void LshAttention::AttendGroup(size_t layer, size_t kvh, const float *q, float *
   const size_t begin = g.n_union * part / parts, end = g.n_union * (part + 1) / parts;
   // One part writes the group's output directly; several write partial results for the merge.
   float *o = parts == 1 ? out : g.out.data() + part * G * d;
-  lsh::attend_step(set_, *index_[layer * sh.n_kv_heads + kvh], log_u_, g.buf, begin, end, part == 0,
-                   q, int(G), d, cache_.Keys(layer, kvh), cache_.Values(layer, kvh), cache_.dtype(),
-                   1.0f / std::sqrt(float(d)), o, g.lse.data() + part * G);
+  const Config &cfg = *layer_cfg_[layer];
+  lsh::attend_step(cfg.set, *index_[layer * sh.n_kv_heads + kvh], cfg.log_u, g.buf, begin, end,
+                   part == 0, q, int(G), d, cache_.Keys(layer, kvh), cache_.Values(layer, kvh),
+                   cache_.dtype(), 1.0f / std::sqrt(float(d)), o, g.lse.data() + part * G);
 }
 
 void LshAttention::Forward(size_t layer, size_t pos, size_t n, const float *q, const float *k,

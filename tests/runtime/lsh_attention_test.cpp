@@ -274,6 +274,87 @@ TEST(LshAttention, InvalidSpecsThrowWithAMessage) {
   EXPECT_THROW(MakeAttention(s, AttentionShape{2, 6, 2, 63, 64}), std::invalid_argument);
 }
 
+// A per-layer operating point (pig-tune): each layer decodes exactly as a uniform spec of its
+// own choice would (same kernels, same W, same log u), whatever the other layers chose; layers
+// that share a (K, L) share W, and a dense choice is dense attention.
+TEST(LshAttention, PerLayerChoicesDecodeAsTheirUniformSpec) {
+  const size_t layers = 4, heads = 6, kvh = 2, d = 64, prompt = 300, steps = 12;
+  const AttentionShape shape{layers, heads, kvh, d, prompt + steps};
+  std::vector<LayerLsh> choices{{true}, {false, 8, 75, 2}, {false, 10, 150, 1}, {false, 8, 75, 1}};
+  AttentionSpec per;
+  per.method = "magicpig";
+  per.layers = choices;
+  auto tuned = MakeAttention(per, shape);
+  std::vector<std::unique_ptr<Attention>> uniform;
+  for (const LayerLsh &c : choices) {
+    AttentionSpec u;
+    u.method = c.dense ? "dense" : "magicpig";
+    u.K = c.K;
+    u.L = c.L;
+    u.t = c.t;
+    u.dense_layers_set = true; // no dense layer: the layer under test is sparse
+    uniform.push_back(MakeAttention(u, shape));
+  }
+  ThreadPool pool(2);
+  Stream s(d);
+  Case c{"per-layer", prompt, steps, 1.0, false, lsh::DType::bf16};
+  for (size_t layer = 0; layer < layers; ++layer) {
+    std::vector<float> k(prompt * kvh * d), v(prompt * kvh * d), q(prompt * heads * d),
+        a(prompt * heads * d), b(prompt * heads * d);
+    s.Keys(k.data(), k.size(), c);
+    s.Fill(v.data(), v.size());
+    s.Fill(q.data(), q.size(), 0.3f);
+    tuned->Forward(layer, 0, prompt, q.data(), k.data(), v.data(), a.data(), pool, BestKernels());
+    uniform[layer]->Forward(layer, 0, prompt, q.data(), k.data(), v.data(), b.data(), pool,
+                            BestKernels());
+  }
+  for (size_t step = 0; step < steps; ++step)
+    for (size_t layer = 0; layer < layers; ++layer) {
+      std::vector<float> k(kvh * d), v(kvh * d), q(heads * d), a(heads * d), b(heads * d);
+      s.Keys(k.data(), k.size(), c);
+      s.Fill(v.data(), v.size());
+      s.Fill(q.data(), q.size(), 0.3f);
+      const size_t pos = prompt + step;
+      tuned->Forward(layer, pos, 1, q.data(), k.data(), v.data(), a.data(), pool, BestKernels());
+      uniform[layer]->Forward(layer, pos, 1, q.data(), k.data(), v.data(), b.data(), pool,
+                              BestKernels());
+      ASSERT_EQ(a, b) << "layer " << layer << " (" << choices[layer].str() << ") step " << step;
+    }
+  const auto *l1 = dynamic_cast<LshAttention &>(*tuned).index(1, 0);
+  ASSERT_NE(l1, nullptr);
+  EXPECT_EQ(dynamic_cast<LshAttention &>(*tuned).index(0, 0), nullptr); // dense: no index
+  EXPECT_GT(tuned->stats().cost2(), 0.0);
+  const std::string str = per.str(layers);
+  EXPECT_NE(str.find("per-layer[0:dense 1:K=8 L=75 t=2 2:K=10 L=150 t=1 3:K=8 L=75 t=1]"),
+            std::string::npos)
+      << str;
+  EXPECT_EQ(per.DenseLayers(layers), std::vector<size_t>{0});
+}
+
+TEST(LshAttention, PerLayerChoicesAreValidated) {
+  const AttentionShape shape{4, 6, 2, 64, 128};
+  auto message = [&](const AttentionSpec &spec) -> std::string {
+    try {
+      MakeAttention(spec, shape);
+    } catch (const std::invalid_argument &e) {
+      return e.what();
+    }
+    return "no exception";
+  };
+  AttentionSpec s;
+  s.method = "magicpig";
+  s.layers.assign(3, LayerLsh{});
+  EXPECT_NE(message(s).find("per-layer choices for 3 layers, the model has 4"), std::string::npos)
+      << message(s);
+  s.layers.assign(4, LayerLsh{});
+  s.layers[2].L = 0;
+  EXPECT_NE(message(s).find("layer 2: LSH L must be in"), std::string::npos) << message(s);
+  s.layers[2].L = 150;
+  s.dense_layers = {1};
+  s.dense_layers_set = true;
+  EXPECT_NE(message(s).find("not both"), std::string::npos) << message(s);
+}
+
 TEST(LshAttention, ContextFullIsAnError) {
   AttentionSpec s;
   s.method = "magicpig";

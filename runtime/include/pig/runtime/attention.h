@@ -100,8 +100,18 @@ private:
 void CausalDense(const KvCache &cache, const lsh::LshKernelSet &set, size_t layer, size_t pos,
                  size_t n, const float *q, float *out, ThreadPool &pool);
 
+/// One layer's choice in a per-layer operating point (pig-tune): dense, or LSH sampling with
+/// its own (K, L, t).
+struct LayerLsh {
+  bool dense = false;
+  int K = 10, L = 150, t = 2;
+  friend bool operator==(const LayerLsh &, const LayerLsh &) = default;
+  /// "dense" or "K=10 L=150 t=2".
+  std::string str() const;
+};
+
 /// Which attention to run and its parameters (pig-run's --attention, --lsh, --sink, --local,
-/// --dense-layers, --budget, --kv).
+/// --dense-layers, --budget, --kv, --tuning).
 struct AttentionSpec {
   std::string method = "dense"; ///< dense | magicpig | topk | quest | oracle
   lsh::DType kv_dtype = lsh::DType::bf16;
@@ -118,13 +128,23 @@ struct AttentionSpec {
   /// magicpig: the kernel schedule asked of the registry (lsh_schedule.h); the registry serves
   /// the default schedule's set when none is registered for it, and says so in stats().kernels.
   lsh::Schedule schedule{};
+  /// magicpig: one choice per layer (a tuned operating point, pig-tune); empty: (K, L, t) on every
+  /// layer but the dense ones. Set, it replaces K, L, t and dense_layers for decoding (K and L
+  /// still name the kernel set of the dense layers and of prefill).
+  std::vector<LayerLsh> layers;
+
+  /// Each layer's choice for a model of n_layers: `layers` when set, else (K, L, t) with the
+  /// dense layers dense.
+  std::vector<LayerLsh> LayerChoices(size_t n_layers) const;
 
   /// "magicpig K=10 L=150 t=2 sink=4 local=64 dense={0,15} kv=bf16" (after defaults resolve).
   std::string str(size_t n_layers) const;
-  /// The dense layers for a model of n_layers (validated: each < n_layers).
+  /// The dense layers for a model of n_layers (validated: each < n_layers; from `layers` when
+  /// set).
   std::vector<size_t> DenseLayers(size_t n_layers) const;
   /// Throws std::invalid_argument with a message for an unknown method, an invalid (K, L, t),
-  /// a budget outside (0, 1], a layer outside the model.
+  /// a budget outside (0, 1], a layer outside the model, per-layer choices that do not cover the
+  /// model's layers exactly or are given together with dense layers.
   void Validate(size_t n_layers) const;
 };
 

@@ -11,6 +11,10 @@
 //      log u, and runs the softmax together with the sink and local tokens (u = 1).
 // Layers in spec.dense_layers, and sequences still too short to index, are attended densely with
 // the same kernels. Prefill (several queries in one call) is dense and causal.
+//
+// A per-layer operating point (spec.layers, from pig-tune) gives each layer its own (K, L, t) or
+// dense attention: each distinct (K, L) has its kernel set and W, each distinct (K, L, t) its
+// log u table, shared by the layers that chose it.
 #pragma once
 
 #include <atomic>
@@ -64,12 +68,19 @@ private:
   void AttendGroup(size_t layer, size_t kvh, const float *q, float *out, Group &g, size_t part,
                    size_t parts);
 
+  // What the layers that chose one (K, L, t) share.
+  struct Config {
+    int K, L, t;
+    lsh::LshKernelSet set;
+    std::shared_ptr<const lsh::SimHash> W; // shared by the configurations of one (K, L)
+    lsh::LogUTableData log_u;
+  };
+
   AttentionSpec spec_;
   KvCache cache_;
-  lsh::LshKernelSet set_;
-  lsh::SimHash W_;
-  lsh::LogUTableData log_u_;
-  std::vector<bool> dense_layer_;
+  lsh::LshKernelSet set_; // (spec.K, spec.L): dense layers, short sequences, prefill
+  std::vector<std::unique_ptr<Config>> configs_;
+  std::vector<const Config *> layer_cfg_;           // [layer]: null for a dense layer
   std::vector<std::optional<lsh::LshIndex>> index_; // [layer][kv-head]
   std::vector<std::unique_ptr<PerThread>> threads_;
   std::vector<CostCounters> per_kvh_;
