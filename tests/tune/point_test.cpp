@@ -1,0 +1,209 @@
+// Operating points: the point file's round trip and its errors, the quality table built from
+// records, and per-layer selection against brute force on small synthetic instances.
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <random>
+
+#include "pig/tune/point.h"
+
+namespace {
+
+using namespace pig::tune;
+
+Record quality(int layer, Candidate c, double error, double cost2, std::size_t context = 2048,
+               const std::string &hash = "h1") {
+  Record r;
+  r.kind = RecordKind::quality;
+  r.kernel = "K=" + std::to_string(c.K) + " L=" + std::to_string(c.L) + " d=64 bf16";
+  r.t = c.t;
+  r.layer = layer;
+  r.workload.context = context;
+  Quality q;
+  q.value = error;
+  q.p90 = 1.5 * error;
+  q.cost2 = cost2;
+  q.data_hash = hash;
+  r.quality = q;
+  r.pig_version = "test";
+  r.timestamp = "2026-12-02T00:00:00Z";
+  return r;
+}
+
+TEST(OperatingPoint, RoundTripAndLayersString) {
+  OperatingPoint p;
+  p.data_hash = "abc";
+  p.kernel_tail = "d=64 bf16";
+  p.criterion = "max-error 0.1";
+  p.layers = {{0, Candidate{0, 0, 0, true}, 0.0, 1.0},
+              {1, Candidate{8, 75, 2}, 0.1, 0.02},
+              {2, Candidate{8, 75, 2}, 0.12, 0.03},
+              {3, Candidate{10, 150, 1}, 0.05, 0.04}};
+  p.error = 0.0675;
+  p.cost2 = 0.2725;
+  p.pig_version = "v";
+  p.timestamp = "t";
+  EXPECT_EQ(parse_point(to_json(p)), p);
+  EXPECT_EQ(p.layers_str(), "0:dense 1-2:K=8 L=75 t=2 3:K=10 L=150 t=1");
+  const std::string path = testing::TempDir() + "/point.json";
+  save_point(path, p);
+  EXPECT_EQ(load_point(path), p);
+}
+
+TEST(OperatingPoint, BadFilesNameTheProblem) {
+  auto message = [](const std::string &s) -> std::string {
+    try {
+      parse_point(s);
+    } catch (const RecordError &e) {
+      return e.what();
+    }
+    return "no error";
+  };
+  EXPECT_NE(message("{").find("not JSON"), std::string::npos);
+  EXPECT_NE(message(R"({"schema": 9})").find("schema 9"), std::string::npos);
+  EXPECT_NE(message(R"({"schema": 1, "kind": "quality"})").find("a records file?"),
+            std::string::npos);
+  OperatingPoint p;
+  p.layers = {{0, Candidate{}, 0.1, 0.1}, {1, Candidate{}, 0.1, 0.1}};
+  std::string s = to_json(p);
+  const auto at = s.find("\"layer\": 1");
+  ASSERT_NE(at, std::string::npos);
+  s.replace(at, 10, "\"layer\": 5");
+  EXPECT_NE(message(s).find("layer 5 out of order"), std::string::npos) << message(s);
+  s = to_json(p);
+  s.replace(s.find("\"K\": 10"), 7, "\"K\": \"x\"");
+  EXPECT_NE(message(s).find("field 'K' must be an integer"), std::string::npos) << message(s);
+  EXPECT_THROW(load_point(testing::TempDir() + "/no-such-point.json"), RecordError);
+}
+
+TEST(QualityTable, AveragesContextsAndRefusesAmbiguity) {
+  std::vector<Record> rs{quality(0, {8, 75, 2}, 0.1, 0.02, 2048),
+                         quality(0, {8, 75, 2}, 0.3, 0.04, 4096),
+                         quality(1, {8, 75, 2}, 0.2, 0.03, 2048)};
+  QualityTable t = build_quality_table(rs, 2);
+  ASSERT_EQ(t.layers[0].candidates.size(), 1u);
+  EXPECT_DOUBLE_EQ(t.layers[0].error[0], 0.2);
+  EXPECT_DOUBLE_EQ(t.layers[0].cost2[0], 0.03);
+  EXPECT_EQ(t.kernel_tail, "d=64 bf16");
+  EXPECT_EQ(t.contexts, (std::vector<std::size_t>{2048, 4096}));
+  EXPECT_EQ(t.common(), (std::vector<Candidate>{{8, 75, 2}}));
+  rs.push_back(quality(1, {8, 75, 2}, 0.2, 0.03, 2048, "h2"));
+  EXPECT_THROW(build_quality_table(rs, 2), RecordError);
+  EXPECT_NO_THROW(build_quality_table(rs, 2, "h2"));
+  EXPECT_THROW(build_quality_table(rs, 1, "h1"), RecordError); // layer 1 of a 1-layer model
+  EXPECT_THROW(build_quality_table({}, 2), RecordError);
+}
+
+// Brute force over every combination of a small instance.
+struct Best {
+  double cost = 1e300, error = 1e300;
+};
+Best brute(const QualityTable &t, double bound, bool on_error) {
+  const std::size_t n = t.layers.size();
+  std::vector<std::size_t> idx(n, 0);
+  Best b;
+  for (;;) {
+    double e = 0, c = 0;
+    for (std::size_t l = 0; l < n; ++l) {
+      const auto &lt = t.layers[l];
+      if (idx[l] == lt.candidates.size())
+        c += 1.0; // dense
+      else {
+        e += lt.error[idx[l]];
+        c += lt.cost2[idx[l]];
+      }
+    }
+    e /= double(n);
+    c /= double(n);
+    if (on_error && e <= bound && c < b.cost)
+      b = {c, e};
+    if (!on_error && c <= bound && e < b.error)
+      b = {c, e};
+    std::size_t l = 0;
+    while (l < n && ++idx[l] > t.layers[l].candidates.size())
+      idx[l++] = 0;
+    if (l == n)
+      break;
+  }
+  return b;
+}
+
+TEST(Selection, FeasibleAndNearTheBruteForceOptimum) {
+  std::mt19937_64 rng(11);
+  std::uniform_real_distribution<double> u(0.0, 1.0);
+  int optimal = 0, cases = 0;
+  for (int trial = 0; trial < 200; ++trial) {
+    std::vector<Record> rs;
+    const int layers = 2 + int(rng() % 4);
+    for (int l = 0; l < layers; ++l)
+      for (int K : {6, 8, 10})
+        for (int L : {50, 150}) {
+          // More tables and fewer bits: more accurate and dearer, with a layer-specific scale.
+          const double hard = 0.5 + u(rng);
+          const double cost = std::min(1.0, 0.01 * L / 50.0 * std::pow(2.0, 10 - K) * hard);
+          const double err = 0.05 * hard / std::sqrt(cost * 100) + 0.01 * u(rng);
+          rs.push_back(quality(l, {K, L, 2}, err, cost));
+        }
+    const QualityTable t = build_quality_table(rs, std::size_t(layers));
+    // Step between neighbouring options: the most the relaxation can leave on the table is one
+    // layer's step (the greedy pass fills what it can).
+    double max_cost_step = 1.0 / layers, max_err_step = 0;
+    for (const auto &lt : t.layers)
+      for (double e : lt.error)
+        max_err_step = std::max(max_err_step, e / layers);
+    for (double bound : {0.02, 0.05, 0.1}) {
+      const auto p = select_per_layer_max_error(t, bound);
+      ASSERT_TRUE(p.has_value());
+      EXPECT_LE(p->error, bound * (1 + 1e-9));
+      const Best b = brute(t, bound, true);
+      EXPECT_LE(p->cost2, b.cost + max_cost_step + 1e-12);
+      optimal += std::abs(p->cost2 - b.cost) < 1e-12;
+      ++cases;
+    }
+    for (double bound : {0.05, 0.2, 0.5}) {
+      const auto p = select_per_layer_max_cost(t, bound);
+      const Best b = brute(t, bound, false);
+      if (b.error > 1e299) {
+        EXPECT_FALSE(p.has_value());
+        continue;
+      }
+      ASSERT_TRUE(p.has_value());
+      EXPECT_LE(p->cost2, bound * (1 + 1e-9));
+      EXPECT_LE(p->error, b.error + max_err_step + 1e-12);
+      optimal += std::abs(p->error - b.error) < 1e-12;
+      ++cases;
+    }
+  }
+  // Relaxation plus the greedy pass: usually the exact optimum (printed for the record).
+  std::printf("selection exactly optimal in %d of %d cases\n", optimal, cases);
+  EXPECT_GT(optimal, cases * 3 / 4);
+}
+
+TEST(Selection, TiesGoToFewerProjectionsThenRecordOrder) {
+  // Two candidates of equal error and cost on one layer: the one with fewer K * L wins, then
+  // the first seen; never a later, equally good one.
+  std::vector<Record> rs{quality(0, {10, 150, 2}, 0.1, 0.02), quality(0, {8, 100, 2}, 0.1, 0.02),
+                         quality(0, {4, 150, 2}, 0.1, 0.02)};
+  const auto p = select_per_layer_max_error(build_quality_table(rs, 1), 0.2);
+  ASSERT_TRUE(p.has_value());
+  EXPECT_EQ(p->layers[0].c, (Candidate{4, 150, 2})); // 600 < 800 < 1500 projections
+  rs = {quality(0, {10, 80, 2}, 0.1, 0.02), quality(0, {8, 100, 2}, 0.1, 0.02)};
+  EXPECT_EQ(select_per_layer_max_error(build_quality_table(rs, 1), 0.2)->layers[0].c,
+            (Candidate{10, 80, 2})); // 800 == 800: the first seen
+}
+
+TEST(Selection, DenseOnlyWhenAllowedAndNeeded) {
+  std::vector<Record> rs{quality(0, {8, 75, 2}, 0.3, 0.02), quality(1, {8, 75, 2}, 0.05, 0.02)};
+  const QualityTable t = build_quality_table(rs, 2);
+  const auto p = select_per_layer_max_error(t, 0.1);
+  ASSERT_TRUE(p.has_value());
+  EXPECT_TRUE(p->layers[0].c.dense); // the hard layer goes dense
+  EXPECT_FALSE(p->layers[1].c.dense);
+  EXPECT_FALSE(select_per_layer_max_error(t, 0.1, /*allow_dense=*/false).has_value());
+  const auto u = uniform_point(t, {8, 75, 2}, {});
+  ASSERT_TRUE(u.has_value());
+  EXPECT_DOUBLE_EQ(u->error, 0.175);
+  EXPECT_FALSE(uniform_point(t, {9, 75, 2}, {}).has_value());
+}
+
+} // namespace

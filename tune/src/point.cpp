@@ -1,0 +1,461 @@
+#include "pig/tune/point.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <map>
+#include <set>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+namespace pig::tune {
+namespace {
+
+using json = nlohmann::json;
+
+std::string choice_str(const Candidate &c) {
+  if (c.dense)
+    return "dense";
+  std::string s = "K=";
+  s.append(std::to_string(c.K)).append(" L=").append(std::to_string(c.L));
+  s.append(" t=").append(std::to_string(c.t));
+  return s;
+}
+
+const json &need(const json &o, const char *name, const std::string &where) {
+  if (!o.is_object())
+    throw RecordError(where + "must be an object");
+  auto it = o.find(name);
+  if (it == o.end())
+    throw RecordError(where + "missing field '" + name + "'");
+  return *it;
+}
+double number(const json &o, const char *name, const std::string &where) {
+  const json &v = need(o, name, where);
+  if (!v.is_number())
+    throw RecordError(where + "field '" + name + "' must be a number, not " + v.type_name());
+  return v.get<double>();
+}
+int integer(const json &o, const char *name, const std::string &where) {
+  const json &v = need(o, name, where);
+  if (!v.is_number_integer())
+    throw RecordError(where + "field '" + name + "' must be an integer, not " + v.type_name());
+  return v.get<int>();
+}
+std::string text(const json &o, const char *name, const std::string &where) {
+  const json &v = need(o, name, where);
+  if (!v.is_string())
+    throw RecordError(where + "field '" + name + "' must be a string, not " + v.type_name());
+  return v.get<std::string>();
+}
+
+// "K=10 L=150 d=64 bf16" -> K, L and the tail "d=64 bf16".
+bool parse_kernel(const std::string &kernel, int &K, int &L, std::string &tail) {
+  std::istringstream in(kernel);
+  std::string k, l;
+  in >> k >> l;
+  if (k.rfind("K=", 0) != 0 || l.rfind("L=", 0) != 0)
+    return false;
+  try {
+    K = std::stoi(k.substr(2));
+    L = std::stoi(l.substr(2));
+  } catch (const std::exception &) {
+    return false;
+  }
+  std::getline(in, tail);
+  if (!tail.empty() && tail.front() == ' ')
+    tail.erase(0, 1);
+  return true;
+}
+
+// One layer's options for selection: its measured candidates, and dense when allowed.
+struct Option {
+  Candidate c;
+  double error, cost;
+  std::size_t order; // tie-break after projections
+};
+
+std::vector<std::vector<Option>> options_of(const QualityTable &t, bool allow_dense) {
+  std::vector<std::vector<Option>> o(t.layers.size());
+  for (std::size_t l = 0; l < t.layers.size(); ++l) {
+    const LayerTable &lt = t.layers[l];
+    for (std::size_t i = 0; i < lt.candidates.size(); ++i)
+      o[l].push_back({lt.candidates[i], lt.error[i], lt.cost2[i], i});
+    if (allow_dense || lt.candidates.empty())
+      o[l].push_back({Candidate{0, 0, 0, true}, 0.0, 1.0, lt.candidates.size()});
+  }
+  return o;
+}
+
+// Deterministic order of equally good options: fewer projections, then record order.
+bool tie_before(const Option &a, const Option &b) {
+  if (a.c.projections() != b.c.projections())
+    return a.c.projections() < b.c.projections();
+  return a.order < b.order;
+}
+
+// Per layer, argmin cost + lambda * error.
+std::vector<std::size_t> lagrange(const std::vector<std::vector<Option>> &opts, double lambda) {
+  std::vector<std::size_t> pick(opts.size(), 0);
+  for (std::size_t l = 0; l < opts.size(); ++l) {
+    double best = 0;
+    for (std::size_t i = 0; i < opts[l].size(); ++i) {
+      const double v = opts[l][i].cost + lambda * opts[l][i].error;
+      const double tol = 1e-12 * std::max(1.0, std::abs(best));
+      if (i == 0 || v < best - tol) {
+        best = v;
+        pick[l] = i;
+      } else if (v <= best + tol && tie_before(opts[l][i], opts[l][pick[l]])) {
+        pick[l] = i;
+      }
+    }
+  }
+  return pick;
+}
+
+struct Totals {
+  double error = 0, cost = 0;
+};
+Totals totals(const std::vector<std::vector<Option>> &opts, const std::vector<std::size_t> &pick) {
+  Totals t;
+  for (std::size_t l = 0; l < opts.size(); ++l) {
+    t.error += opts[l][pick[l]].error;
+    t.cost += opts[l][pick[l]].cost;
+  }
+  const double n = double(std::max<std::size_t>(opts.size(), 1));
+  t.error /= n;
+  t.cost /= n;
+  return t;
+}
+
+OperatingPoint make_point(const QualityTable &t, const std::vector<std::vector<Option>> &opts,
+                          const std::vector<std::size_t> &pick, std::string criterion) {
+  OperatingPoint p;
+  p.data_hash = t.data_hash;
+  p.kernel_tail = t.kernel_tail;
+  p.criterion = std::move(criterion);
+  for (std::size_t l = 0; l < opts.size(); ++l) {
+    const Option &o = opts[l][pick[l]];
+    p.layers.push_back({int(l), o.c, o.error, o.cost});
+  }
+  const Totals s = totals(opts, pick);
+  p.error = s.error;
+  p.cost2 = s.cost;
+  return p;
+}
+
+// Greedy use of the slack left by the hull point: repeatedly take the single-layer change with
+// the best exchange rate that keeps the constraint (error <= bound: changes that save cost;
+// cost <= bound: changes that cut error). Deterministic: ties go to the lower layer.
+void fill_slack(const std::vector<std::vector<Option>> &opts, std::vector<std::size_t> &pick,
+                bool bound_on_error, double bound) {
+  const double n = double(std::max<std::size_t>(opts.size(), 1));
+  for (int iter = 0; iter < 10000; ++iter) {
+    const Totals now = totals(opts, pick);
+    double best_rate = 0;
+    std::size_t bl = 0, bi = 0;
+    bool found = false;
+    for (std::size_t l = 0; l < opts.size(); ++l) {
+      const Option &cur = opts[l][pick[l]];
+      for (std::size_t i = 0; i < opts[l].size(); ++i) {
+        const Option &o = opts[l][i];
+        const double de = (o.error - cur.error) / n, dc = (o.cost - cur.cost) / n;
+        double rate;
+        if (bound_on_error) { // save cost, spend error
+          if (!(dc < -1e-15) || now.error + de > bound * (1 + 1e-12))
+            continue;
+          rate = de > 0 ? -dc / de : 1e300;
+        } else { // cut error, spend cost
+          if (!(de < -1e-15) || now.cost + dc > bound * (1 + 1e-12))
+            continue;
+          rate = dc > 0 ? -de / dc : 1e300;
+        }
+        if (!found || rate > best_rate * (1 + 1e-12)) {
+          found = true;
+          best_rate = rate;
+          bl = l;
+          bi = i;
+        }
+      }
+    }
+    if (!found)
+      return;
+    pick[bl] = bi;
+  }
+}
+
+} // namespace
+
+std::string OperatingPoint::layers_str() const {
+  std::string s;
+  for (std::size_t b = 0; b < layers.size();) {
+    std::size_t e = b + 1;
+    while (e < layers.size() && layers[e].c == layers[b].c)
+      ++e;
+    if (!s.empty())
+      s += ' ';
+    s += std::to_string(b);
+    if (e - b > 1)
+      s.append("-").append(std::to_string(e - 1));
+    s.append(":").append(choice_str(layers[b].c));
+    b = e;
+  }
+  return s;
+}
+
+std::string to_json(const OperatingPoint &p) {
+  json layers = json::array();
+  for (const LayerChoice &l : p.layers) {
+    json o = {{"layer", l.layer}};
+    if (l.c.dense)
+      o["dense"] = true;
+    else {
+      o["K"] = l.c.K;
+      o["L"] = l.c.L;
+      o["t"] = l.c.t;
+    }
+    o["error"] = l.error;
+    o["cost2"] = l.cost2;
+    layers.push_back(std::move(o));
+  }
+  json j = {{"schema", p.schema},
+            {"kind", "operating_point"},
+            {"data_hash", p.data_hash},
+            {"kernel", p.kernel_tail},
+            {"layers", std::move(layers)},
+            {"schedule", p.schedule},
+            {"criterion", p.criterion},
+            {"error", p.error},
+            {"cost2", p.cost2},
+            {"pig_version", p.pig_version},
+            {"timestamp", p.timestamp}};
+  return j.dump(1) + "\n";
+}
+
+OperatingPoint parse_point(std::string_view s) {
+  json j;
+  try {
+    j = json::parse(s);
+  } catch (const json::exception &e) {
+    throw RecordError(std::string("operating point: not JSON: ") + e.what());
+  }
+  const std::string where = "operating point: ";
+  OperatingPoint p;
+  p.schema = integer(j, "schema", where);
+  if (p.schema > kPointSchema || p.schema < 1)
+    throw RecordError(where + "schema " + std::to_string(p.schema) +
+                      " is not one this build reads (" + std::to_string(kPointSchema) + ")");
+  if (text(j, "kind", where) != "operating_point")
+    throw RecordError(where + "kind is '" + text(j, "kind", where) +
+                      "', not 'operating_point' (a records file? give --max-error to select)");
+  p.data_hash = text(j, "data_hash", where);
+  if (j.contains("kernel")) // optional: a hand-written point may omit it (emit-manifest needs it)
+    p.kernel_tail = text(j, "kernel", where);
+  p.schedule = text(j, "schedule", where);
+  p.criterion = text(j, "criterion", where);
+  p.error = number(j, "error", where);
+  p.cost2 = number(j, "cost2", where);
+  p.pig_version = text(j, "pig_version", where);
+  p.timestamp = text(j, "timestamp", where);
+  const json &layers = need(j, "layers", where);
+  if (!layers.is_array() || layers.empty())
+    throw RecordError(where + "field 'layers' must be a non-empty array");
+  for (std::size_t i = 0; i < layers.size(); ++i) {
+    const std::string w = where + "layers[" + std::to_string(i) + "]: ";
+    const json &o = layers[i];
+    LayerChoice c;
+    c.layer = integer(o, "layer", w);
+    if (c.layer != int(i))
+      throw RecordError(w + "layer " + std::to_string(c.layer) + " out of order (expected " +
+                        std::to_string(i) + ")");
+    auto d = o.is_object() ? o.find("dense") : o.end();
+    if (d != o.end() && !d->is_boolean())
+      throw RecordError(w + "field 'dense' must be a boolean");
+    c.c.dense = d != o.end() && d->get<bool>();
+    if (!c.c.dense) {
+      c.c.K = integer(o, "K", w);
+      c.c.L = integer(o, "L", w);
+      c.c.t = integer(o, "t", w);
+    } else
+      c.c.K = c.c.L = c.c.t = 0;
+    c.error = number(o, "error", w);
+    c.cost2 = number(o, "cost2", w);
+    p.layers.push_back(c);
+  }
+  return p;
+}
+
+OperatingPoint load_point(const std::string &path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in)
+    throw RecordError("cannot read operating point " + path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  try {
+    return parse_point(ss.str());
+  } catch (const RecordError &e) {
+    throw RecordError(path + ": " + e.what());
+  }
+}
+
+void save_point(const std::string &path, const OperatingPoint &p) {
+  const std::string tmp = path + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+    out << to_json(p);
+    out.flush();
+    if (!out)
+      throw RecordError("cannot write " + tmp);
+  }
+  if (std::rename(tmp.c_str(), path.c_str()) != 0)
+    throw RecordError("cannot rename " + tmp + " to " + path);
+}
+
+std::vector<Candidate> QualityTable::common() const {
+  std::vector<Candidate> out;
+  if (layers.empty())
+    return out;
+  for (const Candidate &c : layers[0].candidates) {
+    bool all = true;
+    for (const LayerTable &l : layers)
+      all = all && std::find(l.candidates.begin(), l.candidates.end(), c) != l.candidates.end();
+    if (all)
+      out.push_back(c);
+  }
+  return out;
+}
+
+QualityTable build_quality_table(const std::vector<Record> &records, std::size_t n_layers,
+                                 const std::string &data_hash) {
+  std::set<std::string> hashes;
+  for (const Record &r : records)
+    if (r.kind == RecordKind::quality && r.ok() && r.quality && !r.dense)
+      hashes.insert(r.quality->data_hash);
+  std::string hash = data_hash;
+  if (hash.empty()) {
+    if (hashes.size() > 1)
+      throw RecordError("the records hold quality measurements of " +
+                        std::to_string(hashes.size()) +
+                        " different (model, text, contexts); name one with --data-hash");
+    if (hashes.empty())
+      throw RecordError("no quality record (run pig-tune accuracy first)");
+    hash = *hashes.begin();
+  } else if (!hashes.count(hash))
+    throw RecordError("no quality record with data hash " + hash);
+
+  QualityTable t;
+  t.data_hash = hash;
+  t.layers.resize(n_layers);
+  // Sums per (layer, candidate) over contexts.
+  struct Acc {
+    double e = 0, p = 0, c = 0;
+    int n = 0;
+  };
+  std::vector<std::vector<Acc>> acc(n_layers);
+  std::set<std::size_t> contexts;
+  for (const Record &r : records) {
+    if (r.kind != RecordKind::quality || !r.ok() || !r.quality || r.dense ||
+        r.quality->data_hash != hash)
+      continue;
+    if (r.layer < 0 || std::size_t(r.layer) >= n_layers)
+      throw RecordError("a quality record names layer " + std::to_string(r.layer) +
+                        " of a model with " + std::to_string(n_layers) + " layers");
+    Candidate c;
+    std::string tail;
+    if (!parse_kernel(r.kernel, c.K, c.L, tail))
+      throw RecordError("a quality record has a kernel key '" + r.kernel + "' without K= L=");
+    c.t = r.t;
+    if (t.kernel_tail.empty())
+      t.kernel_tail = tail;
+    contexts.insert(r.workload.context);
+    LayerTable &lt = t.layers[std::size_t(r.layer)];
+    auto it = std::find(lt.candidates.begin(), lt.candidates.end(), c);
+    std::size_t i = std::size_t(it - lt.candidates.begin());
+    if (it == lt.candidates.end()) {
+      lt.candidates.push_back(c);
+      acc[std::size_t(r.layer)].emplace_back();
+    }
+    Acc &a = acc[std::size_t(r.layer)][i];
+    a.e += r.quality->value;
+    a.p += r.quality->p90;
+    a.c += r.quality->cost2;
+    ++a.n;
+  }
+  for (std::size_t l = 0; l < n_layers; ++l)
+    for (const Acc &a : acc[l]) {
+      t.layers[l].error.push_back(a.e / a.n);
+      t.layers[l].p90.push_back(a.p / a.n);
+      t.layers[l].cost2.push_back(a.c / a.n);
+    }
+  t.contexts.assign(contexts.begin(), contexts.end());
+  return t;
+}
+
+std::optional<OperatingPoint> uniform_point(const QualityTable &t, const Candidate &c,
+                                            const std::vector<std::size_t> &dense_layers) {
+  std::vector<std::vector<Option>> opts(t.layers.size());
+  std::vector<std::size_t> pick(t.layers.size(), 0);
+  for (std::size_t l = 0; l < t.layers.size(); ++l) {
+    if (std::count(dense_layers.begin(), dense_layers.end(), l)) {
+      opts[l].push_back({Candidate{0, 0, 0, true}, 0.0, 1.0, 0});
+      continue;
+    }
+    const LayerTable &lt = t.layers[l];
+    auto it = std::find(lt.candidates.begin(), lt.candidates.end(), c);
+    if (it == lt.candidates.end())
+      return std::nullopt;
+    const std::size_t i = std::size_t(it - lt.candidates.begin());
+    opts[l].push_back({c, lt.error[i], lt.cost2[i], i});
+  }
+  return make_point(t, opts, pick, "uniform " + choice_str(c));
+}
+
+std::optional<OperatingPoint> select_per_layer_max_error(const QualityTable &t, double max_error,
+                                                         bool allow_dense) {
+  const auto opts = options_of(t, allow_dense);
+  // lambda large enough that every layer takes its most accurate option.
+  double hi = 1.0;
+  while (totals(opts, lagrange(opts, hi)).error > max_error && hi < 1e15)
+    hi *= 4;
+  if (totals(opts, lagrange(opts, hi)).error > max_error)
+    return std::nullopt;
+  double lo = 0;
+  if (totals(opts, lagrange(opts, lo)).error > max_error) {
+    for (int i = 0; i < 200; ++i) {
+      const double mid = 0.5 * (lo + hi);
+      (totals(opts, lagrange(opts, mid)).error > max_error ? lo : hi) = mid;
+    }
+  } else
+    hi = lo;
+  auto pick = lagrange(opts, hi);
+  fill_slack(opts, pick, true, max_error);
+  char crit[64];
+  std::snprintf(crit, sizeof crit, "max-error %g", max_error);
+  return make_point(t, opts, pick, crit);
+}
+
+std::optional<OperatingPoint> select_per_layer_max_cost(const QualityTable &t, double max_cost2,
+                                                        bool allow_dense) {
+  const auto opts = options_of(t, allow_dense);
+  if (totals(opts, lagrange(opts, 0)).cost > max_cost2)
+    return std::nullopt;
+  double lo = 0, hi = 1.0;
+  while (totals(opts, lagrange(opts, hi)).cost <= max_cost2 && hi < 1e15)
+    hi *= 4;
+  if (totals(opts, lagrange(opts, hi)).cost <= max_cost2)
+    lo = hi;
+  else
+    for (int i = 0; i < 200; ++i) {
+      const double mid = 0.5 * (lo + hi);
+      (totals(opts, lagrange(opts, mid)).cost <= max_cost2 ? lo : hi) = mid;
+    }
+  auto pick = lagrange(opts, lo);
+  fill_slack(opts, pick, false, max_cost2);
+  char crit[64];
+  std::snprintf(crit, sizeof crit, "max-cost2 %g", max_cost2);
+  return make_point(t, opts, pick, crit);
+}
+
+} // namespace pig::tune
