@@ -10,14 +10,18 @@
 //
 // For each context: both methods decode the same --steps tokens from the same cache, one step of
 // each in turn; the first LSH step builds the index of every sparse layer and is reported apart.
+// With --tuning FILE a third method, "tuned" (magicpig with pig-tune's operating point, per
+// layer), decodes too, its steps alternated with the other two.
 // Usage: pig-bench-context [--model FILE] [--text FILE] [--prefill N] [--steps N]
 //                          [--contexts 2048,4096,...] [--threads N] [--kv bf16|f32] [--out DIR]
+//                          [--tuning FILE [--max-error E]]
 // --out DIR writes speed.csv and draws speed.png with gnuplot (docs/PERFORMANCE.md).
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
 #include <memory>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -25,6 +29,7 @@
 #include "pig/runtime/attention.h"
 #include "pig/runtime/model.h"
 #include "report.h" // tools/pig-eval: CSV and gnuplot helpers
+#include "tuning.h" // tools/pig-tune: --tuning FILE
 
 #ifdef PIG_HAVE_GENERATED_KERNELS
 #include "pig/Codegen/GeneratedKernels.h"
@@ -67,14 +72,18 @@ struct Options {
   size_t prefill = 2048, steps = 16, threads = 0;
   std::vector<size_t> contexts{2048, 4096, 8192, 16384, 32768};
   lsh::DType kv = lsh::DType::bf16;
-  std::string out; // --out: CSV + PNG
+  std::string out;                 // --out: CSV + PNG
+  std::string tuning;              // --tuning FILE: a third method, "tuned"
+  std::optional<double> max_error; // --max-error E: selects the point from a records file
 };
 
 [[noreturn]] void Usage(const std::string &e) {
   std::fprintf(
       stderr,
       "pig-bench-context: %s\nusage: pig-bench-context [--model F] [--text F] "
-      "[--prefill N] [--steps N] [--contexts a,b,..] [--threads N] [--kv bf16|f32] [--out DIR]\n",
+      "[--prefill N] [--steps N] [--contexts a,b,..] [--threads N] [--kv bf16|f32] [--out DIR]\n"
+      "                         [--tuning FILE [--max-error E]]  (a third method: pig-tune's "
+      "operating point)\n",
       e.c_str());
   std::exit(2);
 }
@@ -143,20 +152,22 @@ private:
   size_t steps_ = 0;
 };
 
-// Both methods decode the same tokens from the same cache, their steps alternated (dense, LSH,
-// dense, ...) so that the machine's drift (30 % and more within minutes on a shared machine)
-// affects both alike; before, each method ran its steps in a time window of its own.
-void DecodeBoth(const LlamaModel &model, ThreadPool &pool, const AttentionSpec &dense,
-                const AttentionSpec &lsh, const KvCache &tiled, size_t context,
-                const std::vector<int32_t> &feed, Run &d, Run &l) {
-  Decoder a(model, pool, dense, tiled, context, feed.size());
-  Decoder b(model, pool, lsh, tiled, context, feed.size());
-  for (int32_t token : feed) {
-    a.Step(token);
-    b.Step(token);
-  }
-  d = a.Result();
-  l = b.Result();
+// The methods decode the same tokens from the same cache, their steps alternated (dense, LSH,
+// [tuned,] dense, ...) so that the machine's drift (30 % and more within minutes on a shared
+// machine) affects them alike; before, each method ran its steps in a time window of its own.
+std::vector<Run> DecodeAll(const LlamaModel &model, ThreadPool &pool,
+                           const std::vector<AttentionSpec> &specs, const KvCache &tiled,
+                           size_t context, const std::vector<int32_t> &feed) {
+  std::vector<std::unique_ptr<Decoder>> decoders;
+  for (const AttentionSpec &spec : specs)
+    decoders.push_back(std::make_unique<Decoder>(model, pool, spec, tiled, context, feed.size()));
+  for (int32_t token : feed)
+    for (auto &d : decoders)
+      d->Step(token);
+  std::vector<Run> runs;
+  for (const auto &d : decoders)
+    runs.push_back(d->Result());
+  return runs;
 }
 
 } // namespace
@@ -187,6 +198,17 @@ int main(int argc, char **argv) {
       if (k != "bf16" && k != "f32")
         Usage("--kv expects bf16 or f32");
       o.kv = k == "f32" ? lsh::DType::f32 : lsh::DType::bf16;
+    } else if (a == "--tuning") {
+      o.tuning = value();
+      if (o.tuning.empty())
+        Usage("--tuning needs a file");
+    } else if (a == "--max-error") {
+      const std::string v = value();
+      char *end = nullptr;
+      const double e = std::strtod(v.c_str(), &end);
+      if (v.empty() || *end || !(e >= 0))
+        Usage("--max-error expects a number >= 0, got '" + v + "'");
+      o.max_error = e;
     } else if (a == "--contexts") {
       o.contexts.clear();
       std::stringstream ss(value());
@@ -198,12 +220,24 @@ int main(int argc, char **argv) {
   }
   if (o.steps < 2)
     Usage("--steps must be at least 2 (the first step is reported apart)");
+  if (o.max_error && o.tuning.empty())
+    Usage("--max-error selects a point from --tuning FILE's records: give --tuning FILE");
   try {
 #ifdef PIG_HAVE_GENERATED_KERNELS
     pig_register_generated_kernels();
 #endif
     auto model = LlamaModel::Load(o.model);
     const LlamaConfig &c = model->config();
+    // --tuning: loaded (and refused) before the prefill.
+    std::optional<pig::tools::Tuning> tuning;
+    if (!o.tuning.empty()) {
+      tuning = pig::tools::LoadTuning(o.tuning, o.max_error, c.n_layers);
+      for (const std::string &w : tuning->warnings)
+        std::fprintf(stderr, "pig-bench-context: warning: %s\n", w.c_str());
+      AttentionSpec probe;
+      probe.kv_dtype = o.kv;
+      pig::tools::ApplyTuning(probe, tuning->point).Validate(c.n_layers);
+    }
     std::ifstream in(o.text, std::ios::binary);
     if (!in)
       throw std::runtime_error("cannot read " + o.text);
@@ -229,36 +263,77 @@ int main(int argc, char **argv) {
                 Since(t0), o.steps);
     AttentionSpec lsh = dense;
     lsh.method = "magicpig";
-    std::printf("\n| context | dense tok/s | LSH tok/s | speed-up | attention share (dense / "
-                "LSH) | cost2 | index build (s) | KV MiB | index MiB |\n");
-    std::printf("|---|---|---|---|---|---|---|---|---|\n");
+    std::vector<AttentionSpec> specs{dense, lsh};
+    if (tuning) {
+      specs.push_back(pig::tools::ApplyTuning(dense, tuning->point));
+      const pig::tune::OperatingPoint &p = tuning->point;
+      std::printf("tuning: %s: layers %s (predicted attention error %.3f, cost2 %.1f %%%s%s)\n",
+                  tuning->source.c_str(), p.layers_str().c_str(), p.error, 100.0 * p.cost2,
+                  p.criterion.empty() ? "" : "; criterion ", p.criterion.c_str());
+    }
+    if (!tuning) {
+      std::printf("\n| context | dense tok/s | LSH tok/s | speed-up | attention share (dense / "
+                  "LSH) | cost2 | index build (s) | KV MiB | index MiB |\n");
+      std::printf("|---|---|---|---|---|---|---|---|---|\n");
+    } else {
+      std::printf("\n| context | dense tok/s | LSH tok/s | speed-up | tuned tok/s | tuned vs LSH "
+                  "| attention share (dense / LSH / tuned) | cost2 | tuned cost2 | index build "
+                  "(s) | KV MiB | index MiB |\n");
+      std::printf("|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+    }
     std::unique_ptr<pig::eval::Csv> csv;
     if (!o.out.empty()) {
       pig::eval::MakeDirs(o.out);
-      csv = std::make_unique<pig::eval::Csv>(
-          o.out + "/speed.csv",
-          std::vector<std::string>{"context", "dense_tok_s", "lsh_tok_s", "speedup",
-                                   "dense_attention_share", "lsh_attention_share", "cost2",
-                                   "index_build_s", "kv_mib", "index_mib"});
+      std::vector<std::string> columns{"context",  "dense_tok_s",           "lsh_tok_s",
+                                       "speedup",  "dense_attention_share", "lsh_attention_share",
+                                       "cost2",    "index_build_s",         "kv_mib",
+                                       "index_mib"};
+      if (tuning)
+        columns.insert(columns.end(),
+                       {"tuned_tok_s", "tuned_vs_lsh", "tuned_attention_share", "tuned_cost2"});
+      csv = std::make_unique<pig::eval::Csv>(o.out + "/speed.csv", columns);
     }
     for (size_t ctx : o.contexts) {
       KvCache tiled(AttentionShape{c.n_layers, c.n_heads, c.n_kv_heads, c.head_dim, ctx}, o.kv);
       tiled.Tile(pre.attention().cache(), o.prefill, ctx);
-      Run d, l;
-      DecodeBoth(*model, pool, dense, lsh, tiled, ctx, feed, d, l);
-      std::printf(
-          "| %zu | %.1f | %.1f | %.2fx | %.0f %% / %.0f %% | %.2f %% | %.2f | %.0f | %.0f |\n", ctx,
-          d.tokens_per_s, l.tokens_per_s, l.tokens_per_s / d.tokens_per_s, 100 * d.attention_share,
-          100 * l.attention_share, 100 * l.stats.cost2(), l.first_step_s,
-          double(tiled.MemoryBytes()) / 1048576.0, double(l.stats.index_bytes) / 1048576.0);
+      const std::vector<Run> runs = DecodeAll(*model, pool, specs, tiled, ctx, feed);
+      const Run &d = runs[0], &l = runs[1];
+      if (!tuning) {
+        std::printf(
+            "| %zu | %.1f | %.1f | %.2fx | %.0f %% / %.0f %% | %.2f %% | %.2f | %.0f | %.0f |\n",
+            ctx, d.tokens_per_s, l.tokens_per_s, l.tokens_per_s / d.tokens_per_s,
+            100 * d.attention_share, 100 * l.attention_share, 100 * l.stats.cost2(), l.first_step_s,
+            double(tiled.MemoryBytes()) / 1048576.0, double(l.stats.index_bytes) / 1048576.0);
+      } else {
+        const Run &t = runs[2];
+        std::printf("| %zu | %.1f | %.1f | %.2fx | %.1f | %.2fx | %.0f %% / %.0f %% / %.0f %% | "
+                    "%.2f %% | %.2f %% | %.2f | %.0f | %.0f |\n",
+                    ctx, d.tokens_per_s, l.tokens_per_s, l.tokens_per_s / d.tokens_per_s,
+                    t.tokens_per_s, t.tokens_per_s / l.tokens_per_s, 100 * d.attention_share,
+                    100 * l.attention_share, 100 * t.attention_share, 100 * l.stats.cost2(),
+                    100 * t.stats.cost2(), l.first_step_s, double(tiled.MemoryBytes()) / 1048576.0,
+                    double(l.stats.index_bytes) / 1048576.0);
+      }
       std::fflush(stdout);
       if (csv) {
         using pig::eval::Fmt;
-        csv->row({std::to_string(ctx), Fmt("%.2f", d.tokens_per_s), Fmt("%.2f", l.tokens_per_s),
-                  Fmt("%.3f", l.tokens_per_s / d.tokens_per_s), Fmt("%.3f", d.attention_share),
-                  Fmt("%.3f", l.attention_share), Fmt("%.4f", l.stats.cost2()),
-                  Fmt("%.2f", l.first_step_s), Fmt("%.1f", double(tiled.MemoryBytes()) / 1048576.0),
-                  Fmt("%.1f", double(l.stats.index_bytes) / 1048576.0)});
+        std::vector<std::string> row{std::to_string(ctx),
+                                     Fmt("%.2f", d.tokens_per_s),
+                                     Fmt("%.2f", l.tokens_per_s),
+                                     Fmt("%.3f", l.tokens_per_s / d.tokens_per_s),
+                                     Fmt("%.3f", d.attention_share),
+                                     Fmt("%.3f", l.attention_share),
+                                     Fmt("%.4f", l.stats.cost2()),
+                                     Fmt("%.2f", l.first_step_s),
+                                     Fmt("%.1f", double(tiled.MemoryBytes()) / 1048576.0),
+                                     Fmt("%.1f", double(l.stats.index_bytes) / 1048576.0)};
+        if (tuning) {
+          const Run &t = runs[2];
+          row.insert(row.end(),
+                     {Fmt("%.2f", t.tokens_per_s), Fmt("%.3f", t.tokens_per_s / l.tokens_per_s),
+                      Fmt("%.3f", t.attention_share), Fmt("%.4f", t.stats.cost2())});
+        }
+        csv->row(row);
       }
     }
     if (csv) {
@@ -278,12 +353,16 @@ int main(int argc, char **argv) {
               "set ylabel 'decode tokens/s'\nset title 'speed'\n"
               "plot " +
               data + "2 with linespoints title 'dense', " + data +
-              "3 with linespoints title 'LSH sampling (10,150)'\n"
+              "3 with linespoints title 'LSH sampling (10,150)'" +
+              (tuning ? ", " + data + "11 with linespoints title 'tuned (--tuning)'" : "") +
+              "\n"
               "set ylabel 'share of a step in attention'\nset title 'attention share'\n"
               "set yrange [0:1]\n"
               "plot " +
               data + "5 with linespoints title 'dense', " + data +
-              "6 with linespoints title 'LSH sampling (10,150)'\n"
+              "6 with linespoints title 'LSH sampling (10,150)'" +
+              (tuning ? ", " + data + "13 with linespoints title 'tuned (--tuning)'" : "") +
+              "\n"
               "unset multiplot\n");
       if (pig::eval::RunGnuplot(o.out + "/speed.gp"))
         std::printf("\nwrote %s/speed.csv and %s/speed.png\n", o.out.c_str(), o.out.c_str());

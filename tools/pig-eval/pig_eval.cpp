@@ -2,7 +2,8 @@
 //   pig-eval attention-error  relative L2 error vs exact attention on the model's real KV caches
 //                             (captured at several context lengths), scalar reference (pig::ref)
 //   pig-eval downstream       perplexity on real English text, needle retrieval and RULER-like
-//                             aggregation tasks, decoding with each runtime Attention
+//                             aggregation tasks, decoding with each runtime Attention; with
+//                             --tuning FILE also "tuned" (pig-tune's operating point, per layer)
 //   pig-eval all              both, sharing one prefill of the long text
 // Writes CSV files, gnuplot PNGs and markdown tables to --out; --update-doc FILE rewrites the
 // marked sections of docs/RESULTS.md with those tables. Numbers are measured, never stored.
@@ -14,6 +15,7 @@
 #include <cstring>
 #include <map>
 #include <memory>
+#include <optional>
 #include <set>
 #include <stdexcept>
 #include <string>
@@ -27,6 +29,7 @@
 #include "pig/runtime/sampler.h"
 #include "report.h"
 #include "tasks.h"
+#include "tuning.h" // tools/pig-tune: --tuning FILE
 
 namespace {
 
@@ -61,6 +64,8 @@ struct Options {
   std::string update_doc;
   lsh::DType kv = lsh::DType::bf16;
   std::string command_line;
+  std::string tuning;              // --tuning FILE: the downstream method "tuned"
+  std::optional<double> max_error; // --max-error E: selects the point from a records file
 };
 
 [[noreturn]] void Usage(const std::string &error) {
@@ -94,6 +99,10 @@ struct Options {
       "  --kv bf16|f32           KV cache element type (default bf16)\n"
       "  --cwe-share PCT          percent of the CWE list taken by its 3 common words (50)\n"
       "  --dense-only            downstream with dense attention only (to size the tasks)\n"
+      "  --tuning FILE           downstream also decodes with \"tuned\": magicpig with the\n"
+      "                          operating point of pig-tune in FILE (per layer dense or K,L,t)\n"
+      "  --max-error E           FILE is pig-tune's records: select the cheapest point with\n"
+      "                          predicted mean attention error <= E\n"
       "LIST: comma-separated values, or none.\n",
       DefaultModelPath(), pig::eval::kDefaultTextPath, pig::eval::kDefaultTextPackage);
   std::exit(error.empty() ? 0 : 2);
@@ -210,12 +219,30 @@ Options Parse(int argc, char **argv) {
       if (v != "bf16" && v != "f32")
         Usage("--kv expects bf16 or f32");
       o.kv = v == "f32" ? lsh::DType::f32 : lsh::DType::bf16;
+    } else if (a == "--tuning") {
+      o.tuning = value();
+      if (o.tuning.empty())
+        Usage("--tuning needs a file");
+    } else if (a == "--max-error") {
+      const std::string v = value();
+      char *end = nullptr;
+      const double e = std::strtod(v.c_str(), &end);
+      if (v.empty() || *end != '\0' || !(e >= 0))
+        Usage("--max-error expects a number >= 0, got '" + v + "'");
+      o.max_error = e;
     } else if (a == "-h" || a == "--help") {
       Usage("");
     } else {
       Usage("unknown argument '" + a + "'");
     }
   }
+  if (o.max_error && o.tuning.empty())
+    Usage("--max-error selects a point from --tuning FILE's records: give --tuning FILE");
+  if (!o.tuning.empty() && o.command == "attention-error")
+    Usage("--tuning adds the method \"tuned\" to downstream; attention-error measures fixed "
+          "configurations (pig-tune accuracy measures a point's error)");
+  if (!o.tuning.empty() && o.dense_only)
+    Usage("--tuning and --dense-only do not combine");
   return o;
 }
 
@@ -271,9 +298,15 @@ struct Method {
 
 std::string KLName(pig::eval::KL kl) { return std::to_string(kl.K) + "," + std::to_string(kl.L); }
 
+// The config column of "tuned": how the point was chosen ("max-error 0.1"), else "point".
+std::string TunedConfig(const pig::tools::Tuning &t) {
+  return t.point.criterion.empty() ? std::string("point") : t.point.criterion;
+}
+
 // dense first, then each magicpig configuration followed by topk and quest at its cost2: the
-// budget of a baseline is only known once its magicpig run has measured cost2.
-std::vector<Method> Methods(const Options &o) {
+// budget of a baseline is only known once its magicpig run has measured cost2. With --tuning,
+// "tuned" last (config: the point's criterion).
+std::vector<Method> Methods(const Options &o, const pig::tools::Tuning *tuning) {
   std::vector<Method> m;
   AttentionSpec base;
   base.kv_dtype = o.kv;
@@ -293,6 +326,8 @@ std::vector<Method> Methods(const Options &o) {
       m.push_back({b, "= magicpig " + KLName(o.lsh[c]), t, int(c)});
     }
   }
+  if (tuning)
+    m.push_back({"tuned", TunedConfig(*tuning), pig::tools::ApplyTuning(base, tuning->point)});
   return m;
 }
 
@@ -540,8 +575,9 @@ struct DownKey {
 
 class Downstream {
 public:
-  Downstream(const Options &o, const LlamaModel &model, ThreadPool &pool)
-      : o_(o), model_(model), pool_(pool), methods_(Methods(o)),
+  Downstream(const Options &o, const LlamaModel &model, ThreadPool &pool,
+             const pig::tools::Tuning *tuning)
+      : o_(o), model_(model), pool_(pool), methods_(Methods(o, tuning)),
         ppl_csv_(o.out + "/perplexity.csv",
                  {"context", "method", "config", "budget", "tokens", "nll", "ppl",
                   "delta_nll_vs_dense", "se_delta_nll", "cost1", "cost2", "seconds"}),
@@ -756,7 +792,11 @@ private:
     for (const Panel &pan : panels) {
       std::vector<std::string> plots;
       double dense = NAN;
-      for (const char *m : {"magicpig", "topk", "quest"}) {
+      std::vector<std::string> series{"magicpig", "topk", "quest"};
+      for (const Method &m : methods_)
+        if (m.label == "tuned")
+          series.push_back(m.label);
+      for (const std::string &m : series) {
         std::vector<std::pair<double, double>> pts;
         if (pan.key == "ppl") {
           for (const auto &[k, c] : ppl_)
@@ -939,9 +979,25 @@ int Run(const Options &o) {
   std::unique_ptr<ErrorReport> errors;
   if (part1)
     errors = std::make_unique<ErrorReport>(o);
+  // --tuning: loaded (and refused) before any prefill.
+  std::optional<pig::tools::Tuning> tuning;
+  if (part2 && !o.tuning.empty()) {
+    tuning = pig::tools::LoadTuning(o.tuning, o.max_error, cfg.n_layers);
+    for (const std::string &w : tuning->warnings)
+      std::fprintf(stderr, "pig-eval: warning: %s\n", w.c_str());
+    AttentionSpec probe;
+    probe.kv_dtype = o.kv;
+    pig::tools::ApplyTuning(probe, tuning->point).Validate(cfg.n_layers);
+    const pig::tune::OperatingPoint &p = tuning->point;
+    std::fprintf(stderr,
+                 "pig-eval: tuning: %s: layers %s (predicted attention error %.3f, cost2 %.1f "
+                 "%%%s%s)\n",
+                 tuning->source.c_str(), p.layers_str().c_str(), p.error, 100.0 * p.cost2,
+                 p.criterion.empty() ? "" : "; criterion ", p.criterion.c_str());
+  }
   std::unique_ptr<Downstream> down;
   if (part2)
-    down = std::make_unique<Downstream>(o, *model, pool);
+    down = std::make_unique<Downstream>(o, *model, pool, tuning ? &*tuning : nullptr);
 
   double prefill_s = 0, part1_s = 0, ppl_s = 0;
   if (!checkpoints.empty()) {

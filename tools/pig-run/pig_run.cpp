@@ -4,7 +4,7 @@
 //           [--attention dense|magicpig|topk|quest|oracle] [--lsh K=10,L=150,t=2]
 //           [--sink 4 --local 64 --dense-layers 0,15] [--budget F] [--kv bf16|f32]
 //           [--temperature T --top-p P --seed S] [--chat] [--threads N] [--ctx N]
-//           [--expect TEXT] [--rate-steps N] [--schedule KNOBS]
+//           [--expect TEXT] [--rate-steps N] [--schedule KNOBS] [--tuning FILE [--max-error E]]
 //   pig-run --demo [--demo-text FILE] [--demo-seed S] [--demo-bytes N]   (what ./pig run runs)
 // Streams the generated text to stdout, then prints a summary to stderr: prefill and decode
 // speed, the sampled fraction (cost2) and index traffic (cost1), KV and index memory, and which
@@ -20,6 +20,7 @@
 #include <fstream>
 #include <iostream>
 #include <memory>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -29,6 +30,7 @@
 #include "pig/runtime/sampler.h"
 
 #include "demo.h"
+#include "tuning.h" // tools/pig-tune: --tuning FILE
 
 #ifdef PIG_HAVE_GENERATED_KERNELS
 #include "pig/Codegen/GeneratedKernels.h"
@@ -59,6 +61,9 @@ struct Options {
   pig::run::DemoOptions demo_opts;
   bool show_prompt = false; // --show-prompt: print the prompt (and expected answer), exit
   bool max_new_set = false, rate_steps_set = false;
+  std::string tuning;              // --tuning FILE: an operating point (or records) of pig-tune
+  std::optional<double> max_error; // --max-error E: selects the point from a records file
+  bool attention_set = false, lsh_set = false, schedule_set = false;
 };
 
 [[noreturn]] void Usage(const std::string &error) {
@@ -72,6 +77,7 @@ struct Options {
       "               [--lsh K=10,L=150,t=2] [--sink N] [--local N]\n"
       "               [--dense-layers 0,15|none] [--budget F] [--kv bf16|f32]\n"
       "               [--schedule 'block=32 gqa=union ...']  (LSH kernel schedule)\n"
+      "               [--tuning FILE [--max-error E]]  (per-layer LSH of pig-tune)\n"
       "               [--compare dense,magicpig,...]  (one prefill, side by side)\n"
       "               [--batch B]  (B sequences of different lengths, decoded together)\n"
       "               [--threads N] [--ctx N] [--long-context] [--print-ids]\n"
@@ -90,6 +96,13 @@ struct Options {
       "shown). On your own text: --demo --demo-text FILE; your own question:\n"
       "  pig-run --chat --compare dense,magicpig --prompt-file F --expect ANSWER\n"
       "The other flags apply (--compare, --lsh, --max-new, --threads, ...).\n"
+      "\n"
+      "--tuning FILE decodes with LSH sampling attention (magicpig) as an operating point\n"
+      "of pig-tune gives it, per layer: dense or (K, L, t) (docs/TUNING.md). FILE is a\n"
+      "point (pig-tune select --out FILE) or pig-tune's records, from which --max-error E\n"
+      "selects the cheapest point whose predicted mean attention error is at most E.\n"
+      "It replaces --lsh and --dense-layers (not both); with --compare (and --demo) the\n"
+      "magicpig column decodes with the point. A --schedule given wins over the point's.\n"
       "default model: %s\n",
       DefaultModelPath());
   std::exit(error.empty() ? 0 : 2);
@@ -172,8 +185,19 @@ Options Parse(int argc, char **argv) {
       o.ctx = size_t(ParseNumber(a, value()));
     } else if (a == "--attention") {
       o.attention.method = value();
+      o.attention_set = true;
     } else if (a == "--lsh") {
       ParseLsh(value(), o.attention);
+      o.lsh_set = true;
+    } else if (a == "--tuning") {
+      o.tuning = value();
+      if (o.tuning.empty())
+        Usage("--tuning needs a file");
+    } else if (a == "--max-error") {
+      const double e = ParseNumber(a, value());
+      if (!(e >= 0))
+        Usage("--max-error must be >= 0, got '" + std::string(argv[i]) + "'");
+      o.max_error = e;
     } else if (a == "--sink") {
       o.attention.sink = ParseCount(a, value());
     } else if (a == "--local") {
@@ -194,6 +218,7 @@ Options Parse(int argc, char **argv) {
       if (!sched)
         Usage("--schedule: " + err);
       o.attention.schedule = *sched;
+      o.schedule_set = true;
     } else if (a == "--budget") {
       o.attention.budget = ParseNumber(a, value());
     } else if (a == "--kv") {
@@ -244,6 +269,17 @@ Options Parse(int argc, char **argv) {
       Usage("unknown argument '" + a + "'");
     }
   }
+  if (o.max_error && o.tuning.empty())
+    Usage("--max-error selects a point from --tuning FILE's records: give --tuning FILE");
+  if (!o.tuning.empty()) {
+    if (o.lsh_set)
+      Usage("--tuning and --lsh conflict: the operating point gives each layer's K, L, t");
+    if (o.attention.dense_layers_set)
+      Usage("--tuning and --dense-layers conflict: the operating point gives the dense layers");
+    if (o.attention_set && o.attention.method != "magicpig")
+      Usage("--tuning decodes with magicpig: it conflicts with --attention " + o.attention.method);
+    o.attention.method = "magicpig";
+  }
   if (o.demo) {
     if (o.have_prompt)
       Usage("--demo makes its own prompt: give --demo-text FILE instead of --prompt/--prompt-file");
@@ -267,6 +303,9 @@ Options Parse(int argc, char **argv) {
                  d.text_bytes, o.demo_opts.text_file.c_str(), d.expected.c_str(), 100 * d.depth,
                  static_cast<unsigned long long>(o.demo_opts.seed));
   }
+  if (!o.tuning.empty() && !o.compare.empty() &&
+      std::find(o.compare.begin(), o.compare.end(), "magicpig") == o.compare.end())
+    Usage("--tuning applies to magicpig, which --compare does not list");
   if (!o.have_prompt)
     Usage("give --prompt TEXT or --prompt-file F (or --demo)");
   if (o.max_new < 0)
@@ -367,7 +406,26 @@ struct Prepared {
   std::unique_ptr<LlamaModel> model;
   std::vector<int32_t> prompt;
   size_t ctx = 0;
+  AttentionSpec attention;                  // o.attention, with --tuning's point applied
+  std::optional<pig::tools::Tuning> tuning; // --tuning
+  // The spec of one --compare method: magicpig takes the point, the others ignore it.
+  AttentionSpec ForMethod(const Options &o, const std::string &method) const {
+    AttentionSpec spec = method == "magicpig" ? attention : o.attention;
+    spec.method = method;
+    return spec;
+  }
 };
+
+// --tuning: what the point is and where it came from, and each warning of the loader.
+void PrintTuning(const pig::tools::Tuning &t) {
+  for (const std::string &w : t.warnings)
+    std::fprintf(stderr, "pig-run: warning: %s\n", w.c_str());
+  const pig::tune::OperatingPoint &p = t.point;
+  std::fprintf(stderr,
+               "tuning: %s: layers %s (predicted attention error %.3f, cost2 %.1f %%%s%s)\n",
+               t.source.c_str(), p.layers_str().c_str(), p.error, 100.0 * p.cost2,
+               p.criterion.empty() ? "" : "; criterion ", p.criterion.c_str());
+}
 
 Prepared Prepare(const Options &o) {
 #ifdef PIG_HAVE_GENERATED_KERNELS
@@ -375,13 +433,17 @@ Prepared Prepare(const Options &o) {
 #endif
   Prepared p;
   p.model = LlamaModel::Load(o.model);
-  // Every method's parameters are checked before the (long) prefill.
-  o.attention.Validate(p.model->config().n_layers);
-  for (const std::string &m : o.compare) {
-    AttentionSpec spec = o.attention;
-    spec.method = m;
-    spec.Validate(p.model->config().n_layers);
+  p.attention = o.attention;
+  if (!o.tuning.empty()) {
+    p.tuning = pig::tools::LoadTuning(o.tuning, o.max_error, p.model->config().n_layers);
+    p.attention = pig::tools::ApplyTuning(o.attention, p.tuning->point);
+    if (o.schedule_set)
+      p.attention.schedule = o.attention.schedule;
   }
+  // Every method's parameters are checked before the (long) prefill.
+  p.attention.Validate(p.model->config().n_layers);
+  for (const std::string &m : o.compare)
+    p.ForMethod(o, m).Validate(p.model->config().n_layers);
   const Tokenizer &tok = p.model->tokenizer();
   const LlamaConfig &cfg = p.model->config();
   const std::string text = o.chat ? tok.ApplyChatTemplate(o.prompt) : o.prompt;
@@ -432,11 +494,13 @@ int Run(const Options &o) {
   const Tokenizer &tok = p.model->tokenizer();
   ThreadPool pool(o.threads);
   const AttentionShape shape{cfg.n_layers, cfg.n_heads, cfg.n_kv_heads, cfg.head_dim, p.ctx};
-  LlamaSession session(*p.model, pool, p.ctx, MakeAttention(o.attention, shape));
+  LlamaSession session(*p.model, pool, p.ctx, MakeAttention(p.attention, shape));
   std::fprintf(stderr, "pig-run: %s (%s), %zu layers, dim %zu, %zu threads, %s kernels\n",
                o.model.c_str(), p.model->WeightTypesSummary().c_str(), cfg.n_layers, cfg.dim,
                pool.size(), session.kernels().target);
-  std::fprintf(stderr, "pig-run: attention %s\n", o.attention.str(cfg.n_layers).c_str());
+  if (p.tuning)
+    PrintTuning(*p.tuning);
+  std::fprintf(stderr, "pig-run: attention %s\n", p.attention.str(cfg.n_layers).c_str());
   std::fprintf(stderr, "pig-run: prompt %zu tokens\n", p.prompt.size());
 
   double prefill_s = 0;
@@ -461,11 +525,19 @@ int Run(const Options &o) {
                  "decode: %zu tokens in %.3f s = %.1f tokens/s (after the first step, which "
                  "took %.3f s%s)\n",
                  r.steps - 1, r.rest_s, r.TokensPerSecond(), r.first_s,
-                 o.attention.method == "magicpig" ? " and built the LSH index" : "");
+                 p.attention.method == "magicpig" ? " and built the LSH index" : "");
   } else {
     std::fprintf(stderr, "decode: %zu steps (too few to measure a rate)\n", r.steps);
   }
   PrintSummary(session.attention(), cfg);
+  if (p.tuning) {
+    const AttentionStats st = session.attention().stats();
+    char measured[64] = "- (nothing indexed)";
+    if (st.indexed > 0)
+      std::snprintf(measured, sizeof measured, "%.2f %%", 100.0 * st.cost2());
+    std::fprintf(stderr, "tuning: per layer %s; cost2 %s (the point predicts %.1f %%)\n",
+                 p.tuning->point.layers_str().c_str(), measured, 100.0 * p.tuning->point.cost2);
+  }
   if (!o.expect.empty())
     std::fprintf(stderr, "answer: %s (expected it to contain \"%s\")\n",
                  pig::run::AnswerContains(r.text, o.expect) ? "correct" : "WRONG",
@@ -489,12 +561,14 @@ int RunBatch(const Options &o) {
     prompts.emplace_back(p.prompt.begin() + std::ptrdiff_t(drop), p.prompt.end());
     const size_t cap = prompts.back().size() + size_t(o.max_new);
     attns.push_back(MakeAttention(
-        o.attention, AttentionShape{cfg.n_layers, cfg.n_heads, cfg.n_kv_heads, cfg.head_dim, cap}));
+        p.attention, AttentionShape{cfg.n_layers, cfg.n_heads, cfg.n_kv_heads, cfg.head_dim, cap}));
   }
   LlamaBatch batch(*p.model, pool, std::move(attns));
+  if (p.tuning)
+    PrintTuning(*p.tuning);
   std::fprintf(stderr, "pig-run: batch of %zu sequences (%zu to %zu prompt tokens), attention %s\n",
                B, prompts.back().size(), prompts.front().size(),
-               o.attention.str(cfg.n_layers).c_str());
+               p.attention.str(cfg.n_layers).c_str());
   std::vector<float> logits(B * cfg.vocab);
   const auto t0 = Clock::now();
   for (size_t i = 0; i < B; ++i)
@@ -614,6 +688,8 @@ int RunCompare(const Options &o) {
   LlamaSession prefill(*p.model, pool, p.ctx, MakeAttention(dense_spec, shape));
   std::fprintf(stderr, "pig-run: %s, %zu threads; prompt %zu tokens, prefilled once (dense)\n",
                o.model.c_str(), pool.size(), p.prompt.size());
+  if (p.tuning)
+    PrintTuning(*p.tuning);
   double prefill_s = 0;
   const std::vector<float> logits = Prefill(prefill, cfg.vocab, p.prompt, prefill_s);
   std::fprintf(stderr, "prefill: %.1f s = %.1f tokens/s\n", prefill_s,
@@ -627,17 +703,16 @@ int RunCompare(const Options &o) {
   };
   std::vector<Column> cols;
   for (const std::string &method : o.compare) {
-    AttentionSpec spec = o.attention;
-    spec.method = method;
+    const AttentionSpec spec = p.ForMethod(o, method);
     std::unique_ptr<Attention> attn = MakeAttention(spec, shape);
     attn->LoadPrefix(prefill.attention().cache(), p.prompt.size());
     LlamaSession s(*p.model, pool, p.ctx, std::move(attn));
     s.SetPosition(p.prompt.size());
     std::fprintf(stderr, "decoding with %s\n", spec.str(cfg.n_layers).c_str());
     Column c;
-    c.name = method == "magicpig"
-                 ? "magicpig K=" + std::to_string(spec.K) + " L=" + std::to_string(spec.L)
-                 : method;
+    c.name = method != "magicpig" ? method
+             : p.tuning           ? "magicpig (tuned, per layer)"
+                        : "magicpig K=" + std::to_string(spec.K) + " L=" + std::to_string(spec.L);
     c.r = Decode(s, tok, logits, o, false);
     c.st = s.attention().stats();
     c.kv_bytes = s.attention().cache().MemoryBytes();
