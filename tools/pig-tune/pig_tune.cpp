@@ -25,6 +25,7 @@
 #include <set>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <unistd.h>
 #include <vector>
 
@@ -779,18 +780,22 @@ struct SelectCli {
   bool uniform = false;
   std::string out = "pig-tune-point.json";
   std::string data_hash;
-  std::string target, cpu; // fingerprint overrides (tests); default this machine
+  std::string as_machine; // "cpu|target|cores|threads|l3_bytes": replay as that machine (tests)
   int threads = 0;
 };
 
 tune::Fingerprint HereFingerprint(const SelectCli &o) {
+  if (!o.as_machine.empty()) {
+    std::vector<std::string> f;
+    std::stringstream ss(o.as_machine);
+    for (std::string x; std::getline(ss, x, '|');)
+      f.push_back(x);
+    if (f.size() != 5)
+      throw CLI::ValidationError("--as-machine", "expects cpu|target|cores|threads|l3_bytes");
+    return tune::Fingerprint{f[0], f[1], std::stoi(f[2]), std::stoi(f[3]), std::stoull(f[4])};
+  }
   const int threads = o.threads ? o.threads : int(std::thread::hardware_concurrency());
-  tune::Fingerprint fp = tune::DetectFingerprint(BestKernels().target, std::max(1, threads));
-  if (!o.target.empty())
-    fp.target = o.target;
-  if (!o.cpu.empty())
-    fp.cpu = o.cpu;
-  return fp;
+  return tune::DetectFingerprint(BestKernels().target, std::max(1, threads));
 }
 
 // The speed records usable here at one context, with their ratio to the default of the same run.
@@ -1173,10 +1178,8 @@ int main(int argc, char **argv) {
   sel->add_flag("--uniform", so.uniform, "one (K, L, t) on every sparse layer (with --max-error)");
   sel->add_option("--context", so.context, "context of the speed records (0: the largest)");
   sel->add_option("--out", so.out, "point file written")->capture_default_str();
-  for (CLI::App *a : {sel})
-    a->add_option("--data-hash", so.data_hash, "quality records of this data hash");
-  for (CLI::App *a : {sel})
-    a->add_option("--fingerprint-target", so.target, "")->group("");
+  sel->add_option("--data-hash", so.data_hash, "quality records of this data hash");
+  sel->add_option("--as-machine", so.as_machine, "replay as another machine (tests)")->group("");
 
   std::string point_file, manifest_out;
   auto *em = app.add_subcommand("emit-manifest", "the configs/kernels.txt lines of a point");
@@ -1189,11 +1192,13 @@ int main(int argc, char **argv) {
   sh->add_option("--out", show_out, "directory for frontier.png and the CSVs");
   sh->add_option("--data-hash", sho.data_hash, "quality records of this data hash");
   sh->add_option("--context", sho.context, "context of the speed records (0: the largest)");
+  sh->add_option("--as-machine", sho.as_machine, "replay as another machine (tests)")->group("");
 
+  // A bad command line exits 2, as the project's other tools do (--help: 0).
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError &e) {
-    return app.exit(e);
+    return app.exit(e) == 0 ? 0 : 2;
   }
   std::signal(SIGINT, OnSigint);
   try {
@@ -1221,7 +1226,7 @@ int main(int argc, char **argv) {
       return Show(records, show_out, sho);
     }
   } catch (const CLI::ParseError &e) {
-    return app.exit(e);
+    return app.exit(e) == 0 ? 0 : 2;
   } catch (const std::exception &e) {
     std::fprintf(stderr, "pig-tune: error: %s\n", e.what());
     return 1;
