@@ -206,4 +206,30 @@ TEST(Selection, DenseOnlyWhenAllowedAndNeeded) {
   EXPECT_FALSE(uniform_point(t, {9, 75, 2}, {}).has_value());
 }
 
+TEST(Selection, MeasuredLayerTimesReplaceCost2) {
+  // On cost2, dense (1.0) is far dearer than (8, 75) on either layer; on this machine's measured
+  // times a dense layer costs only 3x a sparse one, so the hard layer goes dense at a bound that
+  // cost2 would meet with LSH; a candidate without a time is not chosen; no dense time: no dense.
+  std::vector<Record> rs{quality(0, {8, 75, 2}, 0.3, 0.02), quality(0, {10, 150, 2}, 0.12, 0.3),
+                         quality(1, {8, 75, 2}, 0.05, 0.02), quality(1, {10, 150, 2}, 0.04, 0.03)};
+  const QualityTable t = build_quality_table(rs, 2);
+  const auto on_cost2 = select_per_layer_max_error(t, 0.1);
+  ASSERT_TRUE(on_cost2.has_value());
+  EXPECT_EQ(on_cost2->layers[0].c, (Candidate{10, 150, 2}));
+  EXPECT_EQ(on_cost2->attention_s, 0.0);
+  const QualityTable timed = with_layer_times(t, {{0, {8, 75, 2}, 1e-3},
+                                                  {0, {10, 150, 2}, 4e-3},
+                                                  {0, {0, 0, 0, true}, 3e-3},
+                                                  {1, {8, 75, 2}, 1e-3}});
+  ASSERT_EQ(timed.layers[1].candidates.size(), 1u); // (10, 150) has no time on layer 1
+  const auto on_time = select_per_layer_max_error(timed, 0.1);
+  ASSERT_TRUE(on_time.has_value());
+  EXPECT_TRUE(on_time->layers[0].c.dense);
+  EXPECT_EQ(on_time->layers[1].c, (Candidate{8, 75, 2}));
+  EXPECT_DOUBLE_EQ(on_time->attention_s, 4e-3);
+  EXPECT_DOUBLE_EQ(on_time->cost2, (1.0 + 0.02) / 2); // still reported in cost2
+  // Layer 1 has no dense time: the most accurate it can reach is (8, 75), so 0.02 is out of reach.
+  EXPECT_FALSE(select_per_layer_max_error(timed, 0.02).has_value());
+}
+
 } // namespace

@@ -569,6 +569,8 @@ struct SpeedCli {
   std::vector<double> max_errors;     // per-layer points selected from the quality records
   std::vector<std::string> schedules; // each candidate x each schedule ("" = default)
   tune::SpeedOptions so;
+  bool per_layer = false;   // per-layer attention times of candidates (select --cost time)
+  size_t max_per_layer = 0; // candidates timed per layer at most (0: the per-layer frontiers)
 };
 
 struct SpeedCandidate {
@@ -579,6 +581,31 @@ struct SpeedCandidate {
   int t = 0;
 };
 
+// Forwards to an Attention and keeps the time of each layer's last call.
+class LayerTimed final : public Attention {
+public:
+  explicit LayerTimed(std::unique_ptr<Attention> inner)
+      : inner_(std::move(inner)), seconds(inner_->shape().n_layers, 0.0) {}
+  void Forward(size_t layer, size_t pos, size_t n, const float *q, const float *k, const float *v,
+               float *out, ThreadPool &pool, const Kernels &kern) override {
+    const auto t0 = Clock::now();
+    inner_->Forward(layer, pos, n, q, k, v, out, pool, kern);
+    seconds[layer] = Since(t0);
+  }
+  void Reset() override { inner_->Reset(); }
+  const AttentionShape &shape() const override { return inner_->shape(); }
+  size_t MemoryBytes() const override { return inner_->MemoryBytes(); }
+  AttentionStats stats() const override { return inner_->stats(); }
+  const KvCache &cache() const override { return inner_->cache(); }
+  void LoadPrefix(const KvCache &src, size_t n) override { inner_->LoadPrefix(src, n); }
+
+private:
+  std::unique_ptr<Attention> inner_;
+
+public:
+  std::vector<double> seconds; // [layer]: the last step's
+};
+
 // One candidate's session decoding from the tiled cache.
 class Decoder {
 public:
@@ -587,7 +614,7 @@ public:
       : logits_(model.config().vocab) {
     const LlamaConfig &c = model.config();
     const AttentionShape shape{c.n_layers, c.n_heads, c.n_kv_heads, c.head_dim, context + steps};
-    auto attn = MakeAttention(spec, shape);
+    auto attn = std::make_unique<LayerTimed>(MakeAttention(spec, shape));
     attn->LoadPrefix(tiled, context);
     attn_ = attn.get();
     session_ = std::make_unique<LlamaSession>(model, pool, shape.capacity, std::move(attn));
@@ -601,12 +628,135 @@ public:
     return Since(t0);
   }
   AttentionStats Stats() const { return attn_->stats(); }
+  const std::vector<double> &LayerSeconds() const { return attn_->seconds; }
 
 private:
   std::vector<float> logits_;
-  Attention *attn_ = nullptr;
+  LayerTimed *attn_ = nullptr;
   std::unique_ptr<LlamaSession> session_;
 };
+
+// Per-layer attention time of each candidate on every layer (and of dense attention), for
+// selection on this machine's times (select --cost time). Each candidate decodes with its
+// (K, L, t) on every layer, alternated step by step with the default (which order first changes
+// every round); a layer's time is the median over rounds of its ratio to the default's same
+// layer in the same round, times the default's median for that layer: the machine's drift
+// cancels as in every other ratio of the project. The default's non-attention time (MLPs,
+// projections) is recorded too: predicted step = non-attention + sum of the layers' times.
+int PerLayerSpeed(const LlamaModel &model, ThreadPool &pool, const tune::Fingerprint &fp,
+                  const std::string &records, const SpeedCli &o,
+                  const std::vector<tune::Candidate> &cands, const std::vector<int32_t> &tokens,
+                  const KvCache &prefix, size_t ctx) {
+  const LlamaConfig &c = model.config();
+  const size_t nl = c.n_layers, d = c.head_dim;
+  const lsh::DType kv = lsh::DType::bf16;
+  KvCache tiled(AttentionShape{c.n_layers, c.n_heads, c.n_kv_heads, d, ctx}, kv);
+  tiled.Tile(prefix, o.prefill, ctx);
+  AttentionSpec def;
+  def.method = "magicpig";
+  def.kv_dtype = kv;
+  const size_t rounds = size_t(std::max(o.so.min_rounds, 3));
+  const size_t steps = (rounds + 2) * (cands.size() + 2) + 8;
+  Decoder D(model, pool, def, tiled, ctx, steps);
+  size_t tok = 0;
+  auto next = [&] { return tokens[o.prefill + tok++ % 64]; };
+  D.Step(next()); // builds the default's index
+  const std::string ts = Timestamp();
+  Progress progress("pig-tune speed --per-layer " + std::to_string(ctx), double(cands.size() + 1));
+  std::vector<double> def_layer_all, def_rest;
+  std::vector<std::vector<double>> def_layers(nl);
+  auto write = [&](const tune::Candidate &cand, int layer, double secs, double mad,
+                   const std::string &method) {
+    tune::Record rec;
+    rec.kind = tune::RecordKind::speed;
+    rec.kernel = cand.dense ? "dense d=" + std::to_string(d) + " " + lsh::to_string(kv)
+                            : KernelKey(cand, d, kv);
+    rec.t = cand.dense ? 0 : cand.t;
+    rec.layer = layer;
+    rec.dense = cand.dense;
+    rec.schedule = def.schedule.str();
+    rec.workload = {ctx, int(c.n_heads / c.n_kv_heads), int(pool.size())};
+    rec.fingerprint = fp;
+    rec.time = tune::Timing{secs, mad, int(rounds), method};
+    rec.pig_version = PIG_VERSION;
+    rec.timestamp = ts;
+    tune::append_record(records, rec);
+  };
+  for (size_t ci = 0; ci <= cands.size(); ++ci) {
+    if (g_stop)
+      break;
+    // Dense first: every layer's dense time, the choice against which LSH is weighed.
+    const tune::Candidate cand = ci == 0 ? tune::Candidate{0, 0, 0, true} : cands[ci - 1];
+    AttentionSpec spec = def;
+    if (cand.dense)
+      spec.method = "dense";
+    else
+      spec.layers.assign(nl, LayerLsh{false, cand.K, cand.L, cand.t});
+    Decoder X(model, pool, spec, tiled, ctx, steps);
+    X.Step(next()); // index build: not timed
+    std::vector<std::vector<double>> ratio(nl), dl(nl);
+    for (size_t r = 0; r < rounds && !g_stop; ++r) {
+      const bool x_first = r % 2 == 0;
+      double ds = 0;
+      if (!x_first)
+        ds = D.Step(next());
+      X.Step(next());
+      const std::vector<double> xl = X.LayerSeconds();
+      if (x_first)
+        ds = D.Step(next());
+      const std::vector<double> &dls = D.LayerSeconds();
+      double dsum = 0;
+      for (size_t l = 0; l < nl; ++l) {
+        ratio[l].push_back(xl[l] / dls[l]);
+        dl[l].push_back(dls[l]);
+        def_layers[l].push_back(dls[l]);
+        dsum += dls[l];
+      }
+      def_rest.push_back(ds - dsum);
+    }
+    if (g_stop)
+      break;
+    for (size_t l = 0; l < nl; ++l) {
+      const double med = tune::Median(ratio[l]) * tune::Median(dl[l]);
+      std::vector<double> scaled;
+      for (size_t r = 0; r < ratio[l].size(); ++r)
+        scaled.push_back(ratio[l][r] * tune::Median(dl[l]));
+      write(cand, int(l), med, tune::MedianAbsDeviation(scaled),
+            "per-layer attention time, alternated with the default, " + std::to_string(rounds) +
+                " rounds");
+    }
+    progress.Update(double(ci + 1), CandStr(cand));
+  }
+  progress.Done();
+  // The default's time outside attention, over every round.
+  if (!def_rest.empty()) {
+    tune::Record rec;
+    rec.kind = tune::RecordKind::speed;
+    rec.kernel = "non-attention";
+    rec.t = 0;
+    rec.layer = -1;
+    rec.schedule = def.schedule.str();
+    rec.workload = {ctx, int(c.n_heads / c.n_kv_heads), int(pool.size())};
+    rec.fingerprint = fp;
+    rec.time =
+        tune::Timing{tune::Median(def_rest), tune::MedianAbsDeviation(def_rest),
+                     int(def_rest.size()), "the default's step time minus its attention time"};
+    rec.pig_version = PIG_VERSION;
+    rec.timestamp = ts;
+    tune::append_record(records, rec);
+    double att = 0;
+    for (size_t l = 0; l < nl; ++l)
+      att += tune::Median(def_layers[l]);
+    std::printf("| %zu | per-layer times of %zu candidates and dense | default: attention %.2f ms "
+                "+ the rest %.2f ms per step |\n",
+                ctx, cands.size(), 1e3 * att, 1e3 * tune::Median(def_rest));
+  }
+  if (g_stop) {
+    std::fprintf(stderr, "pig-tune speed: interrupted; every record written so far is kept\n");
+    return 130;
+  }
+  return 0;
+}
 
 int Speed(const std::string &model_path, const std::string &records, size_t threads, SpeedCli o) {
   auto model = LlamaModel::Load(model_path);
@@ -685,6 +835,32 @@ int Speed(const std::string &model_path, const std::string &records, size_t thre
     cands = all;
   }
 
+  // --per-layer: the candidates on some layer's error-vs-cost2 frontier (the ones selection can
+  // pick), fewest projections first when --max-per-layer limits them.
+  std::vector<tune::Candidate> timed;
+  if (o.per_layer) {
+    if (!table)
+      throw std::runtime_error("--per-layer needs quality records in " + records +
+                               " (pig-tune accuracy)");
+    for (const tune::LayerTable &lt : table->layers) {
+      std::vector<tune::Measured> ms;
+      for (size_t i = 0; i < lt.candidates.size(); ++i)
+        ms.push_back({lt.candidates[i], lt.cost2[i], lt.error[i]});
+      for (size_t i : tune::pareto_frontier(ms))
+        if (std::find(timed.begin(), timed.end(), ms[i].c) == timed.end())
+          timed.push_back(ms[i].c);
+    }
+    std::stable_sort(timed.begin(), timed.end(), [](const auto &a, const auto &b) {
+      return a.projections() < b.projections();
+    });
+    if (o.max_per_layer && timed.size() > o.max_per_layer)
+      timed.resize(o.max_per_layer);
+    // The default is always timed: predicted speed-ups are relative to it.
+    if (std::find(timed.begin(), timed.end(), tune::Candidate{base.K, base.L, base.t}) ==
+        timed.end())
+      timed.push_back({base.K, base.L, base.t});
+  }
+
   std::vector<int32_t> tokens =
       model->tokenizer().Encode(pig::eval::NormalizeText(pig::eval::ReadTextFile(o.text)));
   if (tokens.empty())
@@ -700,7 +876,16 @@ int Speed(const std::string &model_path, const std::string &records, size_t thre
   pre.Forward(tokens.data(), o.prefill, logits.data());
   std::printf("pig-tune speed: %s on %s; %zu candidates; dense prefill of %zu tokens tiled to "
               "each context (as pig-bench-context)\n\n",
-              model_path.c_str(), fp.str().c_str(), cands.size(), o.prefill);
+              model_path.c_str(), fp.str().c_str(), o.per_layer ? timed.size() : cands.size(),
+              o.prefill);
+  if (o.per_layer) {
+    std::printf("| context | measured | default |\n|---|---|---|\n");
+    for (size_t ctx : o.contexts)
+      if (int rc = PerLayerSpeed(*model, pool, fp, records, o, timed, tokens,
+                                 pre.attention().cache(), ctx))
+        return rc;
+    return 0;
+  }
   std::printf("| context | candidate | step ms (median, MAD) | tok/s | vs default | error | cost2 "
               "| rounds |\n|---|---|---|---|---|---|---|---|\n");
   const std::string ts = Timestamp();
@@ -778,6 +963,7 @@ struct SelectCli {
   std::optional<double> max_error, max_cost2, min_speedup;
   size_t context = 0; // speed records' context (0: the largest measured)
   bool uniform = false;
+  std::string cost = "cost2"; // what selection minimises or bounds: cost2 | time
   std::string out = "pig-tune-point.json";
   std::string data_hash;
   std::string as_machine; // "cpu|target|cores|threads|l3_bytes": replay as that machine (tests)
@@ -808,7 +994,10 @@ std::vector<SpeedRow> UsableSpeed(const std::vector<tune::Record> &rs, const tun
   foreign = false;
   std::vector<const tune::Record *> here;
   for (const auto &r : rs) {
-    if (r.kind != tune::RecordKind::speed || !r.time)
+    // Whole-step records only (per-layer times and the non-attention record are select
+    // --cost time's).
+    if (r.kind != tune::RecordKind::speed || !r.time || r.layer != -1 ||
+        r.kernel == "non-attention")
       continue;
     if (!r.usable_on(fp)) {
       foreign = true;
@@ -878,6 +1067,56 @@ std::optional<tune::OperatingPoint> PointOfSpeedRecord(const tune::Record &r,
   return p;
 }
 
+// This machine's per-layer times (pig-tune speed --per-layer) at one context (0: the largest
+// with such records): the layer times and the time outside attention.
+struct LayerTimes {
+  size_t context = 0;
+  std::vector<tune::LayerTime> times;
+  double rest_s = 0;
+};
+std::optional<LayerTimes> LoadLayerTimes(const std::vector<tune::Record> &rs,
+                                         const tune::Fingerprint &fp, size_t context,
+                                         bool &foreign) {
+  foreign = false;
+  LayerTimes lt;
+  lt.context = context;
+  for (const auto &r : rs)
+    if (r.kind == tune::RecordKind::speed && r.time && r.ok() && r.kernel == "non-attention") {
+      if (!r.usable_on(fp)) {
+        foreign = true;
+        continue;
+      }
+      if (context == 0)
+        lt.context = std::max(lt.context, r.workload.context);
+    }
+  if (lt.context == 0)
+    return std::nullopt;
+  // The latest record of each (choice, layer) wins.
+  std::map<std::tuple<std::string, int, int>, const tune::Record *> latest;
+  bool have_rest = false;
+  for (const auto &r : rs) {
+    if (r.kind != tune::RecordKind::speed || !r.time || !r.ok() || !r.usable_on(fp) ||
+        r.workload.context != lt.context)
+      continue;
+    if (r.kernel == "non-attention") {
+      lt.rest_s = r.time->median_s;
+      have_rest = true;
+    } else if (r.layer >= 0)
+      latest[{r.kernel, r.t, r.layer}] = &r;
+  }
+  if (!have_rest)
+    return std::nullopt;
+  for (const auto &[key, r] : latest) {
+    tune::Candidate c{0, 0, 0, r->dense};
+    if (!r->dense && std::sscanf(r->kernel.c_str(), "K=%d L=%d", &c.K, &c.L) != 2)
+      continue;
+    if (!r->dense)
+      c.t = r->t;
+    lt.times.push_back({r->layer, c, r->time->median_s});
+  }
+  return lt;
+}
+
 void PrintPoint(const tune::OperatingPoint &p) {
   std::printf("criterion: %s\nlayers: %s\npredicted attention error (mean over layers): %.4f\n"
               "predicted cost2 (mean over layers, dense = 100 %%): %.2f %%\n",
@@ -892,7 +1131,48 @@ int Select(const std::string &records, const SelectCli &o) {
   const tune::QualityTable t = tune::build_quality_table(loaded.records, n_layers, o.data_hash);
   std::optional<tune::OperatingPoint> p;
   const auto dense = DefaultDense(n_layers);
-  if (o.min_speedup) {
+  std::optional<LayerTimes> times;
+  std::optional<tune::QualityTable> timed;
+  double def_step = 0;
+  if (o.cost == "time") {
+    bool foreign = false;
+    times = LoadLayerTimes(loaded.records, HereFingerprint(o), o.context, foreign);
+    if (!times) {
+      // Never a time measured elsewhere: one warning, then the fallback (selection on cost2).
+      std::fprintf(stderr,
+                   "pig-tune: warning: no per-layer times of this machine (%s)%s; selecting on "
+                   "cost2 instead (run pig-tune speed --per-layer)\n",
+                   HereFingerprint(o).str().c_str(),
+                   foreign ? " (times of other machines are not applied)" : "");
+    } else {
+      timed = tune::with_layer_times(t, times->times);
+      const auto d = tune::uniform_point(*timed, {10, 150, 2}, dense);
+      if (!d)
+        throw std::runtime_error("the per-layer times lack the default (10, 150) on some layer");
+      def_step = times->rest_s + d->attention_s;
+    }
+  }
+  if (timed && o.min_speedup) {
+    // Predicted: the step is the time outside attention plus the layers' attention times.
+    const double budget = def_step / *o.min_speedup - times->rest_s;
+    if (budget > 0)
+      p = tune::select_per_layer_max_cost(*timed, budget / double(n_layers));
+    if (!p)
+      throw std::runtime_error("no point is predicted to reach " + Fmt("%g", *o.min_speedup) +
+                               "x the default at " + std::to_string(times->context) +
+                               " tokens (the time outside attention alone is " +
+                               Fmt("%.2f", 1e3 * times->rest_s) + " ms of the default's " +
+                               Fmt("%.2f", 1e3 * def_step) + " ms)");
+    p->criterion = "min-speedup " + Fmt("%g", *o.min_speedup) + " at " +
+                   std::to_string(times->context) + " tokens (per-layer times)";
+  } else if (timed && o.max_error) {
+    p = tune::select_per_layer_max_error(*timed, *o.max_error);
+    if (p)
+      p->criterion = "max-error " + Fmt("%g", *o.max_error) + ", fastest at " +
+                     std::to_string(times->context) + " tokens (per-layer times)";
+  } else if (timed && o.max_cost2) {
+    throw CLI::ValidationError("--max-cost2", "bounds cost2; with --cost time use --min-speedup");
+  } else if (o.min_speedup) {
     const tune::Fingerprint fp = HereFingerprint(o);
     size_t ctx = o.context;
     bool foreign = false;
@@ -959,6 +1239,11 @@ int Select(const std::string &records, const SelectCli &o) {
   PrintPoint(*p);
   if (const auto def = tune::uniform_point(t, {10, 150, 2}, dense))
     std::printf("the default (10, 150): error %.4f, cost2 %.2f %%\n", def->error, 100 * def->cost2);
+  if (timed && p->attention_s > 0)
+    std::printf("predicted decode step at %zu tokens on this machine: %.2f ms (the default "
+                "%.2f ms): %.2fx\n",
+                times->context, 1e3 * (times->rest_s + p->attention_s), 1e3 * def_step,
+                def_step / (times->rest_s + p->attention_s));
   std::printf("wrote %s (pig-run --tuning %s)\n", o.out.c_str(), o.out.c_str());
   return 0;
 }
@@ -1158,6 +1443,11 @@ int main(int argc, char **argv) {
       ->delimiter(',');
   spd->add_option("--schedules", sc.schedules,
                   "measure each candidate under each schedule ('' = default; repeatable)");
+  spd->add_flag("--per-layer", sc.per_layer,
+                "per-layer attention times of the per-layer frontiers' candidates and of dense "
+                "attention (for select --cost time)");
+  spd->add_option("--max-per-layer", sc.max_per_layer,
+                  "with --per-layer: candidates timed at most (0: every frontier candidate)");
   spd->add_option("--min-rounds", sc.so.min_rounds)->capture_default_str();
   spd->add_option("--max-rounds", sc.so.max_rounds)->capture_default_str();
   spd->add_option("--min-time", sc.so.min_time_s, "seconds measured per candidate at least")
@@ -1176,6 +1466,11 @@ int main(int argc, char **argv) {
   me->excludes(mc)->excludes(ms);
   mc->excludes(ms);
   sel->add_flag("--uniform", so.uniform, "one (K, L, t) on every sparse layer (with --max-error)");
+  sel->add_option("--cost", so.cost,
+                  "what the point minimises or bounds: cost2 (any machine) or time (this "
+                  "machine's per-layer times, pig-tune speed --per-layer)")
+      ->check(CLI::IsMember({"cost2", "time"}))
+      ->capture_default_str();
   sel->add_option("--context", so.context, "context of the speed records (0: the largest)");
   sel->add_option("--out", so.out, "point file written")->capture_default_str();
   sel->add_option("--data-hash", so.data_hash, "quality records of this data hash");

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdio>
 #include <fstream>
+#include <limits>
 #include <map>
 #include <set>
 #include <sstream>
@@ -75,6 +76,7 @@ struct Option {
   Candidate c;
   double error, cost;
   std::size_t order; // tie-break after projections
+  double cost2;      // reported (cost is what selection uses: cost2 or time)
 };
 
 std::vector<std::vector<Option>> options_of(const QualityTable &t, bool allow_dense) {
@@ -82,9 +84,11 @@ std::vector<std::vector<Option>> options_of(const QualityTable &t, bool allow_de
   for (std::size_t l = 0; l < t.layers.size(); ++l) {
     const LayerTable &lt = t.layers[l];
     for (std::size_t i = 0; i < lt.candidates.size(); ++i)
-      o[l].push_back({lt.candidates[i], lt.error[i], lt.cost2[i], i});
-    if (allow_dense || lt.candidates.empty())
-      o[l].push_back({Candidate{0, 0, 0, true}, 0.0, 1.0, lt.candidates.size()});
+      o[l].push_back({lt.candidates[i], lt.error[i],
+                      lt.cost.size() == lt.candidates.size() ? lt.cost[i] : lt.cost2[i], i,
+                      lt.cost2[i]});
+    if ((allow_dense || lt.candidates.empty()) && std::isfinite(lt.dense_cost))
+      o[l].push_back({Candidate{0, 0, 0, true}, 0.0, lt.dense_cost, lt.candidates.size(), 1.0});
   }
   return o;
 }
@@ -116,17 +120,19 @@ std::vector<std::size_t> lagrange(const std::vector<std::vector<Option>> &opts, 
 }
 
 struct Totals {
-  double error = 0, cost = 0;
+  double error = 0, cost = 0, cost2 = 0;
 };
 Totals totals(const std::vector<std::vector<Option>> &opts, const std::vector<std::size_t> &pick) {
   Totals t;
   for (std::size_t l = 0; l < opts.size(); ++l) {
     t.error += opts[l][pick[l]].error;
     t.cost += opts[l][pick[l]].cost;
+    t.cost2 += opts[l][pick[l]].cost2;
   }
   const double n = double(std::max<std::size_t>(opts.size(), 1));
   t.error /= n;
   t.cost /= n;
+  t.cost2 /= n;
   return t;
 }
 
@@ -136,13 +142,16 @@ OperatingPoint make_point(const QualityTable &t, const std::vector<std::vector<O
   p.data_hash = t.data_hash;
   p.kernel_tail = t.kernel_tail;
   p.criterion = std::move(criterion);
+  bool timed = false;
   for (std::size_t l = 0; l < opts.size(); ++l) {
     const Option &o = opts[l][pick[l]];
-    p.layers.push_back({int(l), o.c, o.error, o.cost});
+    p.layers.push_back({int(l), o.c, o.error, o.cost2});
+    timed = timed || !t.layers[l].cost.empty();
   }
   const Totals s = totals(opts, pick);
   p.error = s.error;
-  p.cost2 = s.cost;
+  p.cost2 = s.cost2;
+  p.attention_s = timed ? s.cost * double(opts.size()) : 0.0;
   return p;
 }
 
@@ -229,6 +238,7 @@ std::string to_json(const OperatingPoint &p) {
             {"criterion", p.criterion},
             {"error", p.error},
             {"cost2", p.cost2},
+            {"attention_s", p.attention_s},
             {"pig_version", p.pig_version},
             {"timestamp", p.timestamp}};
   return j.dump(1) + "\n";
@@ -257,6 +267,8 @@ OperatingPoint parse_point(std::string_view s) {
   p.criterion = text(j, "criterion", where);
   p.error = number(j, "error", where);
   p.cost2 = number(j, "cost2", where);
+  if (j.contains("attention_s"))
+    p.attention_s = number(j, "attention_s", where);
   p.pig_version = text(j, "pig_version", where);
   p.timestamp = text(j, "timestamp", where);
   const json &layers = need(j, "layers", where);
@@ -393,13 +405,36 @@ QualityTable build_quality_table(const std::vector<Record> &records, std::size_t
   return t;
 }
 
+QualityTable with_layer_times(QualityTable t, const std::vector<LayerTime> &times) {
+  for (std::size_t l = 0; l < t.layers.size(); ++l) {
+    LayerTable &lt = t.layers[l];
+    LayerTable out;
+    out.dense_cost = std::numeric_limits<double>::infinity();
+    for (const LayerTime &x : times)
+      if (x.layer == int(l) && x.c.dense)
+        out.dense_cost = x.seconds;
+    for (std::size_t i = 0; i < lt.candidates.size(); ++i)
+      for (const LayerTime &x : times)
+        if (x.layer == int(l) && !x.c.dense && x.c == lt.candidates[i]) {
+          out.candidates.push_back(lt.candidates[i]);
+          out.error.push_back(lt.error[i]);
+          out.p90.push_back(lt.p90[i]);
+          out.cost2.push_back(lt.cost2[i]);
+          out.cost.push_back(x.seconds);
+          break;
+        }
+    lt = std::move(out);
+  }
+  return t;
+}
+
 std::optional<OperatingPoint> uniform_point(const QualityTable &t, const Candidate &c,
                                             const std::vector<std::size_t> &dense_layers) {
   std::vector<std::vector<Option>> opts(t.layers.size());
   std::vector<std::size_t> pick(t.layers.size(), 0);
   for (std::size_t l = 0; l < t.layers.size(); ++l) {
     if (std::count(dense_layers.begin(), dense_layers.end(), l)) {
-      opts[l].push_back({Candidate{0, 0, 0, true}, 0.0, 1.0, 0});
+      opts[l].push_back({Candidate{0, 0, 0, true}, 0.0, t.layers[l].dense_cost, 0, 1.0});
       continue;
     }
     const LayerTable &lt = t.layers[l];
@@ -407,7 +442,7 @@ std::optional<OperatingPoint> uniform_point(const QualityTable &t, const Candida
     if (it == lt.candidates.end())
       return std::nullopt;
     const std::size_t i = std::size_t(it - lt.candidates.begin());
-    opts[l].push_back({c, lt.error[i], lt.cost2[i], i});
+    opts[l].push_back({c, lt.error[i], lt.cost.empty() ? lt.cost2[i] : lt.cost[i], i, lt.cost2[i]});
   }
   return make_point(t, opts, pick, "uniform " + choice_str(c));
 }

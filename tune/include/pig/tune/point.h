@@ -50,7 +50,9 @@ struct OperatingPoint {
   std::string schedule;  ///< lsh::Schedule::str(); empty: the default
   std::string criterion; ///< how it was chosen, e.g. "max-error 0.12"
   double error = 0;      ///< mean over layers of the layers' errors
-  double cost2 = 0;      ///< mean over layers of the layers' costs
+  double cost2 = 0;      ///< mean over layers of the layers' cost2 (dense = 1)
+  /// Attention seconds per decode step predicted from per-layer times (0: selected on cost2).
+  double attention_s = 0;
   std::string pig_version, timestamp;
   friend bool operator==(const OperatingPoint &, const OperatingPoint &) = default;
   /// "0:dense 1-14:K=8 L=75 t=2 15:dense ..." (runs of equal choices).
@@ -72,6 +74,10 @@ void save_point(const std::string &path, const OperatingPoint &p);
 struct LayerTable {
   std::vector<Candidate> candidates; ///< first-seen record order; dense is implicit
   std::vector<double> error, p90, cost2;
+  /// What selection minimises or bounds: cost2 (the default), or a measured time per step
+  /// (with_layer_times); dense_cost is dense attention's (1 for cost2).
+  std::vector<double> cost;
+  double dense_cost = 1.0;
 };
 struct QualityTable {
   std::string data_hash;
@@ -88,17 +94,31 @@ struct QualityTable {
 QualityTable build_quality_table(const std::vector<Record> &records, std::size_t n_layers,
                                  const std::string &data_hash = {});
 
+/// Per-layer attention time of a choice on this machine at one context (pig-tune speed
+/// --per-layer), in seconds per decode step; c.dense for dense attention.
+struct LayerTime {
+  int layer = 0;
+  Candidate c;
+  double seconds = 0;
+};
+/// The table with selection costs replaced by measured times: candidates without a time on a
+/// layer are dropped from that layer, dense takes its measured time (a layer without one keeps
+/// dense out of reach: cost infinity). Selection then minimises or bounds attention time.
+QualityTable with_layer_times(QualityTable t, const std::vector<LayerTime> &times);
+
 /// The point that uses candidate c on every layer but `dense_layers` (the runtime's default
 /// shape of a point); nullopt when a layer lacks a measurement of c.
 std::optional<OperatingPoint> uniform_point(const QualityTable &t, const Candidate &c,
                                             const std::vector<std::size_t> &dense_layers);
 
-/// The cheapest per-layer point (mean cost2) with mean error <= max_error. With allow_dense
+/// The cheapest per-layer point (mean cost: cost2, or time after with_layer_times) with mean
+/// error <= max_error. With allow_dense
 /// (dense is a candidate on every layer, error 0) a point always exists; without, nullopt when
 /// the most accurate LSH candidates of every layer still exceed the bound.
 std::optional<OperatingPoint> select_per_layer_max_error(const QualityTable &t, double max_error,
                                                          bool allow_dense = true);
-/// The most accurate per-layer point with mean cost2 <= max_cost2.
+/// The most accurate per-layer point with mean cost (cost2, or seconds per layer after
+/// with_layer_times) <= max_cost2.
 std::optional<OperatingPoint> select_per_layer_max_cost(const QualityTable &t, double max_cost2,
                                                         bool allow_dense = true);
 
