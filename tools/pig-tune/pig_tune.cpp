@@ -1248,29 +1248,71 @@ int Select(const std::string &records, const SelectCli &o) {
   return 0;
 }
 
-int EmitManifest(const std::string &point_file, const std::string &out) {
+// Whitespace-normalised manifest line (comments dropped): how two lines are compared.
+std::string ManifestKey(const std::string &line) {
+  std::istringstream in(line.substr(0, line.find('#')));
+  std::string w, key;
+  while (in >> w)
+    key += (key.empty() ? "" : " ") + w;
+  return key;
+}
+
+// The point's configs/kernels.txt lines: one per distinct (K, L) of its LSH layers (head dim and
+// KV type from the records, the schedule when not the default). With a manifest, only the lines
+// it lacks (the build refuses a line listed twice); --append adds them to it.
+int EmitManifest(const std::string &point_file, const std::string &out, const std::string &manifest,
+                 bool append) {
   const tune::OperatingPoint p = tune::load_point(point_file);
   if (p.kernel_tail.empty())
     throw std::runtime_error(point_file + " does not name its head dim and KV type (\"kernel\")");
+  std::set<std::string> present;
+  if (!manifest.empty()) {
+    std::ifstream in(manifest);
+    if (!in)
+      throw std::runtime_error("cannot read the manifest " + manifest);
+    for (std::string line; std::getline(in, line);)
+      if (!ManifestKey(line).empty())
+        present.insert(ManifestKey(line));
+  }
   std::ostringstream s;
   s << "# pig-tune emit-manifest " << point_file << ": " << p.criterion << " (data " << p.data_hash
     << ")\n";
   std::set<std::pair<int, int>> seen;
+  size_t added = 0, already = 0;
   for (const auto &l : p.layers) {
     if (l.c.dense || !seen.insert({l.c.K, l.c.L}).second)
       continue;
-    s << "K=" << l.c.K << " L=" << l.c.L << " " << p.kernel_tail;
+    std::string line =
+        "K=" + std::to_string(l.c.K) + " L=" + std::to_string(l.c.L) + " " + p.kernel_tail;
     if (!p.schedule.empty())
-      s << " " << p.schedule;
-    s << "\n";
+      line += " " + p.schedule;
+    if (present.count(ManifestKey(line))) {
+      ++already;
+      continue;
+    }
+    s << line << "\n";
+    ++added;
   }
-  if (out.empty())
+  if (append) {
+    if (manifest.empty())
+      throw CLI::ValidationError("--append", "needs --manifest FILE");
+    if (added) {
+      std::ofstream o(manifest, std::ios::app);
+      o << "\n" << s.str();
+      if (!o)
+        throw std::runtime_error("cannot append to " + manifest);
+    }
+    std::printf("%s: %zu line(s) added, %zu already listed; rebuild (./pig build) to generate "
+                "them\n",
+                manifest.c_str(), added, already);
+  } else if (out.empty()) {
     std::fputs(s.str().c_str(), stdout);
-  else {
+    if (!manifest.empty())
+      std::printf("# %zu configuration(s) of the point already in %s\n", already, manifest.c_str());
+  } else {
     pig::eval::WriteFile(out, s.str());
-    std::printf("wrote %s: %zu kernel configuration(s); add them to configs/kernels.txt and "
-                "rebuild\n",
-                out.c_str(), seen.size());
+    std::printf("wrote %s: %zu kernel configuration(s) (%zu already in the manifest)\n",
+                out.c_str(), added, already);
   }
   return 0;
 }
@@ -1452,6 +1494,9 @@ int main(int argc, char **argv) {
   spd->add_option("--max-rounds", sc.so.max_rounds)->capture_default_str();
   spd->add_option("--min-time", sc.so.min_time_s, "seconds measured per candidate at least")
       ->capture_default_str();
+  spd->add_option("--drop-ratio", sc.so.drop_ratio,
+                  "drop a candidate slower than this times the best (inf: never)")
+      ->capture_default_str();
   spd->add_option("--time-limit", sc.so.time_limit_s, "seconds per context (0: none)")
       ->capture_default_str();
 
@@ -1480,6 +1525,11 @@ int main(int argc, char **argv) {
   auto *em = app.add_subcommand("emit-manifest", "the configs/kernels.txt lines of a point");
   em->add_option("point", point_file, "operating point file")->required();
   em->add_option("--out", manifest_out, "write here (default: stdout)");
+  std::string manifest;
+  bool append = false;
+  em->add_option("--manifest", manifest,
+                 "leave out the lines this manifest lists (configs/kernels.txt)");
+  em->add_flag("--append", append, "append the missing lines to --manifest");
 
   std::string show_out;
   SelectCli sho;
@@ -1515,7 +1565,7 @@ int main(int argc, char **argv) {
       return Select(records, so);
     }
     if (*em)
-      return EmitManifest(point_file, manifest_out);
+      return EmitManifest(point_file, manifest_out, manifest, append);
     if (*sh) {
       sho.threads = int(threads);
       return Show(records, show_out, sho);
