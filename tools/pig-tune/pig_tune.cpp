@@ -1091,21 +1091,22 @@ std::optional<LayerTimes> LoadLayerTimes(const std::vector<tune::Record> &rs,
     }
   if (lt.context == 0)
     return std::nullopt;
-  // The latest record of each (choice, layer) wins.
-  std::map<std::tuple<std::string, int, int>, const tune::Record *> latest;
-  bool have_rest = false;
-  for (const auto &r : rs) {
-    if (r.kind != tune::RecordKind::speed || !r.time || !r.ok() || !r.usable_on(fp) ||
-        r.workload.context != lt.context)
-      continue;
-    if (r.kernel == "non-attention") {
+  // One run's records only (the latest run at this context): every time of a run is
+  // normalised to that run's default, so runs are not mixed.
+  std::string run;
+  for (const auto &r : rs)
+    if (r.kind == tune::RecordKind::speed && r.time && r.ok() && r.usable_on(fp) &&
+        r.workload.context == lt.context && r.kernel == "non-attention" && r.timestamp >= run) {
+      run = r.timestamp;
       lt.rest_s = r.time->median_s;
-      have_rest = true;
-    } else if (r.layer >= 0)
-      latest[{r.kernel, r.t, r.layer}] = &r;
-  }
-  if (!have_rest)
+    }
+  if (run.empty())
     return std::nullopt;
+  std::map<std::tuple<std::string, int, int>, const tune::Record *> latest;
+  for (const auto &r : rs)
+    if (r.kind == tune::RecordKind::speed && r.time && r.ok() && r.usable_on(fp) &&
+        r.workload.context == lt.context && r.timestamp == run && r.layer >= 0)
+      latest[{r.kernel, r.t, r.layer}] = &r;
   for (const auto &[key, r] : latest) {
     tune::Candidate c{0, 0, 0, r->dense};
     if (!r->dense && std::sscanf(r->kernel.c_str(), "K=%d L=%d", &c.K, &c.L) != 2)
