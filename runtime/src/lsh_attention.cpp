@@ -28,6 +28,11 @@ LshAttention::LshAttention(const AttentionSpec &spec, const AttentionShape &shap
       layer_cfg_(shape.n_layers, nullptr), index_(shape.n_layers * shape.n_kv_heads),
       per_kvh_(shape.n_kv_heads) {
   const std::vector<LayerLsh> choices = spec.LayerChoices(shape.n_layers);
+  // One W for every configuration: the widest (K, L)'s, the others as its column prefixes.
+  std::shared_ptr<const lsh::SimHash> wide;
+  for (const LayerLsh &c : choices)
+    if (!c.dense && (!wide || c.K * c.L > wide->K() * wide->L()))
+      wide = std::make_shared<const lsh::SimHash>(spec.seed, shape.head_dim, c.K, c.L);
   for (size_t l = 0; l < choices.size(); ++l) {
     const LayerLsh &c = choices[l];
     if (c.dense)
@@ -48,7 +53,9 @@ LshAttention::LshAttention(const AttentionSpec &spec, const AttentionShape &shap
               : lsh::KernelRegistry::global().resolve(lsh::KernelKey{
                     c.K, c.L, int(shape.head_dim), spec.kv_dtype, lsh::Target::cpu, spec.schedule});
       if (!w)
-        w = std::make_shared<const lsh::SimHash>(spec.seed, shape.head_dim, c.K, c.L);
+        w = c.K == wide->K() && c.L == wide->L()
+                ? wide
+                : std::make_shared<const lsh::SimHash>(wide, c.K, c.L);
       configs_.push_back(std::unique_ptr<Config>(
           new Config{c.K, c.L, c.t, set, std::move(w), lsh::LogUTableData(c.K, c.L, c.t)}));
       found = configs_.back().get();

@@ -40,9 +40,21 @@ SimHash::SimHash(std::uint64_t seed, std::size_t d, int K, int L) : d_(d), K_(K)
   }
 }
 
-SimHashView SimHash::view() const {
-  return SimHashView{w_.data(), norm_.data(), d_, cols_, K_, L_};
+SimHash::SimHash(std::shared_ptr<const SimHash> wide, int K, int L)
+    : d_(wide ? wide->d_ : 0), K_(K), L_(L), cols_(wide ? wide->cols_ : 0) {
+  if (!wide)
+    throw std::invalid_argument("SimHash: no wide matrix to share");
+  ref::LshConfig{K, L, 1, 0}.validate();
+  if (std::size_t(K) * std::size_t(L) > std::size_t(wide->K_) * std::size_t(wide->L_)) {
+    throw std::invalid_argument(
+        "SimHash: (K=" + std::to_string(K) + ", L=" + std::to_string(L) +
+        ") needs more columns than the shared (K=" + std::to_string(wide->K_) +
+        ", L=" + std::to_string(wide->L_) + ") has");
+  }
+  owner_ = std::move(wide);
 }
+
+SimHashView SimHash::view() const { return SimHashView{data(), norms(), d_, cols_, K_, L_}; }
 
 LshIndex LshIndex::build(const LshKernelSet &set, const void *keys, DType dtype, std::size_t n,
                          const SimHash &W, StaticTokens st) {

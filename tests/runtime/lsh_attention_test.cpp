@@ -331,6 +331,27 @@ TEST(LshAttention, PerLayerChoicesDecodeAsTheirUniformSpec) {
   EXPECT_EQ(per.DenseLayers(layers), std::vector<size_t>{0});
 }
 
+// A narrower configuration over a wide W's storage is the W of its own (K, L): the column
+// prefix of pig::ref::simhash_matrix, entry for entry and in its view's norms.
+TEST(SimHash, SharedPrefixEqualsItsOwnMatrix) {
+  const std::uint64_t seed = 0x9e3779b97f4a7c15ull;
+  auto wide = std::make_shared<const lsh::SimHash>(seed, 64, 11, 200);
+  const lsh::SimHash narrow(wide, 8, 75), own(seed, 64, 8, 75);
+  EXPECT_EQ(narrow.K(), 8);
+  EXPECT_EQ(narrow.L(), 75);
+  for (size_t r = 0; r < 64; ++r)
+    for (size_t c = 0; c < 8 * 75; ++c)
+      ASSERT_EQ(narrow.at(r, c), own.at(r, c)) << r << "," << c;
+  const lsh::SimHashView a = narrow.view(), b = own.view();
+  for (size_t c = 0; c < 8 * 75; ++c)
+    ASSERT_EQ(a.col_norm[c], b.col_norm[c]);
+  EXPECT_EQ(a.cols, wide->view().cols); // the wide row stride
+  const lsh::SimHash copy = narrow;     // copies share, never dangle
+  EXPECT_EQ(copy.view().w, a.w);
+  EXPECT_THROW(lsh::SimHash(wide, 12, 200), std::invalid_argument);
+  EXPECT_THROW(lsh::SimHash(nullptr, 8, 75), std::invalid_argument);
+}
+
 TEST(LshAttention, PerLayerChoicesAreValidated) {
   const AttentionShape shape{4, 6, 2, 64, 128};
   auto message = [&](const AttentionSpec &spec) -> std::string {

@@ -14,6 +14,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
+#include <memory>
 #include <new>
 #include <vector>
 
@@ -79,18 +80,28 @@ struct IndexLayout {
 class SimHash {
 public:
   SimHash(std::uint64_t seed, std::size_t d, int K, int L);
+  /// The (K, L) configuration over `wide`'s storage. simhash_matrix generates W column by column,
+  /// so the W of (K, L) is the first K*L columns of any wider W of the same seed: the layers of a
+  /// per-layer operating point share one matrix (and its cache lines: separate matrices of
+  /// 10-12 configurations, ~0.5 MB each at d = 64, spill the L2 on every layer's query hashing).
+  /// The columns past K*L within a row's padding are the wide W's, which the kernels compute and
+  /// never read. Throws std::invalid_argument when K*L exceeds the wide configuration's.
+  SimHash(std::shared_ptr<const SimHash> wide, int K, int L);
   SimHashView view() const;
   std::size_t d() const { return d_; }
   int K() const { return K_; }
   int L() const { return L_; }
   /// Entry (row r, column c) of W.
-  float at(std::size_t r, std::size_t c) const { return w_[r * cols_ + c]; }
+  float at(std::size_t r, std::size_t c) const { return data()[r * cols_ + c]; }
 
 private:
+  const float *data() const { return owner_ ? owner_->data() : w_.data(); }
+  const float *norms() const { return owner_ ? owner_->norms() : norm_.data(); }
   std::size_t d_;
   int K_, L_;
   std::size_t cols_;
   std::vector<float> w_, norm_;
+  std::shared_ptr<const SimHash> owner_; // set: w_ and norm_ are empty, the owner's are used
 };
 
 /// Tokens that are always attended exactly and never indexed (pig::ref::StaticConfig).
