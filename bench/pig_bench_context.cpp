@@ -204,11 +204,9 @@ int main(int argc, char **argv) {
         Usage("--tuning needs a file");
     } else if (a == "--max-error") {
       const std::string v = value();
-      char *end = nullptr;
-      const double e = std::strtod(v.c_str(), &end);
-      if (v.empty() || *end || !(e >= 0))
+      o.max_error = pig::tools::ParseMaxError(v);
+      if (!o.max_error)
         Usage("--max-error expects a number >= 0, got '" + v + "'");
-      o.max_error = e;
     } else if (a == "--contexts") {
       o.contexts.clear();
       std::stringstream ss(value());

@@ -1,5 +1,6 @@
 #include "tuning.h"
 
+#include <cstdlib>
 #include <fstream>
 #include <stdexcept>
 
@@ -11,6 +12,14 @@ std::vector<runtime::LayerLsh> LayerChoices(const tune::OperatingPoint &p) {
     out.push_back(l.c.dense ? runtime::LayerLsh{true}
                             : runtime::LayerLsh{false, l.c.K, l.c.L, l.c.t});
   return out;
+}
+
+std::optional<double> ParseMaxError(const std::string &text) {
+  char *end = nullptr;
+  const double e = std::strtod(text.c_str(), &end);
+  if (text.empty() || *end != '\0' || !(e >= 0))
+    return std::nullopt;
+  return e;
 }
 
 runtime::AttentionSpec ApplyTuning(runtime::AttentionSpec spec, const tune::OperatingPoint &p) {

@@ -30,6 +30,9 @@ Tuning LoadTuning(const std::string &file, std::optional<double> max_error, size
 /// spec with the point applied: method magicpig, spec.layers from the point, its schedule.
 runtime::AttentionSpec ApplyTuning(runtime::AttentionSpec spec, const tune::OperatingPoint &p);
 
+/// --max-error's value: a number >= 0 (nullopt for anything else: the caller's usage error).
+std::optional<double> ParseMaxError(const std::string &text);
+
 /// AttentionSpec::layers <-> the point's layer choices.
 std::vector<runtime::LayerLsh> LayerChoices(const tune::OperatingPoint &p);
 
