@@ -18,6 +18,7 @@
 #include <csignal>
 #include <cstdio>
 #include <ctime>
+#include <exception>
 #include <fstream>
 #include <map>
 #include <memory>
@@ -452,27 +453,36 @@ int Accuracy(const std::string &model_path, const std::string &records, size_t t
     for (size_t ci = 0; ci < contexts.size() && !pts.empty() && !stopped; ++ci) {
       const size_t P = contexts[ci];
       std::mutex mu;
+      std::exception_ptr failed; // the pool does not carry exceptions across threads
       pool.ParallelFor(cfg.n_layers * H, [&](size_t item, size_t) {
         if (g_stop)
           return;
-        const size_t l = item / H, kvh = item % H;
-        std::vector<tune::QualityQuery> qs;
-        for (const auto &cq : cap.queries[l])
-          if (cq.pos < P && cq.pos + o.positions >= P)
-            for (size_t g = 0; g < G; ++g) {
-              const float *q = cq.q.data() + (kvh * G + g) * d;
-              qs.push_back({std::vector<float>(q, q + d), cq.pos + 1});
+        try {
+          const size_t l = item / H, kvh = item % H;
+          std::vector<tune::QualityQuery> qs;
+          for (const auto &cq : cap.queries[l])
+            if (cq.pos < P && cq.pos + o.positions >= P)
+              for (size_t g = 0; g < G; ++g) {
+                const float *q = cq.q.data() + (kvh * G + g) * d;
+                qs.push_back({std::vector<float>(q, q + d), cq.pos + 1});
+              }
+          const pig::ref::Matrix K{Km[item].row(0), P, d}, V{Vm[item].row(0), P, d};
+          const auto res =
+              tune::MeasureCandidates(K, V, W, qs, pts, pig::ref::StaticConfig{o.sink, o.local});
+          std::lock_guard<std::mutex> lock(mu);
+          for (size_t p = 0; p < pts.size(); ++p)
+            for (const auto &s : res[p]) {
+              err[todo_index[p]][l][ci].push_back(s.error);
+              cost[todo_index[p]][l][ci].push_back(s.cost);
             }
-        const pig::ref::Matrix K{Km[item].row(0), P, d}, V{Vm[item].row(0), P, d};
-        const auto res =
-            tune::MeasureCandidates(K, V, W, qs, pts, pig::ref::StaticConfig{o.sink, o.local});
-        std::lock_guard<std::mutex> lock(mu);
-        for (size_t p = 0; p < pts.size(); ++p)
-          for (const auto &s : res[p]) {
-            err[todo_index[p]][l][ci].push_back(s.error);
-            cost[todo_index[p]][l][ci].push_back(s.cost);
-          }
+        } catch (...) {
+          std::lock_guard<std::mutex> lock(mu);
+          if (!failed)
+            failed = std::current_exception();
+        }
       });
+      if (failed)
+        std::rethrow_exception(failed);
       if (g_stop) {
         stopped = true;
         break;
