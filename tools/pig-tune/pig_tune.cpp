@@ -768,6 +768,11 @@ int PerLayerSpeed(const LlamaModel &model, ThreadPool &pool, const tune::Fingerp
   return 0;
 }
 
+int ComparePointLayers(const LlamaModel &model, ThreadPool &pool, const tune::Fingerprint &fp,
+                       const std::string &records, const SpeedCli &o,
+                       const tune::OperatingPoint &point, const std::string &label,
+                       const std::vector<int32_t> &tokens, const KvCache &prefix, size_t ctx);
+
 int Speed(const std::string &model_path, const std::string &records, size_t threads, SpeedCli o) {
   auto model = LlamaModel::Load(model_path);
   const LlamaConfig &c = model->config();
@@ -888,6 +893,16 @@ int Speed(const std::string &model_path, const std::string &records, size_t thre
               "each context (as pig-bench-context)\n\n",
               model_path.c_str(), fp.str().c_str(), o.per_layer ? timed.size() : cands.size(),
               o.prefill);
+  if (o.per_layer && !o.points.empty()) {
+    // A point's layers timed in the mix, against what the uniform runs predict for them.
+    for (const std::string &f : o.points)
+      for (size_t ctx : o.contexts)
+        if (int rc = ComparePointLayers(*model, pool, fp, records, o,
+                                        pig::tools::LoadTuning(f, std::nullopt, c.n_layers).point,
+                                        f, tokens, pre.attention().cache(), ctx))
+          return rc;
+    return 0;
+  }
   if (o.per_layer) {
     std::printf("| context | measured | default |\n|---|---|---|\n");
     for (size_t ctx : o.contexts)
@@ -1126,6 +1141,97 @@ std::optional<LayerTimes> LoadLayerTimes(const std::vector<tune::Record> &rs,
     lt.times.push_back({r->layer, c, r->time->median_s});
   }
   return lt;
+}
+
+// speed --per-layer --point FILE: the point decodes alternated with the default, each of its
+// layers timed as a ratio to the default's same layer (as --per-layer times candidates), and
+// compared with the time the latest --per-layer run of this machine gives the layer's choice
+// when every layer has it. Where the two differ, the sum-of-layers model is wrong for mixed
+// points. Prints only; records nothing (the records hold uniform runs).
+int ComparePointLayers(const LlamaModel &model, ThreadPool &pool, const tune::Fingerprint &fp,
+                       const std::string &records, const SpeedCli &o,
+                       const tune::OperatingPoint &point, const std::string &label,
+                       const std::vector<int32_t> &tokens, const KvCache &prefix, size_t ctx) {
+  const LlamaConfig &c = model.config();
+  const size_t nl = c.n_layers;
+  bool foreign = false;
+  const auto times = LoadLayerTimes(tune::load_records(records).records, fp, ctx, foreign);
+  if (!times)
+    throw std::runtime_error("no per-layer times of this machine at " + std::to_string(ctx) +
+                             " tokens in " + records + " (run speed --per-layer first)");
+  const lsh::DType kv = lsh::DType::bf16;
+  KvCache tiled(AttentionShape{c.n_layers, c.n_heads, c.n_kv_heads, c.head_dim, ctx}, kv);
+  tiled.Tile(prefix, o.prefill, ctx);
+  AttentionSpec def;
+  def.method = "magicpig";
+  def.kv_dtype = kv;
+  const size_t rounds = size_t(std::max(o.so.min_rounds, 3));
+  const size_t steps = 2 * rounds + 8;
+  Decoder D(model, pool, def, tiled, ctx, steps);
+  Decoder X(model, pool, pig::tools::ApplyTuning(def, point), tiled, ctx, steps);
+  size_t tok = 0;
+  auto next = [&] { return tokens[o.prefill + tok++ % 64]; };
+  D.Step(next());
+  X.Step(next());
+  std::vector<std::vector<double>> ratio(nl), dl(nl);
+  std::vector<double> xs, ds;
+  for (size_t r = 0; r < rounds && !g_stop; ++r) {
+    double d = 0, x = 0;
+    if (r % 2)
+      d = D.Step(next());
+    x = X.Step(next());
+    const std::vector<double> xl = X.LayerSeconds();
+    if (r % 2 == 0)
+      d = D.Step(next());
+    xs.push_back(x);
+    ds.push_back(d);
+    for (size_t l = 0; l < nl; ++l) {
+      ratio[l].push_back(xl[l] / D.LayerSeconds()[l]);
+      dl[l].push_back(D.LayerSeconds()[l]);
+    }
+  }
+  if (g_stop)
+    return 130;
+  // Both sides as ratios to the default's same layer in their own run: the machine's state
+  // (which moves by 10-20 % between runs) cancels.
+  const auto uniform_time = [&](size_t l, const tune::Candidate &ch) {
+    for (const auto &x : times->times)
+      if (x.layer == int(l) && x.c.dense == ch.dense && (ch.dense || x.c == ch))
+        return x.seconds;
+    return -1.0;
+  };
+  const auto defaults = AttentionSpec{}.DenseLayers(nl);
+  std::printf("\n%s at %zu tokens: each layer's time as a ratio to the default's same layer, "
+              "in the point (alternated with the default) and with the same choice on every "
+              "layer (the latest --per-layer run)\n\n| layer | choice | uniform run | in the "
+              "point | point / uniform |\n|---|---|---|---|---|\n",
+              label.c_str(), ctx);
+  double sum_u = 0, sum_p = 0, sum_def = 0;
+  for (size_t l = 0; l < nl; ++l) {
+    const tune::Candidate &ch = point.layers[l].c;
+    const bool dl_dense = std::count(defaults.begin(), defaults.end(), l) > 0;
+    const double u = uniform_time(l, ch);
+    const double d =
+        uniform_time(l, dl_dense ? tune::Candidate{0, 0, 0, true} : tune::Candidate{10, 150, 2});
+    const double rp = tune::Median(ratio[l]);
+    const double ru = u > 0 && d > 0 ? u / d : -1;
+    if (ru > 0) {
+      sum_u += u;
+      sum_p += rp * d;
+      sum_def += d;
+    }
+    std::printf("| %zu | %s | %s | %.2f | %s |\n", l, CandStr(ch).c_str(),
+                ru > 0 ? Fmt("%.2f", ru).c_str() : "?", rp,
+                ru > 0 ? Fmt("%.2f", rp / ru).c_str() : "?");
+  }
+  std::vector<double> speedup;
+  for (size_t r = 0; r < xs.size(); ++r)
+    speedup.push_back(ds[r] / xs[r]);
+  std::printf("\nattention per step in the uniform run's time: %.2f ms predicted, %.2f ms as "
+              "measured in the point (the default %.2f ms); the point's speed-up over the default "
+              "%.3fx (median of %zu alternated rounds' ratios)\n",
+              1e3 * sum_u, 1e3 * sum_p, 1e3 * sum_def, tune::Median(speedup), xs.size());
+  return 0;
 }
 
 void PrintPoint(const tune::OperatingPoint &p) {
@@ -1498,7 +1604,8 @@ int main(int argc, char **argv) {
                   "measure each candidate under each schedule ('' = default; repeatable)");
   spd->add_flag("--per-layer", sc.per_layer,
                 "per-layer attention times of the per-layer frontiers' candidates and of dense "
-                "attention (for select --cost time)");
+                "attention (for select --cost time); with --point: the point's layers timed in "
+                "the mix against those times (prints only)");
   spd->add_option("--max-per-layer", sc.max_per_layer,
                   "with --per-layer: candidates timed at most (0: every frontier candidate)");
   spd->add_option("--min-rounds", sc.so.min_rounds)->capture_default_str();
