@@ -365,10 +365,12 @@ int main(int argc, char **argv) {
       if (pig::eval::RunGnuplot(o.out + "/speed.gp"))
         std::printf("\nwrote %s/speed.csv and %s/speed.png\n", o.out.c_str(), o.out.c_str());
     }
-    std::printf("\nkernels: %s\n", MakeAttention(lsh, AttentionShape{c.n_layers, c.n_heads,
-                                                                     c.n_kv_heads, c.head_dim, 16})
-                                       ->stats()
-                                       .kernels.c_str());
+    // Which kernel sets served LSH and, with --tuning, the point's configurations.
+    const AttentionShape probe_shape{c.n_layers, c.n_heads, c.n_kv_heads, c.head_dim, 16};
+    std::printf("\nkernels: %s\n", MakeAttention(lsh, probe_shape)->stats().kernels.c_str());
+    if (specs.size() > 2)
+      std::printf("tuned kernels: %s\n",
+                  MakeAttention(specs[2], probe_shape)->stats().kernels.c_str());
   } catch (const std::exception &e) {
     std::fprintf(stderr, "pig-bench-context: error: %s\n", e.what());
     return 1;
