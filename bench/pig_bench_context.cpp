@@ -45,25 +45,16 @@ double Since(Clock::time_point t0) {
 }
 
 // Forwards to an Attention and accumulates the time spent in it.
-class TimedAttention final : public Attention {
+class TimedAttention final : public ForwardingAttention {
 public:
-  explicit TimedAttention(std::unique_ptr<Attention> inner) : inner_(std::move(inner)) {}
+  using ForwardingAttention::ForwardingAttention;
   void Forward(size_t layer, size_t pos, size_t n, const float *q, const float *k, const float *v,
                float *out, ThreadPool &pool, const Kernels &kern) override {
     const auto t0 = Clock::now();
-    inner_->Forward(layer, pos, n, q, k, v, out, pool, kern);
+    ForwardingAttention::Forward(layer, pos, n, q, k, v, out, pool, kern);
     seconds += Since(t0);
   }
-  void Reset() override { inner_->Reset(); }
-  const AttentionShape &shape() const override { return inner_->shape(); }
-  size_t MemoryBytes() const override { return inner_->MemoryBytes(); }
-  AttentionStats stats() const override { return inner_->stats(); }
-  const KvCache &cache() const override { return inner_->cache(); }
-  void LoadPrefix(const KvCache &src, size_t n) override { inner_->LoadPrefix(src, n); }
   double seconds = 0;
-
-private:
-  std::unique_ptr<Attention> inner_;
 };
 
 struct Options {

@@ -29,10 +29,13 @@ LshAttention::LshAttention(const AttentionSpec &spec, const AttentionShape &shap
       per_kvh_(shape.n_kv_heads) {
   const std::vector<LayerLsh> choices = spec.LayerChoices(shape.n_layers);
   // One W for every configuration: the widest (K, L)'s, the others as its column prefixes.
-  std::shared_ptr<const lsh::SimHash> wide;
+  const LayerLsh *widest = nullptr;
   for (const LayerLsh &c : choices)
-    if (!c.dense && (!wide || c.K * c.L > wide->K() * wide->L()))
-      wide = std::make_shared<const lsh::SimHash>(spec.seed, shape.head_dim, c.K, c.L);
+    if (!c.dense && (!widest || c.K * c.L > widest->K * widest->L))
+      widest = &c;
+  std::shared_ptr<const lsh::SimHash> wide;
+  if (widest)
+    wide = std::make_shared<const lsh::SimHash>(spec.seed, shape.head_dim, widest->K, widest->L);
   for (size_t l = 0; l < choices.size(); ++l) {
     const LayerLsh &c = choices[l];
     if (c.dense)

@@ -257,28 +257,22 @@ AttentionShape ShapeOf(const LlamaConfig &cfg, size_t capacity) {
 // Dense attention that also keeps the queries of single-token steps (decode) of chosen layers:
 // the query of a real decode step, next to the cache it attends to, is what attention-error
 // measures the estimators on.
-class CapturingAttention final : public Attention {
+class CapturingAttention final : public ForwardingAttention {
 public:
   CapturingAttention(const AttentionShape &shape, lsh::DType dtype, std::vector<size_t> layers)
-      : inner_(shape, dtype), layers_(std::move(layers)), q_(shape.n_layers) {}
+      : ForwardingAttention(std::make_unique<DenseAttention>(shape, dtype)),
+        layers_(std::move(layers)), q_(shape.n_layers) {}
   void Forward(size_t layer, size_t pos, size_t n, const float *q, const float *k, const float *v,
                float *out, ThreadPool &pool, const Kernels &kern) override {
     if (armed_ && n == 1 && std::find(layers_.begin(), layers_.end(), layer) != layers_.end())
       q_[layer].assign(q, q + shape().n_heads * shape().head_dim);
-    inner_.Forward(layer, pos, n, q, k, v, out, pool, kern);
+    ForwardingAttention::Forward(layer, pos, n, q, k, v, out, pool, kern);
   }
-  void Reset() override { inner_.Reset(); }
-  const AttentionShape &shape() const override { return inner_.shape(); }
-  size_t MemoryBytes() const override { return inner_.MemoryBytes(); }
-  AttentionStats stats() const override { return inner_.stats(); }
-  const KvCache &cache() const override { return inner_.cache(); }
-  void LoadPrefix(const KvCache &src, size_t n) override { inner_.LoadPrefix(src, n); }
 
   void Arm(bool on) { armed_ = on; }
   const std::vector<float> &query(size_t layer) const { return q_[layer]; }
 
 private:
-  DenseAttention inner_;
   std::vector<size_t> layers_;
   std::vector<std::vector<float>> q_;
   bool armed_ = false;

@@ -212,6 +212,11 @@ std::vector<LayerLsh> ParseLayers(const std::string &s) {
 }
 
 std::vector<size_t> DefaultDense(size_t n_layers) { return AttentionSpec{}.DenseLayers(n_layers); }
+// The runtime's default (K, L, t): the reference of every speed-up and of the evidence.
+tune::Candidate DefaultCandidate() {
+  const AttentionSpec d;
+  return {d.K, d.L, d.t};
+}
 
 // The layer count the quality records describe (no model needed for replay).
 size_t LayersOf(const std::vector<tune::Record> &rs) {
@@ -247,31 +252,23 @@ struct AccuracyOptions {
 
 // Dense attention that keeps the queries of single-token (decode) steps: the query of a real
 // decode step, next to the cache it attends to, is what the estimators are measured on.
-class Capture final : public Attention {
+class Capture final : public ForwardingAttention {
 public:
-  Capture(const AttentionShape &shape, lsh::DType dt) : inner_(shape, dt) {}
+  Capture(const AttentionShape &shape, lsh::DType dt)
+      : ForwardingAttention(std::make_unique<DenseAttention>(shape, dt)) {}
   void Forward(size_t layer, size_t pos, size_t n, const float *q, const float *k, const float *v,
                float *out, ThreadPool &pool, const Kernels &kern) override {
     if (n == 1) {
       const size_t w = shape().n_heads * shape().head_dim;
       queries[layer].push_back({pos, std::vector<float>(q, q + w)});
     }
-    inner_.Forward(layer, pos, n, q, k, v, out, pool, kern);
+    ForwardingAttention::Forward(layer, pos, n, q, k, v, out, pool, kern);
   }
-  void Reset() override { inner_.Reset(); }
-  const AttentionShape &shape() const override { return inner_.shape(); }
-  size_t MemoryBytes() const override { return inner_.MemoryBytes(); }
-  AttentionStats stats() const override { return inner_.stats(); }
-  const KvCache &cache() const override { return inner_.cache(); }
-  void LoadPrefix(const KvCache &src, size_t n) override { inner_.LoadPrefix(src, n); }
   struct Query {
     size_t pos;
     std::vector<float> q; // n_heads x d
   };
   std::map<size_t, std::vector<Query>> queries; // [layer]
-
-private:
-  DenseAttention inner_;
 };
 
 struct Stat {
@@ -592,27 +589,16 @@ struct SpeedCandidate {
 };
 
 // Forwards to an Attention and keeps the time of each layer's last call.
-class LayerTimed final : public Attention {
+class LayerTimed final : public ForwardingAttention {
 public:
   explicit LayerTimed(std::unique_ptr<Attention> inner)
-      : inner_(std::move(inner)), seconds(inner_->shape().n_layers, 0.0) {}
+      : ForwardingAttention(std::move(inner)), seconds(shape().n_layers, 0.0) {}
   void Forward(size_t layer, size_t pos, size_t n, const float *q, const float *k, const float *v,
                float *out, ThreadPool &pool, const Kernels &kern) override {
     const auto t0 = Clock::now();
-    inner_->Forward(layer, pos, n, q, k, v, out, pool, kern);
+    ForwardingAttention::Forward(layer, pos, n, q, k, v, out, pool, kern);
     seconds[layer] = Since(t0);
   }
-  void Reset() override { inner_->Reset(); }
-  const AttentionShape &shape() const override { return inner_->shape(); }
-  size_t MemoryBytes() const override { return inner_->MemoryBytes(); }
-  AttentionStats stats() const override { return inner_->stats(); }
-  const KvCache &cache() const override { return inner_->cache(); }
-  void LoadPrefix(const KvCache &src, size_t n) override { inner_->LoadPrefix(src, n); }
-
-private:
-  std::unique_ptr<Attention> inner_;
-
-public:
   std::vector<double> seconds; // [layer]: the last step's
 };
 
@@ -1009,6 +995,15 @@ tune::Fingerprint HereFingerprint(const SelectCli &o) {
   return tune::DetectFingerprint(BestKernels().target, std::max(1, threads));
 }
 
+// A whole-step record of the default (K, L, t).
+bool IsDefault(const tune::Record &r) {
+  tune::Candidate c;
+  if (std::sscanf(r.kernel.c_str(), "K=%d L=%d", &c.K, &c.L) != 2)
+    return false;
+  c.t = r.t;
+  return c == DefaultCandidate();
+}
+
 // The speed records usable here at one context, with their ratio to the default of the same run.
 struct SpeedRow {
   tune::Record r;
@@ -1033,7 +1028,6 @@ std::vector<SpeedRow> UsableSpeed(const std::vector<tune::Record> &rs, const tun
   if (context == 0)
     for (const auto *r : here)
       context = std::max(context, r->workload.context);
-  const std::string def = KernelKey({10, 150, 2}, 0, lsh::DType::bf16);
   std::vector<SpeedRow> out;
   for (const auto *r : here) {
     if (r->workload.context != context || !r->ok())
@@ -1041,15 +1035,13 @@ std::vector<SpeedRow> UsableSpeed(const std::vector<tune::Record> &rs, const tun
     // The default of the same run (same timestamp and context) is the reference of its ratio.
     const tune::Record *ref = nullptr;
     for (const auto *x : here)
-      if (x->timestamp == r->timestamp && x->workload.context == context &&
-          x->kernel.rfind("K=10 L=150 ", 0) == 0 && x->t == 2 && x->schedule == r->schedule &&
-          x->time->method.find("the default") != std::string::npos)
+      if (x->timestamp == r->timestamp && x->workload.context == context && IsDefault(*x) &&
+          x->schedule == r->schedule && x->time->method.find("the default") != std::string::npos)
         ref = x;
     if (!ref)
       continue;
     out.push_back({*r, ref->time->median_s / r->time->median_s});
   }
-  (void)def;
   return out;
 }
 
@@ -1212,7 +1204,7 @@ int ComparePointLayers(const LlamaModel &model, ThreadPool &pool, const tune::Fi
     const bool dl_dense = std::count(defaults.begin(), defaults.end(), l) > 0;
     const double u = uniform_time(l, ch);
     const double d =
-        uniform_time(l, dl_dense ? tune::Candidate{0, 0, 0, true} : tune::Candidate{10, 150, 2});
+        uniform_time(l, dl_dense ? tune::Candidate{0, 0, 0, true} : DefaultCandidate());
     const double rp = tune::Median(ratio[l]);
     const double ru = u > 0 && d > 0 ? u / d : -1;
     if (ru > 0) {
@@ -1263,7 +1255,7 @@ int Select(const std::string &records, const SelectCli &o) {
                    foreign ? " (times of other machines are not applied)" : "");
     } else {
       timed = tune::with_layer_times(t, times->times);
-      const auto d = tune::uniform_point(*timed, {10, 150, 2}, dense);
+      const auto d = tune::uniform_point(*timed, DefaultCandidate(), dense);
       if (!d)
         throw std::runtime_error("the per-layer times lack the default (10, 150) on some layer");
       def_step = times->rest_s + d->attention_s;
@@ -1300,7 +1292,7 @@ int Select(const std::string &records, const SelectCli &o) {
                    "pig-tune: warning: no speed record of this machine (%s)%s; falling back to "
                    "the default (10, 150)\n",
                    fp.str().c_str(), foreign ? " (records of other machines are not applied)" : "");
-      p = tune::uniform_point(t, {10, 150, 2}, dense);
+      p = tune::uniform_point(t, DefaultCandidate(), dense);
       if (!p)
         throw std::runtime_error("the records lack the default (10, 150) on some layer");
       p->criterion = "fallback: default (no speed record for this machine)";
@@ -1354,7 +1346,7 @@ int Select(const std::string &records, const SelectCli &o) {
   p->timestamp = Timestamp();
   tune::save_point(o.out, *p);
   PrintPoint(*p);
-  if (const auto def = tune::uniform_point(t, {10, 150, 2}, dense))
+  if (const auto def = tune::uniform_point(t, DefaultCandidate(), dense))
     std::printf("the default (10, 150): error %.4f, cost2 %.2f %%\n", def->error, 100 * def->cost2);
   if (timed && p->attention_s > 0)
     std::printf("predicted decode step at %zu tokens on this machine: %.2f ms (the default "
@@ -1508,7 +1500,7 @@ int Show(const std::string &records, const std::string &out, const SelectCli &o)
         sp.row({Fmt("%.4f", 1e3 * r.r.time->median_s), Fmt("%.6f", r.r.quality->value),
                 Fmt("%.4f", r.ratio)});
   }
-  const auto def = tune::uniform_point(t, {10, 150, 2}, dense);
+  const auto def = tune::uniform_point(t, DefaultCandidate(), dense);
   std::string gp = "set datafile separator ','\nset terminal pngcairo size 1300,500 noenhanced "
                    "font ',10'\nset output '" +
                    out + "/frontier.png'\nset multiplot layout 1," + (rows.empty() ? "1" : "2") +

@@ -75,6 +75,26 @@ public:
   virtual void LoadPrefix(const KvCache &src, size_t n) = 0;
 };
 
+/// An Attention that forwards every call to another. Tools derive from it to observe Forward
+/// (time it, keep the queries) and override only that.
+class ForwardingAttention : public Attention {
+public:
+  explicit ForwardingAttention(std::unique_ptr<Attention> inner) : inner_(std::move(inner)) {}
+  void Forward(size_t layer, size_t pos, size_t n, const float *q, const float *k, const float *v,
+               float *out, ThreadPool &pool, const Kernels &kern) override {
+    inner_->Forward(layer, pos, n, q, k, v, out, pool, kern);
+  }
+  void Reset() override { inner_->Reset(); }
+  const AttentionShape &shape() const override { return inner_->shape(); }
+  size_t MemoryBytes() const override { return inner_->MemoryBytes(); }
+  AttentionStats stats() const override { return inner_->stats(); }
+  const KvCache &cache() const override { return inner_->cache(); }
+  void LoadPrefix(const KvCache &src, size_t n) override { inner_->LoadPrefix(src, n); }
+
+private:
+  std::unique_ptr<Attention> inner_;
+};
+
 /// Exact attention over every cached position, one pass over K/V per GQA group (the LSH kernel
 /// set's dense kernel, specialised for head_dim when one was generated).
 class DenseAttention final : public Attention {
