@@ -28,14 +28,22 @@ std::span<const float> LshIndex::centered_key(std::size_t token) const {
   return centered.row_span(token - split.indexed_begin);
 }
 
+std::span<const float> LshIndex::hashed_key(std::size_t token) const {
+  return transform.spec.identity() ? centered_key(token)
+                                   : hashed.row_span(token - split.indexed_begin);
+}
+
 LshIndex build_index(Matrix K, Matrix W, const LshConfig &cfg, StaticConfig st,
-                     Centering centering) {
+                     Centering centering, const TransformSpec &transform) {
   cfg.validate();
-  if (W.rows != K.cols || W.cols < cfg.columns())
+  transform.validate(K.cols);
+  if (W.rows != transform.hashed_dim(K.cols) || W.cols < cfg.columns())
     throw std::invalid_argument("build_index: W is " + std::to_string(W.rows) + " x " +
                                 std::to_string(W.cols) + " but keys have " +
-                                std::to_string(K.cols) +
-                                " columns and K*L = " + std::to_string(cfg.columns()));
+                                std::to_string(K.cols) + " columns, the transform " +
+                                transform.str() + " hashes " +
+                                std::to_string(transform.hashed_dim(K.cols)) +
+                                " and K*L = " + std::to_string(cfg.columns()));
   LshIndex index;
   index.cfg = cfg;
   index.split = split_tokens(K.rows, st);
@@ -48,7 +56,20 @@ LshIndex build_index(Matrix K, Matrix W, const LshConfig &cfg, StaticConfig st,
   for (std::size_t i = 0; i < count; ++i)
     for (std::size_t j = 0; j < K.cols; ++j)
       index.centered.at(i, j) = K.row(begin + i)[j] - index.mean[j];
-  index.codes = encode_rows(index.centered, W, cfg);
+  index.transform.spec = transform;
+  index.transform.d = K.cols;
+  index.transform.dim = transform.hashed_dim(K.cols);
+  if (transform.identity() || count == 0) {
+    index.codes = encode_rows(index.centered, W, cfg);
+    return index;
+  }
+  index.transform = fit_transform(index.centered, transform);
+  index.hashed = OwnedMatrix(count, index.transform.dim);
+  for (std::size_t i = 0; i < count; ++i) {
+    const std::vector<float> x = index.transform.key(index.centered.row_span(i));
+    std::copy(x.begin(), x.end(), index.hashed.row(i));
+  }
+  index.codes = encode_rows(index.hashed, W, cfg);
   return index;
 }
 
@@ -66,15 +87,18 @@ SampledPart sample_tokens(std::span<const float> q, Matrix W, const LshIndex &in
   if (split.indexed() == 0)
     return part;
   // The query is hashed as is (not centered): centering shifts keys, and q.(k - mu) ranks the
-  // keys exactly as q.k does.
-  const std::vector<std::uint16_t> qcodes = encode(q, W, index.cfg);
+  // keys exactly as q.k does. With a transform, the query's map (transform.h).
+  const std::vector<float> qh =
+      index.transform.spec.identity() ? std::vector<float>(q.begin(), q.end())
+                                      : index.transform.query(q);
+  const std::vector<std::uint16_t> qcodes = encode(qh, W, index.cfg);
   const std::vector<std::size_t> local =
       sample_set(qcodes, index.codes, index.cfg, 0, split.indexed());
   // u below the smallest positive double only happens at cos = -1; keep the weight finite.
   const double log_u_floor = std::log(std::numeric_limits<double>::denorm_min());
   for (std::size_t i : local) {
     const std::size_t token = split.indexed_begin + i;
-    const double c = cosine(q, index.centered_key(token));
+    const double c = cosine(qh, index.hashed_key(token));
     const double log_u = log_collision_probability(c, index.cfg.K, index.cfg.L, index.cfg.t);
     part.sample.push_back(token);
     part.log_u.push_back(std::isnan(log_u) ? log_u : std::max(log_u, log_u_floor));
@@ -115,8 +139,8 @@ MagicPigResult magicpig_attention(std::span<const float> q, Matrix K, Matrix V, 
 
 MagicPigResult magicpig_attention(std::span<const float> q, Matrix K, Matrix V, Matrix W,
                                   const LshConfig &cfg, StaticConfig st, Centering centering,
-                                  std::optional<double> scale) {
-  return magicpig_attention(q, K, V, W, build_index(K, W, cfg, st, centering), scale);
+                                  std::optional<double> scale, const TransformSpec &transform) {
+  return magicpig_attention(q, K, V, W, build_index(K, W, cfg, st, centering, transform), scale);
 }
 
 } // namespace pig::ref

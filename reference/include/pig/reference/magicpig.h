@@ -11,6 +11,7 @@
 #include "pig/reference/attention.h"
 #include "pig/reference/lsh.h"
 #include "pig/reference/matrix.h"
+#include "pig/reference/transform.h"
 
 namespace pig::ref {
 
@@ -41,20 +42,28 @@ enum class Centering {
   none,            ///< hash the raw keys (for showing why centering matters)
 };
 
-/// What is built once per (layer, kv-head) at prefill: the split, the mean and the codes.
+/// What is built once per (layer, kv-head) at prefill: the split, the mean, the hash transform
+/// fitted to the centred indexed keys (transform.h; the identity for plain MagicPIG) and the
+/// codes.
 struct LshIndex {
   LshConfig cfg;
   TokenSplit split;
   std::vector<float> mean;          ///< mu (zeros with Centering::none)
   OwnedMatrix centered;             ///< k_i - mu for the indexed tokens (row 0 = indexed_begin)
-  std::vector<std::uint16_t> codes; ///< codes of the centered indexed keys, token-major
+  HashTransform transform;          ///< fitted on `centered`
+  OwnedMatrix hashed;               ///< transform.key(k_i - mu); empty for the identity
+  std::vector<std::uint16_t> codes; ///< codes of the hashed indexed keys, token-major
 
   std::span<const float> centered_key(std::size_t token) const;
+  /// The vector token's codes were computed from: hashed, or centered for the identity.
+  std::span<const float> hashed_key(std::size_t token) const;
 };
 
-/// Throws on an invalid cfg or on W too small (rows != d or fewer than K*L columns).
+/// Throws on an invalid cfg or transform, or on W of the wrong size: W needs
+/// transform.hashed_dim(d) rows (d for plain) and at least K*L columns.
 LshIndex build_index(Matrix K, Matrix W, const LshConfig &cfg, StaticConfig st = {},
-                     Centering centering = Centering::mean_of_indexed);
+                     Centering centering = Centering::mean_of_indexed,
+                     const TransformSpec &transform = {});
 
 /// The static part alone: exact attention over the sink and local tokens (u = 1).
 Attention static_attention(std::span<const float> q, Matrix K, Matrix V, const TokenSplit &split,
@@ -66,8 +75,8 @@ struct SampledPart {
   Attention attention;             ///< softmax over S of scale q.k_i - log u_i; empty if S is
 };
 
-/// Sample set S of the query, and log u_i = log P[token i is sampled] from the cosine between q
-/// and the centered key. A sampled token whose u underflows to 0 (only possible at cos = -1,
+/// Sample set S of the query, and log u_i = log P[token i is sampled] from the cosine between the
+/// hashed query and the hashed key (q and the centered key for plain MagicPIG). A sampled token whose u underflows to 0 (only possible at cos = -1,
 /// where sampling it has probability zero) gets u = the smallest positive double (denorm_min),
 /// so the weight stays finite.
 SampledPart sample_tokens(std::span<const float> q, Matrix W, const LshIndex &index);
@@ -98,6 +107,7 @@ MagicPigResult magicpig_attention(std::span<const float> q, Matrix K, Matrix V, 
 MagicPigResult magicpig_attention(std::span<const float> q, Matrix K, Matrix V, Matrix W,
                                   const LshConfig &cfg, StaticConfig st = {},
                                   Centering centering = Centering::mean_of_indexed,
-                                  std::optional<double> scale = {});
+                                  std::optional<double> scale = {},
+                                  const TransformSpec &transform = {});
 
 } // namespace pig::ref

@@ -8,3 +8,4 @@
 #include "pig/reference/quest.h"
 #include "pig/reference/random.h"
 #include "pig/reference/synthetic.h"
+#include "pig/reference/transform.h"
