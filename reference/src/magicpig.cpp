@@ -33,17 +33,16 @@ std::span<const float> LshIndex::hashed_key(std::size_t token) const {
                                    : hashed.row_span(token - split.indexed_begin);
 }
 
-LshIndex build_index(Matrix K, Matrix W, const LshConfig &cfg, StaticConfig st,
-                     Centering centering, const TransformSpec &transform) {
+LshIndex build_index(Matrix K, Matrix W, const LshConfig &cfg, StaticConfig st, Centering centering,
+                     const TransformSpec &transform) {
   cfg.validate();
   transform.validate(K.cols);
   if (W.rows != transform.hashed_dim(K.cols) || W.cols < cfg.columns())
-    throw std::invalid_argument("build_index: W is " + std::to_string(W.rows) + " x " +
-                                std::to_string(W.cols) + " but keys have " +
-                                std::to_string(K.cols) + " columns, the transform " +
-                                transform.str() + " hashes " +
-                                std::to_string(transform.hashed_dim(K.cols)) +
-                                " and K*L = " + std::to_string(cfg.columns()));
+    throw std::invalid_argument(
+        "build_index: W is " + std::to_string(W.rows) + " x " + std::to_string(W.cols) +
+        " but keys have " + std::to_string(K.cols) + " columns, the transform " + transform.str() +
+        " hashes " + std::to_string(transform.hashed_dim(K.cols)) +
+        " and K*L = " + std::to_string(cfg.columns()));
   LshIndex index;
   index.cfg = cfg;
   index.split = split_tokens(K.rows, st);
@@ -88,9 +87,9 @@ SampledPart sample_tokens(std::span<const float> q, Matrix W, const LshIndex &in
     return part;
   // The query is hashed as is (not centered): centering shifts keys, and q.(k - mu) ranks the
   // keys exactly as q.k does. With a transform, the query's map (transform.h).
-  const std::vector<float> qh =
-      index.transform.spec.identity() ? std::vector<float>(q.begin(), q.end())
-                                      : index.transform.query(q);
+  const std::vector<float> qh = index.transform.spec.identity()
+                                    ? std::vector<float>(q.begin(), q.end())
+                                    : index.transform.query(q);
   const std::vector<std::uint16_t> qcodes = encode(qh, W, index.cfg);
   const std::vector<std::size_t> local =
       sample_set(qcodes, index.codes, index.cfg, 0, split.indexed());

@@ -241,9 +241,9 @@ HashTransform fit_transform(Matrix X, const TransformSpec &spec) {
     for (std::size_t i : rows)
       norms.push_back(std::sqrt(squared_norm(apply(X.row_span(i), T.key_map))));
     // Nearest rank: the smallest norm with at least a fraction q of the keys at or below it.
-    const std::size_t rank = std::min(
-        norms.size() - 1,
-        std::size_t(std::max(0.0, std::ceil(spec.mips * double(norms.size())) - 1.0)));
+    const std::size_t rank =
+        std::min(norms.size() - 1,
+                 std::size_t(std::max(0.0, std::ceil(spec.mips * double(norms.size())) - 1.0)));
     std::nth_element(norms.begin(), norms.begin() + std::ptrdiff_t(rank), norms.end());
     T.M = norms[rank];
   }

@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
+
 namespace pig::eval {
 namespace {
 
@@ -62,6 +64,65 @@ TEST(MeasureGroup, ErrorsShrinkWithBudgetAndCostsMatch) {
   EXPECT_GT(mp.cost, 0.0);
   EXPECT_LT(mp.cost, 1.0);
   EXPECT_NEAR(find("TopK", "= MagicPIG 10,150").cost, mp.cost, 1.0 / 444.0);
+}
+
+} // namespace
+} // namespace pig::eval
+
+namespace pig::eval {
+namespace {
+
+TEST(ErrorAtCost, InterpolatesTheFrontierInLogCost) {
+  // (1 %, 0.4), (4 %, 0.2) on the frontier; (2 %, 0.5) is dominated (a cheaper point is better).
+  const std::vector<std::pair<double, double>> pts{{0.04, 0.2}, {0.01, 0.4}, {0.02, 0.5}};
+  EXPECT_DOUBLE_EQ(*ErrorAtCost(pts, 0.01), 0.4);
+  EXPECT_DOUBLE_EQ(*ErrorAtCost(pts, 0.04), 0.2);
+  EXPECT_NEAR(*ErrorAtCost(pts, 0.02), 0.3, 1e-12); // halfway in log cost
+  EXPECT_FALSE(ErrorAtCost(pts, 0.005));            // no extrapolation
+  EXPECT_FALSE(ErrorAtCost(pts, 0.05));
+  EXPECT_FALSE(ErrorAtCost({}, 0.01));
+  EXPECT_FALSE(ErrorAtCost({{0.0, 0.1}, {0.01, NAN}}, 0.01)); // no usable point
+  // Equal costs: the lower error stands.
+  EXPECT_DOUBLE_EQ(*ErrorAtCost({{0.01, 0.4}, {0.01, 0.3}, {0.02, 0.1}}, 0.01), 0.3);
+  // A dearer point that is worse than a cheaper one is off the frontier.
+  EXPECT_DOUBLE_EQ(*ErrorAtCost({{0.01, 0.4}, {0.02, 0.1}, {0.04, 0.3}}, 0.02), 0.1);
+  EXPECT_FALSE(ErrorAtCost({{0.01, 0.4}, {0.02, 0.1}, {0.04, 0.3}}, 0.03));
+}
+
+// Each (transform, grid point) equals pig::ref run on its own (its own index, its own W): the
+// shared index and Recode change nothing.
+TEST(MeasureTransformGrid, EqualsTheReferenceRunPerConfiguration) {
+  SyntheticConfig sc;
+  sc.n = 400;
+  sc.d = 16;
+  sc.seed = 4;
+  const AttentionProblem p = synthetic_problem(sc);
+  TransformGridOptions opt;
+  for (const char *t : {"plain", "pca:r=8", "whiten:a=0.5", "mips:q=0.9"})
+    opt.transforms.push_back(TransformSpec::parse(t));
+  opt.grid = {{6, 20}, {8, 30}, {5, 12}};
+  const std::vector<std::vector<float>> qs{p.q, std::vector<float>(p.q.rbegin(), p.q.rend())};
+  const auto pts = MeasureTransformGrid(qs, p.K, p.V, opt);
+  ASSERT_EQ(pts.size(), 2u);
+  ASSERT_EQ(pts[0].size(), 12u);
+  bool some_sampled = false;
+  for (std::size_t i = 0; i < qs.size(); ++i)
+    for (const TransformPoint &tp : pts[i]) {
+      const TransformSpec &spec = opt.transforms[tp.transform];
+      const KL kl = opt.grid[tp.grid];
+      const LshConfig cfg{kl.K, kl.L, opt.threshold, opt.seed};
+      // W of the widest configuration (8, 30): the narrower ones are its column prefixes.
+      const OwnedMatrix W = simhash_matrix(opt.seed, spec.hashed_dim(16), 8, 30);
+      const MagicPigResult r = magicpig_attention(qs[i], p.K, p.V, W, cfg, opt.statics,
+                                                  Centering::mean_of_indexed, {}, spec);
+      const Attention exact = dense_attention(qs[i], p.K, p.V);
+      EXPECT_EQ(tp.cost, r.cost()) << spec.str() << " K=" << kl.K;
+      EXPECT_EQ(tp.error, relative_l2_error(r.attention.out, exact.out)) << spec.str();
+      some_sampled |= r.cost() > 0;
+    }
+  EXPECT_TRUE(some_sampled);
+  opt.grid.clear();
+  EXPECT_THROW(MeasureTransformGrid(qs, p.K, p.V, opt), std::invalid_argument);
 }
 
 } // namespace

@@ -94,9 +94,9 @@ TEST(SymmetricEigen, DiagonalAndInvalidInputs) {
   const SymmetricEigen e = symmetric_eigen({1, 0, 0, 0, 5, 0, 0, 0, 0}, 3);
   EXPECT_EQ(e.values, (std::vector<double>{5, 1, 0}));
   EXPECT_EQ(e.vectors[0], (std::vector<double>{0, 1, 0}));
-  EXPECT_THROW(symmetric_eigen({1, 2, 3, 4}, 2), std::invalid_argument);   // not symmetric
+  EXPECT_THROW(symmetric_eigen({1, 2, 3, 4}, 2), std::invalid_argument);     // not symmetric
   EXPECT_THROW(symmetric_eigen({1, NAN, NAN, 4}, 2), std::invalid_argument); // NaN
-  EXPECT_THROW(symmetric_eigen({1, 2, 3}, 2), std::invalid_argument);      // wrong size
+  EXPECT_THROW(symmetric_eigen({1, 2, 3}, 2), std::invalid_argument);        // wrong size
   EXPECT_THROW(symmetric_eigen({}, 0), std::invalid_argument);
 }
 
@@ -250,11 +250,11 @@ TEST(BuildIndex, TransformNeedsWOfTheHashedDimension) {
   const OwnedMatrix K = gaussian_matrix(rng, 300, 8);
   const LshConfig cfg{4, 8, 2, 1};
   const TransformSpec spec = TransformSpec::parse("pca:r=4+mips");
-  EXPECT_THROW(build_index(K, simhash_matrix(1, 8, 4, 8), cfg, {}, Centering::mean_of_indexed,
-                           spec),
-               std::invalid_argument);
-  const LshIndex index = build_index(K, simhash_matrix(1, 5, 4, 8), cfg, {},
-                                     Centering::mean_of_indexed, spec);
+  EXPECT_THROW(
+      build_index(K, simhash_matrix(1, 8, 4, 8), cfg, {}, Centering::mean_of_indexed, spec),
+      std::invalid_argument);
+  const LshIndex index =
+      build_index(K, simhash_matrix(1, 5, 4, 8), cfg, {}, Centering::mean_of_indexed, spec);
   EXPECT_EQ(index.hashed.cols, 5u);
   EXPECT_EQ(index.hashed.rows, index.split.indexed());
   EXPECT_EQ(index.codes, encode_rows(index.hashed, simhash_matrix(1, 5, 4, 8), cfg));

@@ -146,4 +146,59 @@ std::vector<std::vector<ErrorPoint>> MeasureGroup(const std::vector<std::vector<
   return result;
 }
 
+std::vector<std::vector<TransformPoint>>
+MeasureTransformGrid(const std::vector<std::vector<float>> &queries, Matrix K, Matrix V,
+                     const TransformGridOptions &opt) {
+  if (opt.grid.empty())
+    throw std::invalid_argument("MeasureTransformGrid: empty grid");
+  KL widest = opt.grid.front();
+  for (KL kl : opt.grid)
+    if (kl.K * kl.L > widest.K * widest.L)
+      widest = kl;
+  const LshConfig wcfg{widest.K, widest.L, opt.threshold, opt.seed};
+  std::vector<std::vector<TransformPoint>> result(queries.size());
+  std::vector<Attention> exact;
+  for (const std::vector<float> &q : queries)
+    exact.push_back(dense_attention(q, K, V));
+  for (std::size_t t = 0; t < opt.transforms.size(); ++t) {
+    const TransformSpec &spec = opt.transforms[t];
+    const OwnedMatrix W = simhash_matrix(opt.seed, spec.hashed_dim(K.cols), widest.K, widest.L);
+    LshIndex index = build_index(K, W, wcfg, opt.statics, Centering::mean_of_indexed, spec);
+    const std::vector<std::uint16_t> wide = std::move(index.codes);
+    for (std::size_t g = 0; g < opt.grid.size(); ++g) {
+      index.cfg = LshConfig{opt.grid[g].K, opt.grid[g].L, opt.threshold, opt.seed};
+      index.codes = Recode(wide, wcfg, index.cfg);
+      for (std::size_t i = 0; i < queries.size(); ++i) {
+        const MagicPigResult e = magicpig_attention(queries[i], K, V, W, index);
+        result[i].push_back({t, g, e.cost(), relative_l2_error(e.attention.out, exact[i].out)});
+      }
+    }
+  }
+  return result;
+}
+
+std::optional<double> ErrorAtCost(std::vector<std::pair<double, double>> points, double cost) {
+  std::erase_if(points, [](const auto &p) { return !(p.first > 0) || std::isnan(p.second); });
+  std::sort(points.begin(), points.end());
+  std::vector<std::pair<double, double>> front;
+  for (const auto &p : points)
+    if (front.empty() || p.second < front.back().second) {
+      if (!front.empty() && front.back().first == p.first)
+        front.back() = p; // same cost, lower error
+      else
+        front.push_back(p);
+    }
+  if (front.empty() || !(cost >= front.front().first) || !(cost <= front.back().first))
+    return std::nullopt;
+  for (std::size_t i = 0; i + 1 < front.size(); ++i) {
+    const auto &[c0, e0] = front[i];
+    const auto &[c1, e1] = front[i + 1];
+    if (cost <= c1) {
+      const double w = (std::log(cost) - std::log(c0)) / (std::log(c1) - std::log(c0));
+      return e0 + w * (e1 - e0);
+    }
+  }
+  return front.back().second; // cost == the last frontier point's
+}
+
 } // namespace pig::eval

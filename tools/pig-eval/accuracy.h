@@ -9,6 +9,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -63,5 +64,39 @@ struct ErrorPoint {
 std::vector<std::vector<ErrorPoint>> MeasureGroup(const std::vector<std::vector<float>> &queries,
                                                   ref::Matrix K, ref::Matrix V, ref::Matrix W,
                                                   const ErrorOptions &opt);
+
+/// Plain MagicPIG and hashing in fitted spaces (ref::TransformSpec, transform.h) over a grid of
+/// (K, L), for the matched-cost comparison of attention-error's transform table: a transform
+/// changes the collision rate, so configurations are compared along each one's error-vs-cost
+/// frontier, not at equal (K, L).
+struct TransformGridOptions {
+  std::vector<ref::TransformSpec> transforms; ///< each runs every grid point
+  std::vector<KL> grid;
+  int threshold = 2;
+  std::uint64_t seed = 0x9e3779b97f4a7c15ull;
+  ref::StaticConfig statics{};
+};
+
+struct TransformPoint {
+  std::size_t transform = 0; ///< index into TransformGridOptions::transforms
+  std::size_t grid = 0;      ///< index into TransformGridOptions::grid
+  double cost = 0;
+  double error = 0;
+};
+
+/// Every (transform, grid point) on each query of one kv-head's cache (K, V: n x d). Per
+/// transform, the index of the widest grid point is built once (the transform fitted to the
+/// centred indexed keys, W = ref::simhash_matrix(seed, hashed dim, widest K, widest L)) and the
+/// others are recoded from it (Recode); each estimate is ref::magicpig_attention. Returns, per
+/// query, transforms x grid points in that order.
+std::vector<std::vector<TransformPoint>>
+MeasureTransformGrid(const std::vector<std::vector<float>> &queries, ref::Matrix K, ref::Matrix V,
+                     const TransformGridOptions &opt);
+
+/// The error at `cost` on the error-vs-cost frontier of `points` (cost, error): the points no
+/// cheaper-or-equal point beats, linearly interpolated in log(cost) between the two frontier
+/// points around `cost`. Empty when `cost` lies outside the frontier's cost range (no
+/// extrapolation) or no point has a positive cost.
+std::optional<double> ErrorAtCost(std::vector<std::pair<double, double>> points, double cost);
 
 } // namespace pig::eval

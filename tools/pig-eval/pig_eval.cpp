@@ -13,8 +13,10 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <exception>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <set>
 #include <stdexcept>
@@ -29,6 +31,7 @@
 #include "pig/runtime/sampler.h"
 #include "report.h"
 #include "tasks.h"
+#include "transform_report.h"
 #include "tuning.h" // tools/pig-tune: --tuning FILE
 
 namespace {
@@ -42,6 +45,20 @@ using Clock = std::chrono::steady_clock;
 double Since(Clock::time_point t0) {
   return std::chrono::duration<double>(Clock::now() - t0).count();
 }
+
+// K 7-14 x L 75, 150, 300: costs from well below to well above plain (10,150)'s, for every
+// transform measured (a transform moves the collision rate by a factor of up to ~10).
+std::vector<pig::eval::KL> DefaultTransformGrid() {
+  std::vector<pig::eval::KL> g;
+  for (int K = 7; K <= 14; ++K)
+    for (int L : {75, 150, 300})
+      g.push_back({K, L});
+  return g;
+}
+
+const char *const kDefaultTransforms =
+    "plain,pca:r=32,pca:r=16,whiten:a=0.25,whiten:a=0.5,mips:q=1,mips:q=0.9,"
+    "whiten:a=0.25+mips:q=1";
 
 struct Options {
   std::string command;
@@ -66,6 +83,9 @@ struct Options {
   std::string command_line;
   std::string tuning;              // --tuning FILE: the downstream method "tuned"
   std::optional<double> max_error; // --max-error E: selects the point from a records file
+  // --transforms: attention-error also compares hashing in fitted spaces at matched cost2.
+  std::vector<pig::ref::TransformSpec> transforms;
+  std::vector<pig::eval::KL> transform_grid = DefaultTransformGrid();
 };
 
 [[noreturn]] void Usage(const std::string &error) {
@@ -103,8 +123,13 @@ struct Options {
       "                          operating point of pig-tune in FILE (per layer dense or K,L,t)\n"
       "  --max-error E           FILE is pig-tune's records: select the cheapest point with\n"
       "                          predicted mean attention error <= E\n"
+      "  --transforms LIST       attention-error also compares plain MagicPIG with hashing in\n"
+      "                          spaces fitted to the keys at matched cost2 (plain, pca:r=R,\n"
+      "                          whiten:a=A, mips:q=Q, whiten:a=A+mips:q=Q; \"default\": %s)\n"
+      "  --transform-grid LIST   their (K, L) grid, K:L,... (default K 7-14 x L 75,150,300)\n"
       "LIST: comma-separated values, or none.\n",
-      DefaultModelPath(), pig::eval::kDefaultTextPath, pig::eval::kDefaultTextPackage);
+      DefaultModelPath(), pig::eval::kDefaultTextPath, pig::eval::kDefaultTextPackage,
+      kDefaultTransforms);
   std::exit(error.empty() ? 0 : 2);
 }
 
@@ -214,6 +239,32 @@ Options Parse(int argc, char **argv) {
           Usage("--lsh expects K:L pairs, got '" + p + "'");
         o.lsh.push_back({int(ParseSize(a, kl[0], 1, 16)), int(ParseSize(a, kl[1], 1, 1024))});
       }
+    } else if (a == "--transforms") {
+      std::string v = value();
+      if (v == "default")
+        v = kDefaultTransforms;
+      o.transforms.clear();
+      if (v != "none")
+        for (const std::string &p : Split(v, ',')) {
+          try {
+            o.transforms.push_back(pig::ref::TransformSpec::parse(p));
+          } catch (const std::invalid_argument &e) {
+            Usage(std::string("--transforms: ") + e.what());
+          }
+        }
+      // Plain first: the others are matched to it.
+      std::erase_if(o.transforms, [](const auto &t) { return t.identity(); });
+      if (!o.transforms.empty())
+        o.transforms.insert(o.transforms.begin(), pig::ref::TransformSpec{});
+    } else if (a == "--transform-grid") {
+      o.transform_grid.clear();
+      for (const std::string &p : Split(value(), ',')) {
+        const std::vector<std::string> kl = Split(p, ':');
+        if (kl.size() != 2)
+          Usage("--transform-grid expects K:L pairs, got '" + p + "'");
+        o.transform_grid.push_back(
+            {int(ParseSize(a, kl[0], 1, 16)), int(ParseSize(a, kl[1], 1, 1024))});
+      }
     } else if (a == "--kv") {
       const std::string v = value();
       if (v != "bf16" && v != "f32")
@@ -241,6 +292,14 @@ Options Parse(int argc, char **argv) {
           "configurations (pig-tune accuracy measures a point's error)");
   if (!o.tuning.empty() && o.dense_only)
     Usage("--tuning and --dense-only do not combine");
+  if (!o.transforms.empty()) {
+    if (o.command == "downstream")
+      Usage("--transforms compares attention errors: use attention-error or all");
+    if (std::none_of(o.transform_grid.begin(), o.transform_grid.end(),
+                     [](pig::eval::KL kl) { return kl.K == 10 && kl.L == 150; }))
+      Usage("--transform-grid must contain 10:150, plain MagicPIG's configuration the "
+            "transforms are matched to");
+  }
   return o;
 }
 
@@ -971,6 +1030,26 @@ int Run(const Options &o) {
   std::unique_ptr<ErrorReport> errors;
   if (part1)
     errors = std::make_unique<ErrorReport>(o);
+  std::unique_ptr<pig::eval::TransformReport> transforms;
+  if (part1 && !o.transforms.empty()) {
+    for (const pig::ref::TransformSpec &t : o.transforms)
+      try {
+        t.validate(cfg.head_dim);
+      } catch (const std::invalid_argument &e) {
+        Usage(std::string("--transforms: ") + e.what());
+      }
+    pig::eval::TransformReportOptions to;
+    to.out = o.out;
+    to.update_doc = o.update_doc;
+    to.command_line = o.command_line;
+    to.contexts = o.error_contexts;
+    to.layers = o.layers;
+    to.grid.transforms = o.transforms;
+    to.grid.grid = o.transform_grid;
+    to.grid.seed = AttentionSpec{}.seed;
+    transforms = std::make_unique<pig::eval::TransformReport>(std::move(to));
+  }
+  double transforms_s = 0;
   // --tuning: loaded (and refused) before any prefill.
   std::optional<pig::tools::Tuning> tuning;
   if (part2 && !o.tuning.empty()) {
@@ -1042,6 +1121,48 @@ int Run(const Options &o) {
           }
         part1_s += Since(t0);
         std::fprintf(stderr, "pig-eval: attention error at %zu done (%.0f s)\n", P, part1_s);
+        if (transforms) {
+          // (layer, kv-head) jobs across the pool; the report is fed under a lock.
+          t0 = Clock::now();
+          std::vector<std::pair<size_t, size_t>> jobs;
+          for (size_t layer : o.layers)
+            for (size_t kvh = 0; kvh < cfg.n_kv_heads; ++kvh)
+              jobs.push_back({layer, kvh});
+          std::mutex mu;
+          std::exception_ptr failure;
+          pig::eval::TransformGridOptions go;
+          go.transforms = o.transforms;
+          go.grid = o.transform_grid;
+          go.seed = AttentionSpec{}.seed;
+          pool.ParallelFor(jobs.size(), [&](size_t j, size_t) {
+            try {
+              const auto [layer, kvh] = jobs[j];
+              pig::ref::OwnedMatrix K(P, d), V(P, d);
+              for (size_t i = 0; i < P; ++i) {
+                cache.KeyRow(layer, kvh, i, K.row(i));
+                cache.ValueRow(layer, kvh, i, V.row(i));
+              }
+              std::vector<std::vector<float>> qs;
+              for (size_t h = kvh * group; h < (kvh + 1) * group; ++h) {
+                const float *q = cap.query(layer).data() + h * d;
+                qs.emplace_back(q, q + d);
+              }
+              const auto pts = pig::eval::MeasureTransformGrid(qs, K, V, go);
+              std::lock_guard<std::mutex> lock(mu);
+              for (size_t g = 0; g < pts.size(); ++g)
+                for (const auto &p : pts[g])
+                  transforms->Add(P, layer, kvh * group + g, p);
+            } catch (...) {
+              std::lock_guard<std::mutex> lock(mu);
+              if (!failure)
+                failure = std::current_exception();
+            }
+          });
+          if (failure)
+            std::rethrow_exception(failure);
+          transforms_s += Since(t0);
+          std::fprintf(stderr, "pig-eval: hash transforms at %zu done (%.0f s)\n", P, transforms_s);
+        }
       }
       if (part2 && std::count(o.ppl_contexts.begin(), o.ppl_contexts.end(), P)) {
         t0 = Clock::now();
@@ -1052,6 +1173,8 @@ int Run(const Options &o) {
   }
   if (errors)
     errors->Finish(part1_s + prefill_s, prefill_s);
+  if (transforms)
+    transforms->Finish(transforms_s + prefill_s, prefill_s);
   if (down) {
     const auto t0 = Clock::now();
     down->Tasks();

@@ -76,9 +76,9 @@ struct SampledPart {
 };
 
 /// Sample set S of the query, and log u_i = log P[token i is sampled] from the cosine between the
-/// hashed query and the hashed key (q and the centered key for plain MagicPIG). A sampled token whose u underflows to 0 (only possible at cos = -1,
-/// where sampling it has probability zero) gets u = the smallest positive double (denorm_min),
-/// so the weight stays finite.
+/// hashed query and the hashed key (q and the centered key for plain MagicPIG). A sampled token
+/// whose u underflows to 0 (only possible at cos = -1, where sampling it has probability zero) gets
+/// u = the smallest positive double (denorm_min), so the weight stays finite.
 SampledPart sample_tokens(std::span<const float> q, Matrix W, const LshIndex &index);
 
 /// The sampled part alone: softmax over S of `scale q.k_i - log u_i`, on the uncentered keys
