@@ -156,7 +156,7 @@ TEST(FitTransform, PcaKeepsTheTopDirectionsOrthonormally) {
 TEST(FitTransform, WhiteningKeepsInnerProductsAndEqualisesVariance) {
   // Decay 0.7: a condition number of 2500, where the maps stay well conditioned in f32 (at
   // 0.5 the smallest eigenvalues hit the 1e-6 floor and a = 1 amplifies the f32 rounding).
-  const std::size_t n = 6000, d = 12;
+  const std::size_t n = kFitRows, d = 12; // every key in the fit
   const Centered c = center(anisotropic_keys(7, n, d, nullptr, 0.7));
   Rng rng(8);
   const std::vector<float> q = gaussian_vector(rng, d, 3.0);
@@ -245,6 +245,22 @@ TEST(FitTransform, DegenerateAndNonFiniteKeys) {
   EXPECT_THROW(fit_transform(X, TransformSpec::parse("pca:r=7")), std::invalid_argument);
 }
 
+// Past kFitRows keys the fit reads every ceil(n / kFitRows)-th one.
+TEST(FitTransform, LongIndexesAreFittedOnEvenlyStridedKeys) {
+  const std::size_t n = 2 * kFitRows + 1, d = 4; // stride 3
+  Rng rng(20);
+  const OwnedMatrix X = gaussian_matrix(rng, n, d);
+  OwnedMatrix every3((n + 2) / 3, d);
+  for (std::size_t i = 0; i < n; i += 3)
+    std::copy(X.row(i), X.row(i) + d, every3.row(i / 3));
+  for (const char *name : {"whiten:a=0.5+mips:q=0.5", "pca:r=2"}) {
+    const HashTransform a = fit_transform(X, TransformSpec::parse(name));
+    const HashTransform b = fit_transform(every3, TransformSpec::parse(name));
+    EXPECT_EQ(a.key_map.data, b.key_map.data) << name;
+    EXPECT_EQ(a.M, b.M) << name;
+  }
+}
+
 TEST(BuildIndex, TransformNeedsWOfTheHashedDimension) {
   Rng rng(12);
   const OwnedMatrix K = gaussian_matrix(rng, 300, 8);
@@ -257,11 +273,48 @@ TEST(BuildIndex, TransformNeedsWOfTheHashedDimension) {
       build_index(K, simhash_matrix(1, 5, 4, 8), cfg, {}, Centering::mean_of_indexed, spec);
   EXPECT_EQ(index.hashed.cols, 5u);
   EXPECT_EQ(index.hashed.rows, index.split.indexed());
-  EXPECT_EQ(index.codes, encode_rows(index.hashed, simhash_matrix(1, 5, 4, 8), cfg));
+  // Codes: the key rows (centred key + augmentation) against the folded W.
+  const OwnedMatrix P = index.transform.key_projection(simhash_matrix(1, 5, 4, 8));
+  ASSERT_EQ(P.rows, 9u);
+  for (std::size_t i = 0; i < index.split.indexed(); ++i) {
+    const std::size_t token = index.split.indexed_begin + i;
+    const std::vector<float> row = index.transform.key_row(index.centered_key(token));
+    const std::vector<std::uint16_t> c = encode(row, P, cfg);
+    EXPECT_TRUE(std::equal(c.begin(), c.end(), index.codes.begin() + std::ptrdiff_t(i * 8)));
+  }
   // The identity keeps plain MagicPIG exactly.
   const LshIndex plain = build_index(K, simhash_matrix(1, 8, 4, 8), cfg);
   EXPECT_EQ(plain.hashed.rows, 0u);
   EXPECT_EQ(plain.codes, encode_rows(plain.centered, simhash_matrix(1, 8, 4, 8), cfg));
+}
+
+// Folding the key map into W hashes the same direction as hashing k' = key(k - mu) explicitly:
+// the projections agree to f32 rounding, and the identity leaves W as it is.
+TEST(FitTransform, FoldedProjectionEqualsTheExplicitOne) {
+  const std::size_t n = 300, d = 8;
+  const Centered c = center(anisotropic_keys(19, n, d, nullptr, 0.7));
+  for (const char *name : {"pca:r=3", "whiten:a=0.5", "mips:q=0.9", "whiten:a=0.25+mips:q=1"}) {
+    const HashTransform T = fit_transform(c.keys, TransformSpec::parse(name));
+    const OwnedMatrix W = simhash_matrix(2, T.dim, 4, 5);
+    const OwnedMatrix P = T.key_projection(W);
+    for (std::size_t i = 0; i < 20; ++i) {
+      const std::vector<float> k = T.key(c.keys.row_span(i)), row = T.key_row(c.keys.row_span(i));
+      for (std::size_t col = 0; col < W.cols; ++col) {
+        double folded = 0, explicit_ = 0, scale = 0;
+        for (std::size_t r = 0; r < row.size(); ++r)
+          folded += double(row[r]) * double(P.at(r, col));
+        for (std::size_t r = 0; r < k.size(); ++r) {
+          explicit_ += double(k[r]) * double(W.at(r, col));
+          scale += std::fabs(double(k[r]) * double(W.at(r, col)));
+        }
+        EXPECT_NEAR(folded, explicit_, 1e-5 * scale + 1e-6) << name << " key " << i;
+      }
+    }
+  }
+  const HashTransform plain = fit_transform(c.keys, TransformSpec{});
+  const OwnedMatrix W = simhash_matrix(2, d, 4, 5);
+  EXPECT_EQ(plain.key_projection(W).data, W.data);
+  EXPECT_THROW(plain.key_projection(simhash_matrix(2, d + 1, 4, 5)), std::invalid_argument);
 }
 
 const char *const kTransforms[] = {"pca:r=3", "whiten:a=0.5", "mips:q=1",
@@ -296,11 +349,14 @@ TEST(TransformedHashing, CollisionFrequencyIsUOfTheTransformedCosine) {
     });
     bool raw_differs = false;
     for (std::size_t i : {std::size_t(0), std::size_t(1), order[0], order[1]}) {
+      // Hashed as build_index hashes: the key row against the folded W, the query explicitly.
       const std::vector<float> kh = T.key(c.keys.row_span(i));
+      const std::vector<float> krow = T.key_row(c.keys.row_span(i));
       int hits = 0;
       for (std::size_t r = 0; r < draws; ++r) {
         const OwnedMatrix W = simhash_matrix(seed++, T.dim, cfg.K, cfg.L);
-        hits += count_collisions(encode(qh, W, cfg), encode(kh, W, cfg)) >= cfg.t;
+        hits +=
+            count_collisions(encode(qh, W, cfg), encode(krow, T.key_projection(W), cfg)) >= cfg.t;
       }
       const double f = double(hits) / draws;
       const double u = collision_probability(cosine(qh, kh), cfg.K, cfg.L, cfg.t);

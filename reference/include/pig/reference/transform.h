@@ -61,6 +61,16 @@ struct TransformSpec {
 /// The maps of one (layer, kv-head), fitted by fit_transform. A linear map is stored as a d x m
 /// matrix applied on the right (x' = x^T A), which is also how it folds into SimHash:
 /// sign(x'^T W) = sign(x^T (A W)).
+///
+/// How pig hashes with it (build_index, sample_tokens; the runtime does the same):
+/// - keys: the key map is FOLDED into W (key_projection): the codes of a key are
+///   encode(key_row(k - mu), key_projection(W)), so encoding a key costs what it costs in plain
+///   MagicPIG (d rows of W, plus one with the augmentation), whatever the map;
+/// - queries (one per head and step): q' = query(q) explicitly, then encode(q', W);
+/// - u: the cosine of q' and k' = key(k - mu), the vectors actually compared.
+/// Folding rounds A W to f32 once, where hashing k' explicitly would round k' to f32: the two
+/// hash the same direction up to f32 rounding (the statistical tests in transform_test hold for
+/// the folded form, which is the one defined here).
 struct HashTransform {
   TransformSpec spec;
   std::size_t d = 0;     ///< input dimension
@@ -73,12 +83,26 @@ struct HashTransform {
   std::vector<float> key(std::span<const float> centered) const;
   /// q' (dim floats).
   std::vector<float> query(std::span<const float> q) const;
+  /// What a key's codes are computed from with key_projection: the centred key itself (d
+  /// floats), followed by the augmentation coordinate sqrt(max(0, M^2 - |k'|^2)) with mips.
+  std::vector<float> key_row(std::span<const float> centered) const;
+  /// The keys' SimHash matrix for W (dim x cols): rows 0..d-1 = key_map W[0, m) (products in
+  /// double, rounded once), or W's first d rows without a linear map; with mips, W's last row
+  /// after them. d (+1) x cols.
+  OwnedMatrix key_projection(Matrix W) const;
 };
 
-/// Fits `spec` to the centred keys (rows of X, d columns). The covariance C = X^T X / n is
-/// accumulated in double. Degenerate keys: eigenvalues below 1e-6 of the largest are raised to
-/// it before whitening; if every key is zero (C = 0) the linear map is the identity (pca keeps
-/// the first R coordinates) and M = 0. Throws on an invalid spec or an empty X.
+/// Keys a fit reads at most: every ceil(n / kFitRows)-th centred key when there are more (the
+/// covariance of 4096 keys of a 64-dim head is accurate to a few percent per eigenvalue, and the
+/// runtime fits every (layer, kv-head) at the first decode step, where the fit's d^2 / 2 work
+/// per key would otherwise grow with the context).
+inline constexpr std::size_t kFitRows = 4096;
+
+/// Fits `spec` to the centred keys (rows of X, d columns; at most kFitRows of them, evenly
+/// strided). The covariance C = X^T X / n is accumulated in double. Degenerate keys: eigenvalues
+/// below 1e-6 of the largest are raised to it before whitening; if every key is zero (C = 0) the
+/// linear map is the identity (pca keeps the first R coordinates) and M = 0. Throws on an invalid
+/// spec or an empty X.
 HashTransform fit_transform(Matrix centered_keys, const TransformSpec &spec);
 
 /// Eigen-decomposition of a symmetric matrix (cyclic Jacobi, in double): eigenvalues descending,
