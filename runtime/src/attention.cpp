@@ -134,6 +134,17 @@ void AttentionSpec::Validate(size_t n_layers) const {
       }
     }
   }
+  if (!transform.identity()) {
+    if (method != "magicpig")
+      throw std::invalid_argument("a hash transform (" + transform.str() +
+                                  ") applies to magicpig only, not " + method);
+    if (transform.linear != ref::TransformSpec::Linear::whiten || transform.mips > 0)
+      throw std::invalid_argument(
+          "hash transform " + transform.str() +
+          ": the runtime serves plain and whiten:a=A (pig-eval attention-error --transforms "
+          "evaluates the others)");
+    transform.validate(1);
+  }
   for (size_t l : DenseLayers(n_layers)) {
     if (l >= n_layers) {
       throw std::invalid_argument("dense layer " + std::to_string(l) + " outside the model's " +
@@ -165,7 +176,9 @@ std::string AttentionSpec::str(size_t n_layers) const {
     s << " K=" << K << " L=" << L << " t=" << t;
     if (!(schedule == lsh::Schedule{}))
       s << " schedule=[" << schedule.str() << "]";
-  } else if (method != "dense")
+  }
+  if (method == "magicpig" && !transform.identity())
+    s << " transform=" << transform.str(); else if (method != "dense")
     s << " budget=" << budget;
   if (method == "quest")
     s << " page=" << quest_page;

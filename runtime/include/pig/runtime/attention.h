@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "pig/reference/transform.h"
 #include "pig/runtime/kv_cache.h"
 #include "pig/runtime/ops.h"
 #include "pig/runtime/thread_pool.h"
@@ -43,6 +44,9 @@ struct CostCounters {
 struct AttentionStats : CostCounters {
   size_t decode_steps = 0; ///< single-token Forward calls (per layer: counted once, layer 0)
   size_t index_bytes = 0;  ///< index memory now (all layers, kv-heads)
+  /// Fitted hashing (AttentionSpec::transform): the per-(layer, kv-head) folded W, query map
+  /// and per-token key norms, in bytes (0 for plain MagicPIG: its W is shared by every head).
+  size_t hash_bytes = 0;
   std::string kernels;     ///< which kernels served (KernelRegistry::describe), if any
   /// cost2: sampled fraction of the indexed tokens.
   double cost2() const { return indexed > 0 ? sampled / indexed : 0.0; }
@@ -152,6 +156,11 @@ struct AttentionSpec {
   /// layer but the dense ones. Set, it replaces K, L, t and dense_layers for decoding (K and L
   /// still name the kernel set of the dense layers and of prefill).
   std::vector<LayerLsh> layers;
+  /// magicpig: the space keys and queries are hashed in (pig/reference/transform.h): plain (the
+  /// paper's SimHash of centred keys, the default) or fitted per (layer, kv-head) at the first
+  /// decode step. The runtime serves plain and whiten:a=A (a linear map that keeps q . (k - mu),
+  /// so the kernels' logits serve u too); other transforms are pig-eval's (Validate refuses them).
+  ref::TransformSpec transform{};
 
   /// Each layer's choice for a model of n_layers: `layers` when set, else (K, L, t) with the
   /// dense layers dense.
