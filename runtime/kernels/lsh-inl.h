@@ -963,7 +963,10 @@ HWY_INLINE void SampledRange(Heads &st, const SampledAttentionArgs &a) {
     for (std::size_t i = nb; i < kBlock; ++i)
       nn[i] = 0;
     ScoreRows<kG, kD, Row, true, kS>(st, krows, nb, z, c, nn, pf_k, pf_v);
-    {
+    if (a.key_norms) { // fitted hashing: |k'_i| stored at index build
+      for (std::size_t i = 0; i < nb; ++i)
+        nn[i] = a.key_norms[a.tokens[i0 + i] - a.key_norms_begin];
+    } else {
       const DF df;
       for (std::size_t i = 0; i < kBlock; i += hn::Lanes(df))
         hn::Store(hn::Sqrt(hn::Load(df, nn + i)), df, nn + i);
@@ -1045,6 +1048,9 @@ void SampledG(const SampledAttentionArgs &a, int mask_shift) {
   thread_local std::vector<float> buf;
   Heads st;
   InitHeads<Row>(st, a.q, kG, a.d, a.scale, a.mean, buf);
+  if (a.query_norms) // fitted hashing: the cosine's query norm is |q'|
+    for (int h = 0; h < kG; ++h)
+      st.qnorm[h] = a.query_norms[h];
   st.mask_shift = mask_shift;
   const Row *k = static_cast<const Row *>(a.k);
   const Row *v = static_cast<const Row *>(a.v);
@@ -1094,7 +1100,10 @@ template <int kD, typename Row, Schedule kS> void DenseChunks(const DenseAttenti
 
 template <int kD, typename Row, Schedule kS> void SampledChunks(const SampledAttentionArgs &a) {
   ForEachGroupChunk(a, [](const SampledAttentionArgs &c, auto g, int h0) {
-    SampledG<decltype(g)::value, kD, Row, kS>(c, h0);
+    SampledAttentionArgs cc = c;
+    if (cc.query_norms)
+      cc.query_norms += h0;
+    SampledG<decltype(g)::value, kD, Row, kS>(cc, h0);
   });
 }
 

@@ -134,10 +134,7 @@ void AttentionSpec::Validate(size_t n_layers) const {
       }
     }
   }
-  if (!transform.identity()) {
-    if (method != "magicpig")
-      throw std::invalid_argument("a hash transform (" + transform.str() +
-                                  ") applies to magicpig only, not " + method);
+  if (!transform.identity()) { // like K and L, ignored by the other methods
     if (transform.linear != ref::TransformSpec::Linear::whiten || transform.mips > 0)
       throw std::invalid_argument(
           "hash transform " + transform.str() +
@@ -176,10 +173,10 @@ std::string AttentionSpec::str(size_t n_layers) const {
     s << " K=" << K << " L=" << L << " t=" << t;
     if (!(schedule == lsh::Schedule{}))
       s << " schedule=[" << schedule.str() << "]";
-  }
-  if (method == "magicpig" && !transform.identity())
-    s << " transform=" << transform.str(); else if (method != "dense")
+  } else if (method != "dense")
     s << " budget=" << budget;
+  if (method == "magicpig" && !transform.identity())
+    s << " transform=" << transform.str();
   if (method == "quest")
     s << " page=" << quest_page;
   if (method != "dense")

@@ -88,7 +88,7 @@ size_t LshAttention::MemoryBytes() const {
   size_t bytes = cache_.MemoryBytes();
   for (const auto &ix : index_)
     if (ix)
-      bytes += ix->bytes();
+      bytes += ix->bytes() + (ix->fitted() ? ix->fitted()->bytes() : 0);
   for (const auto &t : threads_)
     if (t)
       bytes += t->scratch.capacity() * 2 + t->scratch.capacity() / 8 * lsh::kMaxGroup;
@@ -100,8 +100,10 @@ AttentionStats LshAttention::stats() const {
   static_cast<CostCounters &>(s) = total_;
   s.decode_steps = decode_steps_;
   for (const auto &ix : index_)
-    if (ix)
+    if (ix) {
       s.index_bytes += ix->bytes();
+      s.hash_bytes += ix->fitted() ? ix->fitted()->bytes() : 0;
+    }
   // The dense layers' set, then each other (K, L) the sparse layers use.
   s.kernels = lsh::KernelRegistry::describe(set_);
   std::vector<std::pair<int, int>> seen{{spec_.K, spec_.L}};
@@ -142,8 +144,10 @@ void LshAttention::PrepareGroup(size_t layer, size_t kvh, size_t n_tokens, const
     return;
   }
   if (!slot) {
+    // The first decode step of this (layer, kv-head): the index is built, and with a hash
+    // transform fitted to its keys (kept as the index grows, like the centring mean).
     slot = lsh::LshIndex::build(cfg->set, keys, cache_.dtype(), n_tokens, *cfg->W,
-                                lsh::StaticTokens{spec_.sink, spec_.local});
+                                lsh::StaticTokens{spec_.sink, spec_.local}, spec_.transform);
     slot->drop_codes();
     slot->reserve(sh.capacity);
   } else {

@@ -24,8 +24,21 @@ IndexLayout IndexLayout::of(std::size_t count, int K, int L) {
 }
 
 SimHash::SimHash(std::uint64_t seed, std::size_t d, int K, int L) : d_(d), K_(K), L_(L) {
-  const ref::OwnedMatrix W = ref::simhash_matrix(seed, d, K, L);
-  const std::size_t cols = std::size_t(K) * std::size_t(L);
+  assign(ref::simhash_matrix(seed, d, K, L));
+}
+
+SimHash::SimHash(const ref::OwnedMatrix &W, int K, int L) : d_(W.rows), K_(K), L_(L) {
+  ref::LshConfig{K, L, 1, 0}.validate();
+  if (W.rows == 0 || W.cols < std::size_t(K) * std::size_t(L))
+    throw std::invalid_argument("SimHash: a " + std::to_string(W.rows) + " x " +
+                                std::to_string(W.cols) +
+                                " matrix cannot serve K*L = " + std::to_string(K * L) + " columns");
+  assign(W);
+}
+
+void SimHash::assign(const ref::OwnedMatrix &W) {
+  const std::size_t d = d_;
+  const std::size_t cols = std::size_t(K_) * std::size_t(L_);
   cols_ = (cols + 15) / 16 * 16;
   w_.assign(d * cols_, 0.0f);
   norm_.assign(cols, 0.0f);
@@ -57,7 +70,7 @@ SimHash::SimHash(std::shared_ptr<const SimHash> wide, int K, int L)
 SimHashView SimHash::view() const { return SimHashView{data(), norms(), d_, cols_, K_, L_}; }
 
 LshIndex LshIndex::build(const LshKernelSet &set, const void *keys, DType dtype, std::size_t n,
-                         const SimHash &W, StaticTokens st) {
+                         const SimHash &W, StaticTokens st, const ref::TransformSpec &transform) {
   const std::size_t d = W.d();
   LshIndex ix;
   ix.n_ = n;
@@ -87,12 +100,16 @@ LshIndex LshIndex::build(const LshKernelSet &set, const void *keys, DType dtype,
       ix.mean_[j] = float(acc[j] / double(count));
   }
   ix.codes_.assign(count * std::size_t(W.L()), 0);
+  if (!transform.identity() && count > 0) {
+    ix.fitted_.emplace(transform, keys, dtype, ix.begin_, count, ix.mean_, W);
+    ix.fitted_->append_norms(keys, dtype, ix.begin_, count, ix.mean_);
+  }
   EncodeArgs ea;
   ea.x = first;
   ea.dtype = dtype;
   ea.rows = count;
   ea.mean = ix.mean_.data();
-  ea.W = W.view();
+  ea.W = ix.fitted_ ? ix.fitted_->key_W().view() : W.view();
   ea.codes = ix.codes_.data();
   if (count > 0)
     set.encode(ea);
@@ -108,6 +125,106 @@ LshIndex LshIndex::build(const LshKernelSet &set, const void *keys, DType dtype,
   if (count > 0)
     set.build_index(ba);
   return ix;
+}
+
+namespace {
+
+// Row i of n x d keys of dtype as f32.
+void LoadRow(const void *keys, DType dtype, std::size_t d, std::size_t i, float *row) {
+  if (dtype == DType::f32) {
+    const float *src = static_cast<const float *>(keys) + i * d;
+    std::copy_n(src, d, row);
+  } else {
+    convert_from_bf16(static_cast<const std::uint16_t *>(keys) + i * d, row, d);
+  }
+}
+
+} // namespace
+
+namespace {
+
+// pig::ref::fit_transform on the keys the reference's fit reads (every ceil(count / kFitRows)-th
+// indexed key), centred in f32 as pig::ref::build_index centres them: the same rows, the same
+// maps.
+ref::HashTransform Fit(const ref::TransformSpec &spec, const void *keys, DType dtype,
+                       std::size_t begin, std::size_t count, const std::vector<float> &mean) {
+  const std::size_t d = mean.size();
+  if (spec.linear != ref::TransformSpec::Linear::whiten || spec.mips > 0)
+    throw std::invalid_argument("hash transform " + spec.str() +
+                                ": the runtime serves plain and whiten:a=A");
+  if (count == 0)
+    throw std::invalid_argument("FittedHash: no indexed key to fit");
+  const std::size_t stride = (count + ref::kFitRows - 1) / ref::kFitRows;
+  ref::OwnedMatrix X((count + stride - 1) / stride, d);
+  std::vector<float> row(d);
+  for (std::size_t i = 0, r = 0; i < count; i += stride, ++r) {
+    LoadRow(keys, dtype, d, begin + i, row.data());
+    for (std::size_t j = 0; j < d; ++j)
+      X.at(r, j) = row[j] - mean[j];
+  }
+  return ref::fit_transform(X, spec);
+}
+
+// The key map folded into the first K*L columns of W (HashTransform::key_projection).
+SimHash Fold(const ref::HashTransform &T, const SimHash &W) {
+  if (W.d() != T.d)
+    throw std::invalid_argument("FittedHash: W has " + std::to_string(W.d()) + " rows, keys have " +
+                                std::to_string(T.d));
+  ref::OwnedMatrix Wm(W.d(), std::size_t(W.K()) * std::size_t(W.L()));
+  for (std::size_t r = 0; r < Wm.rows; ++r)
+    for (std::size_t c = 0; c < Wm.cols; ++c)
+      Wm.at(r, c) = W.at(r, c);
+  return SimHash(T.key_projection(Wm), W.K(), W.L());
+}
+
+} // namespace
+
+FittedHash::FittedHash(const ref::TransformSpec &spec, const void *keys, DType dtype,
+                       std::size_t begin, std::size_t count, const std::vector<float> &mean,
+                       const SimHash &W)
+    : T_(Fit(spec, keys, dtype, begin, count, mean)), key_W_(Fold(T_, W)),
+      key_map_(T_.key_map.data.begin(), T_.key_map.data.end()) {}
+
+float FittedHash::map_query(const float *q, float *out) const {
+  const std::vector<float> x = T_.query(std::span<const float>(q, T_.d));
+  double s = 0;
+  for (std::size_t j = 0; j < x.size(); ++j) {
+    out[j] = x[j];
+    s += double(x[j]) * double(x[j]);
+  }
+  return float(std::sqrt(s));
+}
+
+void FittedHash::append_norms(const void *keys, DType dtype, std::size_t first, std::size_t rows,
+                              const std::vector<float> &mean) {
+  const std::size_t d = mean.size();
+  std::vector<float> c(d);
+  std::vector<double> y(d);
+  norms_.reserve(norms_.size() + rows);
+  for (std::size_t i = 0; i < rows; ++i) {
+    LoadRow(keys, dtype, d, first + i, c.data());
+    for (std::size_t j = 0; j < d; ++j)
+      c[j] -= mean[j];
+    // y = c^T A (A = key map, d x d) in double like the reference's key(): whitening amplifies
+    // the keys' weak directions (up to 1000x at a = 1/2 where eigenvalues are floored), where
+    // f32 sums of the strong ones cancel. Row-wise accumulation, one vectorisable loop per row.
+    std::fill(y.begin(), y.end(), 0.0);
+    for (std::size_t r = 0; r < d; ++r) {
+      const double cr = c[r];
+      const double *a = key_map_.data() + r * d;
+      for (std::size_t j = 0; j < d; ++j)
+        y[j] += cr * a[j];
+    }
+    double s = 0;
+    for (double v : y)
+      s += double(v) * double(v);
+    norms_.push_back(float(std::sqrt(s)));
+  }
+}
+
+std::size_t FittedHash::bytes() const {
+  return key_W_.bytes() + 8 * key_map_.size() +
+         4 * (T_.key_map.data.size() + T_.query_map.data.size() + norms_.size());
 }
 
 IndexView LshIndex::view() const {
@@ -149,9 +266,11 @@ void LshIndex::extend(const LshKernelSet &set, const void *keys, DType dtype, st
   ea.dtype = dtype;
   ea.rows = rows;
   ea.mean = mean_.data();
-  ea.W = W.view();
+  ea.W = fitted_ ? fitted_->key_W().view() : W.view();
   ea.codes = tail_.data() + old;
   set.encode(ea);
+  if (fitted_)
+    fitted_->append_norms(keys, dtype, first, rows, mean_);
   if (tail_count() >= tail_limit())
     merge_tail(set);
 }
@@ -267,6 +386,15 @@ std::size_t retrieve_step(const LshKernelSet &set, const LshIndex &index, const 
   if (count > 0) {
     EncodeArgs ea;
     ea.x = q;
+    if (const FittedHash *f = index.fitted()) { // queries hashed in the fitted space
+      const std::size_t d = W.d();
+      buf.qmapped.resize(std::size_t(G) * d);
+      buf.qnorms.resize(std::size_t(G));
+      for (int h = 0; h < G; ++h)
+        buf.qnorms[std::size_t(h)] =
+            f->map_query(q + std::size_t(h) * d, buf.qmapped.data() + std::size_t(h) * d);
+      ea.x = buf.qmapped.data();
+    }
     ea.dtype = DType::f32;
     ea.rows = std::size_t(G);
     ea.W = W.view();
@@ -342,6 +470,14 @@ void attend_step(const LshKernelSet &set, const LshIndex &index, const LogUTable
   sa.log_u = log_u.view();
   sa.out = out;
   sa.lse = lse;
+  if (const FittedHash *f = index.fitted()) {
+    if (buf.qnorms.size() < std::size_t(G) || f->norm_count() != index.count())
+      throw std::logic_error("attend_step: fitted hashing without the query norms of "
+                             "retrieve_step or with stale key norms");
+    sa.query_norms = buf.qnorms.data();
+    sa.key_norms = f->key_norms();
+    sa.key_norms_begin = index.sink_end();
+  }
   set.sampled_attention(sa);
 }
 

@@ -4,6 +4,7 @@
 // (sorted part + tail) returns exactly pig::ref::sample_set on codes hashed against the build
 // mean, for several queries and group sizes.
 #include <algorithm>
+#include <cmath>
 #include <random>
 #include <stdexcept>
 #include <vector>
@@ -12,6 +13,7 @@
 
 #include "pig/reference/lsh.h"
 #include "pig/reference/random.h"
+#include "pig/reference/transform.h"
 #include "pig/runtime/lsh_index.h"
 #include "test_util.h"
 
@@ -80,6 +82,72 @@ TEST(LshIndexGrowth, RetrievalMatchesReferenceAcrossMergesAndSegments) {
   EXPECT_GE(merges, 2u);
   EXPECT_EQ(ix.layout().segments, 2u);
   EXPECT_THROW(ix.extend(set, keys.data(), DType::f32, n0, W), std::invalid_argument);
+}
+
+// Fitted hashing as the index grows: the transform fitted at build is kept (like the mean);
+// every token that joins later is hashed against the same folded W and gets its |k'|. Retrieval
+// returns pig::ref::sample_set on the reference's codes of every indexed token (key rows against
+// HashTransform::key_projection, queries mapped by HashTransform::query), across tail merges.
+TEST(LshIndexGrowth, FittedHashingKeepsItsTransformAsTheIndexGrows) {
+  const std::size_t d = 16, sink = 4, local = 64;
+  const int K = 6, L = 10, t = 2;
+  const std::size_t n0 = 1500, n_end = 3200;
+  std::mt19937 rng(5);
+  std::normal_distribution<float> nd;
+  std::vector<float> keys(n_end * d);
+  for (std::size_t i = 0; i < n_end; ++i)
+    for (std::size_t j = 0; j < d; ++j) // anisotropic: sd 4, 2.8, 2, ... plus an offset
+      keys[i * d + j] = float(4.0 * std::pow(0.7, double(j))) * nd(rng) + 0.5f;
+  const LshKernelSet set = generic_kernel_set();
+  const SimHash W(11, d, K, L);
+  const ref::TransformSpec spec = ref::TransformSpec::parse("whiten:a=0.25");
+  LshIndex ix =
+      LshIndex::build(set, keys.data(), DType::f32, n0, W, StaticTokens{sink, local}, spec);
+  ix.drop_codes();
+  ix.reserve(n_end);
+  ASSERT_NE(ix.fitted(), nullptr);
+  const ref::HashTransform &T = ix.fitted()->transform();
+  const ref::OwnedMatrix Wr = ref::simhash_matrix(11, d, K, L);
+  const ref::OwnedMatrix P = T.key_projection(Wr);
+  const ref::LshConfig cfg{K, L, t, 11};
+  std::vector<std::uint16_t> codes;
+  std::vector<double> norms;
+  for (std::size_t i = sink; i < n_end - local; ++i) {
+    std::vector<float> c(d);
+    for (std::size_t j = 0; j < d; ++j)
+      c[j] = keys[i * d + j] - ix.mean()[j];
+    const auto cc = ref::encode(T.key_row(c), P.view(), cfg);
+    codes.insert(codes.end(), cc.begin(), cc.end());
+    double n2 = 0;
+    for (float x : T.key(c))
+      n2 += double(x) * double(x);
+    norms.push_back(std::sqrt(n2));
+  }
+  RetrievalScratch scratch(n_end);
+  StepBuffers buf;
+  LogUTableData log_u(K, L, t);
+  std::vector<float> q(3 * d), out(3 * d), lse(3);
+  std::size_t merges = 0, last_sorted = ix.layout().count;
+  for (std::size_t n = n0; n <= n_end; n += 61) {
+    ix.extend(set, keys.data(), DType::f32, n, W);
+    ASSERT_EQ(&ix.fitted()->transform(), &T); // kept, not refitted
+    ASSERT_EQ(ix.fitted()->norm_count(), ix.count());
+    merges += ix.layout().count != last_sorted;
+    last_sorted = ix.layout().count;
+    for (std::size_t i = 0; i < ix.count(); i += 37)
+      ASSERT_NEAR(ix.fitted()->key_norms()[i], norms[i], 1e-5 * norms[i]) << "token " << i;
+    for (auto &x : q)
+      x = nd(rng);
+    StepStats st;
+    sampled_step(set, ix, W, log_u, t, scratch, buf, q.data(), 3, keys.data(), keys.data(),
+                 DType::f32, 0.3f, out.data(), lse.data(), &st);
+    for (int h = 0; h < 3; ++h) {
+      const auto qc = ref::encode(T.query({&q[std::size_t(h) * d], d}), Wr.view(), cfg);
+      const auto s = ref::sample_set(qc, codes, cfg, 0, ix.count());
+      ASSERT_EQ(st.sampled_per_head[h], s.size()) << "n " << n << " head " << h;
+    }
+  }
+  EXPECT_GE(merges, 2u);
 }
 
 // The retrieval counters are epoch-stamped u8: each head advances the epoch by t + 1 (its counts

@@ -12,6 +12,7 @@
 #include "pig/reference/magicpig.h"
 #include "pig/reference/random.h"
 #include "pig/reference/synthetic.h"
+#include "pig/reference/transform.h"
 #include "schedules.h"
 #include "test_util.h"
 
@@ -279,12 +280,14 @@ void expect_attention_near(const float *out, float lse, const ref::Attention &wa
 
 // Builds the reference once, then checks every (target, dtype, set): codes, split, sample sets
 // (per head and their union, in order) and the estimator's output and lse per head.
+// With a transform (fitted hashing), the same against ref::build_index with that transform.
 void check_magicpig(const Problem &pr, const Config &c, int G, int t, lsh::StaticTokens st,
-                    double tol) {
+                    double tol, const ref::TransformSpec &transform = {}) {
   const lsh::SimHash W(kSeed, pr.d, c.K, c.L);
   const ref::OwnedMatrix Wr = ref::simhash_matrix(kSeed, pr.d, c.K, c.L);
   const ref::LshConfig cfg{c.K, c.L, t, kSeed};
-  const ref::LshIndex rix = ref::build_index(pr.K.f32, Wr, cfg, {st.sink, st.local});
+  const ref::LshIndex rix = ref::build_index(pr.K.f32, Wr, cfg, {st.sink, st.local},
+                                             ref::Centering::mean_of_indexed, transform);
   const lsh::LogUTableData lut(c.K, c.L, t);
   const float scale = float(1.0 / std::sqrt(double(pr.d)));
   std::vector<std::size_t> per_head, uni;
@@ -301,8 +304,25 @@ void check_magicpig(const Problem &pr, const Config &c, int G, int t, lsh::Stati
     for (DType dt : {DType::f32, DType::bf16})
       for (const LshKernelSet &s : sets_for({c.K, c.L, int(pr.d), dt, lsh::Target::cpu})) {
         const std::string what = KernelRegistry::describe(s) + " " + lsh::to_string(dt) +
-                                 " n=" + std::to_string(pr.n) + " G=" + std::to_string(G);
-        const lsh::LshIndex ix = lsh::LshIndex::build(s, pr.K.data(dt), dt, pr.n, W, st);
+                                 " n=" + std::to_string(pr.n) + " G=" + std::to_string(G) + " " +
+                                 transform.str();
+        const lsh::LshIndex ix = lsh::LshIndex::build(s, pr.K.data(dt), dt, pr.n, W, st, transform);
+        ASSERT_EQ(ix.fitted() != nullptr, !transform.identity() && rix.split.indexed() > 0) << what;
+        if (ix.fitted()) { // the reference's maps, bit for bit; |k'| to f32 rounding
+          ASSERT_EQ(ix.fitted()->transform().key_map.data, rix.transform.key_map.data) << what;
+          ASSERT_EQ(ix.fitted()->norm_count(), rix.split.indexed()) << what;
+          for (std::size_t i = 0; i < rix.split.indexed(); ++i) {
+            const std::span<const float> k = rix.hashed.row_span(i);
+            double n2 = 0;
+            for (float x : k)
+              n2 += double(x) * double(x);
+            if (std::isnan(n2)) // a NaN key: NaN norm (the sampled pass's answer is NaN anyway)
+              ASSERT_TRUE(std::isnan(ix.fitted()->key_norms()[i])) << what << " token " << i;
+            else
+              ASSERT_NEAR(ix.fitted()->key_norms()[i], std::sqrt(n2), 1e-5 * std::sqrt(n2) + 1e-6)
+                  << what << " token " << i;
+          }
+        }
         ASSERT_EQ(ix.codes(), rix.codes) << what;
         ASSERT_EQ(ix.sink_end(), rix.split.indexed_begin) << what;
         ASSERT_EQ(ix.local_begin(), rix.split.indexed_end) << what;
@@ -333,6 +353,57 @@ TEST(SampledAttention, MatchesReferenceOnSyntheticProblems) {
       const Problem pr = make_problem(kN, std::size_t(c.d), G, 11);
       check_magicpig(pr, c, G, 2, {}, 2e-4);
     }
+}
+
+// Hashing in a space fitted to the keys (whitening, the transform the runtime serves): the fit,
+// the folded W, the mapped queries, the stored norms and the kernels' u against pig::ref.
+TEST(SampledAttention, FittedHashingMatchesReference) {
+  for (const Config &c : kConfigs) // a group of 3 (one head: the adversarial cases below)
+    check_magicpig(make_problem(kN, std::size_t(c.d), 3, 17), c, 3, 2, {}, 2e-4,
+                   ref::TransformSpec::parse("whiten:a=0.25"));
+  for (const char *spec : {"whiten:a=0.5", "whiten:a=1"}) // stronger maps, one configuration
+    check_magicpig(make_problem(kN / 2, 64, 3, 19), {8, 75, 64}, 3, 2, {}, 2e-4,
+                   ref::TransformSpec::parse(spec));
+  // 6 heads in two chunks (the query norms of the second chunk are offset), and a tiny index.
+  check_magicpig(make_problem(kN / 2, 64, 6, 18), {8, 75, 64}, 6, 2, {}, 2e-4,
+                 ref::TransformSpec::parse("whiten:a=0.25"));
+  for (std::size_t n : {69, 70, 80})
+    check_magicpig(make_problem(n, 64, 3, 3 + n), {10, 150, 64}, 3, 2, {}, 2e-4,
+                   ref::TransformSpec::parse("whiten:a=0.25"));
+}
+
+TEST(SampledAttention, FittedHashingAdversarialInputs) {
+  const Config c{8, 75, 64};
+  const ref::TransformSpec whiten = ref::TransformSpec::parse("whiten:a=0.5");
+  {
+    // All keys equal: nothing to fit (the identity), every norm 0, every token sampled.
+    Problem pr = make_problem(500, 64, 2, 31);
+    for (std::size_t i = 1; i < pr.n; ++i)
+      for (std::size_t j = 0; j < pr.d; ++j) {
+        pr.K.f32.at(i, j) = pr.K.f32.at(0, j);
+        pr.K.bf16[i * pr.d + j] = pr.K.bf16[j];
+      }
+    check_magicpig(pr, c, 2, 2, {}, 2e-4, whiten);
+  }
+  {
+    // Keys of rank 2 (a degenerate covariance: 62 eigenvalues floored) with huge norms.
+    Problem pr = make_problem(500, 64, 1, 32);
+    ref::Rng rng(33);
+    for (std::size_t i = 0; i < pr.n; ++i) {
+      const double a = 1e3 * rng.gaussian(), b = 1e3 * rng.gaussian();
+      for (std::size_t j = 0; j < pr.d; ++j)
+        pr.K.f32.at(i, j) = float(j % 2 ? a : b);
+    }
+    pr.K = Rows(std::move(pr.K.f32)); // bf16-exact again
+    check_magicpig(pr, c, 1, 2, {}, 2e-4, whiten);
+  }
+  {
+    // NaN in a key: left out of the fit; the answer is NaN like the reference's.
+    Problem pr = make_problem(500, 64, 1, 34);
+    pr.K.f32.at(200, 5) = std::numeric_limits<float>::quiet_NaN();
+    pr.K.bf16[200 * pr.d + 5] = 0x7FC0;
+    check_magicpig(pr, c, 1, 2, {}, 2e-4, whiten);
+  }
 }
 
 TEST(SampledAttention, GroupsLargerThanOneChunk) {

@@ -160,6 +160,7 @@ struct AttentionSpec {
   /// paper's SimHash of centred keys, the default) or fitted per (layer, kv-head) at the first
   /// decode step. The runtime serves plain and whiten:a=A (a linear map that keeps q . (k - mu),
   /// so the kernels' logits serve u too); other transforms are pig-eval's (Validate refuses them).
+  /// Ignored by the other methods, like K and L.
   ref::TransformSpec transform{};
 
   /// Each layer's choice for a model of n_layers: `layers` when set, else (K, L, t) with the

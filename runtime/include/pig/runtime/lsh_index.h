@@ -16,12 +16,15 @@
 #include <cstdlib>
 #include <memory>
 #include <new>
+#include <optional>
 #include <vector>
 
 #if defined(__linux__)
 #include <sys/mman.h>
 #endif
 
+#include "pig/reference/matrix.h"
+#include "pig/reference/transform.h"
 #include "pig/runtime/lsh_kernels.h"
 
 namespace pig::runtime::lsh {
@@ -87,6 +90,9 @@ public:
   /// The columns past K*L within a row's padding are the wide W's, which the kernels compute and
   /// never read. Throws std::invalid_argument when K*L exceeds the wide configuration's.
   SimHash(std::shared_ptr<const SimHash> wide, int K, int L);
+  /// The first K*L columns of an explicit matrix (d = W.rows): the folded W of fitted hashing.
+  /// Throws std::invalid_argument when W has fewer columns.
+  SimHash(const ref::OwnedMatrix &W, int K, int L);
   SimHashView view() const;
   std::size_t d() const { return d_; }
   int K() const { return K_; }
@@ -94,7 +100,11 @@ public:
   /// Entry (row r, column c) of W.
   float at(std::size_t r, std::size_t c) const { return data()[r * cols_ + c]; }
 
+  /// Bytes this object owns (0 for a view of a shared matrix).
+  std::size_t bytes() const { return 4 * (w_.size() + norm_.size()); }
+
 private:
+  void assign(const ref::OwnedMatrix &W);
   const float *data() const { return owner_ ? owner_->data() : w_.data(); }
   const float *norms() const { return owner_ ? owner_->norms() : norm_.data(); }
   std::size_t d_;
@@ -110,6 +120,40 @@ struct StaticTokens {
   std::size_t local = 64;
 };
 
+/// Hashing in a space fitted to one (layer, kv-head)'s indexed keys (pig/reference/transform.h;
+/// the runtime serves whiten:a=A): fitted once, at index build, by pig::ref::fit_transform on
+/// the centred indexed keys (so the maps are the reference's, bit for bit), then kept as the
+/// index grows, like the centring mean. Keys are hashed against key_W (the key map folded into
+/// W: encoding costs what plain encoding costs); queries are mapped (map_query) and hashed
+/// against the shared W; the sampled pass takes the cosine's norms from here (|q'| per head,
+/// |k'_i| per indexed token, computed when the token joins the index).
+class FittedHash {
+public:
+  /// Fits `spec` to keys [begin, begin + count) (n x d rows of dtype) centred by `mean`.
+  /// Throws std::invalid_argument for a transform the runtime does not serve or count == 0.
+  FittedHash(const ref::TransformSpec &spec, const void *keys, DType dtype, std::size_t begin,
+             std::size_t count, const std::vector<float> &mean, const SimHash &W);
+
+  const ref::HashTransform &transform() const { return T_; }
+  const SimHash &key_W() const { return key_W_; }
+  /// q' = the reference's HashTransform::query(q) (d floats, bit for bit); returns |q'|.
+  float map_query(const float *q, float *out) const;
+  /// Appends |k'| for keys [first, first + rows), centred by `mean` in f32 like the encoder.
+  void append_norms(const void *keys, DType dtype, std::size_t first, std::size_t rows,
+                    const std::vector<float> &mean);
+  /// |k'| of the index's i-th indexed token.
+  const float *key_norms() const { return norms_.data(); }
+  std::size_t norm_count() const { return norms_.size(); }
+  /// Folded W, the two maps and the norms.
+  std::size_t bytes() const;
+
+private:
+  ref::HashTransform T_;
+  SimHash key_W_;
+  std::vector<double> key_map_; // d x d, row-major (T_.key_map), for the norms
+  std::vector<float> norms_;
+};
+
 /// The LSH index of one (layer, kv-head): split into static and indexed tokens exactly like
 /// pig::ref::split_tokens, centering mean of the indexed keys (accumulated in double, rounded to
 /// f32 once, like pig::ref::mean_of_rows), and the bucket tables.
@@ -122,9 +166,12 @@ struct StaticTokens {
 /// bounded only by the capacity given to reserve().
 class LshIndex {
 public:
-  /// keys: n x d rows of `dtype`. Uses set.encode and set.build_index.
+  /// keys: n x d rows of `dtype`. Uses set.encode and set.build_index. A non-plain transform
+  /// is fitted to the indexed keys (FittedHash) and the keys are hashed in its space; an index
+  /// built with no indexed token stays plain (there is nothing to fit; the mean is zero too).
   static LshIndex build(const LshKernelSet &set, const void *keys, DType dtype, std::size_t n,
-                        const SimHash &W, StaticTokens st = {});
+                        const SimHash &W, StaticTokens st = {},
+                        const ref::TransformSpec &transform = {});
 
   /// Room for `capacity` tokens in total, so that extend() never reallocates the tables.
   void reserve(std::size_t capacity);
@@ -152,8 +199,10 @@ public:
   /// The tail is merged into the tables when it reaches this many tokens: 256, or 1/16 of the
   /// open segment, whichever is larger (merging costs a pass over the open segment).
   std::size_t tail_limit() const;
-  /// Bytes held now: tables, tail codes, mean.
+  /// Bytes held now: tables, tail codes, mean (fitted hashing apart: fitted()->bytes()).
   std::size_t bytes() const;
+  /// The fitted hashing space, or null for plain hashing.
+  const FittedHash *fitted() const { return fitted_ ? &*fitted_ : nullptr; }
   std::size_t local() const { return local_; }
 
 private:
@@ -165,6 +214,7 @@ private:
   std::vector<float> mean_;
   std::vector<std::uint16_t> codes_, tail_;
   HugeVector<std::uint16_t> offsets_, ids_;
+  std::optional<FittedHash> fitted_;
 };
 
 /// Tokens of the tail (codes token-major, L each; token i is at absolute position first + i)
@@ -211,6 +261,7 @@ struct StepStats {
 
 /// Everything a decode step of one kv-head group needs, reusable across steps.
 struct StepBuffers {
+  std::vector<float> qmapped, qnorms; ///< fitted hashing: q'_h (G x d) and |q'_h|
   std::vector<std::uint16_t> qcodes;
   std::vector<std::uint32_t> tokens;
   std::vector<std::uint8_t> masks;

@@ -149,6 +149,11 @@ struct LogUTable {
 /// tokens [0, static_end_sink) u [static_begin_local, n) (u = 1) and the sampled tokens
 /// (logit scale*q.k_i - log u_i, u_i from the cosine of q with k_i - mean), accumulating values;
 /// tokens of the union that head h did not sample are skipped for head h.
+///
+/// Fitted hashing (pig/reference/transform.h, whiten): keys and queries were hashed as
+/// k' = A (k - mean) and q' = B q with q'.k' = q.(k - mean), so the cosine u needs is
+/// q.(k_i - mean) / (|q'| |k'_i|): the caller passes |q'| per head and |k'_i| per indexed token
+/// (both null for plain hashing, where they are |q| and |k_i - mean|, computed here).
 struct SampledAttentionArgs {
   const float *q = nullptr; ///< G * d
   int G = 1;
@@ -165,8 +170,12 @@ struct SampledAttentionArgs {
   const std::uint8_t *masks = nullptr; ///< null: every head sampled every token
   std::size_t count = 0;
   LogUTable log_u;
-  float *out = nullptr; ///< G * d
-  float *lse = nullptr; ///< G
+  float *out = nullptr;               ///< G * d
+  float *lse = nullptr;               ///< G
+  const float *query_norms = nullptr; ///< fitted hashing: |q'_h|, G entries; null: |q_h|
+  /// Fitted hashing: |k'_i| of sampled token i at [i - key_norms_begin]; null: |k_i - mean|.
+  const float *key_norms = nullptr;
+  std::size_t key_norms_begin = 0; ///< absolute position of key_norms[0] (the index's first)
 };
 
 /// Exact attention of G query heads over rows [begin, end) of one kv-head (dense layers, and the
