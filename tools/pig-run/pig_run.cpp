@@ -1,7 +1,7 @@
 // pig-run: decode a Llama-family GGUF model on the CPU, with dense attention or LSH sampling
 // attention (MagicPIG) or one of the paper's baselines.
 //   pig-run [--model FILE] (--prompt TEXT | --prompt-file F) --max-new N
-//           [--attention dense|magicpig|topk|quest|oracle] [--lsh K=10,L=150,t=2]
+//           [--attention dense|magicpig|topk|quest|oracle] [--lsh K=10,L=150,t=2,transform=..]
 //           [--sink 4 --local 64 --dense-layers 0,15] [--budget F] [--kv bf16|f32]
 //           [--temperature T --top-p P --seed S] [--chat] [--threads N] [--ctx N]
 //           [--expect TEXT] [--rate-steps N] [--schedule KNOBS] [--tuning FILE [--max-error E]]
@@ -74,7 +74,7 @@ struct Options {
       "usage: pig-run [--model FILE] (--prompt TEXT | --prompt-file F) --max-new N\n"
       "               [--temperature T] [--top-p P] [--seed S] [--chat]\n"
       "               [--attention dense|magicpig|topk|quest|oracle]\n"
-      "               [--lsh K=10,L=150,t=2] [--sink N] [--local N]\n"
+      "               [--lsh K=10,L=150,t=2[,transform=whiten:a=0.25]] [--sink N] [--local N]\n"
       "               [--dense-layers 0,15|none] [--budget F] [--kv bf16|f32]\n"
       "               [--schedule 'block=32 gqa=union ...']  (LSH kernel schedule)\n"
       "               [--tuning FILE [--max-error E]]  (per-layer LSH of pig-tune)\n"
@@ -103,6 +103,10 @@ struct Options {
       "selects the cheapest point whose predicted mean attention error is at most E.\n"
       "It replaces --lsh and --dense-layers (not both); with --compare (and --demo) the\n"
       "magicpig column decodes with the point. A --schedule given wins over the point's.\n"
+      "\n"
+      "--lsh ...,transform=whiten:a=A hashes keys and queries in a space fitted to each\n"
+      "(layer, kv-head)'s keys at the first decode step (partial whitening, A in (0, 1];\n"
+      "docs/HASHING.md). The default, transform=plain, is the paper's SimHash.\n"
       "default model: %s\n",
       DefaultModelPath());
   std::exit(error.empty() ? 0 : 2);
@@ -124,15 +128,23 @@ size_t ParseCount(const std::string &flag, const std::string &s) {
   return size_t(v);
 }
 
-// "K=10,L=150,t=2" (any subset, any order).
+// "K=10,L=150,t=2,transform=whiten:a=0.25" (any subset, any order).
 void ParseLsh(const std::string &arg, AttentionSpec &spec) {
   std::stringstream ss(arg);
   std::string item;
   while (std::getline(ss, item, ',')) {
     const size_t eq = item.find('=');
     if (eq == std::string::npos)
-      Usage("--lsh expects K=..,L=..,t=.., got '" + arg + "'");
+      Usage("--lsh expects K=..,L=..,t=..,transform=.., got '" + arg + "'");
     const std::string key = item.substr(0, eq);
+    if (key == "transform") {
+      try {
+        spec.transform = pig::ref::TransformSpec::parse(item.substr(eq + 1));
+      } catch (const std::invalid_argument &e) {
+        Usage(std::string("--lsh: ") + e.what());
+      }
+      continue;
+    }
     const int value = int(ParseCount("--lsh " + key, item.substr(eq + 1)));
     if (key == "K")
       spec.K = value;
@@ -141,7 +153,7 @@ void ParseLsh(const std::string &arg, AttentionSpec &spec) {
     else if (key == "t")
       spec.t = value;
     else
-      Usage("--lsh: unknown parameter '" + key + "' (K, L, t)");
+      Usage("--lsh: unknown parameter '" + key + "' (K, L, t, transform)");
   }
 }
 
@@ -345,6 +357,9 @@ void PrintSummary(const Attention &attn, const LlamaConfig &cfg) {
                pig::runtime::lsh::to_string(kv.dtype()), kv.shape().capacity, kv.BytesPerToken());
   if (st.index_bytes > 0) {
     std::fprintf(stderr, ", index %.2f MiB", double(st.index_bytes) / 1048576.0);
+  }
+  if (st.hash_bytes > 0) { // fitted hashing: per-(layer, kv-head) folded W, maps, key norms
+    std::fprintf(stderr, ", fitted hashing %.2f MiB", double(st.hash_bytes) / 1048576.0);
   }
   std::fprintf(stderr, "\n");
   (void)cfg;
@@ -713,6 +728,8 @@ int RunCompare(const Options &o) {
     c.name = method != "magicpig" ? method
              : p.tuning           ? "magicpig (tuned, per layer)"
                         : "magicpig K=" + std::to_string(spec.K) + " L=" + std::to_string(spec.L);
+    if (method == "magicpig" && !spec.transform.identity())
+      c.name.append(" ").append(spec.transform.str());
     c.r = Decode(s, tok, logits, o, false);
     c.st = s.attention().stats();
     c.kv_bytes = s.attention().cache().MemoryBytes();
@@ -750,6 +767,10 @@ int RunCompare(const Options &o) {
   row("index MiB", [&](const Column &c) {
     return c.st.index_bytes ? fmt("%.1f", double(c.st.index_bytes) / 1048576) : std::string("-");
   });
+  if (std::any_of(cols.begin(), cols.end(), [](const Column &c) { return c.st.hash_bytes > 0; }))
+    row("fitted hashing MiB", [&](const Column &c) {
+      return c.st.hash_bytes ? fmt("%.1f", double(c.st.hash_bytes) / 1048576) : std::string("-");
+    });
   if (!o.expect.empty()) {
     const std::string label = "answer has \"" + o.expect + "\"";
     row(label.size() <= 24 ? label.c_str() : "answer correct", [&](const Column &c) {
