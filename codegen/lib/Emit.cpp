@@ -53,6 +53,11 @@ void describeOps(llvm::raw_ostream &os, const KernelPlan &plan,
      << " ops and the kernel serving them:\n";
   for (const auto &[name, count] : ops)
     os << "//   " << count << " x " << name << " -> " << entries.at(name) << "\n";
+  // Not for plain steps: their output stays what it was before transforms existed.
+  if (plan.transform != "plain")
+    os << "// Hash transform: " << plan.transform
+       << " (data to the kernels: a folded W, a query map, stored key norms; the same code "
+          "serves every transform)\n";
 }
 
 /// `Schedule{GqaStrategy::per_head, 64, 8, 64, 8, 0}`: the aggregate, knobs in the order of

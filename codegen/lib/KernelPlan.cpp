@@ -58,7 +58,9 @@ std::string untranslatable(Operation *op) {
 }
 
 struct Checker {
-  const KernelPlan &plan;
+  KernelPlan &plan;
+  /// The first op of the module carrying a #pig.lsh: it fixed plan.transform.
+  Operation *&firstLsh;
   bool ok = true;
 
   InFlightDiagnostic fail(Operation *op) {
@@ -75,6 +77,29 @@ struct Checker {
     if (lsh.getK() != plan.k || lsh.getL() != plan.l)
       fail(op) << "'" << op->getName() << "' uses " << lsh << " but the function's kernel is "
                << plan.str();
+    checkTransform(op, lsh);
+  }
+
+  /// Keys and queries of one step are hashed in one space: every #pig.lsh of the module names
+  /// the same transform (the first one fixes the plan's).
+  void checkTransform(Operation *op, LshAttr lsh) {
+    if (!firstLsh) {
+      firstLsh = op;
+      plan.transform = lsh.getTransform().str();
+      return;
+    }
+    if (lsh.getTransform() == plan.transform)
+      return;
+    auto function = firstLsh->getParentOfType<func::FuncOp>();
+    InFlightDiagnostic diag = fail(op);
+    diag << "'" << op->getName() << "' hashes with transform \"" << lsh.getTransform() << "\" but '"
+         << firstLsh->getName() << "'"
+         << (function ? " in @" + function.getSymName().str() : std::string()) << " hashes with \""
+         << plan.transform
+         << "\": one hash transform per module (keys and queries of a step are hashed in one "
+            "space)";
+    diag.attachNote(firstLsh->getLoc())
+        << "the transform \"" << plan.transform << "\" is fixed here";
   }
 
   void checkType(Operation *op, Type type) {
@@ -158,6 +183,7 @@ void readFusion(func::FuncOp func, KernelPlan &plan) {
 
 FailureOr<KernelPlan> mlir::pig::planKernels(ModuleOp module) {
   std::optional<KernelPlan> plan;
+  Operation *firstLsh = nullptr;
   bool ok = true;
   for (auto func : module.getOps<func::FuncOp>()) {
     bool usesPig = false;
@@ -213,7 +239,7 @@ FailureOr<KernelPlan> mlir::pig::planKernels(ModuleOp module) {
     readFusion(func, *plan);
     plan->functions.push_back(func.getSymName().str());
 
-    Checker checker{*plan};
+    Checker checker{*plan, firstLsh};
     func.walk([&](Operation *op) {
       if (!isPigOp(op))
         return;

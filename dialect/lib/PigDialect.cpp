@@ -10,6 +10,11 @@
 #include "llvm/ADT/STLExtras.h"
 #include "llvm/ADT/TypeSwitch.h"
 
+#include "pig/reference/transform.h"
+
+#include <exception>
+#include <string_view>
+
 using namespace mlir;
 using namespace mlir::pig;
 
@@ -108,8 +113,41 @@ bool LshAttr::isStatic() const {
   return !ShapedType::isDynamic(getK()) && !ShapedType::isDynamic(getL());
 }
 
+namespace {
+/// TransformSpec::parse, its exception turned into a message.
+FailureOr<::pig::ref::TransformSpec> parseTransform(StringRef text, std::string &error) {
+  try {
+    return ::pig::ref::TransformSpec::parse(std::string_view(text.data(), text.size()));
+  } catch (const std::exception &e) {
+    error = e.what();
+    return failure();
+  }
+}
+} // namespace
+
+std::string LshAttr::canonicalTransform(StringRef spec) {
+  std::string error;
+  FailureOr<::pig::ref::TransformSpec> parsed = parseTransform(spec, error);
+  return succeeded(parsed) ? parsed->str() : spec.str();
+}
+
+std::string LshAttr::checkTransform(StringRef transform, int64_t d) {
+  std::string error;
+  FailureOr<::pig::ref::TransformSpec> parsed = parseTransform(transform, error);
+  if (failed(parsed))
+    return error;
+  if (d <= 0 || ShapedType::isDynamic(d))
+    return {};
+  try {
+    parsed->validate(static_cast<std::size_t>(d));
+  } catch (const std::exception &e) {
+    return e.what();
+  }
+  return {};
+}
+
 LogicalResult LshAttr::verify(function_ref<InFlightDiagnostic()> emitError, int64_t k, int64_t l,
-                              int64_t t, uint64_t seed) {
+                              int64_t t, uint64_t seed, StringRef transform) {
   if (failed(verifyBitsAndTables(emitError, k, l)))
     return failure();
   if (t < 1)
@@ -117,22 +155,37 @@ LogicalResult LshAttr::verify(function_ref<InFlightDiagnostic()> emitError, int6
   if (!ShapedType::isDynamic(l) && l < t)
     return emitError() << "L = " << l << " is smaller than the collision threshold t = " << t
                        << ": no token could ever be sampled";
+  std::string error;
+  FailureOr<::pig::ref::TransformSpec> parsed = parseTransform(transform, error);
+  if (failed(parsed))
+    return emitError() << error; // "hash transform '<spec>': why (accepted: ...)"
+  // The builders canonicalise; only a hand-made storage key could differ.
+  if (std::string canonical = parsed->str(); canonical != transform)
+    return emitError() << "hash transform \"" << transform << "\" is not in canonical form \""
+                       << canonical << "\"";
   return success();
 }
 
+/// `<k = K, l = L, t = T, seed = S>`, optionally `, transform = "spec"` before the `>`.
 Attribute LshAttr::parse(AsmParser &parser, Type) {
   SMLoc loc = parser.getCurrentLocation();
   int64_t k = 0, l = 0, t = 0;
   uint64_t seed = 0;
+  std::string transform(kPlainTransform);
   if (parser.parseLess() || parser.parseKeyword("k") || parser.parseEqual() ||
       parseMaybeDynamic(parser, k) || parser.parseComma() || parser.parseKeyword("l") ||
       parser.parseEqual() || parseMaybeDynamic(parser, l) || parser.parseComma() ||
       parser.parseKeyword("t") || parser.parseEqual() || parser.parseInteger(t) ||
       parser.parseComma() || parser.parseKeyword("seed") || parser.parseEqual() ||
-      parser.parseInteger(seed) || parser.parseGreater())
+      parser.parseInteger(seed))
+    return {};
+  if (succeeded(parser.parseOptionalComma()) &&
+      (parser.parseKeyword("transform") || parser.parseEqual() || parser.parseString(&transform)))
+    return {};
+  if (parser.parseGreater())
     return {};
   return LshAttr::getChecked([&] { return parser.emitError(loc); }, parser.getContext(), k, l, t,
-                             seed);
+                             seed, StringRef(transform));
 }
 
 void LshAttr::print(AsmPrinter &printer) const {
@@ -140,7 +193,12 @@ void LshAttr::print(AsmPrinter &printer) const {
   printMaybeDynamic(printer, getK());
   printer << ", l = ";
   printMaybeDynamic(printer, getL());
-  printer << ", t = " << getT() << ", seed = " << getSeed() << ">";
+  printer << ", t = " << getT() << ", seed = " << getSeed();
+  if (!isPlain()) {
+    printer << ", transform = ";
+    printer.printString(getTransform());
+  }
+  printer << ">";
 }
 
 LogicalResult StaticTokensAttr::verify(function_ref<InFlightDiagnostic()> emitError, int64_t sink,

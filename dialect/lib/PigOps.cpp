@@ -82,6 +82,17 @@ LogicalResult checkSampleSet(Operation *op, Value ids, Value prob) {
   return success();
 }
 
+/// The hash transform of `lsh` must be valid for head dim `d` (when d is known): pca:r=R needs
+/// R <= d.
+LogicalResult checkTransform(Operation *op, LshAttr lsh, int64_t d) {
+  if (ShapedType::isDynamic(d) || lsh.isPlain())
+    return success();
+  if (std::string why = LshAttr::checkTransform(lsh.getTransform(), d); !why.empty())
+    return op->emitOpError() << "hash transform \"" << lsh.getTransform()
+                             << "\" is invalid for head dim d = " << d << ": " << why;
+  return success();
+}
+
 LogicalResult checkCodesAgainst(Operation *op, StringRef what, int64_t tables, int64_t bits,
                                 int64_t wantTables, int64_t wantBits) {
   if (!compatible(tables, wantTables) || !compatible(bits, wantBits))
@@ -116,6 +127,8 @@ LogicalResult EncodeOp::verify() {
   if (!compatible(codes.getRows(), tensorType(getInput()).getDimSize(0)))
     return emitOpError() << "produces " << dimString(codes.getRows()) << " rows of codes for "
                          << dimString(tensorType(getInput()).getDimSize(0)) << " input rows";
+  if (failed(checkTransform(*this, getLsh(), tensorType(getInput()).getDimSize(1))))
+    return failure();
   return checkCodesAgainst(*this, "result", codes.getTables(), codes.getBits(), getLsh().getL(),
                            getLsh().getK());
 }
@@ -155,6 +168,8 @@ LogicalResult CollisionProbOp::verify() {
   if (!compatible(dq, dk))
     return emitOpError() << "head dims disagree: query " << dimString(dq) << ", keys "
                          << dimString(dk);
+  if (failed(checkTransform(*this, getLsh(), ShapedType::isDynamic(dq) ? dk : dq)))
+    return failure();
   return checkSampleSet(*this, getIds(), getProb());
 }
 
@@ -168,7 +183,8 @@ LogicalResult WeightedSoftmaxOp::verify() {
 
 LogicalResult SampledSoftmaxFusedOp::verify() {
   FailureOr<int64_t> d = checkQKV(*this, getQuery(), getKeys(), getValues(), 2, 2);
-  if (failed(d) || failed(checkSingleRow(*this, getQuery())))
+  if (failed(d) || failed(checkSingleRow(*this, getQuery())) ||
+      failed(checkTransform(*this, getLsh(), *d)))
     return failure();
   RankedTensorType mt = getMean().getType();
   if (mt.getRank() != 2 || mt.getDimSize(0) != 1 || !compatible(mt.getDimSize(1), *d))
@@ -192,7 +208,7 @@ LogicalResult MergeOp::verify() {
 
 LogicalResult SampledAttentionOp::verify() {
   FailureOr<int64_t> d = checkQKV(*this, getQuery(), getKeys(), getValues(), 2, 3);
-  if (failed(d))
+  if (failed(d) || failed(checkTransform(*this, getLsh(), *d)))
     return failure();
   int64_t heads = tensorType(getQuery()).getDimSize(0);
   int64_t kvHeads = tensorType(getKeys()).getDimSize(0);

@@ -99,9 +99,10 @@ FailureOr<SmallVector<Config>> parseManifest(StringRef path, std::string &error)
   return configs;
 }
 
-/// What a function already fixes: K and L of its `#pig.lsh`, head dim and element type of
-/// its queries. Fails on disagreement.
-LogicalResult collectFromIR(func::FuncOp func, Config &fixed) {
+/// What a function already fixes: K, L and the hash transform of its `#pig.lsh`, head dim and
+/// element type of its queries. Fails on disagreement. The transform is not part of the kernel
+/// configuration (the kernels serve every transform): it is only checked, never chosen.
+LogicalResult collectFromIR(func::FuncOp func, Config &fixed, std::string &transform) {
   LogicalResult result = success();
   auto fix = [&](Operation *op, int64_t &slot, int64_t value, StringRef what) {
     if (ShapedType::isDynamic(value) || value == 0)
@@ -120,6 +121,13 @@ LogicalResult collectFromIR(func::FuncOp func, Config &fixed) {
       if (auto lsh = dyn_cast<LshAttr>(attr.getValue())) {
         fix(op, fixed.k, lsh.getK(), "K");
         fix(op, fixed.l, lsh.getL(), "L");
+        if (!transform.empty() && transform != lsh.getTransform()) {
+          op->emitOpError() << "uses hash transform \"" << lsh.getTransform()
+                            << "\" but the function already uses \"" << transform
+                            << "\": one transform per function";
+          result = failure();
+        }
+        transform = lsh.getTransform().str();
       }
     if (isa<TransferOp, MergeOp, BuildIndexOp, QueryOp>(op) || op->getNumOperands() == 0)
       return;
@@ -274,7 +282,7 @@ void foldConfig(func::FuncOp func, const Config &config) {
       if (auto lsh = dyn_cast<LshAttr>(attr.getValue()))
         op->setAttr(attr.getName(),
                     LshAttr::get(ctx, fold(lsh.getK(), config.k), fold(lsh.getL(), config.l),
-                                 lsh.getT(), lsh.getSeed()));
+                                 lsh.getT(), lsh.getSeed(), lsh.getTransform()));
     for (Region &region : op->getRegions())
       for (Block &block : region)
         for (BlockArgument arg : block.getArguments())
@@ -327,7 +335,8 @@ struct PigSpecialize : mlir::pig::impl::PigSpecializeBase<PigSpecialize> {
       if (!usesPig)
         continue;
       Config fixed;
-      if (failed(collectFromIR(func, fixed)))
+      std::string transform;
+      if (failed(collectFromIR(func, fixed, transform)))
         return signalPassFailure();
 
       SmallVector<Config> matching;
@@ -346,6 +355,15 @@ struct PigSpecialize : mlir::pig::impl::PigSpecializeBase<PigSpecialize> {
       }
       if (std::string reason = unservable(matching.front(), maxThreshold); !reason.empty()) {
         func.emitError() << "no kernel can serve this function: " << reason;
+        return signalPassFailure();
+      }
+      // The transform must suit the head dim the function is specialised to (pca:r=R needs
+      // R <= d); with a static d the op verifiers have checked it already.
+      std::string why = transform.empty() ? std::string()
+                                          : LshAttr::checkTransform(transform, matching.front().d);
+      if (!why.empty()) {
+        func.emitError() << "hash transform \"" << transform
+                         << "\" is invalid for head dim d = " << matching.front().d << ": " << why;
         return signalPassFailure();
       }
       if (failed(foldHeadDim(func, matching.front().d)))

@@ -19,6 +19,8 @@
 // RUN: not pig-translate --emit=cpu %t/bad-schedule.mlir 2>&1 | FileCheck %s --check-prefix=BADSCHEDULE
 // RUN: not pig-translate --emit=cuda %t/gpu-query.mlir 2>&1 | FileCheck %s --check-prefix=GPUQUERY
 // RUN: not pig-translate --emit=cpu %t/two-configs.mlir 2>&1 | FileCheck %s --check-prefix=TWOCONFIGS
+// RUN: not pig-translate --emit=cpu %t/two-transforms.mlir 2>&1 | FileCheck %s --check-prefix=TWOTRANSFORMS
+// RUN: not pig-translate --emit=cpu %t/two-transforms-one-function.mlir 2>&1 | FileCheck %s --check-prefix=TWOTRANSFORMS-ONE
 // RUN: not pig-translate --emit=cpu %t/no-pig.mlir 2>&1 | FileCheck %s --check-prefix=NOPIG
 // RUN: not pig-translate --emit=cpu %t/syntax.mlir 2>&1 | FileCheck %s --check-prefix=SYNTAX
 // RUN: not pig-translate --emit=cpu %t/missing.mlir 2>&1 | FileCheck %s --check-prefix=MISSING
@@ -40,6 +42,9 @@
 // BADSCHEDULE: bad-schedule.mlir:2:{{[0-9]+}}: error: schedule knob 'parts' = 9 is illegal (ranges of one kv-head's sampled pass, 0 = automatic, 1..8)
 // GPUQUERY: error: 'pig.query' is placed on the gpu in K=8 L=75 d=64 bf16 but has no CUDA kernel
 // TWOCONFIGS: error: function @b has kernel K=8 L=75 d=64 bf16 but @a has K=10 L=150 d=64 bf16: one kernel configuration per module
+// TWOTRANSFORMS: two-transforms.mlir:9:{{[0-9]+}}: error: 'pig.encode' hashes with transform "plain" but 'pig.encode' in @a hashes with "whiten:a=0.25": one hash transform per module (keys and queries of a step are hashed in one space)
+// TWOTRANSFORMS: two-transforms.mlir:3:{{[0-9]+}}: note: the transform "whiten:a=0.25" is fixed here
+// TWOTRANSFORMS-ONE: two-transforms-one-function.mlir:5:{{[0-9]+}}: error: 'pig.encode' hashes with transform "pca:r=16" but 'pig.encode' in @f hashes with "whiten:a=0.25": one hash transform per module
 // NOPIG: error: no function uses pig ops: nothing to translate
 // SYNTAX: syntax.mlir:1:{{[0-9]+}}: error:
 // MISSING: pig-translate: cannot open input file
@@ -115,6 +120,30 @@ func.func @f(%q: tensor<1x64xbf16>) -> !pig.codes<1x75x8>
   %c = pig.encode %q {lsh = #pig.lsh<k = 8, l = 75, t = 2, seed = 0>, pig.device = #pig.device<cpu>}
       : tensor<1x64xbf16> -> !pig.codes<1x75x8>
   return %c : !pig.codes<1x75x8>
+}
+
+//--- two-transforms.mlir
+func.func @a(%q: tensor<1x64xbf16>) -> !pig.codes<1x75x8>
+    attributes {pig.kernel = #pig.kernel<k = 8, l = 75, d = 64, dtype = bf16>} {
+  %c = pig.encode %q {lsh = #pig.lsh<k = 8, l = 75, t = 2, seed = 0, transform = "whiten:a=0.25">, pig.device = #pig.device<cpu>}
+      : tensor<1x64xbf16> -> !pig.codes<1x75x8>
+  return %c : !pig.codes<1x75x8>
+}
+func.func @b(%q: tensor<1x64xbf16>) -> !pig.codes<1x75x8>
+    attributes {pig.kernel = #pig.kernel<k = 8, l = 75, d = 64, dtype = bf16>} {
+  %c = pig.encode %q {lsh = #pig.lsh<k = 8, l = 75, t = 2, seed = 0>, pig.device = #pig.device<cpu>}
+      : tensor<1x64xbf16> -> !pig.codes<1x75x8>
+  return %c : !pig.codes<1x75x8>
+}
+
+//--- two-transforms-one-function.mlir
+func.func @f(%q: tensor<1x64xbf16>, %k: tensor<?x64xbf16>) -> (!pig.codes<1x75x8>, !pig.codes<?x75x8>)
+    attributes {pig.kernel = #pig.kernel<k = 8, l = 75, d = 64, dtype = bf16>} {
+  %c = pig.encode %q {lsh = #pig.lsh<k = 8, l = 75, t = 2, seed = 0, transform = "whiten:a=0.25">, pig.device = #pig.device<cpu>}
+      : tensor<1x64xbf16> -> !pig.codes<1x75x8>
+  %kc = pig.encode %k {lsh = #pig.lsh<k = 8, l = 75, t = 2, seed = 0, transform = "pca:r=16">, pig.device = #pig.device<cpu>}
+      : tensor<?x64xbf16> -> !pig.codes<?x75x8>
+  return %c, %kc : !pig.codes<1x75x8>, !pig.codes<?x75x8>
 }
 
 //--- no-pig.mlir

@@ -76,4 +76,43 @@ TEST(BuilderTest, RejectsBadConfigurations) {
   EXPECT_FALSE(buildDecodeStep(context, {4, 2, 64, 1, {}, "bf16"}, {10, 1, 2, 0}, {}, error));
   EXPECT_NE(error.find("smaller than the collision threshold"), std::string::npos) << error;
 }
+TEST(BuilderTest, HashTransformIsCanonicalisedIntoTheLshAttr) {
+  MLIRContext context;
+  std::string error;
+  LshConfig lsh;
+  EXPECT_EQ(lsh.transform, "plain");
+  lsh.transform = "whiten";
+  auto module = buildDecodeStep(context, {4, 2, 64, 2, {}, "bf16"}, lsh, {}, error);
+  ASSERT_TRUE(module) << error;
+  int whitened = 0;
+  module->walk([&](SampledAttentionOp op) {
+    whitened += op.getLsh().getTransform() == "whiten:a=0.5" && !op.getLsh().isPlain();
+  });
+  EXPECT_EQ(whitened, 2);
+
+  // The default (and "none") is plain, which the printer leaves out.
+  auto plain = buildDecodeStep(context, {4, 2, 64, 1, {}, "bf16"}, {}, {}, error);
+  ASSERT_TRUE(plain) << error;
+  plain->walk([&](SampledAttentionOp op) { EXPECT_TRUE(op.getLsh().isPlain()); });
+  EXPECT_EQ(LshAttr::get(&context, 10, 150, 2, 0, "none"), LshAttr::get(&context, 10, 150, 2, 0));
+  EXPECT_EQ(LshAttr::get(&context, 10, 150, 2, 0, "pca:r=16+mips").getTransform(),
+            "pca:r=16+mips:q=1");
+}
+
+TEST(BuilderTest, RejectsBadHashTransforms) {
+  MLIRContext context;
+  std::string error;
+  LshConfig lsh;
+  lsh.transform = "rotate";
+  EXPECT_FALSE(buildDecodeStep(context, {4, 2, 64, 1, {}, "bf16"}, lsh, {}, error));
+  EXPECT_NE(error.find("unknown transform 'rotate'"), std::string::npos) << error;
+  // Parses, but keeps more principal directions than the head has.
+  lsh.transform = "pca:r=65";
+  EXPECT_FALSE(buildDecodeStep(context, {4, 2, 64, 1, {}, "bf16"}, lsh, {}, error));
+  EXPECT_NE(error.find("hash transform \"pca:r=65\" is invalid for head dim d = 64"),
+            std::string::npos)
+      << error;
+  lsh.transform = "pca:r=64";
+  EXPECT_TRUE(buildDecodeStep(context, {4, 2, 64, 1, {}, "bf16"}, lsh, {}, error)) << error;
+}
 } // namespace

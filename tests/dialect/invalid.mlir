@@ -438,3 +438,79 @@ func.func @composite_kv_rank(%q: tensor<8x64xbf16>, %k: tensor<?x64xbf16>, %v: t
   %o, %l = pig.sampled_attention %q, %k, %v {lsh = #pig.lsh<k = 10, l = 150, t = 2, seed = 0>, static_tokens = #pig.static<sink = 4, local = 64>} : (tensor<8x64xbf16>, tensor<?x64xbf16>, tensor<?x64xbf16>) -> (tensor<8x64xf32>, tensor<8xf32>)
   return
 }
+
+//===----------------------------------------------------------------------===//
+// #pig.lsh's hash transform: a pig::ref::TransformSpec, valid for the head dim of the op.
+//===----------------------------------------------------------------------===//
+
+// -----
+
+func.func @transform_unknown(%x: tensor<1x64xf32>) {
+  // expected-error @+1 {{hash transform 'rotate': unknown transform 'rotate' (accepted: plain, pca:r=R, whiten[:a=A], mips[:q=Q]}}
+  %c = pig.encode %x {lsh = #pig.lsh<k = 10, l = 150, t = 2, seed = 0, transform = "rotate">} : tensor<1x64xf32> -> !pig.codes<1x150x10>
+  return
+}
+
+// -----
+
+func.func @transform_whiten_out_of_range(%x: tensor<1x64xf32>) {
+  // expected-error @+1 {{hash transform 'whiten:a=2': a must be in (0, 1]}}
+  %c = pig.encode %x {lsh = #pig.lsh<k = 10, l = 150, t = 2, seed = 0, transform = "whiten:a=2">} : tensor<1x64xf32> -> !pig.codes<1x150x10>
+  return
+}
+
+// -----
+
+func.func @transform_mips_first(%x: tensor<1x64xf32>) {
+  // expected-error @+1 {{hash transform 'mips:q=0.9+whiten:a=0.25': mips must come last}}
+  %c = pig.encode %x {lsh = #pig.lsh<k = 10, l = 150, t = 2, seed = 0, transform = "mips:q=0.9+whiten:a=0.25">} : tensor<1x64xf32> -> !pig.codes<1x150x10>
+  return
+}
+
+// -----
+
+func.func @transform_not_a_string(%x: tensor<1x64xf32>) {
+  // expected-error @+1 {{expected string}}
+  %c = pig.encode %x {lsh = #pig.lsh<k = 10, l = 150, t = 2, seed = 0, transform = whiten>} : tensor<1x64xf32> -> !pig.codes<1x150x10>
+  return
+}
+
+// -----
+
+func.func @transform_other_keyword(%x: tensor<1x64xf32>) {
+  // expected-error @+1 {{expected 'transform'}}
+  %c = pig.encode %x {lsh = #pig.lsh<k = 10, l = 150, t = 2, seed = 0, space = "whiten">} : tensor<1x64xf32> -> !pig.codes<1x150x10>
+  return
+}
+
+// -----
+
+func.func @transform_pca_rank_above_d_encode(%x: tensor<?x64xf32>) {
+  // expected-error @+1 {{'pig.encode' op hash transform "pca:r=65" is invalid for head dim d = 64: hash transform pca: r must be in [1, 64] (the head dim), got 65}}
+  %c = pig.encode %x {lsh = #pig.lsh<k = 10, l = 150, t = 2, seed = 0, transform = "pca:r=65">} : tensor<?x64xf32> -> !pig.codes<?x150x10>
+  return
+}
+
+// -----
+
+func.func @transform_pca_rank_above_d_collision_prob(%q: tensor<1x64xf32>, %k: tensor<?x64xf32>, %ids: tensor<?xi32>) {
+  // expected-error @+1 {{'pig.collision_prob' op hash transform "pca:r=65+mips:q=0.9" is invalid for head dim d = 64}}
+  %u = pig.collision_prob %q, %k, %ids {lsh = #pig.lsh<k = 10, l = 150, t = 2, seed = 0, transform = "pca:r=65+mips:q=0.9">} : (tensor<1x64xf32>, tensor<?x64xf32>, tensor<?xi32>) -> tensor<?xf32>
+  return
+}
+
+// -----
+
+func.func @transform_pca_rank_above_d_fused(%q: tensor<1x64xf32>, %k: tensor<?x64xf32>, %v: tensor<?x64xf32>, %m: tensor<1x64xf32>, %ids: tensor<?xi32>) {
+  // expected-error @+1 {{'pig.sampled_softmax_fused' op hash transform "pca:r=128" is invalid for head dim d = 64}}
+  %o, %l = pig.sampled_softmax_fused %q, %k, %v, %m, %ids {lsh = #pig.lsh<k = 10, l = 150, t = 2, seed = 0, transform = "pca:r=128">} : (tensor<1x64xf32>, tensor<?x64xf32>, tensor<?x64xf32>, tensor<1x64xf32>, tensor<?xi32>) -> (tensor<1x64xf32>, tensor<1xf32>)
+  return
+}
+
+// -----
+
+func.func @transform_pca_rank_above_d_composite(%q: tensor<8x64xbf16>, %k: tensor<2x?x64xbf16>, %v: tensor<2x?x64xbf16>) {
+  // expected-error @+1 {{'pig.sampled_attention' op hash transform "pca:r=100" is invalid for head dim d = 64}}
+  %o, %l = pig.sampled_attention %q, %k, %v {lsh = #pig.lsh<k = 10, l = 150, t = 2, seed = 0, transform = "pca:r=100">, static_tokens = #pig.static<sink = 4, local = 64>} : (tensor<8x64xbf16>, tensor<2x?x64xbf16>, tensor<2x?x64xbf16>) -> (tensor<8x64xf32>, tensor<8xf32>)
+  return
+}

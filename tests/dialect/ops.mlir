@@ -95,3 +95,32 @@ func.func @schedule_default() attributes {pig.schedule = #pig.schedule<>} {
 func.func @schedule_every_knob() attributes {pig.kernel = #pig.kernel<k = 10, l = 150, d = 64, dtype = bf16>, pig.schedule = #pig.schedule<gqa = 0, block = 128, prefetch = 0, dense_prefetch = 256, tables_ahead = 64, parts = 8>} {
   return
 }
+
+// The hash transform of #pig.lsh (pig::ref::TransformSpec): printed in canonical form
+// (TransformSpec::str()), and not at all when plain (the default, also spelled "plain" or
+// "none"). Valid for the head dim of every op carrying it.
+// CHECK-LABEL: func.func @transforms
+// CHECK: pig.encode %{{.*}} {lsh = #pig.lsh<k = 10, l = 150, t = 2, seed = 0, transform = "whiten:a=0.25">} : tensor<?x64xbf16>
+// CHECK: pig.encode %{{.*}} {lsh = #pig.lsh<k = 10, l = 150, t = 2, seed = 0, transform = "whiten:a=0.5">} : tensor<?x64xbf16>
+// CHECK: pig.encode %{{.*}} {lsh = #pig.lsh<k = 10, l = 150, t = 2, seed = 0, transform = "pca:r=64">} : tensor<?x64xbf16>
+// CHECK: pig.encode %{{.*}} {lsh = #pig.lsh<k = 10, l = 150, t = 2, seed = 0, transform = "mips:q=1">} : tensor<?x64xbf16>
+// CHECK: pig.encode %{{.*}} {lsh = #pig.lsh<k = 10, l = 150, t = 2, seed = 0, transform = "whiten:a=0.25+mips:q=0.9">} : tensor<?x64xbf16>
+// CHECK: pig.encode %{{.*}} {lsh = #pig.lsh<k = 10, l = 150, t = 2, seed = 0>} : tensor<?x64xbf16>
+// CHECK: pig.encode %{{.*}} {lsh = #pig.lsh<k = 10, l = 150, t = 2, seed = 0>} : tensor<?x64xbf16>
+// CHECK: pig.collision_prob %{{.*}} {lsh = #pig.lsh<k = 10, l = 150, t = 2, seed = 0, transform = "pca:r=16">}
+// CHECK: pig.sampled_softmax_fused %{{.*}} {lsh = #pig.lsh<k = 10, l = 150, t = 2, seed = 0, transform = "pca:r=16">}
+// CHECK: pig.sampled_attention %{{.*}} {lsh = #pig.lsh<k = ?, l = ?, t = 2, seed = 0, transform = "whiten:a=0.25">, static_tokens = #pig.static<sink = 4, local = 64>}
+func.func @transforms(%k: tensor<?x64xbf16>, %q: tensor<1x64xbf16>, %v: tensor<?x64xbf16>, %mean: tensor<1x64xf32>, %ids: tensor<?xi32>,
+                      %qs: tensor<8x64xbf16>, %ks: tensor<2x?x64xbf16>, %vs: tensor<2x?x64xbf16>) {
+  %c0 = pig.encode %k {lsh = #pig.lsh<k = 10, l = 150, t = 2, seed = 0, transform = "whiten:a=0.25">} : tensor<?x64xbf16> -> !pig.codes<?x150x10>
+  %c1 = pig.encode %k {lsh = #pig.lsh<k = 10, l = 150, t = 2, seed = 0, transform = "whiten">} : tensor<?x64xbf16> -> !pig.codes<?x150x10>
+  %c2 = pig.encode %k {lsh = #pig.lsh<k = 10, l = 150, t = 2, seed = 0, transform = "pca:r=64">} : tensor<?x64xbf16> -> !pig.codes<?x150x10>
+  %c3 = pig.encode %k {lsh = #pig.lsh<k = 10, l = 150, t = 2, seed = 0, transform = "mips">} : tensor<?x64xbf16> -> !pig.codes<?x150x10>
+  %c4 = pig.encode %k {lsh = #pig.lsh<k = 10, l = 150, t = 2, seed = 0, transform = "whiten:a=0.25+mips:q=0.9">} : tensor<?x64xbf16> -> !pig.codes<?x150x10>
+  %c5 = pig.encode %k {lsh = #pig.lsh<k = 10, l = 150, t = 2, seed = 0, transform = "plain">} : tensor<?x64xbf16> -> !pig.codes<?x150x10>
+  %c6 = pig.encode %k {lsh = #pig.lsh<k = 10, l = 150, t = 2, seed = 0, transform = "none">} : tensor<?x64xbf16> -> !pig.codes<?x150x10>
+  %u = pig.collision_prob %q, %k, %ids {lsh = #pig.lsh<k = 10, l = 150, t = 2, seed = 0, transform = "pca:r=16">} : (tensor<1x64xbf16>, tensor<?x64xbf16>, tensor<?xi32>) -> tensor<?xf32>
+  %o, %lse = pig.sampled_softmax_fused %q, %k, %v, %mean, %ids {lsh = #pig.lsh<k = 10, l = 150, t = 2, seed = 0, transform = "pca:r=16">} : (tensor<1x64xbf16>, tensor<?x64xbf16>, tensor<?x64xbf16>, tensor<1x64xf32>, tensor<?xi32>) -> (tensor<1x64xf32>, tensor<1xf32>)
+  %so, %sl = pig.sampled_attention %qs, %ks, %vs {lsh = #pig.lsh<k = ?, l = ?, t = 2, seed = 0, transform = "whiten:a=0.25">, static_tokens = #pig.static<sink = 4, local = 64>} : (tensor<8x64xbf16>, tensor<2x?x64xbf16>, tensor<2x?x64xbf16>) -> (tensor<8x64xf32>, tensor<8xf32>)
+  return
+}

@@ -21,6 +21,12 @@
 // RUN: not pig-opt %t/fixed.mlir --pig-specialize="manifest=%t/illegal-knob.txt" 2>&1 | FileCheck %s --check-prefix=ILLEGAL-KNOB
 // RUN: not pig-opt %t/fixed.mlir --pig-specialize="manifest=%t/unknown-knob.txt" 2>&1 | FileCheck %s --check-prefix=UNKNOWN-KNOB
 // RUN: not pig-opt %t/fixed.mlir --pig-specialize="manifest=%t/knob-first.txt" 2>&1 | FileCheck %s --check-prefix=KNOB-FIRST
+// RUN: pig-opt %t/whiten.mlir --pig-specialize="k=10 l=150" | FileCheck %s --check-prefix=WHITEN
+// RUN: pig-opt %t/whiten.mlir --pig-specialize="manifest=%t/manifest.txt l=150" | FileCheck %s --check-prefix=WHITEN
+// RUN: pig-opt %t/pca.mlir --pig-decompose --pig-specialize="k=8 l=75 d=64" --pig-partition=target=cpu --pig-fuse | pig-opt | FileCheck %s --check-prefix=PCA-PIPELINE
+// RUN: not pig-opt %t/pca-wide.mlir --pig-specialize="k=8 l=75 d=64" 2>&1 | FileCheck %s --check-prefix=PCA-WIDE
+// RUN: pig-opt %t/pca-wide.mlir --pig-specialize="k=8 l=75 d=128" | FileCheck %s --check-prefix=PCA-WIDE-128
+// RUN: not pig-opt %t/two-transforms.mlir --pig-specialize="k=10 l=150" 2>&1 | FileCheck %s --check-prefix=TWO-TRANSFORMS
 
 // Generic K and L are folded into the attributes and the codes / index types; the function
 // records the kernel key. Configurations no kernel serves are rejected with the reason.
@@ -90,6 +96,27 @@
 // UNKNOWN-KNOB: error: manifest '{{.*}}unknown-knob.txt' line 1 ('K=8 L=75 d=64 bf16 colour=3'): unknown schedule knob 'colour' (gqa, block, prefetch, dense_prefetch, tables_ahead, parts)
 // KNOB-FIRST: error: manifest '{{.*}}knob-first.txt' line 1: cannot read 'gqa=union' (expected K=.. L=.. d=.. f32|bf16, then optional schedule knobs knob=value)
 
+// The hash transform of #pig.lsh is carried through like K and L (it is not part of the kernel
+// key: the same kernels serve every transform), and checked: one transform per function, valid
+// for the head dim the function is specialised to (pca:r=R needs R <= d).
+// WHITEN-LABEL: func.func @whiten
+// WHITEN-SAME: pig.kernel = #pig.kernel<k = 10, l = 150, d = 128, dtype = bf16>
+// WHITEN: pig.encode %{{.*}} {lsh = #pig.lsh<k = 10, l = 150, t = 2, seed = 0, transform = "whiten:a=0.25">} : tensor<?x128xbf16> -> !pig.codes<?x150x10>
+// WHITEN: pig.encode %{{.*}} {lsh = #pig.lsh<k = 10, l = 150, t = 2, seed = 0, transform = "whiten:a=0.25">} : tensor<1x128xbf16> -> !pig.codes<1x150x10>
+
+// PCA-PIPELINE-LABEL: func.func @pca
+// PCA-PIPELINE-SAME: pig.kernel = #pig.kernel<k = 8, l = 75, d = 64, dtype = bf16>
+// PCA-PIPELINE: pig.encode {{.*}}lsh = #pig.lsh<k = 8, l = 75, t = 2, seed = 0, transform = "pca:r=32+mips:q=0.9">{{.*}} : tensor<?x64xbf16> -> !pig.codes<?x75x8>
+// PCA-PIPELINE: pig.encode {{.*}}lsh = #pig.lsh<k = 8, l = 75, t = 2, seed = 0, transform = "pca:r=32+mips:q=0.9">{{.*}} : tensor<2x64xbf16> -> !pig.codes<2x75x8>
+// PCA-PIPELINE: pig.sampled_softmax_fused {{.*}}lsh = #pig.lsh<k = 8, l = 75, t = 2, seed = 0, transform = "pca:r=32+mips:q=0.9">
+
+// PCA-WIDE: error: hash transform "pca:r=100" is invalid for head dim d = 64: hash transform pca: r must be in [1, 64] (the head dim), got 100
+// PCA-WIDE-128-LABEL: func.func @pca_wide
+// PCA-WIDE-128-SAME: pig.kernel = #pig.kernel<k = 8, l = 75, d = 128, dtype = bf16>
+// PCA-WIDE-128: #pig.lsh<k = 8, l = 75, t = 2, seed = 0, transform = "pca:r=100">
+
+// TWO-TRANSFORMS: two-transforms.mlir:3:{{[0-9]+}}: error: 'pig.encode' op uses hash transform "plain" but the function already uses "whiten:a=0.25": one transform per function
+
 //--- manifest.txt
 # Kernel configurations that exist: K, L, head dim, element type.
 K=10 L=150 d=128 bf16
@@ -150,4 +177,42 @@ func.func @dynd(%q: tensor<4x?xbf16>, %k: tensor<2x?x?xbf16>, %v: tensor<2x?x?xb
       static_tokens = #pig.static<sink = 4, local = 64>}
       : (tensor<4x?xbf16>, tensor<2x?x?xbf16>, tensor<2x?x?xbf16>) -> (tensor<4x?xf32>, tensor<4xf32>)
   return %o, %lse : tensor<4x?xf32>, tensor<4xf32>
+}
+
+//--- whiten.mlir
+func.func @whiten(%k: tensor<?x128xbf16>, %q: tensor<1x128xbf16>) -> tensor<?xi32> {
+  %c = pig.encode %k {lsh = #pig.lsh<k = ?, l = ?, t = 2, seed = 0, transform = "whiten:a=0.25">} : tensor<?x128xbf16> -> !pig.codes<?x?x?>
+  %i = pig.build_index %c : !pig.codes<?x?x?> -> !pig.index<?x?>
+  %qc = pig.encode %q {lsh = #pig.lsh<k = ?, l = ?, t = 2, seed = 0, transform = "whiten:a=0.25">} : tensor<1x128xbf16> -> !pig.codes<1x?x?>
+  %ids = pig.query %i, %qc[0] threshold 2 : (!pig.index<?x?>, !pig.codes<1x?x?>) -> tensor<?xi32>
+  return %ids : tensor<?xi32>
+}
+
+//--- pca.mlir
+func.func @pca(%q: tensor<4x?xbf16>, %k: tensor<2x?x?xbf16>, %v: tensor<2x?x?xbf16>)
+    -> (tensor<4x?xf32>, tensor<4xf32>) {
+  %o, %lse = pig.sampled_attention %q, %k, %v {
+      lsh = #pig.lsh<k = ?, l = ?, t = 2, seed = 0, transform = "pca:r=32+mips:q=0.9">,
+      static_tokens = #pig.static<sink = 4, local = 64>}
+      : (tensor<4x?xbf16>, tensor<2x?x?xbf16>, tensor<2x?x?xbf16>) -> (tensor<4x?xf32>, tensor<4xf32>)
+  return %o, %lse : tensor<4x?xf32>, tensor<4xf32>
+}
+
+//--- pca-wide.mlir
+func.func @pca_wide(%q: tensor<4x?xbf16>, %k: tensor<2x?x?xbf16>, %v: tensor<2x?x?xbf16>)
+    -> (tensor<4x?xf32>, tensor<4xf32>) {
+  %o, %lse = pig.sampled_attention %q, %k, %v {
+      lsh = #pig.lsh<k = ?, l = ?, t = 2, seed = 0, transform = "pca:r=100">,
+      static_tokens = #pig.static<sink = 4, local = 64>}
+      : (tensor<4x?xbf16>, tensor<2x?x?xbf16>, tensor<2x?x?xbf16>) -> (tensor<4x?xf32>, tensor<4xf32>)
+  return %o, %lse : tensor<4x?xf32>, tensor<4xf32>
+}
+
+//--- two-transforms.mlir
+func.func @two_transforms(%k: tensor<?x128xbf16>, %q: tensor<1x128xbf16>) -> tensor<?xi32> {
+  %c = pig.encode %k {lsh = #pig.lsh<k = ?, l = ?, t = 2, seed = 0, transform = "whiten:a=0.25">} : tensor<?x128xbf16> -> !pig.codes<?x?x?>
+  %qc = pig.encode %q {lsh = #pig.lsh<k = ?, l = ?, t = 2, seed = 0>} : tensor<1x128xbf16> -> !pig.codes<1x?x?>
+  %i = pig.build_index %c : !pig.codes<?x?x?> -> !pig.index<?x?>
+  %ids = pig.query %i, %qc[0] threshold 2 : (!pig.index<?x?>, !pig.codes<1x?x?>) -> tensor<?xi32>
+  return %ids : tensor<?xi32>
 }

@@ -42,6 +42,10 @@ namespace mlir::pig {
 struct KernelPlan {
   int64_t k = 0, l = 0, d = 0;
   std::string dtype; ///< "f32" or "bf16"
+  /// The hash transform of the ops' #pig.lsh (canonical pig::ref::TransformSpec::str(), one per
+  /// module). Data to the kernels (a folded W, a query map, stored key norms), not code: it is
+  /// not part of the key, the symbols or the registry, and only the header comment names it.
+  std::string transform = "plain";
   /// The functions' pig.schedule; the default schedule when they have none (scheduled = false).
   ::pig::runtime::lsh::Schedule schedule{};
   bool scheduled = false;
@@ -69,7 +73,8 @@ struct KernelPlan {
 
 /// Reads and checks the plan of a module. Reports every problem as an error diagnostic on the
 /// op or function concerned (unspecialised K / L / d, an op with no kernel, a missing
-/// pig.kernel or pig.device, several configurations in one module) and fails.
+/// pig.kernel or pig.device, several configurations or hash transforms in one module) and
+/// fails.
 FailureOr<KernelPlan> planKernels(ModuleOp module);
 
 struct CpuEmitOptions {

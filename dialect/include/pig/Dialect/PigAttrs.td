@@ -19,17 +19,47 @@ def Pig_LshAttr : Pig_Attr<"Lsh", "lsh"> {
     of the `l` tables. K (`k`) is in [1, 16] (codes are uint16), L in [1, 1024], t in [1, L].
     `k` and `l` may be `?` in a generic description; `pig-specialize` folds them.
 
+    `transform` is the space keys and queries are hashed in (`pig::ref::TransformSpec`,
+    reference/include/pig/reference/transform.h): `plain` (the default: plain MagicPIG, not
+    printed), `pca:r=R`, `whiten:a=A`, `mips:q=Q` or `whiten:a=A+mips:q=Q`, fitted to the keys
+    per (layer, kv-head). It is stored in canonical form (`whiten` reads as `whiten:a=0.5`) and
+    must be valid for the head dim of the ops carrying it (`pca:r=R` needs R <= d). Like K and L,
+    the ops of one step must agree on it. It is data to the kernels (a folded W, a query map,
+    stored key norms), not code: every transform is served by the same kernels, and it is not
+    part of the kernel key (`#pig.kernel`).
+
     ```mlir
     #pig.lsh<k = 10, l = 150, t = 2, seed = 0>
     #pig.lsh<k = ?, l = ?, t = 2, seed = 0>
+    #pig.lsh<k = 10, l = 150, t = 2, seed = 0, transform = "whiten:a=0.25">
     ```
   }];
-  let parameters = (ins "int64_t":$k, "int64_t":$l, "int64_t":$t, "uint64_t":$seed);
+  let parameters = (ins "int64_t":$k, "int64_t":$l, "int64_t":$t, "uint64_t":$seed,
+                        StringRefParameter<"hash transform, canonical TransformSpec::str()",
+                                           [{"plain"}]>:$transform);
+  // The builders canonicalise `transform` (TransformSpec::parse(...).str()); a spec that does
+  // not parse is kept as given, for the verifier to report.
+  let skipDefaultBuilders = 1;
+  let builders = [
+    AttrBuilder<(ins "int64_t":$k, "int64_t":$l, "int64_t":$t, "uint64_t":$seed,
+                     CArg<"::llvm::StringRef", "\"plain\"">:$transform), [{
+      return $_get($_ctxt, k, l, t, seed, canonicalTransform(transform));
+    }]>
+  ];
   let hasCustomAssemblyFormat = 1;
   let genVerifyDecl = 1;
   let extraClassDeclaration = [{
     /// True when K and L are both known.
     bool isStatic() const;
+    /// True when keys and queries are hashed as they are (plain MagicPIG).
+    bool isPlain() const { return getTransform() == kPlainTransform; }
+    /// The default transform.
+    static constexpr ::llvm::StringLiteral kPlainTransform = "plain";
+    /// TransformSpec::parse(spec).str(), or `spec` itself when it does not parse.
+    static std::string canonicalTransform(::llvm::StringRef spec);
+    /// Empty when `transform` is a valid TransformSpec for head dim d, else why not (the
+    /// message of TransformSpec::parse or validate).
+    static std::string checkTransform(::llvm::StringRef transform, int64_t d);
   }];
 }
 

@@ -31,9 +31,13 @@ struct ModelShape {
 };
 
 /// LSH configuration; k or l <= 0 leaves them generic (`?`) for pig-specialize to fold.
+/// `transform` is the hashing space (a pig::ref::TransformSpec: "plain", "pca:r=R",
+/// "whiten:a=A", "mips:q=Q", "whiten:a=A+mips:q=Q"), canonicalised into #pig.lsh and checked
+/// against the head dim.
 struct LshConfig {
   int64_t k = 10, l = 150, t = 2;
   uint64_t seed = 0;
+  std::string transform = "plain";
 };
 
 /// Static tokens: the attention sink and the local window.
