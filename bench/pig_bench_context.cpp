@@ -11,18 +11,23 @@
 // For each context: both methods decode the same --steps tokens from the same cache, one step of
 // each in turn; the first LSH step builds the index of every sparse layer and is reported apart.
 // With --tuning FILE a third method, "tuned" (magicpig with pig-tune's operating point, per
-// layer), decodes too, its steps alternated with the other two.
+// layer), decodes too, its steps alternated with the other two. With --transform SPEC a method
+// "magicpig+SPEC" (magicpig's K, L, t hashing in a space fitted to the keys, AttentionSpec::
+// transform) decodes alternated with the others: its speed vs plain magicpig and vs dense, the
+// first step (index build and the fit) and the fitted hashing's memory.
 // Usage: pig-bench-context [--model FILE] [--text FILE] [--prefill N] [--steps N]
 //                          [--contexts 2048,4096,...] [--threads N] [--kv bf16|f32] [--out DIR]
-//                          [--tuning FILE [--max-error E]]
+//                          [--tuning FILE [--max-error E]] [--transform SPEC]
 // --out DIR writes speed.csv and draws speed.png with gnuplot (docs/PERFORMANCE.md).
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
 #include <memory>
 #include <optional>
 #include <sstream>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -66,6 +71,8 @@ struct Options {
   std::string out;                 // --out: CSV + PNG
   std::string tuning;              // --tuning FILE: a third method, "tuned"
   std::optional<double> max_error; // --max-error E: selects the point from a records file
+  // --transform SPEC: a method "magicpig+SPEC", magicpig hashing in a fitted space.
+  std::optional<pig::ref::TransformSpec> transform;
 };
 
 [[noreturn]] void Usage(const std::string &e) {
@@ -74,7 +81,11 @@ struct Options {
       "pig-bench-context: %s\nusage: pig-bench-context [--model F] [--text F] "
       "[--prefill N] [--steps N] [--contexts a,b,..] [--threads N] [--kv bf16|f32] [--out DIR]\n"
       "                         [--tuning FILE [--max-error E]]  (a third method: pig-tune's "
-      "operating point)\n",
+      "operating point)\n"
+      "                         [--transform SPEC]  (a method magicpig+SPEC: magicpig hashing in "
+      "a space\n"
+      "                                              fitted to the keys, whiten:a=A; vs magicpig "
+      "and dense)\n",
       e.c_str());
   std::exit(2);
 }
@@ -198,6 +209,19 @@ int main(int argc, char **argv) {
       o.max_error = pig::tools::ParseMaxError(v);
       if (!o.max_error)
         Usage("--max-error expects a number >= 0, got '" + v + "'");
+    } else if (a == "--transform") {
+      // Parsed, then validated as the runtime will (it serves plain and whiten:a=A): both
+      // refusals are usage errors before the model is read.
+      try {
+        o.transform = pig::ref::TransformSpec::parse(value());
+        AttentionSpec probe;
+        probe.method = "magicpig";
+        probe.transform = *o.transform;
+        probe.dense_layers_set = true; // no dense layers: the model's layer count is not known yet
+        probe.Validate(1);
+      } catch (const std::invalid_argument &e) {
+        Usage(std::string("--transform: ") + e.what());
+      }
     } else if (a == "--contexts") {
       o.contexts.clear();
       std::stringstream ss(value());
@@ -252,60 +276,119 @@ int main(int argc, char **argv) {
                 Since(t0), o.steps);
     AttentionSpec lsh = dense;
     lsh.method = "magicpig";
+    // The methods' indices in `specs` and `runs`: dense 0, LSH 1, then tuned and the transform
+    // when given (0: absent).
     std::vector<AttentionSpec> specs{dense, lsh};
+    size_t ti = 0, xi = 0;
     if (tuning) {
+      ti = specs.size();
       specs.push_back(pig::tools::ApplyTuning(dense, tuning->point));
       const pig::tune::OperatingPoint &p = tuning->point;
       std::printf("tuning: %s: layers %s (predicted attention error %.3f, cost2 %.1f %%%s%s)\n",
                   tuning->source.c_str(), p.layers_str().c_str(), p.error, 100.0 * p.cost2,
                   p.criterion.empty() ? "" : "; criterion ", p.criterion.c_str());
     }
-    if (!tuning) {
-      std::printf("\n| context | dense tok/s | LSH tok/s | speed-up | attention share (dense / "
-                  "LSH) | cost2 | index build (s) | KV MiB | index MiB |\n");
-      std::printf("|---|---|---|---|---|---|---|---|---|\n");
-    } else {
-      std::printf("\n| context | dense tok/s | LSH tok/s | speed-up | tuned tok/s | tuned vs LSH "
-                  "| attention share (dense / LSH / tuned) | cost2 | tuned cost2 | index build "
-                  "(s) | KV MiB | index MiB |\n");
-      std::printf("|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+    const std::string xl = o.transform ? "magicpig+" + o.transform->str() : "";
+    if (o.transform) {
+      xi = specs.size();
+      AttentionSpec x = lsh;
+      x.transform = *o.transform;
+      x.Validate(c.n_layers);
+      specs.push_back(x);
+      std::printf("transform: %s: %s\n", xl.c_str(), x.str(c.n_layers).c_str());
+    }
+    auto row_of = [](const std::vector<std::string> &cells) {
+      std::string r = "|";
+      for (const std::string &cell : cells)
+        r += " " + cell + " |";
+      return r;
+    };
+    using pig::eval::Fmt;
+    {
+      std::vector<std::string> head{"context", "dense tok/s", "LSH tok/s", "speed-up"};
+      if (ti)
+        head.insert(head.end(), {"tuned tok/s", "tuned vs LSH"});
+      if (xi)
+        head.insert(head.end(), {xl + " tok/s", xl + " vs LSH", xl + " vs dense"});
+      head.push_back(std::string("attention share (dense / LSH") + (ti ? " / tuned" : "") +
+                     (xi ? " / " + xl : "") + ")");
+      head.push_back("cost2");
+      if (ti)
+        head.push_back("tuned cost2");
+      if (xi)
+        head.push_back(xl + " cost2");
+      head.push_back("index build (s)");
+      if (xi)
+        head.push_back(xl + " first step (s)");
+      head.insert(head.end(), {"KV MiB", "index MiB"});
+      if (xi)
+        head.push_back(xl + " hash MiB");
+      std::printf("\n%s\n", row_of(head).c_str());
+      std::string sep = "|";
+      for (size_t i = 0; i < head.size(); ++i)
+        sep += "---|";
+      std::printf("%s\n", sep.c_str());
     }
     std::unique_ptr<pig::eval::Csv> csv;
+    // Column (1-based) of the transform's first CSV column, for the plot.
+    const size_t xcol = 11 + (ti ? 4 : 0);
     if (!o.out.empty()) {
       pig::eval::MakeDirs(o.out);
       std::vector<std::string> columns{"context",  "dense_tok_s",           "lsh_tok_s",
                                        "speedup",  "dense_attention_share", "lsh_attention_share",
                                        "cost2",    "index_build_s",         "kv_mib",
                                        "index_mib"};
-      if (tuning)
+      if (ti)
         columns.insert(columns.end(),
                        {"tuned_tok_s", "tuned_vs_lsh", "tuned_attention_share", "tuned_cost2"});
+      if (xi)
+        columns.insert(columns.end(), {"transform_tok_s", "transform_vs_lsh", "transform_vs_dense",
+                                       "transform_attention_share", "transform_cost2",
+                                       "transform_first_step_s", "transform_hash_mib"});
       csv = std::make_unique<pig::eval::Csv>(o.out + "/speed.csv", columns);
     }
+    std::vector<std::pair<size_t, double>> x_vs_lsh; // per context: transform tok/s over LSH's
     for (size_t ctx : o.contexts) {
       KvCache tiled(AttentionShape{c.n_layers, c.n_heads, c.n_kv_heads, c.head_dim, ctx}, o.kv);
       tiled.Tile(pre.attention().cache(), o.prefill, ctx);
       const std::vector<Run> runs = DecodeAll(*model, pool, specs, tiled, ctx, feed);
       const Run &d = runs[0], &l = runs[1];
-      if (!tuning) {
-        std::printf(
-            "| %zu | %.1f | %.1f | %.2fx | %.0f %% / %.0f %% | %.2f %% | %.2f | %.0f | %.0f |\n",
-            ctx, d.tokens_per_s, l.tokens_per_s, l.tokens_per_s / d.tokens_per_s,
-            100 * d.attention_share, 100 * l.attention_share, 100 * l.stats.cost2(), l.first_step_s,
-            double(tiled.MemoryBytes()) / 1048576.0, double(l.stats.index_bytes) / 1048576.0);
-      } else {
-        const Run &t = runs[2];
-        std::printf("| %zu | %.1f | %.1f | %.2fx | %.1f | %.2fx | %.0f %% / %.0f %% / %.0f %% | "
-                    "%.2f %% | %.2f %% | %.2f | %.0f | %.0f |\n",
-                    ctx, d.tokens_per_s, l.tokens_per_s, l.tokens_per_s / d.tokens_per_s,
-                    t.tokens_per_s, t.tokens_per_s / l.tokens_per_s, 100 * d.attention_share,
-                    100 * l.attention_share, 100 * t.attention_share, 100 * l.stats.cost2(),
-                    100 * t.stats.cost2(), l.first_step_s, double(tiled.MemoryBytes()) / 1048576.0,
-                    double(l.stats.index_bytes) / 1048576.0);
+      const double kv_mib = double(tiled.MemoryBytes()) / 1048576.0;
+      const double index_mib = double(l.stats.index_bytes) / 1048576.0;
+      std::vector<std::string> cells{std::to_string(ctx), Fmt("%.1f", d.tokens_per_s),
+                                     Fmt("%.1f", l.tokens_per_s),
+                                     Fmt("%.2fx", l.tokens_per_s / d.tokens_per_s)};
+      std::string share =
+          Fmt("%.0f %%", 100 * d.attention_share) + " / " + Fmt("%.0f %%", 100 * l.attention_share);
+      if (ti) {
+        const Run &t = runs[ti];
+        cells.insert(cells.end(),
+                     {Fmt("%.1f", t.tokens_per_s), Fmt("%.2fx", t.tokens_per_s / l.tokens_per_s)});
+        share += " / " + Fmt("%.0f %%", 100 * t.attention_share);
       }
+      if (xi) {
+        const Run &x = runs[xi];
+        cells.insert(cells.end(),
+                     {Fmt("%.1f", x.tokens_per_s), Fmt("%.3fx", x.tokens_per_s / l.tokens_per_s),
+                      Fmt("%.2fx", x.tokens_per_s / d.tokens_per_s)});
+        share += " / " + Fmt("%.0f %%", 100 * x.attention_share);
+        x_vs_lsh.push_back({ctx, x.tokens_per_s / l.tokens_per_s});
+      }
+      cells.push_back(share);
+      cells.push_back(Fmt("%.2f %%", 100 * l.stats.cost2()));
+      if (ti)
+        cells.push_back(Fmt("%.2f %%", 100 * runs[ti].stats.cost2()));
+      if (xi)
+        cells.push_back(Fmt("%.2f %%", 100 * runs[xi].stats.cost2()));
+      cells.push_back(Fmt("%.2f", l.first_step_s));
+      if (xi)
+        cells.push_back(Fmt("%.2f", runs[xi].first_step_s));
+      cells.insert(cells.end(), {Fmt("%.0f", kv_mib), Fmt("%.0f", index_mib)});
+      if (xi)
+        cells.push_back(Fmt("%.1f", double(runs[xi].stats.hash_bytes) / 1048576.0));
+      std::printf("%s\n", row_of(cells).c_str());
       std::fflush(stdout);
       if (csv) {
-        using pig::eval::Fmt;
         std::vector<std::string> row{std::to_string(ctx),
                                      Fmt("%.2f", d.tokens_per_s),
                                      Fmt("%.2f", l.tokens_per_s),
@@ -314,20 +397,42 @@ int main(int argc, char **argv) {
                                      Fmt("%.3f", l.attention_share),
                                      Fmt("%.4f", l.stats.cost2()),
                                      Fmt("%.2f", l.first_step_s),
-                                     Fmt("%.1f", double(tiled.MemoryBytes()) / 1048576.0),
-                                     Fmt("%.1f", double(l.stats.index_bytes) / 1048576.0)};
-        if (tuning) {
-          const Run &t = runs[2];
+                                     Fmt("%.1f", kv_mib),
+                                     Fmt("%.1f", index_mib)};
+        if (ti) {
+          const Run &t = runs[ti];
           row.insert(row.end(),
                      {Fmt("%.2f", t.tokens_per_s), Fmt("%.3f", t.tokens_per_s / l.tokens_per_s),
                       Fmt("%.3f", t.attention_share), Fmt("%.4f", t.stats.cost2())});
         }
+        if (xi) {
+          const Run &x = runs[xi];
+          row.insert(row.end(),
+                     {Fmt("%.2f", x.tokens_per_s), Fmt("%.4f", x.tokens_per_s / l.tokens_per_s),
+                      Fmt("%.3f", x.tokens_per_s / d.tokens_per_s), Fmt("%.3f", x.attention_share),
+                      Fmt("%.4f", x.stats.cost2()), Fmt("%.2f", x.first_step_s),
+                      Fmt("%.2f", double(x.stats.hash_bytes) / 1048576.0)});
+        }
         csv->row(row);
       }
+    }
+    if (xi && !x_vs_lsh.empty()) {
+      // The target: hashing in the fitted space within 5 % of plain magicpig's speed.
+      std::string per;
+      double log_sum = 0;
+      for (const auto &[ctx, r] : x_vs_lsh) {
+        per += (per.empty() ? "" : ", ") + std::to_string(ctx) + ": " + Fmt("%.3fx", r);
+        log_sum += std::log(r);
+      }
+      const double geo = std::exp(log_sum / double(x_vs_lsh.size()));
+      std::printf("\n%s vs magicpig (LSH), decode tok/s: %s; geometric mean %.3fx (%s 5 %% of "
+                  "magicpig's speed)\n",
+                  xl.c_str(), per.c_str(), geo, geo >= 0.95 ? "within" : "NOT within");
     }
     if (csv) {
       csv.reset(); // flushed before gnuplot reads it
       const std::string data = "'" + o.out + "/speed.csv' every ::1 using 1:";
+      const std::string xtitle = xl + " (--transform)";
       pig::eval::WriteFile(
           o.out + "/speed.gp",
           "set datafile separator ','\n"
@@ -343,14 +448,19 @@ int main(int argc, char **argv) {
               "plot " +
               data + "2 with linespoints title 'dense', " + data +
               "3 with linespoints title 'LSH sampling (10,150)'" +
-              (tuning ? ", " + data + "11 with linespoints title 'tuned (--tuning)'" : "") +
+              (ti ? ", " + data + "11 with linespoints title 'tuned (--tuning)'" : "") +
+              (xi ? ", " + data + std::to_string(xcol) + " with linespoints title '" + xtitle + "'"
+                  : "") +
               "\n"
               "set ylabel 'share of a step in attention'\nset title 'attention share'\n"
               "set yrange [0:1]\n"
               "plot " +
               data + "5 with linespoints title 'dense', " + data +
               "6 with linespoints title 'LSH sampling (10,150)'" +
-              (tuning ? ", " + data + "13 with linespoints title 'tuned (--tuning)'" : "") +
+              (ti ? ", " + data + "13 with linespoints title 'tuned (--tuning)'" : "") +
+              (xi ? ", " + data + std::to_string(xcol + 3) + " with linespoints title '" + xtitle +
+                        "'"
+                  : "") +
               "\n"
               "unset multiplot\n");
       if (pig::eval::RunGnuplot(o.out + "/speed.gp"))
@@ -359,9 +469,12 @@ int main(int argc, char **argv) {
     // Which kernel sets served LSH and, with --tuning, the point's configurations.
     const AttentionShape probe_shape{c.n_layers, c.n_heads, c.n_kv_heads, c.head_dim, 16};
     std::printf("\nkernels: %s\n", MakeAttention(lsh, probe_shape)->stats().kernels.c_str());
-    if (specs.size() > 2)
+    if (ti)
       std::printf("tuned kernels: %s\n",
-                  MakeAttention(specs[2], probe_shape)->stats().kernels.c_str());
+                  MakeAttention(specs[ti], probe_shape)->stats().kernels.c_str());
+    if (xi)
+      std::printf("%s kernels: %s\n", xl.c_str(),
+                  MakeAttention(specs[xi], probe_shape)->stats().kernels.c_str());
   } catch (const std::exception &e) {
     std::fprintf(stderr, "pig-bench-context: error: %s\n", e.what());
     return 1;

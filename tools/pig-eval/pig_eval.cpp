@@ -3,11 +3,14 @@
 //                             (captured at several context lengths), scalar reference (pig::ref)
 //   pig-eval downstream       perplexity on real English text, needle retrieval and RULER-like
 //                             aggregation tasks, decoding with each runtime Attention; with
-//                             --tuning FILE also "tuned" (pig-tune's operating point, per layer)
+//                             --tuning FILE also "tuned" (pig-tune's operating point, per layer);
+//                             with --lsh-transform SPEC also "magicpig+SPEC" (each --lsh
+//                             configuration hashing in a space fitted to the keys)
 //   pig-eval all              both, sharing one prefill of the long text
 // Writes CSV files, gnuplot PNGs and markdown tables to --out; --update-doc FILE rewrites the
 // marked sections of docs/RESULTS.md with those tables. Numbers are measured, never stored.
 #include <algorithm>
+#include <cctype>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -83,6 +86,9 @@ struct Options {
   std::string command_line;
   std::string tuning;              // --tuning FILE: the downstream method "tuned"
   std::optional<double> max_error; // --max-error E: selects the point from a records file
+  // --lsh-transform SPEC: downstream also decodes every --lsh configuration with that transform
+  // (the method "magicpig+SPEC").
+  std::optional<pig::ref::TransformSpec> lsh_transform;
   // --transforms: attention-error also compares hashing in fitted spaces at matched cost2.
   std::vector<pig::ref::TransformSpec> transforms;
   std::vector<pig::eval::KL> transform_grid = DefaultTransformGrid();
@@ -123,6 +129,8 @@ struct Options {
       "                          operating point of pig-tune in FILE (per layer dense or K,L,t)\n"
       "  --max-error E           FILE is pig-tune's records: select the cheapest point with\n"
       "                          predicted mean attention error <= E\n"
+      "  --lsh-transform SPEC    downstream also decodes each --lsh configuration hashing in a\n"
+      "                          space fitted to the keys, rows \"magicpig+SPEC\" (whiten:a=A)\n"
       "  --transforms LIST       attention-error also compares plain MagicPIG with hashing in\n"
       "                          spaces fitted to the keys at matched cost2 (plain, pca:r=R,\n"
       "                          whiten:a=A, mips:q=Q, whiten:a=A+mips:q=Q; \"default\": %s)\n"
@@ -279,6 +287,19 @@ Options Parse(int argc, char **argv) {
       o.max_error = pig::tools::ParseMaxError(v);
       if (!o.max_error)
         Usage("--max-error expects a number >= 0, got '" + v + "'");
+    } else if (a == "--lsh-transform") {
+      // Parsed, then validated as the runtime will (it serves plain and whiten:a=A): both
+      // refusals are usage errors before the model is read.
+      try {
+        o.lsh_transform = pig::ref::TransformSpec::parse(value());
+        AttentionSpec probe;
+        probe.method = "magicpig";
+        probe.transform = *o.lsh_transform;
+        probe.dense_layers_set = true; // no dense layers: the model's layer count is not known yet
+        probe.Validate(1);
+      } catch (const std::invalid_argument &e) {
+        Usage(std::string("--lsh-transform: ") + e.what());
+      }
     } else if (a == "-h" || a == "--help") {
       Usage("");
     } else {
@@ -292,6 +313,11 @@ Options Parse(int argc, char **argv) {
           "configurations (pig-tune accuracy measures a point's error)");
   if (!o.tuning.empty() && o.dense_only)
     Usage("--tuning and --dense-only do not combine");
+  if (o.lsh_transform && o.command == "attention-error")
+    Usage("--lsh-transform adds the method \"magicpig+SPEC\" to downstream; attention-error "
+          "compares transforms with --transforms");
+  if (o.lsh_transform && o.dense_only)
+    Usage("--lsh-transform and --dense-only do not combine");
   if (!o.transforms.empty()) {
     if (o.command == "downstream")
       Usage("--transforms compares attention errors: use attention-error or all");
@@ -341,7 +367,7 @@ private:
 // The methods of the downstream comparison.
 
 struct Method {
-  std::string label;  // "dense", "magicpig", "topk", "quest"
+  std::string label;  // "dense", "magicpig", "magicpig+whiten:a=0.25", "topk", "quest", "tuned"
   std::string config; // "K=10 L=150", "= magicpig 10,150"
   AttentionSpec spec;
   int matched_to = -1; // index of the magicpig configuration whose cost2 sets the budget
@@ -354,9 +380,14 @@ std::string TunedConfig(const pig::tools::Tuning &t) {
   return t.point.criterion.empty() ? std::string("point") : t.point.criterion;
 }
 
+// The label of magicpig hashing in a fitted space: "magicpig+whiten:a=0.25".
+std::string TransformLabel(const pig::ref::TransformSpec &t) { return "magicpig+" + t.str(); }
+
 // dense first, then each magicpig configuration followed by topk and quest at its cost2: the
-// budget of a baseline is only known once its magicpig run has measured cost2. With --tuning,
-// "tuned" last (config: the point's criterion).
+// budget of a baseline is only known once its magicpig run has measured cost2. With
+// --lsh-transform, "magicpig+SPEC" right after each magicpig configuration (same K, L; the
+// baselines stay matched to plain magicpig). With --tuning, "tuned" last (config: the point's
+// criterion).
 std::vector<Method> Methods(const Options &o, const pig::tools::Tuning *tuning) {
   std::vector<Method> m;
   AttentionSpec base;
@@ -370,7 +401,13 @@ std::vector<Method> Methods(const Options &o, const pig::tools::Tuning *tuning) 
     s.method = "magicpig";
     s.K = o.lsh[c].K;
     s.L = o.lsh[c].L;
-    m.push_back({"magicpig", "K=" + std::to_string(s.K) + " L=" + std::to_string(s.L), s});
+    const std::string config = "K=" + std::to_string(s.K) + " L=" + std::to_string(s.L);
+    m.push_back({"magicpig", config, s});
+    if (o.lsh_transform) {
+      AttentionSpec x = s;
+      x.transform = *o.lsh_transform;
+      m.push_back({TransformLabel(*o.lsh_transform), config, x});
+    }
     for (const char *b : {"topk", "quest"}) {
       AttentionSpec t = base;
       t.method = b;
@@ -844,6 +881,8 @@ private:
       std::vector<std::string> plots;
       double dense = NAN;
       std::vector<std::string> series{"magicpig", "topk", "quest"};
+      if (o_.lsh_transform)
+        series.push_back(TransformLabel(*o_.lsh_transform));
       for (const Method &m : methods_)
         if (m.label == "tuned")
           series.push_back(m.label);
@@ -862,7 +901,11 @@ private:
         std::string data;
         for (auto [x, y] : pts)
           data += Fmt("%.6f", x) + " " + Fmt("%.6f", y) + "\n";
-        const std::string f = dir + "/down_" + std::to_string(p) + "_" + m + ".dat";
+        std::string file_m = m; // "magicpig+whiten:a=0.25": a plain file name
+        std::replace_if(
+            file_m.begin(), file_m.end(), [](char ch) { return !std::isalnum((unsigned char)ch); },
+            '_');
+        const std::string f = dir + "/down_" + std::to_string(p) + "_" + file_m + ".dat";
         pig::eval::WriteFile(f, data);
         plots.push_back("'" + f + "' using 1:2 with linespoints lw 2 pt 7 title '" + m + "'");
       }
