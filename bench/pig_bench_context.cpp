@@ -210,15 +210,9 @@ int main(int argc, char **argv) {
       if (!o.max_error)
         Usage("--max-error expects a number >= 0, got '" + v + "'");
     } else if (a == "--transform") {
-      // Parsed, then validated as the runtime will (it serves plain and whiten:a=A): both
-      // refusals are usage errors before the model is read.
+      // A bad spec or one the runtime does not serve: a usage error before the model is read.
       try {
-        o.transform = pig::ref::TransformSpec::parse(value());
-        AttentionSpec probe;
-        probe.method = "magicpig";
-        probe.transform = *o.transform;
-        probe.dense_layers_set = true; // no dense layers: the model's layer count is not known yet
-        probe.Validate(1);
+        o.transform = pig::runtime::ParseServedTransform(value());
       } catch (const std::invalid_argument &e) {
         Usage(std::string("--transform: ") + e.what());
       }

@@ -104,6 +104,22 @@ std::vector<size_t> AttentionSpec::DenseLayers(size_t n_layers) const {
   return d;
 }
 
+void CheckServedTransform(const ref::TransformSpec &t) {
+  if (t.identity())
+    return;
+  if (t.linear != ref::TransformSpec::Linear::whiten || t.mips > 0)
+    throw std::invalid_argument("hash transform " + t.str() +
+                                ": the runtime serves plain and whiten:a=A (pig-eval "
+                                "attention-error --transforms evaluates the others)");
+  t.validate(1);
+}
+
+ref::TransformSpec ParseServedTransform(std::string_view text) {
+  const ref::TransformSpec t = ref::TransformSpec::parse(text);
+  CheckServedTransform(t);
+  return t;
+}
+
 void AttentionSpec::Validate(size_t n_layers) const {
   if (method != "dense" && method != "magicpig" && method != "topk" && method != "quest" &&
       method != "oracle") {
@@ -134,14 +150,7 @@ void AttentionSpec::Validate(size_t n_layers) const {
       }
     }
   }
-  if (!transform.identity()) { // like K and L, ignored by the other methods
-    if (transform.linear != ref::TransformSpec::Linear::whiten || transform.mips > 0)
-      throw std::invalid_argument(
-          "hash transform " + transform.str() +
-          ": the runtime serves plain and whiten:a=A (pig-eval attention-error --transforms "
-          "evaluates the others)");
-    transform.validate(1);
-  }
+  CheckServedTransform(transform); // like K and L, ignored by the other methods
   for (size_t l : DenseLayers(n_layers)) {
     if (l >= n_layers) {
       throw std::invalid_argument("dense layer " + std::to_string(l) + " outside the model's " +

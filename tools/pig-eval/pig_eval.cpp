@@ -288,15 +288,9 @@ Options Parse(int argc, char **argv) {
       if (!o.max_error)
         Usage("--max-error expects a number >= 0, got '" + v + "'");
     } else if (a == "--lsh-transform") {
-      // Parsed, then validated as the runtime will (it serves plain and whiten:a=A): both
-      // refusals are usage errors before the model is read.
+      // A bad spec or one the runtime does not serve: a usage error before the model is read.
       try {
-        o.lsh_transform = pig::ref::TransformSpec::parse(value());
-        AttentionSpec probe;
-        probe.method = "magicpig";
-        probe.transform = *o.lsh_transform;
-        probe.dense_layers_set = true; // no dense layers: the model's layer count is not known yet
-        probe.Validate(1);
+        o.lsh_transform = pig::runtime::ParseServedTransform(value());
       } catch (const std::invalid_argument &e) {
         Usage(std::string("--lsh-transform: ") + e.what());
       }
@@ -1145,18 +1139,25 @@ int Run(const Options &o) {
         t0 = Clock::now();
         const KvCache &cache = cap.cache();
         const size_t d = cfg.head_dim, group = cfg.n_heads / cfg.n_kv_heads;
+        // One kv-head's cached rows (f32) and the decode step's queries of its group.
+        auto load = [&](size_t layer, size_t kvh, pig::ref::OwnedMatrix &K,
+                        pig::ref::OwnedMatrix &V, std::vector<std::vector<float>> &qs) {
+          K = pig::ref::OwnedMatrix(P, d);
+          V = pig::ref::OwnedMatrix(P, d);
+          for (size_t i = 0; i < P; ++i) {
+            cache.KeyRow(layer, kvh, i, K.row(i));
+            cache.ValueRow(layer, kvh, i, V.row(i));
+          }
+          for (size_t h = kvh * group; h < (kvh + 1) * group; ++h) {
+            const float *q = cap.query(layer).data() + h * d;
+            qs.emplace_back(q, q + d);
+          }
+        };
         for (size_t layer : o.layers)
           for (size_t kvh = 0; kvh < cfg.n_kv_heads; ++kvh) {
-            pig::ref::OwnedMatrix K(P, d), V(P, d);
-            for (size_t i = 0; i < P; ++i) {
-              cache.KeyRow(layer, kvh, i, K.row(i));
-              cache.ValueRow(layer, kvh, i, V.row(i));
-            }
+            pig::ref::OwnedMatrix K, V;
             std::vector<std::vector<float>> qs;
-            for (size_t h = kvh * group; h < (kvh + 1) * group; ++h) {
-              const float *q = cap.query(layer).data() + h * d;
-              qs.emplace_back(q, q + d);
-            }
+            load(layer, kvh, K, V, qs);
             const auto pts = pig::eval::MeasureGroup(qs, K, V, W, eo);
             for (size_t g = 0; g < pts.size(); ++g)
               for (const auto &p : pts[g])
@@ -1180,16 +1181,9 @@ int Run(const Options &o) {
           pool.ParallelFor(jobs.size(), [&](size_t j, size_t) {
             try {
               const auto [layer, kvh] = jobs[j];
-              pig::ref::OwnedMatrix K(P, d), V(P, d);
-              for (size_t i = 0; i < P; ++i) {
-                cache.KeyRow(layer, kvh, i, K.row(i));
-                cache.ValueRow(layer, kvh, i, V.row(i));
-              }
+              pig::ref::OwnedMatrix K, V;
               std::vector<std::vector<float>> qs;
-              for (size_t h = kvh * group; h < (kvh + 1) * group; ++h) {
-                const float *q = cap.query(layer).data() + h * d;
-                qs.emplace_back(q, q + d);
-              }
+              load(layer, kvh, K, V, qs);
               const auto pts = pig::eval::MeasureTransformGrid(qs, K, V, go);
               std::lock_guard<std::mutex> lock(mu);
               for (size_t g = 0; g < pts.size(); ++g)

@@ -139,7 +139,7 @@ void ParseLsh(const std::string &arg, AttentionSpec &spec) {
     const std::string key = item.substr(0, eq);
     if (key == "transform") {
       try {
-        spec.transform = pig::ref::TransformSpec::parse(item.substr(eq + 1));
+        spec.transform = pig::runtime::ParseServedTransform(item.substr(eq + 1));
       } catch (const std::invalid_argument &e) {
         Usage(std::string("--lsh: ") + e.what());
       }

@@ -1,4 +1,4 @@
-// Hashing in a space fitted to the keys (ALGORITHM.md section 1.6).
+// Hashing in a space fitted to the keys (docs/HASHING.md).
 //
 // SimHash's collision probability (lsh.h) holds for ANY pair of vectors: if the keys are hashed
 // as k' = Tk(k - mu) and the query as q' = Tq(q), token i is sampled with probability

@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "pig/reference/transform.h"
@@ -47,7 +48,7 @@ struct AttentionStats : CostCounters {
   /// Fitted hashing (AttentionSpec::transform): the per-(layer, kv-head) folded W, query map
   /// and per-token key norms, in bytes (0 for plain MagicPIG: its W is shared by every head).
   size_t hash_bytes = 0;
-  std::string kernels;     ///< which kernels served (KernelRegistry::describe), if any
+  std::string kernels; ///< which kernels served (KernelRegistry::describe), if any
   /// cost2: sampled fraction of the indexed tokens.
   double cost2() const { return indexed > 0 ? sampled / indexed : 0.0; }
   /// cost1: index traffic relative to reading the indexed tokens' K and V densely.
@@ -177,6 +178,12 @@ struct AttentionSpec {
   /// model's layers exactly or are given together with dense layers.
   void Validate(size_t n_layers) const;
 };
+
+/// Throws std::invalid_argument, naming what is served, unless the runtime serves the hash
+/// transform: plain or whiten:a=A (AttentionSpec::transform).
+void CheckServedTransform(const ref::TransformSpec &t);
+/// ref::TransformSpec::parse, then CheckServedTransform: what a tool's flag takes.
+ref::TransformSpec ParseServedTransform(std::string_view text);
 
 /// Builds the Attention a spec names for a model shape; throws std::invalid_argument as
 /// AttentionSpec::Validate, and when no kernel serves the head dim.
