@@ -62,17 +62,13 @@ LshIndex build_index(Matrix K, Matrix W, const LshConfig &cfg, StaticConfig st, 
     index.codes = encode_rows(index.centered, W, cfg);
     return index;
   }
-  // Codes from the key map folded into W (transform.h); cosines from the explicit k'.
   index.transform = fit_transform(index.centered, transform);
   index.hashed = OwnedMatrix(count, index.transform.dim);
-  OwnedMatrix rows(count, index.transform.spec.mips > 0 ? K.cols + 1 : K.cols);
   for (std::size_t i = 0; i < count; ++i) {
     const std::vector<float> x = index.transform.key(index.centered.row_span(i));
     std::copy(x.begin(), x.end(), index.hashed.row(i));
-    const std::vector<float> r = index.transform.key_row(index.centered.row_span(i));
-    std::copy(r.begin(), r.end(), rows.row(i));
   }
-  index.codes = encode_rows(rows, index.transform.key_projection(W), cfg);
+  index.codes = encode_rows(index.hashed, W, cfg);
   return index;
 }
 

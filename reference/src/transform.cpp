@@ -167,44 +167,6 @@ std::vector<float> HashTransform::key(std::span<const float> centered) const {
   return x;
 }
 
-std::vector<float> HashTransform::key_row(std::span<const float> centered) const {
-  if (centered.size() != d)
-    throw std::invalid_argument("HashTransform::key_row: " + std::to_string(centered.size()) +
-                                " values, fitted for " + std::to_string(d));
-  std::vector<float> row(centered.begin(), centered.end());
-  if (spec.mips > 0)
-    row.push_back(key(centered).back());
-  return row;
-}
-
-OwnedMatrix HashTransform::key_projection(Matrix W) const {
-  if (W.rows != dim)
-    throw std::invalid_argument("HashTransform::key_projection: W has " + std::to_string(W.rows) +
-                                " rows, the transform " + spec.str() + " hashes " +
-                                std::to_string(dim));
-  const std::size_t m = key_map.rows ? key_map.cols : d;
-  OwnedMatrix P(d + (spec.mips > 0 ? 1 : 0), W.cols);
-  std::vector<double> acc(W.cols);
-  for (std::size_t r = 0; r < d; ++r) {
-    if (key_map.rows == 0) {
-      std::copy(W.row(r), W.row(r) + W.cols, P.row(r));
-      continue;
-    }
-    std::fill(acc.begin(), acc.end(), 0.0);
-    for (std::size_t j = 0; j < m; ++j) {
-      const double a = key_map.at(r, j);
-      const float *w = W.row(j);
-      for (std::size_t c = 0; c < W.cols; ++c)
-        acc[c] += a * double(w[c]);
-    }
-    for (std::size_t c = 0; c < W.cols; ++c)
-      P.at(r, c) = float(acc[c]);
-  }
-  if (spec.mips > 0)
-    std::copy(W.row(m), W.row(m) + W.cols, P.row(d));
-  return P;
-}
-
 std::vector<float> HashTransform::query(std::span<const float> q) const {
   if (q.size() != d)
     throw std::invalid_argument("HashTransform::query: " + std::to_string(q.size()) +

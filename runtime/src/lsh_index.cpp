@@ -27,15 +27,6 @@ SimHash::SimHash(std::uint64_t seed, std::size_t d, int K, int L) : d_(d), K_(K)
   assign(ref::simhash_matrix(seed, d, K, L));
 }
 
-SimHash::SimHash(const ref::OwnedMatrix &W, int K, int L) : d_(W.rows), K_(K), L_(L) {
-  ref::LshConfig{K, L, 1, 0}.validate();
-  if (W.rows == 0 || W.cols < std::size_t(K) * std::size_t(L))
-    throw std::invalid_argument("SimHash: a " + std::to_string(W.rows) + " x " +
-                                std::to_string(W.cols) +
-                                " matrix cannot serve K*L = " + std::to_string(K * L) + " columns");
-  assign(W);
-}
-
 void SimHash::assign(const ref::OwnedMatrix &W) {
   const std::size_t d = d_;
   const std::size_t cols = std::size_t(K_) * std::size_t(L_);
@@ -100,16 +91,18 @@ LshIndex LshIndex::build(const LshKernelSet &set, const void *keys, DType dtype,
       ix.mean_[j] = float(acc[j] / double(count));
   }
   ix.codes_.assign(count * std::size_t(W.L()), 0);
+  std::vector<float> mapped; // fitted hashing: k' of the indexed keys, hashed instead
   if (!transform.identity() && count > 0) {
-    ix.fitted_.emplace(transform, keys, dtype, ix.begin_, count, ix.mean_, W);
-    ix.fitted_->append_norms(keys, dtype, ix.begin_, count, ix.mean_);
+    ix.fitted_.emplace(transform, keys, dtype, ix.begin_, count, ix.mean_);
+    mapped.resize(count * d);
+    ix.fitted_->map_keys(keys, dtype, ix.begin_, count, ix.mean_, mapped.data());
   }
   EncodeArgs ea;
-  ea.x = first;
-  ea.dtype = dtype;
+  ea.x = ix.fitted_ ? static_cast<const void *>(mapped.data()) : first;
+  ea.dtype = ix.fitted_ ? DType::f32 : dtype;
   ea.rows = count;
-  ea.mean = ix.mean_.data();
-  ea.W = ix.fitted_ ? ix.fitted_->key_W().view() : W.view();
+  ea.mean = ix.fitted_ ? nullptr : ix.mean_.data();
+  ea.W = W.view();
   ea.codes = ix.codes_.data();
   if (count > 0)
     set.encode(ea);
@@ -165,24 +158,11 @@ ref::HashTransform Fit(const ref::TransformSpec &spec, const void *keys, DType d
   return ref::fit_transform(X, spec);
 }
 
-// The key map folded into the first K*L columns of W (HashTransform::key_projection).
-SimHash Fold(const ref::HashTransform &T, const SimHash &W) {
-  if (W.d() != T.d)
-    throw std::invalid_argument("FittedHash: W has " + std::to_string(W.d()) + " rows, keys have " +
-                                std::to_string(T.d));
-  ref::OwnedMatrix Wm(W.d(), std::size_t(W.K()) * std::size_t(W.L()));
-  for (std::size_t r = 0; r < Wm.rows; ++r)
-    for (std::size_t c = 0; c < Wm.cols; ++c)
-      Wm.at(r, c) = W.at(r, c);
-  return SimHash(T.key_projection(Wm), W.K(), W.L());
-}
-
 } // namespace
 
 FittedHash::FittedHash(const ref::TransformSpec &spec, const void *keys, DType dtype,
-                       std::size_t begin, std::size_t count, const std::vector<float> &mean,
-                       const SimHash &W)
-    : T_(Fit(spec, keys, dtype, begin, count, mean)), key_W_(Fold(T_, W)),
+                       std::size_t begin, std::size_t count, const std::vector<float> &mean)
+    : T_(Fit(spec, keys, dtype, begin, count, mean)),
       key_map_(T_.key_map.data.begin(), T_.key_map.data.end()) {}
 
 float FittedHash::map_query(const float *q, float *out) const {
@@ -195,8 +175,8 @@ float FittedHash::map_query(const float *q, float *out) const {
   return float(std::sqrt(s));
 }
 
-void FittedHash::append_norms(const void *keys, DType dtype, std::size_t first, std::size_t rows,
-                              const std::vector<float> &mean) {
+void FittedHash::map_keys(const void *keys, DType dtype, std::size_t first, std::size_t rows,
+                          const std::vector<float> &mean, float *out) {
   const std::size_t d = mean.size();
   std::vector<float> c(d);
   std::vector<double> y(d);
@@ -205,9 +185,9 @@ void FittedHash::append_norms(const void *keys, DType dtype, std::size_t first, 
     LoadRow(keys, dtype, d, first + i, c.data());
     for (std::size_t j = 0; j < d; ++j)
       c[j] -= mean[j];
-    // y = c^T A (A = key map, d x d) in double like the reference's key(): whitening amplifies
-    // the keys' weak directions (up to 1000x at a = 1/2 where eigenvalues are floored), where
-    // f32 sums of the strong ones cancel. Row-wise accumulation, one vectorisable loop per row.
+    // y = c^T A (A = key map, d x d) in double, in the reference's order (HashTransform::key),
+    // each coordinate rounded once: the reference's k' bit for bit. Row-wise accumulation, one
+    // vectorisable loop per row.
     std::fill(y.begin(), y.end(), 0.0);
     for (std::size_t r = 0; r < d; ++r) {
       const double cr = c[r];
@@ -216,14 +196,17 @@ void FittedHash::append_norms(const void *keys, DType dtype, std::size_t first, 
         y[j] += cr * a[j];
     }
     double s = 0;
-    for (double v : y)
-      s += double(v) * double(v);
+    for (std::size_t j = 0; j < d; ++j) {
+      const float x = float(y[j]);
+      out[i * d + j] = x;
+      s += double(x) * double(x);
+    }
     norms_.push_back(float(std::sqrt(s)));
   }
 }
 
 std::size_t FittedHash::bytes() const {
-  return key_W_.bytes() + 8 * key_map_.size() +
+  return 8 * key_map_.size() +
          4 * (T_.key_map.data.size() + T_.query_map.data.size() + norms_.size());
 }
 
@@ -266,11 +249,17 @@ void LshIndex::extend(const LshKernelSet &set, const void *keys, DType dtype, st
   ea.dtype = dtype;
   ea.rows = rows;
   ea.mean = mean_.data();
-  ea.W = fitted_ ? fitted_->key_W().view() : W.view();
+  std::vector<float> mapped; // fitted hashing: k' of the joining keys, hashed instead
+  if (fitted_) {
+    mapped.resize(rows * d);
+    fitted_->map_keys(keys, dtype, first, rows, mean_, mapped.data());
+    ea.x = mapped.data();
+    ea.dtype = DType::f32;
+    ea.mean = nullptr;
+  }
+  ea.W = W.view();
   ea.codes = tail_.data() + old;
   set.encode(ea);
-  if (fitted_)
-    fitted_->append_norms(keys, dtype, first, rows, mean_);
   if (tail_count() >= tail_limit())
     merge_tail(set);
 }

@@ -85,9 +85,9 @@ TEST(LshIndexGrowth, RetrievalMatchesReferenceAcrossMergesAndSegments) {
 }
 
 // Fitted hashing as the index grows: the transform fitted at build is kept (like the mean);
-// every token that joins later is hashed against the same folded W and gets its |k'|. Retrieval
-// returns pig::ref::sample_set on the reference's codes of every indexed token (key rows against
-// HashTransform::key_projection, queries mapped by HashTransform::query), across tail merges.
+// every token that joins later is mapped by the same maps and gets its |k'|. Retrieval returns
+// pig::ref::sample_set on the reference's codes of every indexed token (keys mapped by
+// HashTransform::key, queries by HashTransform::query), across tail merges.
 TEST(LshIndexGrowth, FittedHashingKeepsItsTransformAsTheIndexGrows) {
   const std::size_t d = 16, sink = 4, local = 64;
   const int K = 6, L = 10, t = 2;
@@ -108,7 +108,6 @@ TEST(LshIndexGrowth, FittedHashingKeepsItsTransformAsTheIndexGrows) {
   ASSERT_NE(ix.fitted(), nullptr);
   const ref::HashTransform &T = ix.fitted()->transform();
   const ref::OwnedMatrix Wr = ref::simhash_matrix(11, d, K, L);
-  const ref::OwnedMatrix P = T.key_projection(Wr);
   const ref::LshConfig cfg{K, L, t, 11};
   std::vector<std::uint16_t> codes;
   std::vector<double> norms;
@@ -116,7 +115,7 @@ TEST(LshIndexGrowth, FittedHashingKeepsItsTransformAsTheIndexGrows) {
     std::vector<float> c(d);
     for (std::size_t j = 0; j < d; ++j)
       c[j] = keys[i * d + j] - ix.mean()[j];
-    const auto cc = ref::encode(T.key_row(c), P.view(), cfg);
+    const auto cc = ref::encode(T.key(c), Wr.view(), cfg);
     codes.insert(codes.end(), cc.begin(), cc.end());
     double n2 = 0;
     for (float x : T.key(c))

@@ -356,7 +356,7 @@ TEST(SampledAttention, MatchesReferenceOnSyntheticProblems) {
 }
 
 // Hashing in a space fitted to the keys (whitening, the transform the runtime serves): the fit,
-// the folded W, the mapped queries, the stored norms and the kernels' u against pig::ref.
+// the mapped keys and queries, the stored norms and the kernels' u against pig::ref.
 TEST(SampledAttention, FittedHashingMatchesReference) {
   for (const Config &c : kConfigs) // a group of 3 (one head: the adversarial cases below)
     check_magicpig(make_problem(kN, std::size_t(c.d), 3, 17), c, 3, 2, {}, 2e-4,

@@ -273,48 +273,16 @@ TEST(BuildIndex, TransformNeedsWOfTheHashedDimension) {
       build_index(K, simhash_matrix(1, 5, 4, 8), cfg, {}, Centering::mean_of_indexed, spec);
   EXPECT_EQ(index.hashed.cols, 5u);
   EXPECT_EQ(index.hashed.rows, index.split.indexed());
-  // Codes: the key rows (centred key + augmentation) against the folded W.
-  const OwnedMatrix P = index.transform.key_projection(simhash_matrix(1, 5, 4, 8));
-  ASSERT_EQ(P.rows, 9u);
-  for (std::size_t i = 0; i < index.split.indexed(); ++i) {
-    const std::size_t token = index.split.indexed_begin + i;
-    const std::vector<float> row = index.transform.key_row(index.centered_key(token));
-    const std::vector<std::uint16_t> c = encode(row, P, cfg);
-    EXPECT_TRUE(std::equal(c.begin(), c.end(), index.codes.begin() + std::ptrdiff_t(i * 8)));
+  EXPECT_EQ(index.codes, encode_rows(index.hashed, simhash_matrix(1, 5, 4, 8), cfg));
+  for (std::size_t i = 0; i < index.split.indexed(); i += 17) {
+    const std::vector<float> k =
+        index.transform.key(index.centered_key(index.split.indexed_begin + i));
+    EXPECT_TRUE(std::equal(k.begin(), k.end(), index.hashed.row(i)));
   }
   // The identity keeps plain MagicPIG exactly.
   const LshIndex plain = build_index(K, simhash_matrix(1, 8, 4, 8), cfg);
   EXPECT_EQ(plain.hashed.rows, 0u);
   EXPECT_EQ(plain.codes, encode_rows(plain.centered, simhash_matrix(1, 8, 4, 8), cfg));
-}
-
-// Folding the key map into W hashes the same direction as hashing k' = key(k - mu) explicitly:
-// the projections agree to f32 rounding, and the identity leaves W as it is.
-TEST(FitTransform, FoldedProjectionEqualsTheExplicitOne) {
-  const std::size_t n = 300, d = 8;
-  const Centered c = center(anisotropic_keys(19, n, d, nullptr, 0.7));
-  for (const char *name : {"pca:r=3", "whiten:a=0.5", "mips:q=0.9", "whiten:a=0.25+mips:q=1"}) {
-    const HashTransform T = fit_transform(c.keys, TransformSpec::parse(name));
-    const OwnedMatrix W = simhash_matrix(2, T.dim, 4, 5);
-    const OwnedMatrix P = T.key_projection(W);
-    for (std::size_t i = 0; i < 20; ++i) {
-      const std::vector<float> k = T.key(c.keys.row_span(i)), row = T.key_row(c.keys.row_span(i));
-      for (std::size_t col = 0; col < W.cols; ++col) {
-        double folded = 0, explicit_ = 0, scale = 0;
-        for (std::size_t r = 0; r < row.size(); ++r)
-          folded += double(row[r]) * double(P.at(r, col));
-        for (std::size_t r = 0; r < k.size(); ++r) {
-          explicit_ += double(k[r]) * double(W.at(r, col));
-          scale += std::fabs(double(k[r]) * double(W.at(r, col)));
-        }
-        EXPECT_NEAR(folded, explicit_, 1e-5 * scale + 1e-6) << name << " key " << i;
-      }
-    }
-  }
-  const HashTransform plain = fit_transform(c.keys, TransformSpec{});
-  const OwnedMatrix W = simhash_matrix(2, d, 4, 5);
-  EXPECT_EQ(plain.key_projection(W).data, W.data);
-  EXPECT_THROW(plain.key_projection(simhash_matrix(2, d + 1, 4, 5)), std::invalid_argument);
 }
 
 const char *const kTransforms[] = {"pca:r=3", "whiten:a=0.5", "mips:q=1",
@@ -349,14 +317,11 @@ TEST(TransformedHashing, CollisionFrequencyIsUOfTheTransformedCosine) {
     });
     bool raw_differs = false;
     for (std::size_t i : {std::size_t(0), std::size_t(1), order[0], order[1]}) {
-      // Hashed as build_index hashes: the key row against the folded W, the query explicitly.
       const std::vector<float> kh = T.key(c.keys.row_span(i));
-      const std::vector<float> krow = T.key_row(c.keys.row_span(i));
       int hits = 0;
       for (std::size_t r = 0; r < draws; ++r) {
         const OwnedMatrix W = simhash_matrix(seed++, T.dim, cfg.K, cfg.L);
-        hits +=
-            count_collisions(encode(qh, W, cfg), encode(krow, T.key_projection(W), cfg)) >= cfg.t;
+        hits += count_collisions(encode(qh, W, cfg), encode(kh, W, cfg)) >= cfg.t;
       }
       const double f = double(hits) / draws;
       const double u = collision_probability(cosine(qh, kh), cfg.K, cfg.L, cfg.t);

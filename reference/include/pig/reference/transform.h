@@ -62,15 +62,11 @@ struct TransformSpec {
 /// matrix applied on the right (x' = x^T A), which is also how it folds into SimHash:
 /// sign(x'^T W) = sign(x^T (A W)).
 ///
-/// How pig hashes with it (build_index, sample_tokens; the runtime does the same):
-/// - keys: the key map is FOLDED into W (key_projection): the codes of a key are
-///   encode(key_row(k - mu), key_projection(W)), so encoding a key costs what it costs in plain
-///   MagicPIG (d rows of W, plus one with the augmentation), whatever the map;
-/// - queries (one per head and step): q' = query(q) explicitly, then encode(q', W);
-/// - u: the cosine of q' and k' = key(k - mu), the vectors actually compared.
-/// Folding rounds A W to f32 once, where hashing k' explicitly would round k' to f32: the two
-/// hash the same direction up to f32 rounding (the statistical tests in transform_test hold for
-/// the folded form, which is the one defined here).
+/// How pig hashes with it (build_index, sample_tokens; the runtime does the same, bit for bit):
+/// keys as encode(key(k - mu), W), queries as encode(query(q), W), u from the cosine of the two.
+/// k' costs d * m multiply-adds per key, which the runtime pays anyway for |k'|; W stays the one
+/// matrix every head shares (a W folded per head, A W, would cost d * K * L * 4 bytes per head
+/// and, read for every new key, 0.85x plain's decode speed at 32k).
 struct HashTransform {
   TransformSpec spec;
   std::size_t d = 0;     ///< input dimension
@@ -83,13 +79,6 @@ struct HashTransform {
   std::vector<float> key(std::span<const float> centered) const;
   /// q' (dim floats).
   std::vector<float> query(std::span<const float> q) const;
-  /// What a key's codes are computed from with key_projection: the centred key itself (d
-  /// floats), followed by the augmentation coordinate sqrt(max(0, M^2 - |k'|^2)) with mips.
-  std::vector<float> key_row(std::span<const float> centered) const;
-  /// The keys' SimHash matrix for W (dim x cols): rows 0..d-1 = key_map W[0, m) (products in
-  /// double, rounded once), or W's first d rows without a linear map; with mips, W's last row
-  /// after them. d (+1) x cols.
-  OwnedMatrix key_projection(Matrix W) const;
 };
 
 /// Keys a fit reads at most: every ceil(n / kFitRows)-th centred key when there are more (the

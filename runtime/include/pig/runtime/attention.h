@@ -45,7 +45,7 @@ struct CostCounters {
 struct AttentionStats : CostCounters {
   size_t decode_steps = 0; ///< single-token Forward calls (per layer: counted once, layer 0)
   size_t index_bytes = 0;  ///< index memory now (all layers, kv-heads)
-  /// Fitted hashing (AttentionSpec::transform): the per-(layer, kv-head) folded W, query map
+  /// Fitted hashing (AttentionSpec::transform): the per-(layer, kv-head) key and query maps
   /// and per-token key norms, in bytes (0 for plain MagicPIG: its W is shared by every head).
   size_t hash_bytes = 0;
   std::string kernels; ///< which kernels served (KernelRegistry::describe), if any

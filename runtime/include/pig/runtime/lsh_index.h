@@ -90,18 +90,12 @@ public:
   /// The columns past K*L within a row's padding are the wide W's, which the kernels compute and
   /// never read. Throws std::invalid_argument when K*L exceeds the wide configuration's.
   SimHash(std::shared_ptr<const SimHash> wide, int K, int L);
-  /// The first K*L columns of an explicit matrix (d = W.rows): the folded W of fitted hashing.
-  /// Throws std::invalid_argument when W has fewer columns.
-  SimHash(const ref::OwnedMatrix &W, int K, int L);
   SimHashView view() const;
   std::size_t d() const { return d_; }
   int K() const { return K_; }
   int L() const { return L_; }
   /// Entry (row r, column c) of W.
   float at(std::size_t r, std::size_t c) const { return data()[r * cols_ + c]; }
-
-  /// Bytes this object owns (0 for a view of a shared matrix).
-  std::size_t bytes() const { return 4 * (w_.size() + norm_.size()); }
 
 private:
   void assign(const ref::OwnedMatrix &W);
@@ -123,34 +117,33 @@ struct StaticTokens {
 /// Hashing in a space fitted to one (layer, kv-head)'s indexed keys (pig/reference/transform.h;
 /// the runtime serves whiten:a=A): fitted once, at index build, by pig::ref::fit_transform on
 /// the centred indexed keys (so the maps are the reference's, bit for bit), then kept as the
-/// index grows, like the centring mean. Keys are hashed against key_W (the key map folded into
-/// W: encoding costs what plain encoding costs); queries are mapped (map_query) and hashed
-/// against the shared W; the sampled pass takes the cosine's norms from here (|q'| per head,
-/// |k'_i| per indexed token, computed when the token joins the index).
+/// index grows, like the centring mean. Keys and queries are mapped (map_keys, map_query: the
+/// reference's arithmetic, bit for bit) and hashed against the W every head shares; the sampled
+/// pass takes the cosine's norms from here (|q'| per head, |k'_i| per indexed token, computed
+/// when the token joins the index).
 class FittedHash {
 public:
   /// Fits `spec` to keys [begin, begin + count) (n x d rows of dtype) centred by `mean`.
   /// Throws std::invalid_argument for a transform the runtime does not serve or count == 0.
   FittedHash(const ref::TransformSpec &spec, const void *keys, DType dtype, std::size_t begin,
-             std::size_t count, const std::vector<float> &mean, const SimHash &W);
+             std::size_t count, const std::vector<float> &mean);
 
   const ref::HashTransform &transform() const { return T_; }
-  const SimHash &key_W() const { return key_W_; }
   /// q' = the reference's HashTransform::query(q) (d floats, bit for bit); returns |q'|.
   float map_query(const float *q, float *out) const;
-  /// Appends |k'| for keys [first, first + rows), centred by `mean` in f32 like the encoder.
-  void append_norms(const void *keys, DType dtype, std::size_t first, std::size_t rows,
-                    const std::vector<float> &mean);
+  /// k' = the reference's HashTransform::key(k - mean) of keys [first, first + rows) into out
+  /// (rows x d f32, bit for bit; k - mean in f32 like the encoder), and appends their |k'|.
+  void map_keys(const void *keys, DType dtype, std::size_t first, std::size_t rows,
+                const std::vector<float> &mean, float *out);
   /// |k'| of the index's i-th indexed token.
   const float *key_norms() const { return norms_.data(); }
   std::size_t norm_count() const { return norms_.size(); }
-  /// Folded W, the two maps and the norms.
+  /// The two maps and the norms.
   std::size_t bytes() const;
 
 private:
   ref::HashTransform T_;
-  SimHash key_W_;
-  std::vector<double> key_map_; // d x d, row-major (T_.key_map), for the norms
+  std::vector<double> key_map_; // d x d, row-major (T_.key_map)
   std::vector<float> norms_;
 };
 
