@@ -29,8 +29,10 @@
 #include <sstream>
 #include <stdexcept>
 #include <string>
+#include <tuple>
 #include <vector>
 
+#include "pig/reference/lsh.h"
 #include "pig/runtime/attention.h"
 #include "pig/runtime/model.h"
 #include "report.h" // tools/pig-eval: CSV and gnuplot helpers
@@ -73,6 +75,9 @@ struct Options {
   std::optional<double> max_error; // --max-error E: selects the point from a records file
   // --transform SPEC: a method "magicpig+SPEC", magicpig hashing in a fitted space.
   std::optional<pig::ref::TransformSpec> transform;
+  // --transform-lsh K:L: the transform's (K, L), to compare at matched cost2 (a transform
+  // changes the collision rate); default magicpig's.
+  std::optional<std::pair<int, int>> transform_kl;
 };
 
 [[noreturn]] void Usage(const std::string &e) {
@@ -85,7 +90,9 @@ struct Options {
       "                         [--transform SPEC]  (a method magicpig+SPEC: magicpig hashing in "
       "a space\n"
       "                                              fitted to the keys, whiten:a=A; vs magicpig "
-      "and dense)\n",
+      "and dense)\n"
+      "                         [--transform-lsh K:L]  (its K, L: to match magicpig's cost2; "
+      "default magicpig's)\n",
       e.c_str());
   std::exit(2);
 }
@@ -209,6 +216,18 @@ int main(int argc, char **argv) {
       o.max_error = pig::tools::ParseMaxError(v);
       if (!o.max_error)
         Usage("--max-error expects a number >= 0, got '" + v + "'");
+    } else if (a == "--transform-lsh") {
+      const std::string v = value();
+      const size_t colon = v.find(':');
+      if (colon == std::string::npos)
+        Usage("--transform-lsh expects K:L, got '" + v + "'");
+      const size_t K = Count(a, v.substr(0, colon)), L = Count(a, v.substr(colon + 1));
+      try {
+        pig::ref::LshConfig{int(K), int(L), 2, 0}.validate();
+      } catch (const std::invalid_argument &e) {
+        Usage(std::string("--transform-lsh: ") + e.what());
+      }
+      o.transform_kl = {int(K), int(L)};
     } else if (a == "--transform") {
       // A bad spec or one the runtime does not serve: a usage error before the model is read.
       try {
@@ -227,6 +246,8 @@ int main(int argc, char **argv) {
   }
   if (o.steps < 2)
     Usage("--steps must be at least 2 (the first step is reported apart)");
+  if (o.transform_kl && !o.transform)
+    Usage("--transform-lsh gives the (K, L) of --transform SPEC's method: give --transform");
   if (o.max_error && o.tuning.empty())
     Usage("--max-error selects a point from --tuning FILE's records: give --tuning FILE");
   try {
@@ -287,6 +308,8 @@ int main(int argc, char **argv) {
       xi = specs.size();
       AttentionSpec x = lsh;
       x.transform = *o.transform;
+      if (o.transform_kl)
+        std::tie(x.K, x.L) = *o.transform_kl;
       x.Validate(c.n_layers);
       specs.push_back(x);
       std::printf("transform: %s: %s\n", xl.c_str(), x.str(c.n_layers).c_str());
