@@ -56,7 +56,7 @@ void describeOps(llvm::raw_ostream &os, const KernelPlan &plan,
   // Not for plain steps: their output stays what it was before transforms existed.
   if (plan.transform != "plain")
     os << "// Hash transform: " << plan.transform
-       << " (data to the kernels: a folded W, a query map, stored key norms; the same code "
+       << " (data to the kernels: the key and query maps, stored key norms; the same code "
           "serves every transform)\n";
 }
 

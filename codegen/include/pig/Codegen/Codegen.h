@@ -43,7 +43,7 @@ struct KernelPlan {
   int64_t k = 0, l = 0, d = 0;
   std::string dtype; ///< "f32" or "bf16"
   /// The hash transform of the ops' #pig.lsh (canonical pig::ref::TransformSpec::str(), one per
-  /// module). Data to the kernels (a folded W, a query map, stored key norms), not code: it is
+  /// module). Data to the kernels (the key and query maps, stored key norms), not code: it is
   /// not part of the key, the symbols or the registry, and only the header comment names it.
   std::string transform = "plain";
   /// The functions' pig.schedule; the default schedule when they have none (scheduled = false).

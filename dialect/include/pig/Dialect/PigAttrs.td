@@ -24,7 +24,7 @@ def Pig_LshAttr : Pig_Attr<"Lsh", "lsh"> {
     printed), `pca:r=R`, `whiten:a=A`, `mips:q=Q` or `whiten:a=A+mips:q=Q`, fitted to the keys
     per (layer, kv-head). It is stored in canonical form (`whiten` reads as `whiten:a=0.5`) and
     must be valid for the head dim of the ops carrying it (`pca:r=R` needs R <= d). Like K and L,
-    the ops of one step must agree on it. It is data to the kernels (a folded W, a query map,
+    the ops of one step must agree on it. It is data to the kernels (the key and query maps,
     stored key norms), not code: every transform is served by the same kernels, and it is not
     part of the kernel key (`#pig.kernel`).
 
