@@ -1,10 +1,17 @@
 // Random inputs for the reference tests, from the reference's own seeded generator.
 #pragma once
 
+#include <algorithm>
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <string>
 #include <vector>
 
+#include <gtest/gtest.h>
+
+#include "pig/reference/attention.h"
+#include "pig/reference/magicpig.h"
 #include "pig/reference/matrix.h"
 #include "pig/reference/random.h"
 
@@ -21,6 +28,37 @@ inline OwnedMatrix gaussian_matrix(Rng &rng, std::size_t rows, std::size_t cols,
   OwnedMatrix m(rows, cols);
   m.data = gaussian_vector(rng, rows * cols, sd);
   return m;
+}
+
+/// The unbiasedness check of MagicPIG's importance weights over the draw of W: over `draws`
+/// estimates e = estimate(r), exp(e.lse - exact.lse) (the partition function's ratio) must have
+/// mean 1 and exp(e.lse - exact.lse) * e.out (the numerator) mean exact.out, each within z = 5
+/// standard errors of the sample mean (+1e-6). Returns the mean sample size, for the caller to
+/// check that the sample was neither empty nor everything.
+template <typename Estimate>
+double expect_unbiased_over_w(const Attention &exact, std::size_t draws, Estimate &&estimate,
+                              const std::string &what = "") {
+  const std::size_t d = exact.out.size();
+  std::vector<double> sum(d + 1, 0.0), sum2(d + 1, 0.0);
+  double sampled = 0.0;
+  for (std::size_t r = 0; r < draws; ++r) {
+    const MagicPigResult e = estimate(r);
+    sampled += double(e.sample.size()) / double(draws);
+    const double ratio = std::exp(e.attention.lse - exact.lse);
+    for (std::size_t j = 0; j <= d; ++j) {
+      const double x = j == d ? ratio : ratio * e.attention.out[j];
+      sum[j] += x;
+      sum2[j] += x * x;
+    }
+  }
+  for (std::size_t j = 0; j <= d; ++j) {
+    const double mean = sum[j] / double(draws);
+    const double sd = std::sqrt(std::max(0.0, sum2[j] / double(draws) - mean * mean));
+    const double target = j == d ? 1.0 : exact.out[j];
+    EXPECT_NEAR(mean, target, 5.0 * sd / std::sqrt(double(draws)) + 1e-6)
+        << what << (j == d ? " partition function" : " numerator coordinate " + std::to_string(j));
+  }
+  return sampled;
 }
 
 } // namespace pig::ref::testing
