@@ -189,8 +189,7 @@ HashTransform fit_transform(Matrix X, const TransformSpec &spec) {
   // Rows with NaN or inf are left out of the fit (they hash to all-zero bits and carry a NaN or
   // infinite logit anyway); if nothing is left the fit is the degenerate one.
   std::vector<std::size_t> rows;
-  const std::size_t stride = (X.rows + kFitRows - 1) / kFitRows;
-  for (std::size_t i = 0; i < X.rows; i += stride)
+  for (std::size_t i = 0, stride = fit_stride(X.rows); i < X.rows; i += stride)
     if (finite_row(X.row_span(i)))
       rows.push_back(i);
   if (spec.linear != TransformSpec::Linear::none) {

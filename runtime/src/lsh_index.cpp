@@ -24,12 +24,8 @@ IndexLayout IndexLayout::of(std::size_t count, int K, int L) {
 }
 
 SimHash::SimHash(std::uint64_t seed, std::size_t d, int K, int L) : d_(d), K_(K), L_(L) {
-  assign(ref::simhash_matrix(seed, d, K, L));
-}
-
-void SimHash::assign(const ref::OwnedMatrix &W) {
-  const std::size_t d = d_;
-  const std::size_t cols = std::size_t(K_) * std::size_t(L_);
+  const ref::OwnedMatrix W = ref::simhash_matrix(seed, d, K, L);
+  const std::size_t cols = std::size_t(K) * std::size_t(L);
   cols_ = (cols + 15) / 16 * 16;
   w_.assign(d * cols_, 0.0f);
   norm_.assign(cols, 0.0f);
@@ -147,7 +143,7 @@ ref::HashTransform Fit(const ref::TransformSpec &spec, const void *keys, DType d
                                 ": the runtime serves plain and whiten:a=A");
   if (count == 0)
     throw std::invalid_argument("FittedHash: no indexed key to fit");
-  const std::size_t stride = (count + ref::kFitRows - 1) / ref::kFitRows;
+  const std::size_t stride = ref::fit_stride(count);
   ref::OwnedMatrix X((count + stride - 1) / stride, d);
   std::vector<float> row(d);
   for (std::size_t i = 0, r = 0; i < count; i += stride, ++r) {
@@ -162,52 +158,54 @@ ref::HashTransform Fit(const ref::TransformSpec &spec, const void *keys, DType d
 
 FittedHash::FittedHash(const ref::TransformSpec &spec, const void *keys, DType dtype,
                        std::size_t begin, std::size_t count, const std::vector<float> &mean)
-    : T_(Fit(spec, keys, dtype, begin, count, mean)),
-      key_map_(T_.key_map.data.begin(), T_.key_map.data.end()) {}
+    : T_(Fit(spec, keys, dtype, begin, count, mean)) {}
 
-float FittedHash::map_query(const float *q, float *out) const {
-  const std::vector<float> x = T_.query(std::span<const float>(q, T_.d));
+namespace {
+
+// out = x^T A (A: d x d, row-major f32, products in double) in double, in the reference's
+// order (HashTransform::key / query: rows of A outer, columns inner), each coordinate rounded
+// once: the reference's k' or q' bit for bit, without its allocations (this runs for every head
+// of every sparse layer at every decode step). Returns |out| (double sum of the f32 values).
+float MapRow(const float *A, const float *x, std::size_t d, double *acc, float *out) {
+  std::fill(acc, acc + d, 0.0);
+  for (std::size_t r = 0; r < d; ++r) {
+    const double xr = x[r];
+    const float *a = A + r * d;
+    for (std::size_t j = 0; j < d; ++j)
+      acc[j] += xr * double(a[j]);
+  }
   double s = 0;
-  for (std::size_t j = 0; j < x.size(); ++j) {
-    out[j] = x[j];
-    s += double(x[j]) * double(x[j]);
+  for (std::size_t j = 0; j < d; ++j) {
+    out[j] = float(acc[j]);
+    s += double(out[j]) * double(out[j]);
   }
   return float(std::sqrt(s));
+}
+
+} // namespace
+
+float FittedHash::map_query(const float *q, float *out) const {
+  thread_local std::vector<double> acc;
+  acc.resize(T_.d);
+  return MapRow(T_.query_map.data.data(), q, T_.d, acc.data(), out);
 }
 
 void FittedHash::map_keys(const void *keys, DType dtype, std::size_t first, std::size_t rows,
                           const std::vector<float> &mean, float *out) {
   const std::size_t d = mean.size();
   std::vector<float> c(d);
-  std::vector<double> y(d);
+  std::vector<double> acc(d);
   norms_.reserve(norms_.size() + rows);
   for (std::size_t i = 0; i < rows; ++i) {
     LoadRow(keys, dtype, d, first + i, c.data());
     for (std::size_t j = 0; j < d; ++j)
       c[j] -= mean[j];
-    // y = c^T A (A = key map, d x d) in double, in the reference's order (HashTransform::key),
-    // each coordinate rounded once: the reference's k' bit for bit. Row-wise accumulation, one
-    // vectorisable loop per row.
-    std::fill(y.begin(), y.end(), 0.0);
-    for (std::size_t r = 0; r < d; ++r) {
-      const double cr = c[r];
-      const double *a = key_map_.data() + r * d;
-      for (std::size_t j = 0; j < d; ++j)
-        y[j] += cr * a[j];
-    }
-    double s = 0;
-    for (std::size_t j = 0; j < d; ++j) {
-      const float x = float(y[j]);
-      out[i * d + j] = x;
-      s += double(x) * double(x);
-    }
-    norms_.push_back(float(std::sqrt(s)));
+    norms_.push_back(MapRow(T_.key_map.data.data(), c.data(), d, acc.data(), out + i * d));
   }
 }
 
 std::size_t FittedHash::bytes() const {
-  return 8 * key_map_.size() +
-         4 * (T_.key_map.data.size() + T_.query_map.data.size() + norms_.size());
+  return 4 * (T_.key_map.data.size() + T_.query_map.data.size() + norms_.size());
 }
 
 IndexView LshIndex::view() const {

@@ -86,6 +86,10 @@ struct HashTransform {
 /// runtime fits every (layer, kv-head) at the first decode step, where the fit's d^2 / 2 work
 /// per key would otherwise grow with the context).
 inline constexpr std::size_t kFitRows = 4096;
+/// The stride a fit of n keys reads them at: every fit_stride(n)-th, from the first.
+inline std::size_t fit_stride(std::size_t n) {
+  return n > kFitRows ? (n + kFitRows - 1) / kFitRows : 1;
+}
 
 /// Fits `spec` to the centred keys (rows of X, d columns; at most kFitRows of them, evenly
 /// strided). The covariance C = X^T X / n is accumulated in double. Degenerate keys: eigenvalues

@@ -98,7 +98,6 @@ public:
   float at(std::size_t r, std::size_t c) const { return data()[r * cols_ + c]; }
 
 private:
-  void assign(const ref::OwnedMatrix &W);
   const float *data() const { return owner_ ? owner_->data() : w_.data(); }
   const float *norms() const { return owner_ ? owner_->norms() : norm_.data(); }
   std::size_t d_;
@@ -143,7 +142,6 @@ public:
 
 private:
   ref::HashTransform T_;
-  std::vector<double> key_map_; // d x d, row-major (T_.key_map)
   std::vector<float> norms_;
 };
 
