@@ -27,7 +27,8 @@
 //   PIG_REGISTER_LSH_KERNELS(k10_l150_d64_bf16, 10, 150, 64, bf16, &Factory);
 //   } // namespace pig_lsh_k10_l150_d64_bf16
 //   #endif
-// Rules: dtype is f32 (T = float) or bf16 (T = hwy::bfloat16_t); d must be even; K in [1, 16],
+// Rules: dtype is f32 (T = float), bf16 (T = hwy::bfloat16_t) or q8 (T = pig::runtime::lsh::Q8,
+// d a multiple of 32); d must be even; K in [1, 16],
 // L in [1, 1024]. The include path needs the project root (runtime/kernels/...) and
 // runtime/include. The TU must be linked whole (its only reference is the static registrar):
 // compile it into an OBJECT library or an executable, not a plain static archive.
@@ -83,8 +84,13 @@ inline constexpr std::size_t kSegment = 65535; // tokens per index segment (ids 
 // per row scored). The hardware prefetchers alone left it at 6-10 GB/s; 64 rows ahead gave
 // 1.15-1.3x at n = 128k (bf16, d = 64 and 128, one head and a group of 3; interleaved A/B runs).
 
-// Storage type of a row element: f32, or bf16 as raw bits.
-template <typename T> using RowOf = std::conditional_t<std::is_same_v<T, float>, float, uint16_t>;
+// Storage type of a row element: f32, bf16 as raw bits, or a byte of a q8 row (sd::RowAt).
+template <typename T>
+using RowOf = std::conditional_t<std::is_same_v<T, float>, float,
+                                 std::conditional_t<std::is_same_v<T, Q8>, Q8, uint16_t>>;
+template <typename T> constexpr DType DTypeOf() {
+  return std::is_same_v<T, float> ? DType::f32 : std::is_same_v<T, Q8> ? DType::q8 : DType::bf16;
+}
 
 template <int kConst> HWY_INLINE std::size_t Pick(std::size_t runtime_value) {
   if constexpr (kConst != 0) {
@@ -252,7 +258,7 @@ template <int kK, int kL, int kD, typename Row> void EncodeTyped(const EncodeArg
   for (std::size_t r0 = 0; r0 < a.rows; r0 += R) {
     const std::size_t nr = std::min(R, a.rows - r0);
     for (std::size_t r = 0; r < nr; ++r) {
-      const Row *src = rows + (r0 + r) * d;
+      const Row *src = sd::RowAt(rows, r0 + r, d);
       float *dst = xs.data() + r * d;
       for (std::size_t k = 0; k < d; ++k)
         dst[k] = a.mean ? sd::ScalarAt(src, k) - a.mean[k] : sd::ScalarAt(src, k);
@@ -635,8 +641,8 @@ HWY_INLINE void ScoreRows(const Heads &st, const Row *const *rows, std::size_t n
   for (std::size_t i = 0; i < nb; ++i) {
     const Row *row = rows[i];
     if (pf_k && pf_k[i]) { // the rows the schedule's prefetch distance ahead of this one
-      sd::PrefetchRow(pf_k[i], d * sizeof(Row));
-      sd::PrefetchRow(pf_v[i], d * sizeof(Row));
+      sd::PrefetchRow(pf_k[i], sd::RowBytes<Row>(d));
+      sd::PrefetchRow(pf_v[i], sd::RowBytes<Row>(d));
     }
     VF s[kG], cs[kG];
     VF n2 = hn::Zero(df);
@@ -852,11 +858,11 @@ HWY_INLINE void DenseRange(Heads &st, const Row *k, const Row *v, std::size_t be
   for (std::size_t i0 = begin; i0 < end; i0 += kBlock) {
     const std::size_t nb = std::min(kBlock, end - i0);
     for (std::size_t i = 0; i < nb; ++i) {
-      krows[i] = k + (i0 + i) * d;
-      vrows[i] = v + (i0 + i) * d;
+      krows[i] = sd::RowAt(k, i0 + i, d);
+      vrows[i] = sd::RowAt(v, i0 + i, d);
       const std::size_t f = i0 + i + kAhead;
-      pf_k[i] = kAhead > 0 && f < end ? k + f * d : nullptr;
-      pf_v[i] = kAhead > 0 && f < end ? v + f * d : nullptr;
+      pf_k[i] = kAhead > 0 && f < end ? sd::RowAt(k, f, d) : nullptr;
+      pf_v[i] = kAhead > 0 && f < end ? sd::RowAt(v, f, d) : nullptr;
     }
     ScoreRows<kG, kD, Row, false, kS>(st, krows, nb, z, nullptr, nullptr, pf_k, pf_v);
     for (int h = 0; h < kG; ++h)
@@ -946,19 +952,19 @@ HWY_INLINE void SampledRange(Heads &st, const SampledAttentionArgs &a) {
   const Row *v = static_cast<const Row *>(a.v);
   alignas(64) float z[kG * kBlock], c[kG * kBlock], nn[kBlock];
   const Row *krows[kBlock], *vrows[kBlock], *pf_k[kBlock], *pf_v[kBlock];
-  const std::size_t row_bytes = d * sizeof(Row);
+  const std::size_t row_bytes = sd::RowBytes<Row>(d);
   for (std::size_t i = 0; i < std::min(kPrefetchRows, a.count); ++i) {
-    sd::PrefetchRow(k + std::size_t(a.tokens[i]) * d, row_bytes);
-    sd::PrefetchRow(v + std::size_t(a.tokens[i]) * d, row_bytes);
+    sd::PrefetchRow(sd::RowAt(k, a.tokens[i], d), row_bytes);
+    sd::PrefetchRow(sd::RowAt(v, a.tokens[i], d), row_bytes);
   }
   for (std::size_t i0 = 0; i0 < a.count; i0 += kBlock) {
     const std::size_t nb = std::min(kBlock, a.count - i0);
     for (std::size_t i = 0; i < nb; ++i) {
-      krows[i] = k + std::size_t(a.tokens[i0 + i]) * d;
-      vrows[i] = v + std::size_t(a.tokens[i0 + i]) * d;
+      krows[i] = sd::RowAt(k, a.tokens[i0 + i], d);
+      vrows[i] = sd::RowAt(v, a.tokens[i0 + i], d);
       const std::size_t f = i0 + i + kPrefetchRows;
-      pf_k[i] = kPrefetchRows > 0 && f < a.count ? k + std::size_t(a.tokens[f]) * d : nullptr;
-      pf_v[i] = kPrefetchRows > 0 && f < a.count ? v + std::size_t(a.tokens[f]) * d : nullptr;
+      pf_k[i] = kPrefetchRows > 0 && f < a.count ? sd::RowAt(k, a.tokens[f], d) : nullptr;
+      pf_v[i] = kPrefetchRows > 0 && f < a.count ? sd::RowAt(v, a.tokens[f], d) : nullptr;
     }
     for (std::size_t i = nb; i < kBlock; ++i)
       nn[i] = 0;
@@ -1113,34 +1119,42 @@ template <int kD, typename Row, Schedule kS> void SampledChunks(const SampledAtt
 template <int kK, int kL, int kD, typename T> void Encode(const EncodeArgs &a) {
   if (a.dtype == DType::f32)
     EncodeTyped<kK, kL, kD, float>(a);
+  else if (a.dtype == DType::q8)
+    EncodeTyped<kK, kL, kD, Q8>(a);
   else
     EncodeTyped<kK, kL, kD, uint16_t>(a);
 }
 
 template <int kD, typename T, Schedule kS> void SampledAttention(const SampledAttentionArgs &a) {
   Pick<kD>(a.d);
+  HWY_ASSERT(a.dtype != DType::q8 || a.d % 32 == 0);
   HWY_ASSERT(a.sink_end <= a.local_begin && a.local_begin <= a.n && a.log_u.h);
   if constexpr (std::is_void_v<T>) {
     if (a.dtype == DType::f32)
       SampledChunks<kD, float, kS>(a);
+    else if (a.dtype == DType::q8)
+      SampledChunks<kD, Q8, kS>(a);
     else
       SampledChunks<kD, uint16_t, kS>(a);
   } else {
-    HWY_ASSERT(a.dtype == (std::is_same_v<T, float> ? DType::f32 : DType::bf16));
+    HWY_ASSERT(a.dtype == DTypeOf<T>());
     SampledChunks<kD, RowOf<T>, kS>(a);
   }
 }
 
 template <int kD, typename T, Schedule kS> void DenseAttention(const DenseAttentionArgs &a) {
   Pick<kD>(a.d);
+  HWY_ASSERT(a.dtype != DType::q8 || a.d % 32 == 0);
   HWY_ASSERT(a.begin <= a.end);
   if constexpr (std::is_void_v<T>) {
     if (a.dtype == DType::f32)
       DenseChunks<kD, float, kS>(a);
+    else if (a.dtype == DType::q8)
+      DenseChunks<kD, Q8, kS>(a);
     else
       DenseChunks<kD, uint16_t, kS>(a);
   } else {
-    HWY_ASSERT(a.dtype == (std::is_same_v<T, float> ? DType::f32 : DType::bf16));
+    HWY_ASSERT(a.dtype == DTypeOf<T>());
     DenseChunks<kD, RowOf<T>, kS>(a);
   }
 }
@@ -1194,6 +1208,7 @@ constexpr Schedule ForDense(Schedule s) {
 template <int kK, int kL, int kD, typename T, Schedule kS = Schedule{}>
 LshKernelSet MakeKernelSet() {
   static_assert(kD % 2 == 0, "head dimension must be even");
+  static_assert(!std::is_same_v<T, Q8> || kD % 32 == 0, "q8 rows need d a multiple of 32");
   static_assert(kK >= 0 && kK <= 16 && kL >= 0 && kL <= 1024, "K in [1, 16], L in [1, 1024]");
   static_assert(kS.block == 16 || kS.block == 32 || kS.block == 64 || kS.block == 128,
                 "schedule: block must be 16, 32, 64 or 128");
@@ -1202,7 +1217,7 @@ LshKernelSet MakeKernelSet() {
   LshKernelSet s;
   s.specialised = kK != 0 && kL != 0 && kD != 0 && !std::is_void_v<T>;
   if (s.specialised)
-    s.key = KernelKey{kK, kL, kD, std::is_same_v<T, float> ? DType::f32 : DType::bf16, Target::cpu};
+    s.key = KernelKey{kK, kL, kD, DTypeOf<T>(), Target::cpu};
   s.key.schedule = kS;
   s.simd_target = hwy::TargetName(HWY_TARGET);
   s.encode = &Encode<kK, kL, kD, T>;

@@ -22,10 +22,12 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
 
 #include "hwy/cache_control.h"
 #include "hwy/contrib/math/math-inl.h"
 #include "hwy/highway.h"
+#include "pig/runtime/lsh_kernels.h" // lsh::Q8
 
 HWY_BEFORE_NAMESPACE();
 namespace pig::runtime::simd::HWY_NAMESPACE {
@@ -142,11 +144,38 @@ template <class D, class V = hn::Vec<D>> HWY_INLINE V AcosClamped(D d, V x) {
 
 template <class D, class V = hn::Vec<D>> HWY_INLINE V LogF(D d, V x) { return hn::Log(d, x); }
 
+// ---- row addressing ------------------------------------------------------------------------
+//
+// A row of d elements is d consecutive T for f32 (T = float) and bf16 (T = uint16_t, raw bits).
+// A q8 row (T = lsh::Q8, pig/reference/kv_quant.h) is d / 32 blocks of 34 bytes: a bf16 scale,
+// then 32 int8. Rows are back to back; RowAt and RowBytes are the only places that know it.
+
+using lsh::Q8;
+inline constexpr std::size_t kQ8Block = 32, kQ8BlockBytes = 34;
+
+template <typename T> HWY_INLINE constexpr std::size_t RowBytes(std::size_t d) {
+  if constexpr (std::is_same_v<T, Q8>)
+    return d / kQ8Block * kQ8BlockBytes;
+  else
+    return d * sizeof(T);
+}
+template <typename T> HWY_INLINE const T *RowAt(const T *base, std::size_t i, std::size_t d) {
+  if constexpr (std::is_same_v<T, Q8>)
+    return base + i * RowBytes<Q8>(d);
+  else
+    return base + i * d;
+}
+
 // ---- row loads in kernel order ---------------------------------------------------------------
 
 // Elements covered by whole vector pairs (2N elements, see LoadPair); the rest is a scalar tail.
+// A q8 pair must lie inside one block (2N divides 32: every x86 target); wider vectors would take
+// the scalar path.
 template <typename T> HWY_INLINE std::size_t VectorPart(std::size_t d) {
   const std::size_t step = 2 * hn::Lanes(DF());
+  if constexpr (std::is_same_v<T, Q8>)
+    if (kQ8Block % step != 0)
+      return 0;
   return d / step * step;
 }
 
@@ -168,8 +197,35 @@ HWY_INLINE void LoadPair(const std::uint16_t *HWY_RESTRICT row, std::size_t j, V
   b = hn::BitCast(df, hn::And(u, hn::Set(du, 0xFFFF0000u)));
 }
 
+// q8: elements [2jN, 2jN + 2N) lie in block 2jN / 32 (2N divides 32), in natural order (int8
+// widening keeps lane order), each q * scale, exactly pig::ref::dequantize_q8's value.
+HWY_INLINE void LoadPair(const Q8 *HWY_RESTRICT row, std::size_t j, VF &a, VF &b) {
+  const DF df;
+  const DI di;
+  const hn::Rebind<std::int8_t, DF> d8;
+  const std::size_t N = hn::Lanes(df);
+  const std::size_t e = 2 * j * N;
+  const std::uint8_t *blk =
+      reinterpret_cast<const std::uint8_t *>(row) + e / kQ8Block * kQ8BlockBytes;
+  std::uint16_t sbits;
+  std::memcpy(&sbits, blk, 2);
+  const VF s = hn::Set(df, Bf16ToF32(sbits));
+  const std::int8_t *q = reinterpret_cast<const std::int8_t *>(blk + 2 + e % kQ8Block);
+  a = hn::Mul(hn::ConvertTo(df, hn::PromoteTo(di, hn::LoadU(d8, q))), s);
+  b = hn::Mul(hn::ConvertTo(df, hn::PromoteTo(di, hn::LoadU(d8, q + N))), s);
+}
+
 HWY_INLINE float ScalarAt(const float *row, std::size_t i) { return row[i]; }
 HWY_INLINE float ScalarAt(const std::uint16_t *row, std::size_t i) { return Bf16ToF32(row[i]); }
+HWY_INLINE float ScalarAt(const Q8 *row, std::size_t i) {
+  const std::uint8_t *blk =
+      reinterpret_cast<const std::uint8_t *>(row) + i / kQ8Block * kQ8BlockBytes;
+  std::uint16_t sbits;
+  std::memcpy(&sbits, blk, 2);
+  std::int8_t q;
+  std::memcpy(&q, blk + 2 + i % kQ8Block, 1);
+  return float(q) * Bf16ToF32(sbits);
+}
 
 // Kernel order of a natural-order vector x (d entries) for rows of type T: pairs of vector blocks
 // [2jN, 2jN+2N) become (even elements, odd elements) for bf16; f32 is unchanged. Tail unchanged.

@@ -8,6 +8,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "pig/reference/kv_quant.h"
 #include "pig/reference/random.h"
 
 namespace pig::runtime {
@@ -20,6 +21,23 @@ inline float ToF32(float x) { return x; }
 // bf16 -> f32 is exact: the bf16 bits are the top half of the f32.
 inline float ToF32(std::uint16_t b) { return std::bit_cast<float>(std::uint32_t(b) << 16); }
 
+// Row i of n rows of d elements of E as something indexable by j in [0, d): the row itself for
+// f32 and bf16 (ToF32 per element), its dequantised copy in `tmp` for q8 (a q8 element's value
+// needs its block's scale).
+template <typename E> const E *RowOf(const E *base, size_t i, size_t d, std::vector<float> &) {
+  return base + i * d;
+}
+const float *RowOf(const lsh::Q8 *base, size_t i, size_t d, std::vector<float> &tmp) {
+  tmp.resize(d);
+  ref::dequantize_q8(reinterpret_cast<const std::uint8_t *>(base) + i * ref::q8_row_bytes(d), d,
+                     tmp.data());
+  return tmp.data();
+}
+
+template <typename E>
+void Logits4(const float *q, const E *keys, size_t d, double scale, size_t begin, size_t end,
+             double *z);
+
 // Scaled logits scale * q.k_i of rows [begin, end) into z[0, end - begin). Each q.k is summed in
 // double in index order, like pig::ref's dot (every product of two floats is exact in double),
 // so the selections below see the reference's scores. Four rows at a time: four independent
@@ -27,6 +45,25 @@ inline float ToF32(std::uint16_t b) { return std::bit_cast<float>(std::uint32_t(
 template <typename E>
 void Logits(const float *q, const E *keys, size_t d, double scale, size_t begin, size_t end,
             double *z) {
+  size_t i = begin;
+  if constexpr (std::is_same_v<E, lsh::Q8>) {
+    thread_local std::vector<float> tmp;
+    for (; i < end; ++i) {
+      const float *k = RowOf(keys, i, d, tmp);
+      double s = 0;
+      for (size_t j = 0; j < d; ++j)
+        s += double(q[j]) * double(k[j]);
+      z[i - begin] = scale * s;
+    }
+  } else {
+    Logits4(q, keys, d, scale, begin, end, z);
+  }
+}
+
+// Logits for f32 and bf16 rows, read in place.
+template <typename E>
+void Logits4(const float *q, const E *keys, size_t d, double scale, size_t begin, size_t end,
+             double *z) {
   size_t i = begin;
   for (; i + 4 <= end; i += 4) {
     const E *k0 = keys + i * d, *k1 = k0 + d, *k2 = k1 + d, *k3 = k2 + d;
@@ -79,7 +116,8 @@ double SoftmaxValues(const double *z, const std::uint32_t *ids, size_t count, co
   std::fill(acc, acc + d, 0.0);
   for (size_t i = 0; i < count; ++i) {
     const double w = std::exp(z[i] - m) / sum;
-    const E *v = values + size_t(ids[i]) * d;
+    thread_local std::vector<float> tmp;
+    const auto *v = RowOf(values, size_t(ids[i]), d, tmp);
     for (size_t j = 0; j < d; ++j)
       acc[j] += w * double(ToF32(v[j]));
   }
@@ -247,6 +285,8 @@ void BudgetAttention::Forward(size_t layer, size_t pos, size_t n, const float *q
   pool.ParallelFor(nh, [&](size_t h, size_t thread) {
     if (cache_.dtype() == lsh::DType::f32)
       SparseHead<float>(layer, h, pos, q + h * d, out + h * d, *scratch_[thread], head_count_[h]);
+    else if (cache_.dtype() == lsh::DType::q8)
+      SparseHead<lsh::Q8>(layer, h, pos, q + h * d, out + h * d, *scratch_[thread], head_count_[h]);
     else
       SparseHead<std::uint16_t>(layer, h, pos, q + h * d, out + h * d, *scratch_[thread],
                                 head_count_[h]);
@@ -291,7 +331,7 @@ void BudgetAttention::SparseHead(size_t layer, size_t head, size_t pos, const fl
   const double scale = 1.0 / std::sqrt(double(d));
   s.acc.resize(d);
   count.indexed = double(n_idx);
-  count.kv_bytes_indexed = double(2 * n_idx * d * sizeof(E));
+  count.kv_bytes_indexed = double(2 * n_idx * cache_.RowBytes());
 
   // Ranking in the reference's order: highest first, ties to the lower index, NaN above all (it
   // is kept, so it propagates); a strict weak order even with NaN.
@@ -332,7 +372,7 @@ void BudgetAttention::SparseHead(size_t layer, size_t head, size_t pos, const fl
     attend_range(e, n_tok);
     SoftmaxValues(s.zs.data(), s.ids.data(), s.ids.size(), V, d, s.acc.data(), out);
     count.sampled = double(m);
-    count.index_bytes_read = double(n_idx * d * sizeof(E));
+    count.index_bytes_read = double(n_idx * cache_.RowBytes());
     return;
   }
 
@@ -369,7 +409,7 @@ void BudgetAttention::SparseHead(size_t layer, size_t head, size_t pos, const fl
       SoftmaxValues(s.zs.data(), s.ids.data(), s.ids.size(), V, d, s.acc.data(), out);
   // The indexed part: its exact lse (the oracle knows every score), then B = m i.i.d. draws from
   // its softmax, as pig::ref::oracle_sampling.
-  count.index_bytes_read = double(n_idx * d * sizeof(E));
+  count.index_bytes_read = double(n_idx * cache_.RowBytes());
   s.z.resize(n_idx);
   Logits(q, K, d, scale, b, e, s.z.data());
   double mx = -kInf;
@@ -409,7 +449,8 @@ void BudgetAttention::SparseHead(size_t layer, size_t head, size_t pos, const fl
     while (j < m && s.order[j] == s.order[i])
       ++j;
     const double f = double(j - i) / double(m);
-    const E *row = V + (b + s.order[i]) * d;
+    thread_local std::vector<float> tmp;
+    const auto *row = RowOf(V, b + s.order[i], d, tmp);
     for (size_t c = 0; c < d; ++c)
       s.acc[c] += f * double(ToF32(row[c]));
     ++unique;

@@ -4,6 +4,9 @@
 #include <cstring>
 #include <stdexcept>
 #include <string>
+#include <vector>
+
+#include "pig/reference/kv_quant.h"
 
 namespace pig::runtime {
 
@@ -15,15 +18,40 @@ KvCache::KvCache(const AttentionShape &shape, DType dtype) : shape_(shape), dtyp
                                 std::to_string(shape.n_kv_heads) +
                                 " kv-heads (need an even head dim and whole GQA groups)");
   }
-  const size_t bytes =
-      shape.n_layers * shape.n_kv_heads * shape.capacity * shape.head_dim * ElementBytes();
+  if (const std::string e = lsh::dtype_unsupported(dtype, shape.head_dim); !e.empty())
+    throw std::invalid_argument(std::string("KV cache: ") + e);
+  const size_t bytes = shape.n_layers * shape.n_kv_heads * shape.capacity * RowBytes();
   k_.resize(bytes);
   v_.resize(bytes);
 }
 
 size_t KvCache::BytesPerToken() const {
-  return 2 * shape_.n_layers * shape_.n_kv_heads * shape_.head_dim * ElementBytes();
+  return 2 * shape_.n_layers * shape_.n_kv_heads * RowBytes();
 }
+
+namespace {
+
+// One row of d elements: f32 -> dtype (round to nearest even for bf16, pig::ref::quantize_q8 for
+// q8) and back.
+void FromF32(const float *x, lsh::DType dtype, size_t d, std::uint8_t *dst) {
+  if (dtype == lsh::DType::f32)
+    std::memcpy(dst, x, d * sizeof(float));
+  else if (dtype == lsh::DType::q8)
+    ref::quantize_q8(x, d, dst);
+  else
+    lsh::convert_to_bf16(x, reinterpret_cast<std::uint16_t *>(dst), d);
+}
+
+void ToF32(const std::uint8_t *src, lsh::DType dtype, size_t d, float *out) {
+  if (dtype == lsh::DType::f32)
+    std::memcpy(out, src, d * sizeof(float));
+  else if (dtype == lsh::DType::q8)
+    ref::dequantize_q8(src, d, out);
+  else
+    lsh::convert_from_bf16(reinterpret_cast<const std::uint16_t *>(src), out, d);
+}
+
+} // namespace
 
 void KvCache::Append(size_t layer, size_t pos, size_t n, const float *k, const float *v) {
   if (layer >= shape_.n_layers)
@@ -35,68 +63,54 @@ void KvCache::Append(size_t layer, size_t pos, size_t n, const float *k, const f
   const size_t hd = shape_.head_dim, nkv = shape_.n_kv_heads;
   for (size_t h = 0; h < nkv; ++h) {
     for (size_t i = 0; i < n; ++i) {
-      const float *ks = k + (i * nkv + h) * hd, *vs = v + (i * nkv + h) * hd;
-      std::uint8_t *kd = Row(k_, layer, h, pos + i), *vd = Row(v_, layer, h, pos + i);
-      if (dtype_ == DType::f32) {
-        std::memcpy(kd, ks, hd * sizeof(float));
-        std::memcpy(vd, vs, hd * sizeof(float));
-      } else {
-        lsh::convert_to_bf16(ks, reinterpret_cast<std::uint16_t *>(kd), hd);
-        lsh::convert_to_bf16(vs, reinterpret_cast<std::uint16_t *>(vd), hd);
+      FromF32(k + (i * nkv + h) * hd, dtype_, hd, Row(k_, layer, h, pos + i));
+      FromF32(v + (i * nkv + h) * hd, dtype_, hd, Row(v_, layer, h, pos + i));
+    }
+  }
+}
+
+void KvCache::CopyRows(const KvCache &other, size_t from, size_t to, size_t m) {
+  const AttentionShape &o = other.shape_;
+  if (o.n_layers != shape_.n_layers || o.n_kv_heads != shape_.n_kv_heads ||
+      o.head_dim != shape_.head_dim) {
+    throw std::invalid_argument("KV cache: copying rows between caches of different shape");
+  }
+  if (from + m > o.capacity || to + m > shape_.capacity) {
+    throw std::runtime_error("KV cache: " + std::to_string(m) + " positions from " +
+                             std::to_string(from) + " to " + std::to_string(to) +
+                             " exceed a capacity");
+  }
+  const size_t d = shape_.head_dim;
+  std::vector<float> row(d);
+  for (size_t l = 0; l < shape_.n_layers; ++l) {
+    for (size_t h = 0; h < shape_.n_kv_heads; ++h) {
+      if (other.dtype_ == dtype_) {
+        std::memcpy(Row(k_, l, h, to), other.Row(other.k_, l, h, from), m * RowBytes());
+        std::memcpy(Row(v_, l, h, to), other.Row(other.v_, l, h, from), m * RowBytes());
+        continue;
+      }
+      for (size_t i = 0; i < m; ++i) {
+        ToF32(other.Row(other.k_, l, h, from + i), other.dtype_, d, row.data());
+        FromF32(row.data(), dtype_, d, Row(k_, l, h, to + i));
+        ToF32(other.Row(other.v_, l, h, from + i), other.dtype_, d, row.data());
+        FromF32(row.data(), dtype_, d, Row(v_, l, h, to + i));
       }
     }
   }
 }
 
-void KvCache::CopyPrefix(const KvCache &other, size_t n) {
-  const AttentionShape &o = other.shape_;
-  if (o.n_layers != shape_.n_layers || o.n_kv_heads != shape_.n_kv_heads ||
-      o.head_dim != shape_.head_dim || other.dtype_ != dtype_) {
-    throw std::invalid_argument("KV cache: copying a prefix between caches of different shape or "
-                                "element type");
-  }
-  if (n > shape_.capacity || n > o.capacity) {
-    throw std::runtime_error("KV cache: prefix of " + std::to_string(n) +
-                             " positions exceeds a capacity");
-  }
-  const size_t row = shape_.head_dim * ElementBytes();
-  for (size_t l = 0; l < shape_.n_layers; ++l) {
-    for (size_t h = 0; h < shape_.n_kv_heads; ++h) {
-      std::memcpy(Row(k_, l, h, 0), other.Row(other.k_, l, h, 0), n * row);
-      std::memcpy(Row(v_, l, h, 0), other.Row(other.v_, l, h, 0), n * row);
-    }
-  }
-}
+void KvCache::CopyPrefix(const KvCache &other, size_t n) { CopyRows(other, 0, 0, n); }
 
 void KvCache::Tile(const KvCache &other, size_t period, size_t n) {
   if (period == 0 || period > other.shape_.capacity)
     throw std::invalid_argument("KV cache: tile period outside the source");
-  for (size_t done = 0; done < n; done += period) {
-    const size_t m = std::min(period, n - done);
-    if (done == 0) {
-      CopyPrefix(other, m);
-      continue;
-    }
-    const size_t row = shape_.head_dim * ElementBytes();
-    if (done + m > shape_.capacity)
-      throw std::runtime_error("KV cache: tiling past the capacity");
-    for (size_t l = 0; l < shape_.n_layers; ++l) {
-      for (size_t h = 0; h < shape_.n_kv_heads; ++h) {
-        std::memcpy(Row(k_, l, h, done), other.Row(other.k_, l, h, 0), m * row);
-        std::memcpy(Row(v_, l, h, done), other.Row(other.v_, l, h, 0), m * row);
-      }
-    }
-  }
+  if (n > shape_.capacity)
+    throw std::runtime_error("KV cache: tiling past the capacity");
+  CopyRows(other, 0, 0, std::min(period, n));
+  // The later copies repeat this cache's own first period (already in this element type).
+  for (size_t done = period; done < n; done += period)
+    CopyRows(*this, 0, done, std::min(period, n - done));
 }
-
-namespace {
-void ToF32(const std::uint8_t *src, lsh::DType dtype, size_t d, float *out) {
-  if (dtype == lsh::DType::f32)
-    std::memcpy(out, src, d * sizeof(float));
-  else
-    lsh::convert_from_bf16(reinterpret_cast<const std::uint16_t *>(src), out, d);
-}
-} // namespace
 
 void KvCache::KeyRow(size_t layer, size_t kvh, size_t pos, float *out) const {
   ToF32(Row(k_, layer, kvh, pos), dtype_, shape_.head_dim, out);

@@ -162,7 +162,7 @@ void LshAttention::PrepareGroup(size_t layer, size_t kvh, size_t n_tokens, const
     c.sampled += double(st.sampled_per_head[h]);
   c.gathered += double(st.sampled_union);
   c.index_bytes_read += st.index_bytes_read;
-  c.kv_bytes_indexed += double(st.indexed) * 2.0 * double(d) * double(cache_.ElementBytes());
+  c.kv_bytes_indexed += double(st.indexed) * 2.0 * double(cache_.RowBytes());
 }
 
 void LshAttention::AttendGroup(size_t layer, size_t kvh, const float *q, float *out, Group &g,

@@ -2,11 +2,13 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <numbers>
 #include <stdexcept>
 #include <string>
 
+#include "pig/reference/kv_quant.h"
 #include "pig/reference/lsh.h"
 #include "pig/reference/random.h"
 
@@ -56,6 +58,21 @@ SimHash::SimHash(std::shared_ptr<const SimHash> wide, int K, int L)
 
 SimHashView SimHash::view() const { return SimHashView{data(), norms(), d_, cols_, K_, L_}; }
 
+namespace {
+
+// Row i of n rows of d elements of dtype as f32.
+void LoadRow(const void *keys, DType dtype, std::size_t d, std::size_t i, float *row) {
+  const char *src = static_cast<const char *>(keys) + i * row_bytes(dtype, d);
+  if (dtype == DType::f32)
+    std::memcpy(row, src, d * sizeof(float));
+  else if (dtype == DType::q8)
+    ref::dequantize_q8(reinterpret_cast<const std::uint8_t *>(src), d, row);
+  else
+    convert_from_bf16(reinterpret_cast<const std::uint16_t *>(src), row, d);
+}
+
+} // namespace
+
 LshIndex LshIndex::build(const LshKernelSet &set, const void *keys, DType dtype, std::size_t n,
                          const SimHash &W, StaticTokens st, const ref::TransformSpec &transform) {
   const std::size_t d = W.d();
@@ -69,17 +86,12 @@ LshIndex LshIndex::build(const LshKernelSet &set, const void *keys, DType dtype,
   const std::size_t count = all_static ? 0 : n - st.sink - st.local;
   ix.layout_ = IndexLayout::of(count, W.K(), W.L());
   ix.mean_.assign(d, 0.0f);
-  const std::size_t eb = element_bytes(dtype);
-  const char *first = static_cast<const char *>(keys) + ix.begin_ * d * eb;
+  const char *first = static_cast<const char *>(keys) + ix.begin_ * row_bytes(dtype, d);
   if (count > 0) {
     std::vector<double> acc(d, 0.0);
     std::vector<float> row(d);
     for (std::size_t i = 0; i < count; ++i) {
-      const void *src = first + i * d * eb;
-      if (dtype == DType::f32)
-        std::copy_n(static_cast<const float *>(src), d, row.begin());
-      else
-        convert_from_bf16(static_cast<const std::uint16_t *>(src), row.data(), d);
+      LoadRow(keys, dtype, d, ix.begin_ + i, row.data());
       for (std::size_t j = 0; j < d; ++j)
         acc[j] += double(row[j]);
     }
@@ -115,20 +127,6 @@ LshIndex LshIndex::build(const LshKernelSet &set, const void *keys, DType dtype,
     set.build_index(ba);
   return ix;
 }
-
-namespace {
-
-// Row i of n x d keys of dtype as f32.
-void LoadRow(const void *keys, DType dtype, std::size_t d, std::size_t i, float *row) {
-  if (dtype == DType::f32) {
-    const float *src = static_cast<const float *>(keys) + i * d;
-    std::copy_n(src, d, row);
-  } else {
-    convert_from_bf16(static_cast<const std::uint16_t *>(keys) + i * d, row, d);
-  }
-}
-
-} // namespace
 
 namespace {
 
@@ -243,7 +241,7 @@ void LshIndex::extend(const LshKernelSet &set, const void *keys, DType dtype, st
   const std::size_t old = tail_.size();
   tail_.resize(old + rows * L);
   EncodeArgs ea;
-  ea.x = static_cast<const char *>(keys) + first * d * element_bytes(dtype);
+  ea.x = static_cast<const char *>(keys) + first * row_bytes(dtype, d);
   ea.dtype = dtype;
   ea.rows = rows;
   ea.mean = mean_.data();

@@ -17,6 +17,8 @@ PIG_TEST_SPECIALISATION(pig_lsh_k10_l150_d128_bf16, 10, 150, 128, hwy::bfloat16_
 PIG_TEST_SPECIALISATION(pig_lsh_k8_l75_d64_bf16, 8, 75, 64, hwy::bfloat16_t)
 PIG_TEST_SPECIALISATION(pig_lsh_k8_l75_d128_f32, 8, 75, 128, float)
 PIG_TEST_SPECIALISATION(pig_lsh_k10_l150_d64_f32, 10, 150, 64, float)
+// configs/kernels.txt's q8 line (q8_kernels_test.cpp).
+PIG_TEST_SPECIALISATION(pig_lsh_k10_l150_d64_q8, 10, 150, 64, pig::runtime::lsh::Q8)
 HWY_AFTER_NAMESPACE();
 
 #if HWY_ONCE
@@ -30,4 +32,5 @@ PIG_TEST_REGISTER(pig_lsh_k10_l150_d128_bf16, 10, 150, 128, bf16)
 PIG_TEST_REGISTER(pig_lsh_k8_l75_d64_bf16, 8, 75, 64, bf16)
 PIG_TEST_REGISTER(pig_lsh_k8_l75_d128_f32, 8, 75, 128, f32)
 PIG_TEST_REGISTER(pig_lsh_k10_l150_d64_f32, 10, 150, 64, f32)
+PIG_TEST_REGISTER(pig_lsh_k10_l150_d64_q8, 10, 150, 64, q8)
 #endif

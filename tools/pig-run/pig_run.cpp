@@ -2,7 +2,7 @@
 // attention (MagicPIG) or one of the paper's baselines.
 //   pig-run [--model FILE] (--prompt TEXT | --prompt-file F) --max-new N
 //           [--attention dense|magicpig|topk|quest|oracle] [--lsh K=10,L=150,t=2,transform=..]
-//           [--sink 4 --local 64 --dense-layers 0,15] [--budget F] [--kv bf16|f32]
+//           [--sink 4 --local 64 --dense-layers 0,15] [--budget F] [--kv bf16|f32|q8]
 //           [--temperature T --top-p P --seed S] [--chat] [--threads N] [--ctx N]
 //           [--expect TEXT] [--rate-steps N] [--schedule KNOBS] [--tuning FILE [--max-error E]]
 //   pig-run --demo [--demo-text FILE] [--demo-seed S] [--demo-bytes N]   (what ./pig run runs)
@@ -75,7 +75,7 @@ struct Options {
       "               [--temperature T] [--top-p P] [--seed S] [--chat]\n"
       "               [--attention dense|magicpig|topk|quest|oracle]\n"
       "               [--lsh K=10,L=150,t=2[,transform=whiten:a=0.25]] [--sink N] [--local N]\n"
-      "               [--dense-layers 0,15|none] [--budget F] [--kv bf16|f32]\n"
+      "               [--dense-layers 0,15|none] [--budget F] [--kv bf16|f32|q8]\n"
       "               [--schedule 'block=32 gqa=union ...']  (LSH kernel schedule)\n"
       "               [--tuning FILE [--max-error E]]  (per-layer LSH of pig-tune)\n"
       "               [--compare dense,magicpig,...]  (one prefill, side by side)\n"
@@ -235,12 +235,8 @@ Options Parse(int argc, char **argv) {
       o.attention.budget = ParseNumber(a, value());
     } else if (a == "--kv") {
       const std::string t = value();
-      if (t == "bf16")
-        o.attention.kv_dtype = pig::runtime::lsh::DType::bf16;
-      else if (t == "f32")
-        o.attention.kv_dtype = pig::runtime::lsh::DType::f32;
-      else
-        Usage("--kv expects bf16 or f32, got '" + t + "'");
+      if (!pig::runtime::lsh::parse_dtype(t, o.attention.kv_dtype))
+        Usage("--kv expects bf16, f32 or q8 (8-bit, a scale per 32 elements), got '" + t + "'");
     } else if (a == "--compare") {
       std::stringstream ss(value());
       std::string item;
@@ -333,7 +329,7 @@ double PeakRssMiB() {
   return double(ru.ru_maxrss) / 1024.0; // Linux reports KiB
 }
 
-void PrintSummary(const Attention &attn, const LlamaConfig &cfg) {
+void PrintSummary(const Attention &attn, const LlamaConfig &cfg, size_t positions) {
   const AttentionStats st = attn.stats();
   const KvCache &kv = attn.cache();
   std::fprintf(stderr, "kernels: %s\n", st.kernels.c_str());
@@ -356,7 +352,9 @@ void PrintSummary(const Attention &attn, const LlamaConfig &cfg) {
   std::fprintf(stderr, "memory: KV cache %.1f MiB (%s, %zu positions, %zu bytes/token)", kv_mib,
                pig::runtime::lsh::to_string(kv.dtype()), kv.shape().capacity, kv.BytesPerToken());
   if (st.index_bytes > 0) {
-    std::fprintf(stderr, ", index %.2f MiB", double(st.index_bytes) / 1048576.0);
+    // Per position of the sequence (the index covers the indexed part of the sparse layers).
+    std::fprintf(stderr, ", index %.2f MiB (%.0f bytes/token)", double(st.index_bytes) / 1048576.0,
+                 positions ? double(st.index_bytes) / double(positions) : 0.0);
   }
   if (st.hash_bytes > 0) { // fitted hashing: per-(layer, kv-head) folded W, maps, key norms
     std::fprintf(stderr, ", fitted hashing %.2f MiB", double(st.hash_bytes) / 1048576.0);
@@ -544,7 +542,7 @@ int Run(const Options &o) {
   } else {
     std::fprintf(stderr, "decode: %zu steps (too few to measure a rate)\n", r.steps);
   }
-  PrintSummary(session.attention(), cfg);
+  PrintSummary(session.attention(), cfg, session.position());
   if (p.tuning) {
     const AttentionStats st = session.attention().stats();
     char measured[64] = "- (nothing indexed)";

@@ -8,8 +8,9 @@
 // the top of that file). Do not change these structs without changing the generator.
 //
 // Conventions shared by every kernel:
-// - Keys and values are n x d row-major with row stride d, f32 or bf16 (raw bits, round to
-//   nearest even when converting; see lsh_convert.h). Queries, W, means and outputs are f32.
+// - Keys and values are n rows of d elements, f32, bf16 (raw bits, round to nearest even when
+//   converting) or q8 (row_bytes below), rows back to back. Queries, W, means and outputs are
+//   f32.
 // - Codes are uint16_t (K <= 16), token-major: the L codes of row i at [i*L, (i+1)*L).
 // - `lse` is the NATURAL-log log-sum-exp of the scaled logits, like pig::ref (the public
 //   MagicPIG kernels return base 2: lse2 = lse / ln 2). An empty attended set gives lse = -inf
@@ -27,13 +28,28 @@
 
 namespace pig::runtime::lsh {
 
-enum class DType : std::uint8_t { f32, bf16 };
+/// Element type of K and V rows. q8 is 8-bit with a scale per block of 32 elements
+/// (pig/reference/kv_quant.h defines it: each block is a bf16 scale then 32 int8, so a row of d
+/// elements is d / 32 blocks of 34 bytes; d must be a multiple of 32).
+enum class DType : std::uint8_t { f32, bf16, q8 };
 enum class Target : std::uint8_t { cpu, cuda };
 
 const char *to_string(DType t);
 const char *to_string(Target t);
-/// Bytes of one element.
-inline std::size_t element_bytes(DType t) { return t == DType::f32 ? 4 : 2; }
+/// The element type named "f32", "bf16" or "q8"; false for any other name.
+bool parse_dtype(const std::string &name, DType &out);
+/// Bytes of one row of d elements (q8: d / 32 blocks of 34 bytes).
+inline std::size_t row_bytes(DType t, std::size_t d) {
+  return t == DType::f32 ? 4 * d : t == DType::bf16 ? 2 * d : d / 32 * 34;
+}
+/// Empty when rows of d elements of type t can be stored and attended; else why not ("q8 rows
+/// need a head dim that is a multiple of 32, not 80").
+std::string dtype_unsupported(DType t, std::size_t d);
+
+/// Kernel template tag of q8 rows (MakeKernelSet<K, L, d, Q8>); one byte of a q8 row.
+struct Q8 {
+  std::uint8_t raw;
+};
 
 /// Largest group of query heads per kv-head one call handles (the per-token membership of the
 /// sample sets is a uint8_t bit mask).
