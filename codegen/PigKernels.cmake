@@ -1,6 +1,8 @@
 # Build-time kernel generation from the manifest (configs/kernels.txt, see docs/ADDING.md).
 #
-# pig_generate_kernels(<manifest>): for every line `K=.. L=.. d=.. f32|bf16 [knob=value ...]`
+# pig_generate_kernels(<manifest>): for every line `K=.. L=.. d=.. f32|bf16|q8 [knob=value ...]`
+# (the element type of K/V; q8 is the 8-bit !pig.q8, whose steps take f32 queries; an element
+# type the runtime lacks fails at configure time, naming the line and the types that exist)
 #   1. pig-opt runs the pipeline on the generic step (decode_step.mlir.in for that dtype):
 #      --pig-decompose --pig-specialize="manifest=<manifest> k= l= d= dtype=" --pig-partition
 #      --pig-fuse --pig-schedule (target cpu; and target cpu+gpu where nvcc exists); the line's
@@ -9,9 +11,14 @@
 #   2. pig-translate --emit=cpu writes generated/pig_lsh_<name>.cpp (one Highway TU per line;
 #      <name> is the key, plus the line's knobs when it has any: k10_l150_d64_bf16_gqaunion_block32);
 #   3. pig-translate --emit=cpu-registry writes pig_register_generated_kernels() for all lines;
-#   4. with CUDA, pig-translate --emit=cuda writes one .cu for all lines.
+#   4. with CUDA, pig-translate --emit=cuda writes one .cu for all lines but the q8 ones (there
+#      are no CUDA kernels for q8: its lines get their CPU TU only).
 # Libraries: pig_generated_kernels (links pig_kernels) and pig_generated_cuda_kernels (links
 # pig_cuda). Every step depends on the tools and the manifest, so editing either regenerates.
+# Element types of K/V the runtime has kernels for (pig::runtime::lsh::DType), and those of them
+# with CUDA kernels.
+set(PIG_KERNEL_DTYPES f32 bf16 q8)
+set(PIG_KERNEL_CUDA_DTYPES f32 bf16)
 set(PIG_KERNEL_RECORDS "" CACHE FILEPATH
     "Tuning records (JSON, docs/SCHEDULES.md) pig-schedule reads for manifest lines without knobs")
 
@@ -25,10 +32,20 @@ function(pig_generate_kernels manifest)
   endif()
   set(gen ${CMAKE_CURRENT_BINARY_DIR}/generated)
   file(MAKE_DIRECTORY ${gen})
-  foreach(PIG_DTYPE f32 bf16)
-    configure_file(${PIG_CODEGEN_DIR}/decode_step.mlir.in ${gen}/decode_step_${PIG_DTYPE}.mlir
-                   @ONLY)
+  foreach(dtype IN LISTS PIG_KERNEL_DTYPES)
+    # PIG_DTYPE: the keys' and values' element type; PIG_QUERY_DTYPE: the queries' (f32 for
+    # the 8-bit KV cache).
+    if(dtype STREQUAL "q8")
+      set(PIG_DTYPE "!pig.q8")
+      set(PIG_QUERY_DTYPE f32)
+    else()
+      set(PIG_DTYPE ${dtype})
+      set(PIG_QUERY_DTYPE ${dtype})
+    endif()
+    configure_file(${PIG_CODEGEN_DIR}/decode_step.mlir.in ${gen}/decode_step_${dtype}.mlir @ONLY)
   endforeach()
+  string(REPLACE ";" ", " dtype_names "${PIG_KERNEL_DTYPES}")
+  string(REPLACE ";" "|" dtype_regex "${PIG_KERNEL_DTYPES}")
 
   file(STRINGS ${manifest} lines)
   set(cpu_sources)
@@ -45,7 +62,15 @@ function(pig_generate_kernels manifest)
     endif()
     # The knobs' names and values are checked by pig-specialize (which reads the manifest, and
     # names the line) against runtime/include/pig/runtime/lsh_schedule.h; here only their form.
-    if(NOT line MATCHES "^K=([0-9]+)[ \t]+L=([0-9]+)[ \t]+d=([0-9]+)[ \t]+(f32|bf16)(([ \t]+[a-z_]+=[a-z0-9_]+)*)$")
+    # An element type the runtime lacks (q4, f16): say which exist.
+    if(line MATCHES "^K=[0-9]+[ \t]+L=[0-9]+[ \t]+d=[0-9]+[ \t]+([A-Za-z0-9_!.]+)([ \t]|$)")
+      set(word ${CMAKE_MATCH_1})
+      if(NOT word IN_LIST PIG_KERNEL_DTYPES)
+        message(FATAL_ERROR "${manifest}:${number}: '${line}': element type '${word}' has no "
+                            "kernels (element types: ${dtype_names})")
+      endif()
+    endif()
+    if(NOT line MATCHES "^K=([0-9]+)[ \t]+L=([0-9]+)[ \t]+d=([0-9]+)[ \t]+(${dtype_regex})(([ \t]+[a-z_]+=[a-z0-9_]+)*)$")
       message(FATAL_ERROR "${manifest}:${number}: cannot read '${line}' "
                           "(expected e.g. 'K=10 L=150 d=128 bf16', optionally followed by "
                           "schedule knobs such as 'gqa=union block=32')")
@@ -88,7 +113,7 @@ function(pig_generate_kernels manifest)
     list(APPEND cpu_irs ${gen}/${key}.cpu.mlir)
     list(APPEND cpu_sources ${gen}/pig_lsh_${key}.cpp)
 
-    if(PIG_HAVE_CUDA)
+    if(PIG_HAVE_CUDA AND dtype IN_LIST PIG_KERNEL_CUDA_DTYPES)
       add_custom_command(
         OUTPUT ${gen}/${key}.gpu.mlir
         COMMAND pig-opt ${step} --pig-decompose ${specialize} --pig-partition=target=cpu+gpu
@@ -118,7 +143,7 @@ function(pig_generate_kernels manifest)
   target_link_libraries(pig_generated_kernels PUBLIC pig_kernels)
   pig_target_warnings(pig_generated_kernels)
 
-  if(PIG_HAVE_CUDA)
+  if(PIG_HAVE_CUDA AND gpu_irs) # a manifest of q8 lines only has no CUDA instantiation
     add_custom_command(
       OUTPUT ${gen}/pig_generated_cuda_kernels.cu
       COMMAND pig-translate --emit=cuda ${gpu_irs} -o ${gen}/pig_generated_cuda_kernels.cu

@@ -96,7 +96,9 @@ void describeDecisions(llvm::raw_ostream &os, const KernelPlan &plan) {
 }
 
 std::string cpuType(const KernelPlan &plan) {
-  return plan.dtype == "f32" ? "float" : "hwy::bfloat16_t";
+  return plan.dtype == "f32"  ? "float"
+         : plan.dtype == "q8" ? "pig::runtime::lsh::Q8"
+                              : "hwy::bfloat16_t";
 }
 std::string cudaType(const KernelPlan &plan) {
   return plan.dtype == "f32" ? "float" : "pig::cuda::bf16";
@@ -217,6 +219,11 @@ LogicalResult mlir::pig::emitCudaKernels(ModuleOp anchor, ArrayRef<KernelPlan> p
   if (failed(checkDistinct(anchor, plans)))
     return failure();
   for (const KernelPlan &plan : plans) {
+    if (plan.dtype != "f32" && plan.dtype != "bf16")
+      return anchor.emitError() << "no CUDA kernel for " << plan.dtype << " keys and values ("
+                                << plan.str()
+                                << "): CUDA kernels exist for f32 and bf16 only (its CPU "
+                                   "kernels: --emit=cpu)";
     if (plan.gpuOps.empty())
       return anchor.emitError() << "no pig op of " << plan.str()
                                 << " is placed on the gpu (partition with "

@@ -118,7 +118,8 @@ struct Checker {
         fail(op) << "'" << op->getName() << "' has index type " << type
                  << " but the function's kernel is " << plan.str();
     } else if (auto tensor = dyn_cast<RankedTensorType>(type)) {
-      if (tensor.getRank() < 2 || !isa<FloatType>(tensor.getElementType()))
+      if (tensor.getRank() < 2 ||
+          !(isa<FloatType>(tensor.getElementType()) || isQ8(tensor.getElementType())))
         return;
       if (ShapedType::isDynamic(tensor.getShape().back()))
         fail(op) << "'" << op->getName() << "' has a dynamic head dim in " << type
@@ -143,17 +144,6 @@ struct Checker {
       checkType(op, type);
   }
 };
-
-std::string dtypeName(Type type) {
-  if (type.isF32())
-    return "f32";
-  if (type.isBF16())
-    return "bf16";
-  std::string s;
-  llvm::raw_string_ostream os(s);
-  os << type;
-  return s;
-}
 
 /// All uses of `codes` are pig.query ops, directly or through transfers (a query encode).
 bool onlyQueried(Value codes) {
@@ -202,7 +192,7 @@ FailureOr<KernelPlan> mlir::pig::planKernels(ModuleOp module) {
     here.k = kernel.getK();
     here.l = kernel.getL();
     here.d = kernel.getD();
-    here.dtype = dtypeName(kernel.getDtype());
+    here.dtype = elementTypeName(kernel.getDtype());
     // No pig.schedule (pig-schedule not run): the default schedule, as the runtime's
     // unscheduled kernels run.
     if (auto schedule = func->getAttrOfType<ScheduleAttr>(kScheduleAttrName)) {
@@ -210,10 +200,13 @@ FailureOr<KernelPlan> mlir::pig::planKernels(ModuleOp module) {
       here.scheduled = true;
     }
     if (here.k < kMinBits || here.k > kMaxBits || here.l < kMinTables || here.l > kMaxTables ||
-        here.d <= 0 || here.d % 2 != 0 || (here.dtype != "f32" && here.dtype != "bf16")) {
+        here.d <= 0 || here.d % 2 != 0 ||
+        (here.dtype != "f32" && here.dtype != "bf16" && here.dtype != "q8") ||
+        (here.dtype == "q8" && here.d % kQ8BlockElements != 0)) {
       func.emitError() << "function @" << func.getSymName() << " has kernel " << kernel
                        << " that no kernel template serves (K in [1, 16], L in [1, 1024], even "
-                          "d, f32 or bf16)";
+                          "d, f32, bf16 or q8; q8 needs d a multiple of "
+                       << kQ8BlockElements << ")";
       ok = false;
       continue;
     }

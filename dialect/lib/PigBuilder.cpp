@@ -16,14 +16,14 @@ using namespace mlir::pig;
 namespace {
 int64_t orDynamic(int64_t value) { return value > 0 ? value : ShapedType::kDynamic; }
 
-Type elementType(MLIRContext *ctx, StringRef name) {
-  if (name == "f32")
-    return Float32Type::get(ctx);
-  if (name == "bf16")
-    return BFloat16Type::get(ctx);
-  if (name == "f16")
-    return Float16Type::get(ctx);
-  return {};
+/// The element type of keys and values ("f32", "bf16", "f16" or "q8").
+Type elementType(MLIRContext *ctx, StringRef name) { return parseElementTypeName(ctx, name); }
+
+/// The element type of queries: the keys' one, f32 when the keys are 8-bit (q8 is a storage
+/// format of the KV cache, not of the activations).
+Type queryElementType(MLIRContext *ctx, StringRef name) {
+  Type type = elementType(ctx, name);
+  return type && isQ8(type) ? Float32Type::get(ctx) : type;
 }
 
 /// Exact attention of each GQA group against its kv-head.
@@ -97,7 +97,8 @@ func::FuncOp mlir::pig::buildAttentionFunction(ModuleOp module, StringRef name,
   Location loc = NameLoc::get(builder.getStringAttr(name));
   Type element = elementType(ctx, shape.dtype);
   Type f32 = builder.getF32Type();
-  auto qType = RankedTensorType::get({shape.heads, shape.headDim}, element);
+  auto qType =
+      RankedTensorType::get({shape.heads, shape.headDim}, queryElementType(ctx, shape.dtype));
   auto kvType =
       RankedTensorType::get({shape.kvHeads, ShapedType::kDynamic, shape.headDim}, element);
   auto outType = RankedTensorType::get({shape.heads, shape.headDim}, f32);
@@ -118,7 +119,7 @@ OwningOpRef<ModuleOp> mlir::pig::buildDecodeStep(MLIRContext &context, const Mod
                                                  std::string &error) {
   loadPigDialects(context);
   if (!elementType(&context, shape.dtype)) {
-    error = "unsupported element type '" + shape.dtype + "' (expected f32, bf16 or f16)";
+    error = "unsupported element type '" + shape.dtype + "' (expected f32, bf16, f16 or q8)";
     return {};
   }
   if (shape.heads < 1 || shape.kvHeads < 1 || shape.headDim < 1 || shape.layers < 1) {

@@ -10,6 +10,7 @@
 #include "llvm/ADT/STLExtras.h"
 #include "llvm/ADT/TypeSwitch.h"
 
+#include "pig/reference/kv_quant.h"
 #include "pig/reference/transform.h"
 
 #include <exception>
@@ -49,8 +50,41 @@ void PigDialect::registerTypes() {
       >();
 }
 
+static_assert(kQ8BlockElements == ::pig::ref::kQ8Block, "q8 blocks are pig::ref's");
+
 bool mlir::pig::isSupportedElementType(Type type) {
   return type.isF32() || type.isBF16() || type.isF16();
+}
+
+bool mlir::pig::isQ8(Type type) { return isa<Q8Type>(type); }
+
+bool mlir::pig::isKvElementType(Type type) { return isSupportedElementType(type) || isQ8(type); }
+
+std::string mlir::pig::elementTypeName(Type type) {
+  if (type.isF32())
+    return "f32";
+  if (type.isBF16())
+    return "bf16";
+  if (type.isF16())
+    return "f16";
+  if (isQ8(type))
+    return "q8";
+  std::string s;
+  llvm::raw_string_ostream os(s);
+  os << type;
+  return s;
+}
+
+Type mlir::pig::parseElementTypeName(MLIRContext *context, StringRef name) {
+  if (name == "f32")
+    return Float32Type::get(context);
+  if (name == "bf16")
+    return BFloat16Type::get(context);
+  if (name == "f16")
+    return Float16Type::get(context);
+  if (name == "q8")
+    return Q8Type::get(context);
+  return {};
 }
 
 LogicalResult PigDialect::verifyOperationAttribute(Operation *op, NamedAttribute attr) {

@@ -22,27 +22,45 @@ std::string dimString(int64_t d) { return ShapedType::isDynamic(d) ? "?" : std::
 
 RankedTensorType tensorType(Value v) { return cast<RankedTensorType>(v.getType()); }
 
-/// `value` must be a rank-`rank` tensor of f32, bf16 or f16.
-LogicalResult checkOperand(Operation *op, StringRef name, Value value, int64_t rank) {
+/// What an operand may hold: queries are floating point, keys and values may also be !pig.q8.
+enum class Role { Query, KeysOrValues };
+
+/// `value` must be a rank-`rank` tensor of f32, bf16 or f16 (or, for keys and values, !pig.q8
+/// with a head dim that is a multiple of 32).
+LogicalResult checkOperand(Operation *op, StringRef name, Value value, int64_t rank, Role role) {
   RankedTensorType type = tensorType(value);
   if (type.getRank() != rank)
     return op->emitOpError() << name << " must have rank " << rank << ", got " << type;
-  if (!isSupportedElementType(type.getElementType()))
-    return op->emitOpError() << name << " has unsupported element type " << type.getElementType()
-                             << " (supported: f32, bf16, f16)";
+  Type element = type.getElementType();
+  if (role == Role::Query && !isSupportedElementType(element))
+    return op->emitOpError() << name << " has unsupported element type " << element
+                             << " (supported: f32, bf16, f16"
+                             << (isQ8(element) ? "; !pig.q8 is for keys and values only" : "")
+                             << ")";
+  if (role == Role::KeysOrValues && !isKvElementType(element))
+    return op->emitOpError() << name << " has unsupported element type " << element
+                             << " (supported: f32, bf16, f16, !pig.q8)";
+  int64_t d = type.getShape().back();
+  if (isQ8(element) && !ShapedType::isDynamic(d) && d % kQ8BlockElements != 0)
+    return op->emitOpError() << name << " is " << element << ": its head dim must be a multiple of "
+                             << kQ8BlockElements << " (whole q8 blocks), got " << type;
   return success();
 }
 
 /// Query (`qRank`, last dim d), keys and values (`kvRank`, last dim d, same token count):
-/// ranks, element types and head dims. Returns d (possibly dynamic).
+/// ranks, element types and head dims. Keys and values share one element type; the query has
+/// it too, or is floating point when keys and values are !pig.q8. Returns d (possibly dynamic).
 FailureOr<int64_t> checkQKV(Operation *op, Value q, Value k, Value v, int64_t qRank,
                             int64_t kvRank) {
-  if (failed(checkOperand(op, "query", q, qRank)) || failed(checkOperand(op, "keys", k, kvRank)) ||
-      failed(checkOperand(op, "values", v, kvRank)))
+  if (failed(checkOperand(op, "query", q, qRank, Role::Query)) ||
+      failed(checkOperand(op, "keys", k, kvRank, Role::KeysOrValues)) ||
+      failed(checkOperand(op, "values", v, kvRank, Role::KeysOrValues)))
     return failure();
   RankedTensorType qt = tensorType(q), kt = tensorType(k), vt = tensorType(v);
-  if (kt.getElementType() != qt.getElementType() || vt.getElementType() != qt.getElementType())
-    return op->emitOpError() << "query, keys and values must share one element type, got "
+  if (vt.getElementType() != kt.getElementType() ||
+      (!isQ8(kt.getElementType()) && kt.getElementType() != qt.getElementType()))
+    return op->emitOpError() << "query, keys and values must share one element type (or keys "
+                                "and values be !pig.q8), got "
                              << qt.getElementType() << ", " << kt.getElementType() << ", "
                              << vt.getElementType();
   int64_t dq = qt.getShape().back(), dk = kt.getShape().back(), dv = vt.getShape().back();
@@ -109,7 +127,7 @@ LogicalResult checkCodesAgainst(Operation *op, StringRef what, int64_t tables, i
 //===----------------------------------------------------------------------===//
 
 LogicalResult CenterOp::verify() {
-  if (failed(checkOperand(*this, "keys", getKeys(), 2)))
+  if (failed(checkOperand(*this, "keys", getKeys(), 2, Role::KeysOrValues)))
     return failure();
   if (getCentered().getType() != getKeys().getType())
     return emitOpError() << "centered keys must have the type of the keys";
@@ -121,7 +139,7 @@ LogicalResult CenterOp::verify() {
 }
 
 LogicalResult EncodeOp::verify() {
-  if (failed(checkOperand(*this, "input", getInput(), 2)))
+  if (failed(checkOperand(*this, "input", getInput(), 2, Role::KeysOrValues)))
     return failure();
   CodesType codes = getCodes().getType();
   if (!compatible(codes.getRows(), tensorType(getInput()).getDimSize(0)))
@@ -160,8 +178,8 @@ LogicalResult QueryOp::verify() {
 }
 
 LogicalResult CollisionProbOp::verify() {
-  if (failed(checkOperand(*this, "query", getQuery(), 2)) ||
-      failed(checkOperand(*this, "keys", getKeys(), 2)) ||
+  if (failed(checkOperand(*this, "query", getQuery(), 2, Role::Query)) ||
+      failed(checkOperand(*this, "keys", getKeys(), 2, Role::KeysOrValues)) ||
       failed(checkSingleRow(*this, getQuery())))
     return failure();
   int64_t dq = tensorType(getQuery()).getDimSize(1), dk = tensorType(getKeys()).getDimSize(1);

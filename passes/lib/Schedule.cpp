@@ -84,26 +84,21 @@ std::string machineFingerprint() {
   return llvm::join(parts, "; ");
 }
 
-/// "K=10 L=150 d=64 bf16": the function's kernel key as records spell it.
+/// "K=10 L=150 d=64 bf16" (or "... q8" for !pig.q8 keys and values): the function's kernel key
+/// as records spell it.
 std::string keyString(KernelAttr kernel) {
   std::string s;
   llvm::raw_string_ostream os(s);
-  os << "K=" << kernel.getK() << " L=" << kernel.getL() << " d=" << kernel.getD() << " ";
-  Type dtype = kernel.getDtype();
-  if (dtype.isF32())
-    os << "f32";
-  else if (dtype.isBF16())
-    os << "bf16";
-  else
-    os << dtype;
+  os << "K=" << kernel.getK() << " L=" << kernel.getL() << " d=" << kernel.getD() << " "
+     << elementTypeName(kernel.getDtype());
   return s;
 }
 
-/// True for "K=<n> L=<n> d=<n> f32|bf16" (spaces already collapsed).
+/// True for "K=<n> L=<n> d=<n> f32|bf16|q8" (spaces already collapsed).
 bool isKeyString(StringRef key) {
   SmallVector<StringRef> words;
   key.split(words, ' ');
-  if (words.size() != 4 || (words[3] != "f32" && words[3] != "bf16"))
+  if (words.size() != 4 || (words[3] != "f32" && words[3] != "bf16" && words[3] != "q8"))
     return false;
   const char *names[] = {"K=", "L=", "d="};
   for (int i = 0; i < 3; ++i) {
@@ -213,7 +208,7 @@ FailureOr<std::vector<Record>> readRecords(StringRef path, std::string &error) {
     }
     if (!isKeyString(record.kernel))
       return fail(where + ": kernel '" + record.kernel +
-                  "' is not a kernel key 'K=.. L=.. d=.. f32|bf16'");
+                  "' is not a kernel key 'K=.. L=.. d=.. f32|bf16|q8'");
     auto schedule = entry.find("schedule");
     if (schedule == entry.end())
       return fail(where + " has no \"schedule\"");

@@ -40,14 +40,11 @@ struct Config {
   }
 };
 
-std::string typeName(Type type) {
-  std::string s;
-  llvm::raw_string_ostream os(s);
-  os << type;
-  return s;
-}
+/// Element types kernels exist for (the runtime's DType), as manifests name them.
+constexpr const char *kKernelElementTypes = "f32, bf16, q8";
 
-/// Parses `K=10 L=150 d=128 bf16` lines, optionally followed by schedule knobs
+/// Parses `K=10 L=150 d=128 bf16` lines (element type f32, bf16 or q8; f16 is read and
+/// rejected later as having no kernel), optionally followed by schedule knobs
 /// (`gqa=union block=32`, checked here against lsh_schedule.h; pig-schedule attaches them);
 /// `#` starts a comment. Lines that differ only in their schedule are one configuration here.
 FailureOr<SmallVector<Config>> parseManifest(StringRef path, std::string &error) {
@@ -80,12 +77,17 @@ FailureOr<SmallVector<Config>> parseManifest(StringRef path, std::string &error)
         knobs += " " + word.str(); // a schedule knob, after the dtype
         continue;
       }
-      if (value.empty() && (key == "f32" || key == "bf16" || key == "f16")) {
+      if (value.empty() && (key == "f32" || key == "bf16" || key == "f16" || key == "q8")) {
         config.dtype = key.str();
         continue;
       }
+      if (!word.contains('=') && config.dtype.empty() && config.k && config.l && config.d) {
+        error = where + " ('" + line.str() + "'): element type '" + word.str() +
+                "' has no kernels (element types: " + kKernelElementTypes + ")";
+        return failure();
+      }
       error = where + ": cannot read '" + word.str() +
-              "' (expected K=.. L=.. d=.. f32|bf16, then optional schedule knobs knob=value)";
+              "' (expected K=.. L=.. d=.. f32|bf16|q8, then optional schedule knobs knob=value)";
       return failure();
     }
     std::string knobError;
@@ -99,9 +101,22 @@ FailureOr<SmallVector<Config>> parseManifest(StringRef path, std::string &error)
   return configs;
 }
 
-/// What a function already fixes: K, L and the hash transform of its `#pig.lsh`, head dim and
-/// element type of its queries. Fails on disagreement. The transform is not part of the kernel
-/// configuration (the kernels serve every transform): it is only checked, never chosen.
+/// The operand of `op` whose element type is the kernel's (the keys'; the input of an encode,
+/// which may be keys or queries); null for ops without one.
+Value kernelTypedOperand(Operation *op) {
+  if (isa<CenterOp, EncodeOp>(op))
+    return op->getOperand(0);
+  if (isa<CollisionProbOp, WeightedSoftmaxOp, SampledSoftmaxFusedOp, DenseAttentionOp,
+          SampledAttentionOp>(op))
+    return op->getOperand(1);
+  return {};
+}
+
+/// What a function already fixes: K, L and the hash transform of its `#pig.lsh`, head dim of
+/// its operands and element type of its keys and values. Fails on disagreement. The transform
+/// is not part of the kernel configuration (the kernels serve every transform): it is only
+/// checked, never chosen. With q8 keys and values, queries are floating point: an encode of
+/// floats (a query encode) then agrees with the q8 keys.
 LogicalResult collectFromIR(func::FuncOp func, Config &fixed, std::string &transform) {
   LogicalResult result = success();
   auto fix = [&](Operation *op, int64_t &slot, int64_t value, StringRef what) {
@@ -114,6 +129,8 @@ LogicalResult collectFromIR(func::FuncOp func, Config &fixed, std::string &trans
     }
     slot = value;
   };
+  // Encodes hash keys or queries: their element type is checked once the keys' is known.
+  SmallVector<std::pair<Operation *, std::string>> encodes;
   func.walk([&](Operation *op) {
     if (op->getDialect() == nullptr || !isa<PigDialect>(op->getDialect()))
       return;
@@ -135,7 +152,14 @@ LogicalResult collectFromIR(func::FuncOp func, Config &fixed, std::string &trans
     if (!type || type.getRank() < 2)
       return;
     fix(op, fixed.d, type.getShape().back(), "d");
-    std::string dtype = typeName(type.getElementType());
+    Value typed = kernelTypedOperand(op);
+    if (!typed)
+      return;
+    std::string dtype = elementTypeName(cast<ShapedType>(typed.getType()).getElementType());
+    if (isa<EncodeOp>(op)) {
+      encodes.emplace_back(op, dtype);
+      return;
+    }
     if (!fixed.dtype.empty() && fixed.dtype != dtype) {
       op->emitOpError() << "uses element type " << dtype << " but the function already uses "
                         << fixed.dtype;
@@ -143,6 +167,16 @@ LogicalResult collectFromIR(func::FuncOp func, Config &fixed, std::string &trans
     }
     fixed.dtype = dtype;
   });
+  for (auto &[op, dtype] : encodes) {
+    if (fixed.dtype == "q8" && dtype != "q8")
+      continue; // a query encode of a q8 step
+    if (!fixed.dtype.empty() && fixed.dtype != dtype) {
+      op->emitOpError() << "uses element type " << dtype << " but the function already uses "
+                        << fixed.dtype;
+      result = failure();
+    }
+    fixed.dtype = dtype;
+  }
   return result;
 }
 
@@ -169,10 +203,15 @@ std::string unservable(const Config &config, int64_t maxThreshold) {
   if (config.l < maxThreshold)
     return "L=" + std::to_string(config.l) +
            " is smaller than the collision threshold t=" + std::to_string(maxThreshold);
+  if (config.dtype == "q8" && config.d % kQ8BlockElements != 0)
+    return std::string("q8 keys and values need a head dim that is a multiple of ") +
+           std::to_string(kQ8BlockElements) +
+           " (whole q8 blocks), not d=" + std::to_string(config.d);
   if (!llvm::is_contained(kKernelHeadDims, config.d))
     return "head dim d=" + std::to_string(config.d) + " has no kernel (kernels exist for 64, 128)";
-  if (config.dtype != "f32" && config.dtype != "bf16")
-    return "element type " + config.dtype + " has no kernel (kernels exist for f32, bf16)";
+  if (config.dtype != "f32" && config.dtype != "bf16" && config.dtype != "q8")
+    return std::string("element type ") + config.dtype + " has no kernel (kernels exist for " +
+           kKernelElementTypes + ")";
   return {};
 }
 
@@ -180,12 +219,13 @@ int64_t fold(int64_t value, int64_t config) {
   return ShapedType::isDynamic(value) ? config : value;
 }
 
-/// `type` with a `?` head dim replaced by d. In pig IR the last dim of every floating-point
-/// tensor of rank >= 2 (queries, keys, values, outputs, means) is the head dim; the leading dims
-/// (heads, tokens) stay as they are.
+/// `type` with a `?` head dim replaced by d. In pig IR the last dim of every floating-point or
+/// q8 tensor of rank >= 2 (queries, keys, values, outputs, means) is the head dim; the leading
+/// dims (heads, tokens) stay as they are.
 RankedTensorType withHeadDim(Type type, int64_t d) {
   auto tensor = dyn_cast<RankedTensorType>(type);
-  if (!tensor || tensor.getRank() < 2 || !isa<FloatType>(tensor.getElementType()) ||
+  if (!tensor || tensor.getRank() < 2 ||
+      !(isa<FloatType>(tensor.getElementType()) || isQ8(tensor.getElementType())) ||
       !ShapedType::isDynamic(tensor.getShape().back()))
     return {};
   SmallVector<int64_t> shape(tensor.getShape());
@@ -295,7 +335,7 @@ void foldConfig(func::FuncOp func, const Config &config) {
     results.assign(ret.getOperandTypes().begin(), ret.getOperandTypes().end());
   });
   func.setType(FunctionType::get(ctx, func.front().getArgumentTypes(), results));
-  Type dtype = config.dtype == "bf16" ? Type(BFloat16Type::get(ctx)) : Float32Type::get(ctx);
+  Type dtype = parseElementTypeName(ctx, config.dtype); // unservable() checked the name
   func->setAttr(kKernelAttrName, KernelAttr::get(ctx, config.k, config.l, config.d, dtype));
 }
 

@@ -24,6 +24,12 @@
 // RUN: not pig-translate --emit=cpu %t/no-pig.mlir 2>&1 | FileCheck %s --check-prefix=NOPIG
 // RUN: not pig-translate --emit=cpu %t/syntax.mlir 2>&1 | FileCheck %s --check-prefix=SYNTAX
 // RUN: not pig-translate --emit=cpu %t/missing.mlir 2>&1 | FileCheck %s --check-prefix=MISSING
+// RUN: sed "s/@PIG_DTYPE@/!pig.q8/g; s/@PIG_QUERY_DTYPE@/f32/g" %pig_examples/../codegen/decode_step.mlir.in > %t/q8-step.mlir
+// RUN: pig-opt %t/q8-step.mlir --pig-decompose --pig-specialize="k=10 l=150 d=64 dtype=q8" --pig-partition=target=cpu+gpu --pig-fuse -o %t/q8-gpu.mlir
+// RUN: not pig-translate --emit=cuda %t/q8-gpu.mlir 2>&1 | FileCheck %s --check-prefix=CUDAQ8
+// RUN: pig-opt %t/generic.mlir --pig-decompose --pig-specialize="k=10 l=150" --pig-partition=target=cpu+gpu --pig-fuse -o %t/bf16-gpu.mlir
+// RUN: not pig-translate --emit=cuda %t/bf16-gpu.mlir %t/q8-gpu.mlir 2>&1 | FileCheck %s --check-prefix=CUDAQ8
+// RUN: not pig-translate --emit=cpu %t/q8-d80.mlir 2>&1 | FileCheck %s --check-prefix=Q8D80
 // RUN: not pig-translate --emit=cpu %t/unplaced.mlir -o %t/out.cpp
 // RUN: not test -e %t/out.cpp
 
@@ -45,6 +51,8 @@
 // TWOTRANSFORMS: two-transforms.mlir:9:{{[0-9]+}}: error: 'pig.encode' hashes with transform "plain" but 'pig.encode' in @a hashes with "whiten:a=0.25": one hash transform per module (keys and queries of a step are hashed in one space)
 // TWOTRANSFORMS: two-transforms.mlir:3:{{[0-9]+}}: note: the transform "whiten:a=0.25" is fixed here
 // TWOTRANSFORMS-ONE: two-transforms-one-function.mlir:5:{{[0-9]+}}: error: 'pig.encode' hashes with transform "pca:r=16" but 'pig.encode' in @f hashes with "whiten:a=0.25": one hash transform per module
+// CUDAQ8: error: no CUDA kernel for q8 keys and values (K=10 L=150 d=64 q8): CUDA kernels exist for f32 and bf16 only (its CPU kernels: --emit=cpu)
+// Q8D80: q8-d80.mlir:{{[0-9]+}}:1: error: function @f has kernel #pig.kernel<k = 8, l = 75, d = 80, dtype = !pig.q8> that no kernel template serves (K in [1, 16], L in [1, 1024], even d, f32, bf16 or q8; q8 needs d a multiple of 32)
 // NOPIG: error: no function uses pig ops: nothing to translate
 // SYNTAX: syntax.mlir:1:{{[0-9]+}}: error:
 // MISSING: pig-translate: cannot open input file
@@ -153,3 +161,11 @@ func.func @f(%x: tensor<4xf32>) -> tensor<4xf32> {
 
 //--- syntax.mlir
 func.func @f( {
+
+//--- q8-d80.mlir
+func.func @f(%q: tensor<1x80xf32>) -> !pig.codes<1x75x8>
+    attributes {pig.kernel = #pig.kernel<k = 8, l = 75, d = 80, dtype = !pig.q8>} {
+  %c = pig.encode %q {lsh = #pig.lsh<k = 8, l = 75, t = 2, seed = 0>, pig.device = #pig.device<cpu>}
+      : tensor<1x80xf32> -> !pig.codes<1x75x8>
+  return %c : !pig.codes<1x75x8>
+}

@@ -1,7 +1,8 @@
 // The generated kernels (pig_generated_kernels, built from configs/kernels.txt by pig-opt and
 // pig-translate) are what the registry serves for every manifest configuration, with the
 // schedule its line gives (the default schedule for a line without knobs), and the generic
-// kernels serve everything else. The specialised sets also compute what pig::ref does.
+// kernels serve everything else. The specialised sets also compute what pig::ref does. q8 lines
+// (8-bit keys and values) have CPU sets only: no CUDA instantiation.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -13,6 +14,7 @@
 #include <vector>
 
 #include "pig/Codegen/GeneratedKernels.h"
+#include "pig/reference/kv_quant.h"
 #include "pig/reference/reference.h"
 #include "pig/runtime/lsh_index.h"
 #include "pig/runtime/lsh_kernels.h"
@@ -48,17 +50,21 @@ std::vector<KernelKey> manifestKeys() {
     std::string error;
     const std::optional<Schedule> schedule = Schedule::parse(knobs, &error);
     EXPECT_TRUE(schedule) << line << ": " << error;
-    keys.push_back({std::stoi(k.substr(2)), std::stoi(l.substr(2)), std::stoi(d.substr(2)),
-                    dtype == "f32" ? DType::f32 : DType::bf16, Target::cpu,
-                    schedule.value_or(Schedule{})});
+    DType type = DType::bf16;
+    EXPECT_TRUE(pig::runtime::lsh::parse_dtype(dtype, type)) << line;
+    keys.push_back({std::stoi(k.substr(2)), std::stoi(l.substr(2)), std::stoi(d.substr(2)), type,
+                    Target::cpu, schedule.value_or(Schedule{})});
   }
   return keys;
 }
 
-/// The manifest's distinct (K, L, d, dtype): the CUDA kernels have no schedule.
+/// The manifest's distinct (K, L, d, dtype) with CUDA kernels: the CUDA kernels have no
+/// schedule, and none exist for q8 (its lines get no CUDA instantiation).
 std::vector<KernelKey> manifestKeysWithoutSchedule() {
   std::vector<KernelKey> keys;
   for (KernelKey key : manifestKeys()) {
+    if (key.dtype == DType::q8)
+      continue;
     key.schedule = Schedule{};
     if (std::find(keys.begin(), keys.end(), key) == keys.end())
       keys.push_back(key);
@@ -126,7 +132,8 @@ TEST(GeneratedKernels, AnythingElseIsServedByTheGenericKernels) {
   const KernelRegistry &registry = KernelRegistry::global();
   for (const KernelKey &key :
        {KernelKey{9, 120, 128, DType::bf16, Target::cpu}, KernelKey{10, 150, 128, DType::f32},
-        KernelKey{10, 150, 96, DType::bf16}, KernelKey{8, 76, 64, DType::bf16}}) {
+        KernelKey{10, 150, 96, DType::bf16}, KernelKey{8, 76, 64, DType::bf16},
+        KernelKey{10, 150, 128, DType::q8}}) {
     EXPECT_FALSE(registry.has_specialised(key)) << key.str();
     const pig::runtime::lsh::LshKernelSet set = registry.resolve(key);
     EXPECT_FALSE(set.specialised) << KernelRegistry::describe(set);
@@ -148,8 +155,16 @@ TEST(GeneratedKernels, SpecialisedEncodeEqualsReference) {
     const pig::runtime::lsh::SimHash W(0, std::size_t(key.d), key.K, key.L);
     const std::vector<float> mean = pig::ref::mean_of_rows(p.K, 0, cfg.n);
 
-    // Keys as stored: bf16 bits for bf16 keys (the reference sees the rounded floats).
+    // Keys as stored: bf16 bits for bf16 keys, q8 rows for q8 keys (the reference sees the
+    // rounded or dequantised floats).
     std::vector<float> rounded = p.K.data;
+    std::vector<std::uint8_t> q8(cfg.n * pig::ref::q8_row_bytes(cfg.d));
+    if (key.dtype == DType::q8)
+      for (std::size_t i = 0; i < cfg.n; ++i) {
+        std::uint8_t *row = q8.data() + i * pig::ref::q8_row_bytes(cfg.d);
+        pig::ref::quantize_q8(p.K.data.data() + i * cfg.d, cfg.d, row);
+        pig::ref::dequantize_q8(row, cfg.d, rounded.data() + i * cfg.d);
+      }
     std::vector<std::uint16_t> bits(rounded.size());
     for (std::size_t i = 0; i < rounded.size(); ++i) {
       std::uint32_t u;
@@ -162,6 +177,7 @@ TEST(GeneratedKernels, SpecialisedEncodeEqualsReference) {
     }
     pig::runtime::lsh::EncodeArgs args;
     args.x = key.dtype == DType::bf16 ? static_cast<const void *>(bits.data())
+             : key.dtype == DType::q8 ? static_cast<const void *>(q8.data())
                                       : static_cast<const void *>(p.K.data.data());
     args.dtype = key.dtype;
     args.rows = cfg.n;

@@ -58,6 +58,27 @@ TEST(BuilderTest, GenericLshLeavesKAndLOpen) {
   EXPECT_EQ(generic, 2);
 }
 
+// q8: 8-bit keys and values (!pig.q8), f32 queries; the head dim must be whole q8 blocks.
+TEST(BuilderTest, Q8KeysAndValuesTakeF32Queries) {
+  MLIRContext context;
+  std::string error;
+  ModelShape shape = smollm2();
+  shape.dtype = "q8";
+  auto module = buildDecodeStep(context, shape, {}, {}, error);
+  ASSERT_TRUE(module) << error;
+  for (const char *name : {"layer0", "layer1"}) {
+    auto layer = module->lookupSymbol<func::FuncOp>(name);
+    ASSERT_TRUE(layer) << name;
+    EXPECT_TRUE(cast<RankedTensorType>(layer.getArgumentTypes()[0]).getElementType().isF32());
+    for (int i : {1, 2})
+      EXPECT_TRUE(
+          isa<Q8Type>(cast<RankedTensorType>(layer.getArgumentTypes()[i]).getElementType()));
+  }
+  shape.headDim = 80;
+  EXPECT_FALSE(buildDecodeStep(context, shape, {}, {}, error));
+  EXPECT_NE(error.find("multiple of 32"), std::string::npos) << error;
+}
+
 TEST(BuilderTest, RejectsGqaGroupsThatDoNotDivide) {
   MLIRContext context;
   std::string error;

@@ -234,7 +234,7 @@ func.func @center_mean(%k: tensor<?x64xbf16>) {
 // -----
 
 func.func @encode_element_type(%x: tensor<1x64xf64>) {
-  // expected-error @+1 {{input has unsupported element type 'f64' (supported: f32, bf16, f16)}}
+  // expected-error @+1 {{input has unsupported element type 'f64' (supported: f32, bf16, f16, !pig.q8)}}
   %c = pig.encode %x {lsh = #pig.lsh<k = 10, l = 150, t = 2, seed = 0>} : tensor<1x64xf64> -> !pig.codes<1x150x10>
   return
 }
@@ -341,6 +341,24 @@ func.func @softmax_mixed_types(%q: tensor<1x64xf32>, %k: tensor<?x64xbf16>, %v: 
 
 // -----
 
+// q8 keys and values take float queries, but keys and values agree with each other.
+func.func @softmax_q8_keys_bf16_values(%q: tensor<1x64xf32>, %k: tensor<?x64x!pig.q8>, %v: tensor<?x64xbf16>, %ids: tensor<?xi32>, %u: tensor<?xf32>) {
+  // expected-error @+1 {{query, keys and values must share one element type (or keys and values be !pig.q8), got 'f32', '!pig.q8', 'bf16'}}
+  %o, %l = pig.weighted_softmax %q, %k, %v, %ids, %u : (tensor<1x64xf32>, tensor<?x64x!pig.q8>, tensor<?x64xbf16>, tensor<?xi32>, tensor<?xf32>) -> (tensor<1x64xf32>, tensor<1xf32>)
+  return
+}
+
+// -----
+
+// Queries are never 8-bit.
+func.func @softmax_q8_query(%q: tensor<1x64x!pig.q8>, %k: tensor<?x64x!pig.q8>, %v: tensor<?x64x!pig.q8>, %ids: tensor<?xi32>, %u: tensor<?xf32>) {
+  // expected-error @+1 {{query has unsupported element type '!pig.q8' (supported: f32, bf16, f16; !pig.q8 is for keys and values only)}}
+  %o, %l = pig.weighted_softmax %q, %k, %v, %ids, %u : (tensor<1x64x!pig.q8>, tensor<?x64x!pig.q8>, tensor<?x64x!pig.q8>, tensor<?xi32>, tensor<?xf32>) -> (tensor<1x64xf32>, tensor<1xf32>)
+  return
+}
+
+// -----
+
 func.func @softmax_tokens(%q: tensor<1x64xf32>, %k: tensor<10x64xf32>, %v: tensor<12x64xf32>, %ids: tensor<?xi32>, %u: tensor<?xf32>) {
   // expected-error @+1 {{disagree on their leading dims}}
   %o, %l = pig.weighted_softmax %q, %k, %v, %ids, %u : (tensor<1x64xf32>, tensor<10x64xf32>, tensor<12x64xf32>, tensor<?xi32>, tensor<?xf32>) -> (tensor<1x64xf32>, tensor<1xf32>)
@@ -388,6 +406,31 @@ func.func @dense_rows(%q: tensor<4x64xf16>, %k: tensor<?x64xf16>, %v: tensor<?x6
 func.func @dense_element_type(%q: tensor<4x64xi8>, %k: tensor<?x64xi8>, %v: tensor<?x64xi8>) {
   // expected-error @+1 {{query has unsupported element type 'i8'}}
   %o, %l = pig.dense_attention %q, %k, %v : (tensor<4x64xi8>, tensor<?x64xi8>, tensor<?x64xi8>) -> (tensor<4x64xf32>, tensor<4xf32>)
+  return
+}
+
+// -----
+
+// q8 rows are whole blocks of 32: a head dim of 80 cannot be stored.
+func.func @dense_q8_head_dim(%q: tensor<4x80xf32>, %k: tensor<?x80x!pig.q8>, %v: tensor<?x80x!pig.q8>) {
+  // expected-error @+1 {{keys is '!pig.q8': its head dim must be a multiple of 32 (whole q8 blocks), got 'tensor<?x80x!pig.q8>'}}
+  %o, %l = pig.dense_attention %q, %k, %v : (tensor<4x80xf32>, tensor<?x80x!pig.q8>, tensor<?x80x!pig.q8>) -> (tensor<4x80xf32>, tensor<4xf32>)
+  return
+}
+
+// -----
+
+func.func @center_q8_head_dim(%k: tensor<?x80x!pig.q8>) {
+  // expected-error @+1 {{keys is '!pig.q8': its head dim must be a multiple of 32}}
+  %c, %m = pig.center %k : tensor<?x80x!pig.q8> -> tensor<?x80x!pig.q8>, tensor<1x80xf32>
+  return
+}
+
+// -----
+
+func.func @sampled_q8_head_dim(%q: tensor<8x80xf32>, %k: tensor<2x?x80x!pig.q8>, %v: tensor<2x?x80x!pig.q8>) {
+  // expected-error @+1 {{keys is '!pig.q8': its head dim must be a multiple of 32 (whole q8 blocks), got 'tensor<2x?x80x!pig.q8>'}}
+  %o, %l = pig.sampled_attention %q, %k, %v {lsh = #pig.lsh<k = 10, l = 150, t = 2, seed = 0>, static_tokens = #pig.static<sink = 4, local = 64>} : (tensor<8x80xf32>, tensor<2x?x80x!pig.q8>, tensor<2x?x80x!pig.q8>) -> (tensor<8x80xf32>, tensor<8xf32>)
   return
 }
 

@@ -124,3 +124,34 @@ func.func @transforms(%k: tensor<?x64xbf16>, %q: tensor<1x64xbf16>, %v: tensor<?
   %so, %sl = pig.sampled_attention %qs, %ks, %vs {lsh = #pig.lsh<k = ?, l = ?, t = 2, seed = 0, transform = "whiten:a=0.25">, static_tokens = #pig.static<sink = 4, local = 64>} : (tensor<8x64xbf16>, tensor<2x?x64xbf16>, tensor<2x?x64xbf16>) -> (tensor<8x64xf32>, tensor<8xf32>)
   return
 }
+
+// 8-bit keys and values (!pig.q8: int8 in blocks of 32 with a bf16 scale) with float queries,
+// through every op that reads keys or values, and as a kernel key's element type.
+// CHECK-LABEL: func.func @q8_keys_and_values
+// CHECK: %[[C:.*]], %{{.*}} = pig.center %{{.*}} : tensor<?x64x!pig.q8> -> tensor<?x64x!pig.q8>, tensor<1x64xf32>
+// CHECK: pig.encode %[[C]] {lsh = #pig.lsh<k = 10, l = 150, t = 2, seed = 0>} : tensor<?x64x!pig.q8> -> !pig.codes<?x150x10>
+// CHECK: pig.encode %{{.*}} {lsh = #pig.lsh<k = 10, l = 150, t = 2, seed = 0>} : tensor<1x64xf32> -> !pig.codes<1x150x10>
+// CHECK: pig.collision_prob %{{.*}} : (tensor<1x64xf32>, tensor<?x64x!pig.q8>, tensor<?xi32>) -> tensor<?xf32>
+// CHECK: pig.weighted_softmax %{{.*}} : (tensor<1x64xf32>, tensor<?x64x!pig.q8>, tensor<?x64x!pig.q8>, tensor<?xi32>, tensor<?xf32>) -> (tensor<1x64xf32>, tensor<1xf32>)
+// CHECK: pig.sampled_softmax_fused %{{.*}} : (tensor<1x64xbf16>, tensor<?x64x!pig.q8>, tensor<?x64x!pig.q8>, tensor<1x64xf32>, tensor<?xi32>) -> (tensor<1x64xf32>, tensor<1xf32>)
+// CHECK: pig.dense_attention %{{.*}} : (tensor<4x128xf16>, tensor<?x128x!pig.q8>, tensor<?x128x!pig.q8>) -> (tensor<4x128xf32>, tensor<4xf32>)
+// CHECK: pig.sampled_attention %{{.*}} : (tensor<8x64xf32>, tensor<2x?x64x!pig.q8>, tensor<2x?x64x!pig.q8>) -> (tensor<8x64xf32>, tensor<8xf32>)
+func.func @q8_keys_and_values(%k: tensor<?x64x!pig.q8>, %v: tensor<?x64x!pig.q8>, %q: tensor<1x64xf32>, %qb: tensor<1x64xbf16>,
+                              %mean: tensor<1x64xf32>, %ids: tensor<?xi32>, %q4: tensor<4x128xf16>, %k128: tensor<?x128x!pig.q8>,
+                              %qs: tensor<8x64xf32>, %ks: tensor<2x?x64x!pig.q8>, %vs: tensor<2x?x64x!pig.q8>) {
+  %c, %m = pig.center %k : tensor<?x64x!pig.q8> -> tensor<?x64x!pig.q8>, tensor<1x64xf32>
+  %kc = pig.encode %c {lsh = #pig.lsh<k = 10, l = 150, t = 2, seed = 0>} : tensor<?x64x!pig.q8> -> !pig.codes<?x150x10>
+  %qc = pig.encode %q {lsh = #pig.lsh<k = 10, l = 150, t = 2, seed = 0>} : tensor<1x64xf32> -> !pig.codes<1x150x10>
+  %u = pig.collision_prob %q, %c, %ids {lsh = #pig.lsh<k = 10, l = 150, t = 2, seed = 0>} : (tensor<1x64xf32>, tensor<?x64x!pig.q8>, tensor<?xi32>) -> tensor<?xf32>
+  %o, %l = pig.weighted_softmax %q, %k, %v, %ids, %u : (tensor<1x64xf32>, tensor<?x64x!pig.q8>, tensor<?x64x!pig.q8>, tensor<?xi32>, tensor<?xf32>) -> (tensor<1x64xf32>, tensor<1xf32>)
+  %fo, %fl = pig.sampled_softmax_fused %qb, %k, %v, %mean, %ids {lsh = #pig.lsh<k = 10, l = 150, t = 2, seed = 0>} : (tensor<1x64xbf16>, tensor<?x64x!pig.q8>, tensor<?x64x!pig.q8>, tensor<1x64xf32>, tensor<?xi32>) -> (tensor<1x64xf32>, tensor<1xf32>)
+  %do, %dl = pig.dense_attention %q4, %k128, %k128 : (tensor<4x128xf16>, tensor<?x128x!pig.q8>, tensor<?x128x!pig.q8>) -> (tensor<4x128xf32>, tensor<4xf32>)
+  %so, %sl = pig.sampled_attention %qs, %ks, %vs {lsh = #pig.lsh<k = ?, l = ?, t = 2, seed = 0>, static_tokens = #pig.static<sink = 4, local = 64>} : (tensor<8x64xf32>, tensor<2x?x64x!pig.q8>, tensor<2x?x64x!pig.q8>) -> (tensor<8x64xf32>, tensor<8xf32>)
+  return
+}
+
+// CHECK-LABEL: func.func @q8_kernel_key
+// CHECK-SAME: attributes {pig.kernel = #pig.kernel<k = 10, l = 150, d = 64, dtype = !pig.q8>}
+func.func @q8_kernel_key() attributes {pig.kernel = #pig.kernel<k = 10, l = 150, d = 64, dtype = !pig.q8>} {
+  return
+}

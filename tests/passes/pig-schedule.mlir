@@ -65,7 +65,7 @@
 // ILLEGAL: error: pig-schedule: tuning records '{{.*}}schedule-illegal.json': record 1 (K=10 L=150 d=128 bf16): schedule knob 'block' = 48 is illegal (rows per softmax block: 16, 32, 64 or 128) (format: docs/SCHEDULES.md)
 // UNKNOWN: error: pig-schedule: tuning records '{{.*}}': record 1 (K=10 L=150 d=128 bf16): unknown schedule knob 'colour' (gqa, block, prefetch, dense_prefetch, tables_ahead, parts)
 // VERSION: error: pig-schedule: tuning records '{{.*}}schedule-no-version.json': "version" must be 1 (format: docs/SCHEDULES.md)
-// BADKEY: error: pig-schedule: tuning records '{{.*}}': record 1: kernel 'K=10 L=150' is not a kernel key 'K=.. L=.. d=.. f32|bf16'
+// BADKEY: error: pig-schedule: tuning records '{{.*}}': record 1: kernel 'K=10 L=150' is not a kernel key 'K=.. L=.. d=.. f32|bf16|q8'
 // TWICE: error: pig-schedule: tuning records '{{.*}}schedule-twice.json' has records 1 and 2 for K=10 L=150 d=128 bf16 on machine 'Test CPU A': keep one
 // OPTION: error: pig-schedule: schedule="block=48": schedule knob 'block' = 48 is illegal (rows per softmax block: 16, 32, 64 or 128)
 // OPTIONGQA: error: pig-schedule: schedule="gqa=shared": schedule knob 'gqa' expects per_head or union, got 'shared'

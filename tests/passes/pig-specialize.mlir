@@ -27,6 +27,12 @@
 // RUN: not pig-opt %t/pca-wide.mlir --pig-specialize="k=8 l=75 d=64" 2>&1 | FileCheck %s --check-prefix=PCA-WIDE
 // RUN: pig-opt %t/pca-wide.mlir --pig-specialize="k=8 l=75 d=128" | FileCheck %s --check-prefix=PCA-WIDE-128
 // RUN: not pig-opt %t/two-transforms.mlir --pig-specialize="k=10 l=150" 2>&1 | FileCheck %s --check-prefix=TWO-TRANSFORMS
+// RUN: pig-opt %t/q8.mlir --pig-specialize="k=10 l=150 d=64 dtype=q8" | FileCheck %s --check-prefix=Q8
+// RUN: pig-opt %t/q8.mlir --pig-specialize="manifest=%t/q8-manifest.txt k=10 d=64" | FileCheck %s --check-prefix=Q8
+// RUN: pig-opt %t/q8.mlir --pig-decompose --pig-specialize="manifest=%t/q8-manifest.txt k=10 l=150 d=64 dtype=q8" --pig-partition=target=cpu --pig-fuse | pig-opt | FileCheck %s --check-prefix=Q8-PIPELINE
+// RUN: not pig-opt %t/q8.mlir --pig-specialize="k=10 l=150 d=80" 2>&1 | FileCheck %s --check-prefix=Q8-D80
+// RUN: not pig-opt %t/q8.mlir --pig-specialize="k=10 l=150 d=64 dtype=bf16" 2>&1 | FileCheck %s --check-prefix=Q8-NOT-BF16
+// RUN: not pig-opt %t/fixed.mlir --pig-specialize="manifest=%t/q4.txt" 2>&1 | FileCheck %s --check-prefix=Q4
 
 // Generic K and L are folded into the attributes and the codes / index types; the function
 // records the kernel key. Configurations no kernel serves are rejected with the reason.
@@ -52,7 +58,7 @@
 // BADL: error: no kernel can serve this function: L=1 is smaller than the collision threshold t=2
 // INCOMPLETE: error: no kernel can serve this function: the configuration is incomplete
 // D96: error: no kernel can serve this function: head dim d=96 has no kernel (kernels exist for 64, 128)
-// F16: error: no kernel can serve this function: element type f16 has no kernel (kernels exist for f32, bf16)
+// F16: error: no kernel can serve this function: element type f16 has no kernel (kernels exist for f32, bf16, q8)
 // NOFILE: error: cannot read manifest
 
 // A `?` head dim in the query / key / value types becomes the configured d everywhere: the
@@ -94,7 +100,7 @@
 // illegal knob fails, naming the line.
 // ILLEGAL-KNOB: error: manifest '{{.*}}illegal-knob.txt' line 3 ('K=8 L=75 d=64 bf16 gqa=union block=48'): schedule knob 'block' = 48 is illegal (rows per softmax block: 16, 32, 64 or 128)
 // UNKNOWN-KNOB: error: manifest '{{.*}}unknown-knob.txt' line 1 ('K=8 L=75 d=64 bf16 colour=3'): unknown schedule knob 'colour' (gqa, block, prefetch, dense_prefetch, tables_ahead, parts)
-// KNOB-FIRST: error: manifest '{{.*}}knob-first.txt' line 1: cannot read 'gqa=union' (expected K=.. L=.. d=.. f32|bf16, then optional schedule knobs knob=value)
+// KNOB-FIRST: error: manifest '{{.*}}knob-first.txt' line 1: cannot read 'gqa=union' (expected K=.. L=.. d=.. f32|bf16|q8, then optional schedule knobs knob=value)
 
 // The hash transform of #pig.lsh is carried through like K and L (it is not part of the kernel
 // key: the same kernels serve every transform), and checked: one transform per function, valid
@@ -116,6 +122,43 @@
 // PCA-WIDE-128: #pig.lsh<k = 8, l = 75, t = 2, seed = 0, transform = "pca:r=100">
 
 // TWO-TRANSFORMS: two-transforms.mlir:3:{{[0-9]+}}: error: 'pig.encode' op uses hash transform "plain" but the function already uses "whiten:a=0.25": one transform per function
+
+// 8-bit keys and values (!pig.q8) with f32 queries: the key's element type is the keys' (the
+// queries stay f32), d is folded into the q8 types too, and the pipeline keeps the queries f32.
+// Q8-LABEL: func.func @q8(%{{.*}}: tensor<4x64xf32>, %{{.*}}: tensor<2x?x64x!pig.q8>, %{{.*}}: tensor<2x?x64x!pig.q8>) -> (tensor<4x64xf32>, tensor<4xf32>)
+// Q8-SAME: pig.kernel = #pig.kernel<k = 10, l = 150, d = 64, dtype = !pig.q8>
+// Q8: pig.sampled_attention {{.*}}lsh = #pig.lsh<k = 10, l = 150, t = 2, seed = 0>{{.*}} : (tensor<4x64xf32>, tensor<2x?x64x!pig.q8>, tensor<2x?x64x!pig.q8>) -> (tensor<4x64xf32>, tensor<4xf32>)
+
+// Q8-PIPELINE-LABEL: func.func @q8
+// Q8-PIPELINE-SAME: pig.kernel = #pig.kernel<k = 10, l = 150, d = 64, dtype = !pig.q8>
+// Q8-PIPELINE: pig.center {{.*}} : tensor<?x64x!pig.q8> -> tensor<?x64x!pig.q8>, tensor<1x64xf32>
+// Q8-PIPELINE: pig.encode {{.*}} : tensor<?x64x!pig.q8> -> !pig.codes<?x150x10>
+// Q8-PIPELINE: pig.encode {{.*}} : tensor<2x64xf32> -> !pig.codes<2x150x10>
+// Q8-PIPELINE: pig.sampled_softmax_fused {{.*}} : (tensor<1x64xf32>, tensor<?x64x!pig.q8>, tensor<?x64x!pig.q8>, tensor<1x64xf32>, tensor<?xi32>) -> (tensor<1x64xf32>, tensor<1xf32>)
+// Q8-PIPELINE: pig.dense_attention {{.*}} : (tensor<1x64xf32>, tensor<?x64x!pig.q8>, tensor<?x64x!pig.q8>)
+
+// Q8-D80: error: no kernel can serve this function: q8 keys and values need a head dim that is a multiple of 32 (whole q8 blocks), not d=80
+// Q8-NOT-BF16: error: no kernel configuration serves this function (it fixes K=0 L=0 d=0 q8)
+// Q4: error: manifest '{{.*}}q4.txt' line 2 ('K=10 L=150 d=64 q4'): element type 'q4' has no kernels (element types: f32, bf16, q8)
+
+//--- q8-manifest.txt
+K=10 L=150 d=64 bf16
+K=10 L=150 d=64 q8
+K=8 L=75 d=64 q8
+
+//--- q4.txt
+K=10 L=150 d=64 bf16
+K=10 L=150 d=64 q4
+
+//--- q8.mlir
+func.func @q8(%q: tensor<4x?xf32>, %k: tensor<2x?x?x!pig.q8>, %v: tensor<2x?x?x!pig.q8>)
+    -> (tensor<4x?xf32>, tensor<4xf32>) {
+  %o, %lse = pig.sampled_attention %q, %k, %v {
+      lsh = #pig.lsh<k = ?, l = ?, t = 2, seed = 0>,
+      static_tokens = #pig.static<sink = 4, local = 64>}
+      : (tensor<4x?xf32>, tensor<2x?x?x!pig.q8>, tensor<2x?x?x!pig.q8>) -> (tensor<4x?xf32>, tensor<4xf32>)
+  return %o, %lse : tensor<4x?xf32>, tensor<4xf32>
+}
 
 //--- manifest.txt
 # Kernel configurations that exist: K, L, head dim, element type.

@@ -16,6 +16,7 @@
 //     architecture: one TU keeps the build short) instantiating runtime/cuda's templates for
 //     the ops placed on the GPU, with pig_register_generated_cuda_kernels(). The CUDA kernels
 //     have no schedule knobs: plans differing only in their schedule share one instantiation.
+//     There are no CUDA kernels for q8 keys and values: a q8 plan is an error there.
 // Output depends only on the IR: the same IR gives the same bytes.
 //
 //===----------------------------------------------------------------------===//
@@ -41,7 +42,7 @@ namespace mlir::pig {
 /// the pig ops per device.
 struct KernelPlan {
   int64_t k = 0, l = 0, d = 0;
-  std::string dtype; ///< "f32" or "bf16"
+  std::string dtype; ///< "f32", "bf16" or "q8" (!pig.q8 keys and values; no CUDA kernels)
   /// The hash transform of the ops' #pig.lsh (canonical pig::ref::TransformSpec::str(), one per
   /// module). Data to the kernels (the key and query maps, stored key norms), not code: it is
   /// not part of the key, the symbols or the registry, and only the header comment names it.
@@ -90,7 +91,7 @@ LogicalResult emitCpuKernels(ModuleOp module, const KernelPlan &plan, llvm::raw_
 LogicalResult emitCpuRegistry(ModuleOp anchor, llvm::ArrayRef<KernelPlan> plans,
                               llvm::raw_ostream &os);
 /// The CUDA TU of several plans. Fails when a plan places nothing on the GPU or places an op
-/// without a CUDA kernel there.
+/// without a CUDA kernel there, or has an element type without CUDA kernels (q8).
 LogicalResult emitCudaKernels(ModuleOp anchor, llvm::ArrayRef<KernelPlan> plans,
                               llvm::raw_ostream &os);
 

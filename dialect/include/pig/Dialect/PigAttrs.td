@@ -101,10 +101,12 @@ def Pig_KernelAttr : Pig_Attr<"Kernel", "kernel"> {
   let summary = "the kernel configuration a function was specialised for";
   let description = [{
     Set on a function by `pig-specialize`: the key (K, L, d, element type) under which code
-    generators emit and the runtime looks up kernels.
+    generators emit and the runtime looks up kernels. The element type is that of the keys and
+    values: `f32`, `bf16` or `!pig.q8` (8-bit rows; the queries of a q8 step stay float).
 
     ```mlir
     func.func @step(...) attributes {pig.kernel = #pig.kernel<k = 10, l = 150, d = 128, dtype = bf16>}
+    func.func @step8(...) attributes {pig.kernel = #pig.kernel<k = 10, l = 150, d = 64, dtype = !pig.q8>}
     ```
   }];
   let parameters = (ins "int64_t":$k, "int64_t":$l, "int64_t":$d, "::mlir::Type":$dtype);

@@ -27,7 +27,9 @@ struct ModelShape {
   int64_t headDim = 128;                   ///< d
   int64_t layers = 32;                     ///< number of layers
   std::vector<int64_t> denseLayers{0, 16}; ///< layers attended densely
-  std::string dtype = "bf16";              ///< f32, bf16 or f16
+  /// f32, bf16, f16 or q8: the element type of keys and values and, except for q8 (8-bit keys
+  /// and values, !pig.q8), of queries; q8 steps take f32 queries. q8 needs headDim % 32 == 0.
+  std::string dtype = "bf16";
 };
 
 /// LSH configuration; k or l <= 0 leaves them generic (`?`) for pig-specialize to fold.

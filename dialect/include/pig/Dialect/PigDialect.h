@@ -9,6 +9,7 @@
 #include "mlir/IR/Dialect.h"
 
 #include <cstdint>
+#include <string>
 
 namespace mlir::pig {
 /// Codes are uint16: K bits per table, 2^K buckets per table.
@@ -21,8 +22,23 @@ inline constexpr llvm::StringLiteral kKernelAttrName = "pig.kernel";
 /// The attribute that pig-schedule sets on every function it schedules (#pig.schedule).
 inline constexpr llvm::StringLiteral kScheduleAttrName = "pig.schedule";
 
-/// True for the element types pig ops accept for queries, keys and values.
+/// Elements per block of a q8 row (!pig.q8; pig/reference/kv_quant.h): the head dim of q8 keys
+/// and values must be a multiple of it.
+inline constexpr int64_t kQ8BlockElements = 32;
+
+/// True for the floating-point element types pig ops accept for queries, keys and values
+/// (f32, bf16, f16).
 bool isSupportedElementType(Type type);
+/// True for the element types of keys and values: the floating-point ones and !pig.q8.
+bool isKvElementType(Type type);
+/// True for !pig.q8.
+bool isQ8(Type type);
+/// The name kernel keys and manifests use for an element type: "f32", "bf16", "f16", "q8"
+/// (!pig.q8); any other type as MLIR prints it.
+std::string elementTypeName(Type type);
+/// The element type a kernel key or manifest names ("f32", "bf16", "f16", "q8"); null for any
+/// other name.
+Type parseElementTypeName(MLIRContext *context, StringRef name);
 } // namespace mlir::pig
 
 #include "pig/Dialect/PigDialect.h.inc"

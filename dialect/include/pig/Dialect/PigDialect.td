@@ -24,7 +24,9 @@ def Pig_Dialect : Dialect {
     Value conventions:
     - a query block is `tensor<R x d x T>` (R query heads, head dim d);
     - keys and values of one kv-head are `tensor<n x d x T>`, n usually dynamic;
-    - T is one of f32, bf16, f16; outputs and log-sum-exps are f32 (the LSE is base e);
+    - T is one of f32, bf16, f16 for queries; keys and values have the query's T or the 8-bit
+      `!pig.q8` (int8 in blocks of 32 with a bf16 scale; d must then be a multiple of 32);
+      outputs and log-sum-exps are f32 (the LSE is base e);
     - codes are `!pig.codes<R x L x K>`, bucket indexes `!pig.index<L x K>`, sample sets
       `tensor<? x i32>` of token ids.
 

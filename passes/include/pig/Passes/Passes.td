@@ -23,9 +23,12 @@ def PigSpecialize : Pass<"pig-specialize", "::mlir::ModuleOp"> {
     `K=10 L=150 d=128 bf16`, optionally followed by schedule knobs, e.g. `gqa=union block=32`,
     which are checked here and attached by `pig-schedule`; lines that differ only in their
     schedule are one configuration; `#` comments): candidates must agree with everything the IR
-    already fixes (K and L of `#pig.lsh`, head dim and element type of the queries). Exactly
-    one must remain. The configuration is then checked against what kernels exist for
-    (K in [1, 16], L in [1, 1024], t <= L, d in {64, 128}, f32 or bf16), every `?` K and L in
+    already fixes (K and L of `#pig.lsh`, head dim, element type of the keys and values).
+    Exactly one must remain. The configuration is then checked against what kernels exist for
+    (K in [1, 16], L in [1, 1024], t <= L, d in {64, 128}, f32, bf16 or q8; q8, the 8-bit
+    `!pig.q8` keys and values of a step whose queries stay float, needs d a multiple of 32);
+    an element type no kernel exists for (a manifest's `q4`) is an error naming the manifest
+    line and the element types that exist. Every `?` K and L in
     attributes, codes and index types is replaced by its value, a `?` head dim (the last dim
     of the queries, keys and values) becomes d in the signature and every tensor derived from
     it (slices, pig op results, the function's results), and the function gets
@@ -35,7 +38,7 @@ def PigSpecialize : Pass<"pig-specialize", "::mlir::ModuleOp"> {
     Option<"k", "k", "int64_t", "0", "bits per table K (0: from the IR or the manifest)">,
     Option<"l", "l", "int64_t", "0", "number of tables L (0: from the IR or the manifest)">,
     Option<"d", "d", "int64_t", "0", "head dim (0: from the IR or the manifest)">,
-    Option<"dtype", "dtype", "std::string", "\"\"", "element type: f32 or bf16">,
+    Option<"dtype", "dtype", "std::string", "\"\"", "element type of keys and values: f32, bf16 or q8 (!pig.q8)">,
     Option<"manifest", "manifest", "std::string", "\"\"",
            "file listing the kernel configurations that exist">,
   ];
@@ -80,7 +83,7 @@ def PigSchedule : Pass<"pig-schedule", "::mlir::ModuleOp"> {
        (`schedule=gqa=union,block=32`: `knob=value` items separated by commas or spaces; the
        others take their defaults);
     2. a tuning record of `record=<file>` (JSON, docs/SCHEDULES.md) whose kernel key is the
-       function's (`K=10 L=150 d=64 bf16`) and whose machine is `machine=` (default: this
+       function's (`K=10 L=150 d=64 bf16`; element type f32, bf16 or q8) and whose machine is `machine=` (default: this
        machine's fingerprint, `<model name>; family <f> model <m>; <arch>` from /proc/cpuinfo
        and uname);
     3. the default heuristic (`defaultSchedule` in passes/lib/Schedule.cpp), by head dim and
