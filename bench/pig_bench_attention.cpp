@@ -39,6 +39,7 @@
 
 #include <benchmark/benchmark.h>
 
+#include "pig/reference/kv_quant.h"
 #include "pig/reference/random.h"
 #include "pig/reference/synthetic.h"
 #include "pig/runtime/lsh_index.h"
@@ -134,7 +135,20 @@ struct Dataset {
   std::size_t n = 0, d = 0;
   int G = 1;
   std::vector<lsh::HugeVector<std::uint16_t>> k, v; // per copy, n x d bf16 (huge pages)
-  std::vector<std::vector<float>> q;                // kQueries x (G x d)
+  // The same rows in q8 (pig/reference/kv_quant.h) and the index of the q8 keys, per copy:
+  // made for the q8 pairs only (q8_ready).
+  std::vector<lsh::HugeVector<std::uint8_t>> k8, v8;
+  std::vector<lsh::LshIndex> index8;
+  bool q8_ready = false;
+  const void *keys(lsh::DType t, std::size_t c) const {
+    return t == lsh::DType::q8 ? static_cast<const void *>(k8[c].data()) : k[c].data();
+  }
+  // V starts kVSkew elements (bf16) or kVSkew / 2 rows' worth of bytes (q8) into its buffer.
+  const void *values(lsh::DType t, std::size_t c) const;
+  const lsh::LshIndex &idx(lsh::DType t, std::size_t c) const {
+    return t == lsh::DType::q8 ? index8[c] : index[c];
+  }
+  std::vector<std::vector<float>> q; // kQueries x (G x d)
   std::unique_ptr<lsh::SimHash> W;
   std::vector<lsh::LshIndex> index; // per copy (same content, separate memory)
   std::unique_ptr<lsh::LogUTableData> lut;
@@ -189,6 +203,40 @@ Dataset &dataset(std::size_t n, std::size_t d, int G, bool with_index) {
   return *g_data;
 }
 
+constexpr std::size_t kVSkewBytes = 2112; // V's offset in its buffer (33 cache lines)
+
+const void *Dataset::values(lsh::DType t, std::size_t c) const {
+  return t == lsh::DType::q8 ? static_cast<const void *>(v8[c].data() + kVSkewBytes)
+                             : static_cast<const void *>(v[c].data() + kVSkew);
+}
+
+// Adds the q8 copies (the bf16 rows quantised; the index of the q8 keys) to a dataset.
+Dataset &with_q8(Dataset &ds) {
+  if (ds.q8_ready)
+    return ds;
+  const std::size_t n = ds.n, d = ds.d, rb = lsh::row_bytes(lsh::DType::q8, d);
+  std::vector<float> row(d);
+  std::vector<std::uint8_t> k8(n * rb), v8(n * rb);
+  for (std::size_t i = 0; i < n; ++i) {
+    lsh::convert_from_bf16(ds.k[0].data() + i * d, row.data(), d);
+    pig::ref::quantize_q8(row.data(), d, k8.data() + i * rb);
+    lsh::convert_from_bf16(ds.v[0].data() + kVSkew + i * d, row.data(), d);
+    pig::ref::quantize_q8(row.data(), d, v8.data() + i * rb);
+  }
+  const lsh::LshKernelSet set =
+      lsh::KernelRegistry::global().resolve({kK, kL, int(d), lsh::DType::q8, lsh::Target::cpu});
+  lsh::LshIndex ix = lsh::LshIndex::build(set, k8.data(), lsh::DType::q8, n, *ds.W);
+  ix.drop_codes();
+  for (std::size_t c = 0; c < ds.copies; ++c) {
+    ds.k8.emplace_back(k8.begin(), k8.end());
+    ds.v8.emplace_back(kVSkewBytes, 0);
+    ds.v8.back().insert(ds.v8.back().end(), v8.begin(), v8.end());
+    ds.index8.push_back(ix);
+  }
+  ds.q8_ready = true;
+  return ds;
+}
+
 // Medians (ns per step) captured from the aggregates, for the ratio lines.
 std::map<std::string, double> g_median, g_counter;
 
@@ -198,13 +246,16 @@ struct DenseCall {
   lsh::LshKernelSet set;
   std::vector<float> out, lse;
   std::size_t c = 0, calls = 0;
-  DenseCall(Dataset &d, bool generic)
-      : ds(d), set(resolve(d, generic)), out(std::size_t(d.G) * d.d), lse(std::size_t(d.G)) {}
+  lsh::DType dtype = lsh::DType::bf16;
+  DenseCall(Dataset &d, bool generic, lsh::DType t = lsh::DType::bf16)
+      : ds(d), set(resolve(d, generic, t)), out(std::size_t(d.G) * d.d), lse(std::size_t(d.G)),
+        dtype(t) {}
   DenseCall(Dataset &d, const lsh::LshKernelSet &s)
       : ds(d), set(s), out(std::size_t(d.G) * d.d), lse(std::size_t(d.G)) {}
-  static lsh::LshKernelSet resolve(const Dataset &d, bool generic) {
-    lsh::LshKernelSet s = lsh::KernelRegistry::global().resolve(
-        {kK, kL, int(d.d), lsh::DType::bf16, lsh::Target::cpu});
+  static lsh::LshKernelSet resolve(const Dataset &d, bool generic,
+                                   lsh::DType t = lsh::DType::bf16) {
+    lsh::LshKernelSet s =
+        lsh::KernelRegistry::global().resolve({kK, kL, int(d.d), t, lsh::Target::cpu});
     if (generic) {
       const lsh::KernelKey k = s.key;
       s = lsh::generic_kernel_set();
@@ -218,9 +269,9 @@ struct DenseCall {
     a.G = ds.G;
     a.d = ds.d;
     a.scale = float(1.0 / std::sqrt(double(ds.d)));
-    a.k = ds.k[c].data();
-    a.v = ds.v[c].data() + kVSkew;
-    a.dtype = lsh::DType::bf16;
+    a.k = ds.keys(dtype, c);
+    a.v = ds.values(dtype, c);
+    a.dtype = dtype;
     a.begin = 0;
     a.end = ds.n;
     a.out = out.data();
@@ -241,14 +292,15 @@ struct SampledCall {
   std::vector<float> out, lse;
   lsh::StepStats *stats = nullptr; // optional: the last call's statistics
   std::size_t c = 0, calls = 0;
-  SampledCall(Dataset &d, bool generic)
-      : ds(d), set(DenseCall::resolve(d, generic)), scratch(d.n), out(std::size_t(d.G) * d.d),
-        lse(std::size_t(d.G)) {}
+  lsh::DType dtype = lsh::DType::bf16;
+  SampledCall(Dataset &d, bool generic, lsh::DType t = lsh::DType::bf16)
+      : ds(d), set(DenseCall::resolve(d, generic, t)), scratch(d.n), out(std::size_t(d.G) * d.d),
+        lse(std::size_t(d.G)), dtype(t) {}
   SampledCall(Dataset &d, const lsh::LshKernelSet &s)
       : ds(d), set(s), scratch(d.n), out(std::size_t(d.G) * d.d), lse(std::size_t(d.G)) {}
   void operator()() {
-    lsh::sampled_step(set, ds.index[c], *ds.W, *ds.lut, kT, scratch, buf, ds.query(calls), ds.G,
-                      ds.k[c].data(), ds.v[c].data() + kVSkew, lsh::DType::bf16,
+    lsh::sampled_step(set, ds.idx(dtype, c), *ds.W, *ds.lut, kT, scratch, buf, ds.query(calls),
+                      ds.G, ds.keys(dtype, c), ds.values(dtype, c), dtype,
                       float(1.0 / std::sqrt(double(ds.d))), out.data(), lse.data(), stats);
     benchmark::DoNotOptimize(out.data());
     c = (c + 1) % ds.copies;
@@ -606,6 +658,28 @@ void BM_PairSampledDense(benchmark::State &state, std::size_t n, std::size_t d, 
   run_pair(state, key("pair_sampled_dense", d, G, n), sampled, dense);
 }
 
+// q8 rows against bf16 rows (the same values quantised): A: q8, B: bf16; B / A = q8's speed-up.
+// `sampled`: the sampled step of each (its own index: of the q8 keys for q8), else dense.
+void BM_PairQ8(benchmark::State &state, std::size_t n, std::size_t d, int G, bool sampled) {
+  Dataset &ds = with_q8(dataset(n, d, G, true));
+  const std::string name = key(sampled ? "pair_q8_bf16_sampled" : "pair_q8_bf16_dense", d, G, n);
+  if (sampled) {
+    SampledCall q8(ds, false, lsh::DType::q8), bf(ds, false);
+    run_pair(state, name, q8, bf);
+  } else {
+    DenseCall q8(ds, false, lsh::DType::q8), bf(ds, false);
+    run_pair(state, name, q8, bf);
+  }
+}
+
+// A: sampled step, B: dense, both on q8 rows.
+void BM_PairSampledDenseQ8(benchmark::State &state, std::size_t n, std::size_t d, int G) {
+  Dataset &ds = with_q8(dataset(n, d, G, true));
+  SampledCall sampled(ds, false, lsh::DType::q8);
+  DenseCall dense(ds, false, lsh::DType::q8);
+  run_pair(state, key("pair_sampled_dense_q8", d, G, n), sampled, dense);
+}
+
 // A: specialised, B: generic kernel of the same configuration.
 void BM_PairSpecGeneric(benchmark::State &state, std::size_t n, std::size_t d, int G,
                         bool sampled) {
@@ -802,6 +876,17 @@ void print_ratios() {
                   "[%.0f-%.0f], %zu calls)  (target >= %s)\n",
                   shape, r.b / r.a, us(r.a), us(r.a_min), us(r.a_max), us(r.b), us(r.b_min),
                   us(r.b_max), r.calls, target);
+    } else if (what == "pair_q8_bf16_dense" || what == "pair_q8_bf16_sampled") {
+      const bool dense = what == "pair_q8_bf16_dense";
+      std::printf("q8 vs bf16 %s    %s : %5.2fx (q8 %.0f us [%.0f-%.0f], bf16 %.0f us "
+                  "[%.0f-%.0f], %zu calls)  (target >= %s)\n",
+                  dense ? "dense  " : "sampled", shape, r.b / r.a, us(r.a), us(r.a_min),
+                  us(r.a_max), us(r.b), us(r.b_min), us(r.b_max), r.calls, dense ? "1.6x" : "1.2x");
+    } else if (what == "pair_sampled_dense_q8") {
+      std::printf("sampled vs dense q8   %s : %6.2fx (sampled %.0f us [%.0f-%.0f], dense %.0f us "
+                  "[%.0f-%.0f], %zu calls)\n",
+                  shape, r.b / r.a, us(r.a), us(r.a_min), us(r.a_max), us(r.b), us(r.b_min),
+                  us(r.b_max), r.calls);
     } else if (what == "pair_retrieval") {
       std::printf("retrieval ours vs public %s : %5.2fx (ours %.1f us [%.1f-%.1f], public %.1f us "
                   "[%.1f-%.1f], %zu calls)  (target >= 2x)\n",
@@ -886,6 +971,13 @@ int main(int argc, char **argv) {
         [=](benchmark::State &st) { BM_PairDenseStream(st, n, s.d, s.G); });
     reg(key("pair_sampled_dense", s.d, s.G, n),
         [=](benchmark::State &st) { BM_PairSampledDense(st, n, s.d, s.G); });
+    // The 8-bit KV cache (q8) against bf16, and sampled vs dense on q8 rows.
+    reg(key("pair_q8_bf16_dense", s.d, s.G, n),
+        [=](benchmark::State &st) { BM_PairQ8(st, n, s.d, s.G, false); });
+    reg(key("pair_q8_bf16_sampled", s.d, s.G, n),
+        [=](benchmark::State &st) { BM_PairQ8(st, n, s.d, s.G, true); });
+    reg(key("pair_sampled_dense_q8", s.d, s.G, n),
+        [=](benchmark::State &st) { BM_PairSampledDenseQ8(st, n, s.d, s.G); });
     if (s.G == 1) {
       reg(key("pair_spec_generic_dense", s.d, s.G, n),
           [=](benchmark::State &st) { BM_PairSpecGeneric(st, n, s.d, s.G, false); });

@@ -14,9 +14,12 @@
 // layer), decodes too, its steps alternated with the other two. With --transform SPEC a method
 // "magicpig+SPEC" (magicpig's K, L, t hashing in a space fitted to the keys, AttentionSpec::
 // transform) decodes alternated with the others: its speed vs plain magicpig and vs dense, the
-// first step (index build and the fit) and the fitted hashing's memory.
+// first step (index build and the fit) and the fitted hashing's memory. With --kv A,B (e.g.
+// bf16,q8) dense and magicpig run with each KV element type, all alternated, and a second table
+// compares them (LSH with B against dense with A and with B: the 8-bit KV cache's end-to-end
+// figure); the prefill then runs with f32 KV and each tiled cache holds its rows converted.
 // Usage: pig-bench-context [--model FILE] [--text FILE] [--prefill N] [--steps N]
-//                          [--contexts 2048,4096,...] [--threads N] [--kv bf16|f32] [--out DIR]
+//                          [--contexts 2048,4096,...] [--threads N] [--kv T[,T2]] [--out DIR]
 //                          [--tuning FILE [--max-error E]] [--transform SPEC]
 // --out DIR writes speed.csv and draws speed.png with gnuplot (docs/PERFORMANCE.md).
 #include <chrono>
@@ -70,6 +73,7 @@ struct Options {
   size_t prefill = 2048, steps = 16, threads = 0;
   std::vector<size_t> contexts{2048, 4096, 8192, 16384, 32768};
   lsh::DType kv = lsh::DType::bf16;
+  std::optional<lsh::DType> kv2;   // --kv A,B: dense and magicpig with B too
   std::string out;                 // --out: CSV + PNG
   std::string tuning;              // --tuning FILE: a third method, "tuned"
   std::optional<double> max_error; // --max-error E: selects the point from a records file
@@ -84,7 +88,9 @@ struct Options {
   std::fprintf(
       stderr,
       "pig-bench-context: %s\nusage: pig-bench-context [--model F] [--text F] "
-      "[--prefill N] [--steps N] [--contexts a,b,..] [--threads N] [--kv bf16|f32] [--out DIR]\n"
+      "[--prefill N] [--steps N] [--contexts a,b,..] [--threads N] [--kv T[,T2]] [--out DIR]\n"
+      "                         (T: bf16, f32 or q8; a second type T2 adds dense and magicpig "
+      "with T2)\n"
       "                         [--tuning FILE [--max-error E]]  (a third method: pig-tune's "
       "operating point)\n"
       "                         [--transform SPEC]  (a method magicpig+SPEC: magicpig hashing in "
@@ -164,12 +170,21 @@ private:
 // The methods decode the same tokens from the same cache, their steps alternated (dense, LSH,
 // [tuned,] dense, ...) so that the machine's drift (30 % and more within minutes on a shared
 // machine) affects them alike; before, each method ran its steps in a time window of its own.
+// Each spec loads its prefix from the tiled cache of its KV element type (`tiled`, one per type).
 std::vector<Run> DecodeAll(const LlamaModel &model, ThreadPool &pool,
-                           const std::vector<AttentionSpec> &specs, const KvCache &tiled,
-                           size_t context, const std::vector<int32_t> &feed) {
+                           const std::vector<AttentionSpec> &specs,
+                           const std::vector<std::unique_ptr<KvCache>> &tiled, size_t context,
+                           const std::vector<int32_t> &feed) {
   std::vector<std::unique_ptr<Decoder>> decoders;
-  for (const AttentionSpec &spec : specs)
-    decoders.push_back(std::make_unique<Decoder>(model, pool, spec, tiled, context, feed.size()));
+  for (const AttentionSpec &spec : specs) {
+    const KvCache *src = nullptr;
+    for (const auto &t : tiled)
+      if (t->dtype() == spec.kv_dtype)
+        src = t.get();
+    if (!src)
+      throw std::logic_error("pig-bench-context: no tiled cache of the spec's KV type");
+    decoders.push_back(std::make_unique<Decoder>(model, pool, spec, *src, context, feed.size()));
+  }
   for (int32_t token : feed)
     for (auto &d : decoders)
       d->Step(token);
@@ -204,9 +219,16 @@ int main(int argc, char **argv) {
       o.threads = Count(a, value());
     else if (a == "--kv") {
       const std::string k = value();
-      if (k != "bf16" && k != "f32")
-        Usage("--kv expects bf16 or f32");
-      o.kv = k == "f32" ? lsh::DType::f32 : lsh::DType::bf16;
+      const size_t comma = k.find(',');
+      lsh::DType t2{};
+      if (!lsh::parse_dtype(k.substr(0, comma), o.kv) ||
+          (comma != std::string::npos && !lsh::parse_dtype(k.substr(comma + 1), t2)))
+        Usage("--kv expects T or T,T2 with T in bf16, f32, q8; got '" + k + "'");
+      if (comma != std::string::npos) {
+        if (t2 == o.kv)
+          Usage("--kv T,T2 needs two different types, got '" + k + "'");
+        o.kv2 = t2;
+      }
     } else if (a == "--tuning") {
       o.tuning = value();
       if (o.tuning.empty())
@@ -279,15 +301,20 @@ int main(int argc, char **argv) {
     ThreadPool pool(o.threads);
     AttentionSpec dense;
     dense.kv_dtype = o.kv;
+    AttentionSpec prefill = dense;
+    if (o.kv2) // one prefill for both types: exact rows, converted into each tiled cache
+      prefill.kv_dtype = lsh::DType::f32;
     LlamaSession pre(*model, pool, o.prefill,
-                     MakeAttention(dense, AttentionShape{c.n_layers, c.n_heads, c.n_kv_heads,
-                                                         c.head_dim, o.prefill}));
+                     MakeAttention(prefill, AttentionShape{c.n_layers, c.n_heads, c.n_kv_heads,
+                                                           c.head_dim, o.prefill}));
     std::vector<float> logits(c.vocab);
     const auto t0 = Clock::now();
     pre.Forward(tokens.data(), o.prefill, logits.data());
+    const std::string kv_names = std::string(lsh::to_string(o.kv)) +
+                                 (o.kv2 ? std::string(" and ") + lsh::to_string(*o.kv2) : "");
     std::printf("pig-bench-context: %s, %zu threads, KV %s; dense prefill of %zu tokens of %s "
                 "in %.1f s, tiled to each context; %zu decode steps per run\n",
-                o.model.c_str(), pool.size(), lsh::to_string(o.kv), o.prefill, o.text.c_str(),
+                o.model.c_str(), pool.size(), kv_names.c_str(), o.prefill, o.text.c_str(),
                 Since(t0), o.steps);
     AttentionSpec lsh = dense;
     lsh.method = "magicpig";
@@ -314,6 +341,16 @@ int main(int argc, char **argv) {
       specs.push_back(x);
       std::printf("transform: %s: %s\n", xl.c_str(), x.str(c.n_layers).c_str());
     }
+    size_t d2i = 0; // --kv A,B: dense and magicpig with B at d2i, d2i + 1
+    if (o.kv2) {
+      d2i = specs.size();
+      for (AttentionSpec x : {dense, lsh}) {
+        x.kv_dtype = *o.kv2;
+        x.Validate(c.n_layers);
+        specs.push_back(x);
+      }
+    }
+    std::vector<std::string> kv_rows; // the --kv A,B table, printed after the main one
     auto row_of = [](const std::vector<std::string> &cells) {
       std::string r = "|";
       for (const std::string &cell : cells)
@@ -364,13 +401,46 @@ int main(int argc, char **argv) {
                                        "transform_first_step_s", "transform_hash_mib"});
       csv = std::make_unique<pig::eval::Csv>(o.out + "/speed.csv", columns);
     }
+    std::unique_ptr<pig::eval::Csv> csv_kv; // --kv A,B with --out: kv.csv
+    if (!o.out.empty() && o.kv2)
+      csv_kv = std::make_unique<pig::eval::Csv>(
+          o.out + "/kv.csv",
+          std::vector<std::string>{"context", "dense_tok_s", "dense2_tok_s", "lsh_tok_s",
+                                   "lsh2_tok_s", "lsh2_vs_dense", "lsh2_vs_dense2",
+                                   "dense2_vs_dense", "lsh2_vs_lsh", "kv_mib", "kv2_mib"});
     std::vector<std::pair<size_t, double>> x_vs_lsh; // per context: transform tok/s over LSH's
     for (size_t ctx : o.contexts) {
-      KvCache tiled(AttentionShape{c.n_layers, c.n_heads, c.n_kv_heads, c.head_dim, ctx}, o.kv);
-      tiled.Tile(pre.attention().cache(), o.prefill, ctx);
+      std::vector<std::unique_ptr<KvCache>> tiled;
+      for (lsh::DType t : {o.kv, o.kv2.value_or(o.kv)}) {
+        if (!tiled.empty() && tiled[0]->dtype() == t)
+          continue;
+        tiled.push_back(std::make_unique<KvCache>(
+            AttentionShape{c.n_layers, c.n_heads, c.n_kv_heads, c.head_dim, ctx}, t));
+        tiled.back()->Tile(pre.attention().cache(), o.prefill, ctx);
+      }
       const std::vector<Run> runs = DecodeAll(*model, pool, specs, tiled, ctx, feed);
       const Run &d = runs[0], &l = runs[1];
-      const double kv_mib = double(tiled.MemoryBytes()) / 1048576.0;
+      const double kv_mib = double(tiled[0]->MemoryBytes()) / 1048576.0;
+      if (d2i) {
+        const Run &d2 = runs[d2i], &l2 = runs[d2i + 1];
+        kv_rows.push_back(
+            row_of({std::to_string(ctx), Fmt("%.1f", d.tokens_per_s), Fmt("%.1f", d2.tokens_per_s),
+                    Fmt("%.1f", l.tokens_per_s), Fmt("%.1f", l2.tokens_per_s),
+                    Fmt("%.2fx", l2.tokens_per_s / d.tokens_per_s),
+                    Fmt("%.2fx", l2.tokens_per_s / d2.tokens_per_s),
+                    Fmt("%.2fx", d2.tokens_per_s / d.tokens_per_s),
+                    Fmt("%.2fx", l2.tokens_per_s / l.tokens_per_s), Fmt("%.0f", kv_mib),
+                    Fmt("%.0f", double(tiled[1]->MemoryBytes()) / 1048576.0),
+                    Fmt("%.0f", double(l2.stats.index_bytes) / 1048576.0)}));
+        if (csv_kv)
+          csv_kv->row({std::to_string(ctx), Fmt("%.2f", d.tokens_per_s),
+                       Fmt("%.2f", d2.tokens_per_s), Fmt("%.2f", l.tokens_per_s),
+                       Fmt("%.2f", l2.tokens_per_s), Fmt("%.3f", l2.tokens_per_s / d.tokens_per_s),
+                       Fmt("%.3f", l2.tokens_per_s / d2.tokens_per_s),
+                       Fmt("%.3f", d2.tokens_per_s / d.tokens_per_s),
+                       Fmt("%.3f", l2.tokens_per_s / l.tokens_per_s), Fmt("%.1f", kv_mib),
+                       Fmt("%.1f", double(tiled[1]->MemoryBytes()) / 1048576.0)});
+      }
       const double index_mib = double(l.stats.index_bytes) / 1048576.0;
       std::vector<std::string> cells{std::to_string(ctx), Fmt("%.1f", d.tokens_per_s),
                                      Fmt("%.1f", l.tokens_per_s),
@@ -432,6 +502,30 @@ int main(int argc, char **argv) {
         }
         csv->row(row);
       }
+    }
+    if (d2i) {
+      const std::string a = lsh::to_string(o.kv), b = lsh::to_string(*o.kv2);
+      std::vector<std::string> head{"context",
+                                    "dense " + a + " tok/s",
+                                    "dense " + b + " tok/s",
+                                    "LSH " + a + " tok/s",
+                                    "LSH " + b + " tok/s",
+                                    "LSH " + b + " vs dense " + a,
+                                    "LSH " + b + " vs dense " + b,
+                                    "dense " + b + " vs " + a,
+                                    "LSH " + b + " vs " + a,
+                                    "KV MiB " + a,
+                                    "KV MiB " + b,
+                                    "index MiB"};
+      std::string sep = "|";
+      for (size_t i = 0; i < head.size(); ++i)
+        sep += "---|";
+      std::printf(
+          "\nKV element types (--kv %s,%s), the same steps alternated with the above:\n%s\n%s\n",
+          a.c_str(), b.c_str(), row_of(head).c_str(), sep.c_str());
+      for (const std::string &r : kv_rows)
+        std::printf("%s\n", r.c_str());
+      csv_kv.reset();
     }
     if (xi && !x_vs_lsh.empty()) {
       // The target: hashing in the fitted space within 5 % of plain magicpig's speed.

@@ -28,6 +28,7 @@
 #include <vector>
 
 #include "accuracy.h"
+#include "kv_formats.h"
 #include "pig/reference/reference.h"
 #include "pig/runtime/attention.h"
 #include "pig/runtime/model.h"
@@ -100,13 +101,16 @@ struct Options {
     std::fprintf(stderr, "pig-eval: %s\n", error.c_str());
   std::fprintf(
       error.empty() ? stdout : stderr,
-      "usage: pig-eval (attention-error | downstream | all) [options]\n"
+      "usage: pig-eval (attention-error | downstream | all | kv-formats) [options]\n"
       "\n"
       "  attention-error   relative L2 error of TopK, oracle sampling, Quest and MagicPIG vs\n"
       "                    exact attention on the model's real KV caches (pig::ref)\n"
       "  downstream        perplexity, needle retrieval, common/frequent-words extraction with\n"
       "                    dense, magicpig (K,L) and topk/quest at magicpig's measured cost2\n"
       "  all               both (one prefill of the text serves both)\n"
+      "  kv-formats        error of exact attention with 8-bit KV formats (q8: a scale per 32\n"
+      "                    elements; a scale per row; per-channel keys) and bf16 against f32\n"
+      "                    rows, at --error-contexts and --layers (docs/KV8.md)\n"
       "\n"
       "  --quick                 CI smoke sizes (contexts of a few hundred tokens)\n"
       "  --out DIR               CSV, PNG and markdown output (default eval-out)\n"
@@ -123,7 +127,7 @@ struct Options {
       "  --instances N           instances per task and context (default 3)\n"
       "  --tasks LIST            of needle,cwe,fwe (default all three)\n"
       "  --lsh LIST              MagicPIG configurations K:L,... (default 10:150,9:120,8:75)\n"
-      "  --kv bf16|f32           KV cache element type (default bf16)\n"
+      "  --kv bf16|f32|q8        KV cache element type (default bf16; q8: 8-bit, docs/KV8.md)\n"
       "  --cwe-share PCT          percent of the CWE list taken by its 3 common words (50)\n"
       "  --dense-only            downstream with dense attention only (to size the tasks)\n"
       "  --tuning FILE           downstream also decodes with \"tuned\": magicpig with the\n"
@@ -181,11 +185,12 @@ Options Parse(int argc, char **argv) {
   for (int i = 0; i < argc; ++i)
     o.command_line += (i ? " " : "") + std::string(i ? argv[i] : "build/bin/pig-eval");
   if (argc < 2)
-    Usage("give a command: attention-error, downstream or all");
+    Usage("give a command: attention-error, downstream, all or kv-formats");
   o.command = argv[1];
   if (o.command == "-h" || o.command == "--help")
     Usage("");
-  if (o.command != "attention-error" && o.command != "downstream" && o.command != "all")
+  if (o.command != "attention-error" && o.command != "downstream" && o.command != "all" &&
+      o.command != "kv-formats")
     Usage("unknown command '" + o.command + "'");
   // --quick first, so that explicit flags after it still win.
   for (int i = 2; i < argc; ++i)
@@ -276,9 +281,8 @@ Options Parse(int argc, char **argv) {
       }
     } else if (a == "--kv") {
       const std::string v = value();
-      if (v != "bf16" && v != "f32")
-        Usage("--kv expects bf16 or f32");
-      o.kv = v == "f32" ? lsh::DType::f32 : lsh::DType::bf16;
+      if (!lsh::parse_dtype(v, o.kv))
+        Usage("--kv expects bf16, f32 or q8, got '" + v + "'");
     } else if (a == "--tuning") {
       o.tuning = value();
       if (o.tuning.empty())
@@ -1033,14 +1037,76 @@ private:
 
 // ---------------------------------------------------------------------------------------------
 
+// kv-formats: the quantisation error of each candidate 8-bit format (kv_formats.h), aggregated
+// over the layers, kv-heads and query heads of each context.
+class KvFormatReport {
+public:
+  template <typename Load>
+  void Measure(size_t P, const std::vector<size_t> &layers, size_t n_kv_heads, Load &&load) {
+    for (size_t layer : layers)
+      for (size_t kvh = 0; kvh < n_kv_heads; ++kvh) {
+        pig::ref::OwnedMatrix K, V;
+        std::vector<std::vector<float>> qs;
+        load(layer, kvh, K, V, qs);
+        for (pig::eval::KvFormat f : pig::eval::AllKvFormats())
+          for (const auto &e : pig::eval::MeasureKvFormat(f, qs, K, V))
+            errs_[{P, int(f)}].push_back(e);
+      }
+    std::fprintf(stderr, "pig-eval: kv formats at %zu done\n", P);
+  }
+  void Finish(const Options &o, size_t d) const {
+    using pig::eval::Fmt;
+    std::string md =
+        "Exact attention over the dequantised rows against exact attention over the f32 "
+        "rows (relative L2 error of the output; scaled-logit error), real decode-step "
+        "queries, layers " +
+        JoinSizes(o.layers) + ", every kv-head and query head. Command: `" + o.command_line +
+        "`\n\n| context | format | bytes/element | output error "
+        "mean | p95 | max | logit error rms (mean) | logit error max |\n"
+        "|---|---|---|---|---|---|---|---|\n";
+    for (const auto &[key, v] : errs_) {
+      std::vector<double> rel;
+      double rms = 0, lmax = 0;
+      for (const auto &e : v) {
+        rel.push_back(e.out_rel);
+        rms += e.logit_rms;
+        lmax = std::max(lmax, e.logit_max);
+      }
+      std::sort(rel.begin(), rel.end());
+      double mean = 0;
+      for (double r : rel)
+        mean += r;
+      mean /= double(rel.size());
+      const double p95 = rel[std::min(rel.size() - 1, size_t(0.95 * double(rel.size())))];
+      const auto f = pig::eval::KvFormat(key.second);
+      md += "| " + std::to_string(key.first) + " | " + pig::eval::to_string(f) + " | " +
+            Fmt("%.3f", pig::eval::BytesPerElement(f, d)) + " | " + Fmt("%.2e", mean) + " | " +
+            Fmt("%.2e", p95) + " | " + Fmt("%.2e", rel.back()) + " | " +
+            Fmt("%.2e", rms / double(v.size())) + " | " + Fmt("%.2e", lmax) + " |\n";
+    }
+    std::printf("%s", md.c_str());
+    pig::eval::WriteFile(o.out + "/kv_formats.md", md);
+  }
+
+private:
+  static std::string JoinSizes(const std::vector<size_t> &v) {
+    std::string s;
+    for (size_t x : v)
+      s += (s.empty() ? "" : ",") + std::to_string(x);
+    return s;
+  }
+  std::map<std::pair<size_t, int>, std::vector<pig::eval::KvFormatError>> errs_;
+};
+
 int Run(const Options &o) {
   const auto start = Clock::now();
   pig::eval::MakeDirs(o.out);
   auto model = LlamaModel::Load(o.model);
   const LlamaConfig &cfg = model->config();
   ThreadPool pool(o.threads);
-  const bool part1 = o.command != "downstream";
-  const bool part2 = o.command != "attention-error";
+  const bool formats = o.command == "kv-formats";
+  const bool part1 = o.command == "attention-error" || o.command == "all";
+  const bool part2 = o.command == "downstream" || o.command == "all";
   for (size_t l : o.layers)
     if (l >= cfg.n_layers)
       Usage("--layers: layer " + std::to_string(l) + " outside the model's " +
@@ -1049,7 +1115,7 @@ int Run(const Options &o) {
   // Checkpoints of the one long-text prefill: attention-error captures and perplexity points.
   std::set<size_t> checkpoints;
   size_t capacity = 0, need_tokens = 0;
-  if (part1)
+  if (part1 || formats)
     for (size_t c : o.error_contexts) {
       checkpoints.insert(c);
       capacity = std::max(capacity, c);
@@ -1104,6 +1170,7 @@ int Run(const Options &o) {
                  tuning->source.c_str(), p.layers_str().c_str(), p.error, 100.0 * p.cost2,
                  p.criterion.empty() ? "" : "; criterion ", p.criterion.c_str());
   }
+  KvFormatReport kv_formats;
   std::unique_ptr<Downstream> down;
   if (part2)
     down = std::make_unique<Downstream>(o, *model, pool, tuning ? &*tuning : nullptr);
@@ -1117,7 +1184,9 @@ int Run(const Options &o) {
     if (tokens.size() < need_tokens)
       throw std::runtime_error("the text has " + std::to_string(tokens.size()) +
                                " tokens, the contexts need " + std::to_string(need_tokens));
-    auto owned = std::make_unique<CapturingAttention>(ShapeOf(cfg, capacity), o.kv, o.layers);
+    // kv-formats quantises the exact rows itself: the capture keeps them in f32.
+    auto owned = std::make_unique<CapturingAttention>(ShapeOf(cfg, capacity),
+                                                      formats ? lsh::DType::f32 : o.kv, o.layers);
     CapturingAttention &cap = *owned;
     LlamaSession base(*model, pool, capacity, std::move(owned));
     std::vector<float> logits(cfg.vocab);
@@ -1136,7 +1205,7 @@ int Run(const Options &o) {
       cap.Arm(false);
       prefill_s += Since(t0);
       std::fprintf(stderr, "pig-eval: prefilled %zu tokens (%.0f s so far)\n", P, prefill_s);
-      if (part1 && std::count(o.error_contexts.begin(), o.error_contexts.end(), P)) {
+      if ((part1 || formats) && std::count(o.error_contexts.begin(), o.error_contexts.end(), P)) {
         t0 = Clock::now();
         const KvCache &cache = cap.cache();
         const size_t d = cfg.head_dim, group = cfg.n_heads / cfg.n_kv_heads;
@@ -1154,6 +1223,10 @@ int Run(const Options &o) {
             qs.emplace_back(q, q + d);
           }
         };
+        if (formats) {
+          kv_formats.Measure(P, o.layers, cfg.n_kv_heads, load);
+          continue;
+        }
         for (size_t layer : o.layers)
           for (size_t kvh = 0; kvh < cfg.n_kv_heads; ++kvh) {
             pig::ref::OwnedMatrix K, V;
@@ -1209,6 +1282,8 @@ int Run(const Options &o) {
       }
     }
   }
+  if (formats)
+    kv_formats.Finish(o, cfg.head_dim);
   if (errors)
     errors->Finish(part1_s + prefill_s, prefill_s);
   if (transforms)
