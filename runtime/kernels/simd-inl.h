@@ -198,21 +198,40 @@ HWY_INLINE void LoadPair(const std::uint16_t *HWY_RESTRICT row, std::size_t j, V
 }
 
 // q8: elements [2jN, 2jN + 2N) lie in block 2jN / 32 (2N divides 32), in natural order (int8
-// widening keeps lane order), each q * scale, exactly pig::ref::dequantize_q8's value.
-HWY_INLINE void LoadPair(const Q8 *HWY_RESTRICT row, std::size_t j, VF &a, VF &b) {
+// widening keeps lane order). LoadPairRaw gives the integers q as floats and PairScale the
+// block's scale s; LoadPair gives q * s, exactly pig::ref::dequantize_q8's value. Kernels that
+// can apply s to a scalar (a softmax weight, a block's partial dot product) take the raw pair.
+HWY_INLINE const std::uint8_t *Q8BlockOf(const Q8 *row, std::size_t j) {
+  const std::size_t e = 2 * j * hn::Lanes(DF());
+  return reinterpret_cast<const std::uint8_t *>(row) + e / kQ8Block * kQ8BlockBytes;
+}
+HWY_INLINE float PairScale(const Q8 *HWY_RESTRICT row, std::size_t j) {
+  std::uint16_t sbits;
+  std::memcpy(&sbits, Q8BlockOf(row, j), 2);
+  return Bf16ToF32(sbits);
+}
+HWY_INLINE void LoadPairRaw(const Q8 *HWY_RESTRICT row, std::size_t j, VF &a, VF &b) {
   const DF df;
   const DI di;
   const hn::Rebind<std::int8_t, DF> d8;
   const std::size_t N = hn::Lanes(df);
-  const std::size_t e = 2 * j * N;
-  const std::uint8_t *blk =
-      reinterpret_cast<const std::uint8_t *>(row) + e / kQ8Block * kQ8BlockBytes;
-  std::uint16_t sbits;
-  std::memcpy(&sbits, blk, 2);
-  const VF s = hn::Set(df, Bf16ToF32(sbits));
-  const std::int8_t *q = reinterpret_cast<const std::int8_t *>(blk + 2 + e % kQ8Block);
-  a = hn::Mul(hn::ConvertTo(df, hn::PromoteTo(di, hn::LoadU(d8, q))), s);
-  b = hn::Mul(hn::ConvertTo(df, hn::PromoteTo(di, hn::LoadU(d8, q + N))), s);
+  const std::int8_t *q =
+      reinterpret_cast<const std::int8_t *>(Q8BlockOf(row, j) + 2 + 2 * j * N % kQ8Block);
+  a = hn::ConvertTo(df, hn::PromoteTo(di, hn::LoadU(d8, q)));
+  b = hn::ConvertTo(df, hn::PromoteTo(di, hn::LoadU(d8, q + N)));
+}
+HWY_INLINE void LoadPair(const Q8 *HWY_RESTRICT row, std::size_t j, VF &a, VF &b) {
+  const VF s = hn::Set(DF(), PairScale(row, j));
+  LoadPairRaw(row, j, a, b);
+  a = hn::Mul(a, s);
+  b = hn::Mul(b, s);
+}
+// f32 and bf16 rows have no scale: the raw pair is the pair.
+HWY_INLINE float PairScale(const float *, std::size_t) { return 1.0f; }
+HWY_INLINE float PairScale(const std::uint16_t *, std::size_t) { return 1.0f; }
+template <typename T>
+HWY_INLINE void LoadPairRaw(const T *HWY_RESTRICT row, std::size_t j, VF &a, VF &b) {
+  LoadPair(row, j, a, b);
 }
 
 HWY_INLINE float ScalarAt(const float *row, std::size_t i) { return row[i]; }
@@ -268,6 +287,16 @@ HWY_INLINE void FromKernelOrder(const float *HWY_RESTRICT y, std::size_t d, floa
 // Prefetch every cache line that [p, p + bytes) touches, starting from p's line: a range that
 // starts inside a line can span one line more than stepping 64 bytes from p reaches (148 bytes
 // at offset 60 of a line span 4 lines; the steps reach 3).
+// The lines of [p, p + bytes) from the first line that starts at or after p: a row of a sequential
+// pass whose first line the previous row's prefetch already covered (rows not a whole number of
+// lines long, like q8's 68 and 136 bytes).
+HWY_INLINE void PrefetchRowTail(const void *p, std::size_t bytes) {
+  const uintptr_t first = (reinterpret_cast<uintptr_t>(p) + 63) & ~uintptr_t(63);
+  const uintptr_t end = reinterpret_cast<uintptr_t>(p) + bytes;
+  for (uintptr_t line = first; line < end; line += 64)
+    hwy::Prefetch(reinterpret_cast<const char *>(line));
+}
+
 HWY_INLINE void PrefetchRow(const void *p, std::size_t bytes) {
   if (bytes == 0)
     return;
