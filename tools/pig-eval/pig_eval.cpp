@@ -13,6 +13,7 @@
 #include <cctype>
 #include <chrono>
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -85,6 +86,9 @@ struct Options {
   std::vector<pig::eval::KL> lsh{{10, 150}, {9, 120}, {8, 75}};
   std::string update_doc;
   lsh::DType kv = lsh::DType::bf16;
+  // --lsh-seed S: downstream's SimHash matrices from seed S (another draw of every LSH method's
+  // estimator, to size its sampling noise); default the runtime's.
+  std::optional<std::uint64_t> lsh_seed;
   std::string command_line;
   std::string tuning;              // --tuning FILE: the downstream method "tuned"
   std::optional<double> max_error; // --max-error E: selects the point from a records file
@@ -119,6 +123,7 @@ struct Options {
       "  --text FILE             perplexity text, .gz allowed (default %s, Debian package %s)\n"
       "  --threads N             (default 1)\n"
       "  --seed S                task instances and sampling seeds (default 1)\n"
+      "  --lsh-seed S            downstream: SimHash matrices from seed S (default the runtime's)\n"
       "  --error-contexts LIST   KV cache lengths of attention-error (default 2048,4096,8192)\n"
       "  --layers LIST           layers of attention-error (default 2,5,8,12,16,20,24,28)\n"
       "  --ppl-contexts LIST     perplexity context lengths (default 2048,4096)\n"
@@ -228,6 +233,8 @@ Options Parse(int argc, char **argv) {
       o.threads = ParseSize(a, value(), 1, 256);
     } else if (a == "--seed") {
       o.seed = ParseSize(a, value(), 0, ~size_t(0));
+    } else if (a == "--lsh-seed") {
+      o.lsh_seed = ParseSize(a, value(), 0, ~size_t(0));
     } else if (a == "--error-contexts") {
       o.error_contexts = ParseList(a, value(), 128, 1 << 20);
     } else if (a == "--layers") {
@@ -392,6 +399,8 @@ std::vector<Method> Methods(const Options &o, const pig::tools::Tuning *tuning) 
   AttentionSpec base;
   base.kv_dtype = o.kv;
   base.sample_seed = o.seed;
+  if (o.lsh_seed)
+    base.seed = *o.lsh_seed;
   m.push_back({"dense", "", base});
   if (o.dense_only)
     return m;
