@@ -216,22 +216,6 @@ Problem make_problem(std::size_t n, std::size_t d, int G, std::uint64_t seed,
   return pr;
 }
 
-void expect_attention_near(const float *out, float lse, const ref::Attention &want, double tol,
-                           const std::string &what) {
-  if (std::isnan(want.lse)) {
-    EXPECT_TRUE(std::isnan(lse)) << what;
-    return;
-  }
-  if (want.is_empty()) {
-    EXPECT_EQ(lse, -HUGE_VALF) << what;
-    return;
-  }
-  for (std::size_t j = 0; j < want.out.size(); ++j)
-    ASSERT_FALSE(std::isnan(out[j])) << what << " coordinate " << j;
-  EXPECT_LT(rel_l2(out, want.out), tol) << what;
-  EXPECT_NEAR(lse, want.lse, tol * std::max(1.0, std::fabs(want.lse))) << what;
-}
-
 TEST(Q8DenseAttention, MatchesReferenceOnDequantisedRows) {
   for_each_target([](const char *) {
     for (std::size_t d : {std::size_t(64), std::size_t(128), std::size_t(96)})

@@ -1,6 +1,7 @@
 // Shared helpers of the kernel tests: target loops, random and synthetic data, bf16 copies.
 #pragma once
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <functional>
@@ -10,6 +11,7 @@
 #include <gtest/gtest.h>
 
 #include "hwy/targets.h"
+#include "pig/reference/attention.h"
 #include "pig/reference/matrix.h"
 #include "pig/reference/random.h"
 #include "pig/runtime/lsh_index.h"
@@ -61,6 +63,24 @@ inline double rel_l2(const float *a, const std::vector<float> &b) {
     den += double(b[i]) * b[i];
   }
   return den == 0 ? std::sqrt(num) : std::sqrt(num / den);
+}
+
+/// A kernel's output and lse against the reference's: NaN where it is NaN, the empty attention
+/// where it is empty, else within `tol` (relative L2 of the output, relative lse).
+inline void expect_attention_near(const float *out, float lse, const ref::Attention &want,
+                                  double tol, const std::string &what) {
+  if (std::isnan(want.lse)) {
+    EXPECT_TRUE(std::isnan(lse)) << what;
+    return;
+  }
+  if (want.is_empty()) {
+    EXPECT_EQ(lse, -HUGE_VALF) << what;
+    return;
+  }
+  for (std::size_t j = 0; j < want.out.size(); ++j)
+    ASSERT_FALSE(std::isnan(out[j])) << what << " coordinate " << j;
+  EXPECT_LT(rel_l2(out, want.out), tol) << what;
+  EXPECT_NEAR(lse, want.lse, tol * std::max(1.0, std::fabs(want.lse))) << what;
 }
 
 } // namespace pig::test
