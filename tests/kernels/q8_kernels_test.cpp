@@ -75,15 +75,18 @@ std::vector<LshKernelSet> sets_for(const KernelKey &key) {
 KernelKey q8_key(int K, int L, int d) { return {K, L, d, DType::q8, lsh::Target::cpu}; }
 
 TEST(Q8Registry, ResolvesAndRejectsHeadDims) {
-  // specialisations.cpp registers K=10 L=150 d=64 q8 (configs/kernels.txt's line).
+  // specialisations.cpp registers K=10 L=150 d=64 q8 (configs/kernels.txt's line); the sanitizer
+  // build links only the contract example (tests/kernels/CMakeLists.txt).
   const KernelKey spec = q8_key(10, 150, 64);
-  ASSERT_TRUE(KernelRegistry::global().has_specialised(spec));
-  const LshKernelSet s = KernelRegistry::global().resolve(spec);
-  EXPECT_TRUE(s.specialised);
-  EXPECT_EQ(s.key, spec);
-  EXPECT_NE(KernelRegistry::describe(s).find("specialised K=10 L=150 d=64 q8 cpu"),
-            std::string::npos)
-      << KernelRegistry::describe(s);
+  if (!PIG_KERNELS_TEST_SMALL) {
+    ASSERT_TRUE(KernelRegistry::global().has_specialised(spec));
+    const LshKernelSet s = KernelRegistry::global().resolve(spec);
+    EXPECT_TRUE(s.specialised);
+    EXPECT_EQ(s.key, spec);
+    EXPECT_NE(KernelRegistry::describe(s).find("specialised K=10 L=150 d=64 q8 cpu"),
+              std::string::npos)
+        << KernelRegistry::describe(s);
+  }
   for (int d : {32, 96, 128}) {
     const LshKernelSet g = KernelRegistry::global().resolve(q8_key(8, 75, d));
     EXPECT_FALSE(g.specialised);
