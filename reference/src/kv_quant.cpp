@@ -25,6 +25,8 @@ std::uint16_t bf16_round_up(float s) {
 
 } // namespace
 
+float q8_scale_for(float amax) { return bf16_bits_to_f32(bf16_round_up(amax / 127.0f)); }
+
 float q8_block_scale(const std::uint8_t *block) {
   std::uint16_t b;
   std::memcpy(&b, block, 2);

@@ -32,7 +32,7 @@ size_t KvCache::BytesPerToken() const {
 namespace {
 
 // One row of d elements: f32 -> dtype (round to nearest even for bf16, pig::ref::quantize_q8 for
-// q8) and back.
+// q8); lsh::row_to_f32 is the way back.
 void FromF32(const float *x, lsh::DType dtype, size_t d, std::uint8_t *dst) {
   if (dtype == lsh::DType::f32)
     std::memcpy(dst, x, d * sizeof(float));
@@ -40,15 +40,6 @@ void FromF32(const float *x, lsh::DType dtype, size_t d, std::uint8_t *dst) {
     ref::quantize_q8(x, d, dst);
   else
     lsh::convert_to_bf16(x, reinterpret_cast<std::uint16_t *>(dst), d);
-}
-
-void ToF32(const std::uint8_t *src, lsh::DType dtype, size_t d, float *out) {
-  if (dtype == lsh::DType::f32)
-    std::memcpy(out, src, d * sizeof(float));
-  else if (dtype == lsh::DType::q8)
-    ref::dequantize_q8(src, d, out);
-  else
-    lsh::convert_from_bf16(reinterpret_cast<const std::uint16_t *>(src), out, d);
 }
 
 } // namespace
@@ -90,9 +81,9 @@ void KvCache::CopyRows(const KvCache &other, size_t from, size_t to, size_t m) {
         continue;
       }
       for (size_t i = 0; i < m; ++i) {
-        ToF32(other.Row(other.k_, l, h, from + i), other.dtype_, d, row.data());
+        lsh::row_to_f32(other.Row(other.k_, l, h, from + i), other.dtype_, 0, d, row.data());
         FromF32(row.data(), dtype_, d, Row(k_, l, h, to + i));
-        ToF32(other.Row(other.v_, l, h, from + i), other.dtype_, d, row.data());
+        lsh::row_to_f32(other.Row(other.v_, l, h, from + i), other.dtype_, 0, d, row.data());
         FromF32(row.data(), dtype_, d, Row(v_, l, h, to + i));
       }
     }
@@ -113,11 +104,11 @@ void KvCache::Tile(const KvCache &other, size_t period, size_t n) {
 }
 
 void KvCache::KeyRow(size_t layer, size_t kvh, size_t pos, float *out) const {
-  ToF32(Row(k_, layer, kvh, pos), dtype_, shape_.head_dim, out);
+  lsh::row_to_f32(Row(k_, layer, kvh, pos), dtype_, 0, shape_.head_dim, out);
 }
 
 void KvCache::ValueRow(size_t layer, size_t kvh, size_t pos, float *out) const {
-  ToF32(Row(v_, layer, kvh, pos), dtype_, shape_.head_dim, out);
+  lsh::row_to_f32(Row(v_, layer, kvh, pos), dtype_, 0, shape_.head_dim, out);
 }
 
 } // namespace pig::runtime

@@ -4,7 +4,10 @@
 #define HWY_TARGET_INCLUDE "runtime/src/lsh_generic.cpp"
 #include "hwy/foreach_target.h" // IWYU pragma: keep
 
+#include <cstring>
+
 #include "hwy/highway.h"
+#include "pig/reference/kv_quant.h"
 #include "pig/runtime/lsh_index.h"
 #include "pig/runtime/lsh_kernels.h"
 #include "runtime/kernels/lsh-inl.h"
@@ -49,6 +52,16 @@ void convert_to_bf16(const float *in, std::uint16_t *out, std::size_t n) {
 void convert_from_bf16(const std::uint16_t *in, float *out, std::size_t n) {
   HWY_DYNAMIC_DISPATCH(FromBf16)(in, out, n);
 }
+void row_to_f32(const void *rows, DType dtype, std::size_t i, std::size_t d, float *out) {
+  const char *src = static_cast<const char *>(rows) + i * row_bytes(dtype, d);
+  if (dtype == DType::f32)
+    std::memcpy(out, src, d * sizeof(float));
+  else if (dtype == DType::q8)
+    ref::dequantize_q8(reinterpret_cast<const std::uint8_t *>(src), d, out);
+  else
+    convert_from_bf16(reinterpret_cast<const std::uint16_t *>(src), out, d);
+}
+
 void exp_clamped(const float *in, float *out, std::size_t n) {
   HWY_DYNAMIC_DISPATCH(ExpRow)(in, out, n);
 }

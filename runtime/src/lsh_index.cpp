@@ -2,13 +2,11 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstring>
 #include <limits>
 #include <numbers>
 #include <stdexcept>
 #include <string>
 
-#include "pig/reference/kv_quant.h"
 #include "pig/reference/lsh.h"
 #include "pig/reference/random.h"
 
@@ -58,21 +56,6 @@ SimHash::SimHash(std::shared_ptr<const SimHash> wide, int K, int L)
 
 SimHashView SimHash::view() const { return SimHashView{data(), norms(), d_, cols_, K_, L_}; }
 
-namespace {
-
-// Row i of n rows of d elements of dtype as f32.
-void LoadRow(const void *keys, DType dtype, std::size_t d, std::size_t i, float *row) {
-  const char *src = static_cast<const char *>(keys) + i * row_bytes(dtype, d);
-  if (dtype == DType::f32)
-    std::memcpy(row, src, d * sizeof(float));
-  else if (dtype == DType::q8)
-    ref::dequantize_q8(reinterpret_cast<const std::uint8_t *>(src), d, row);
-  else
-    convert_from_bf16(reinterpret_cast<const std::uint16_t *>(src), row, d);
-}
-
-} // namespace
-
 LshIndex LshIndex::build(const LshKernelSet &set, const void *keys, DType dtype, std::size_t n,
                          const SimHash &W, StaticTokens st, const ref::TransformSpec &transform) {
   const std::size_t d = W.d();
@@ -91,7 +74,7 @@ LshIndex LshIndex::build(const LshKernelSet &set, const void *keys, DType dtype,
     std::vector<double> acc(d, 0.0);
     std::vector<float> row(d);
     for (std::size_t i = 0; i < count; ++i) {
-      LoadRow(keys, dtype, d, ix.begin_ + i, row.data());
+      row_to_f32(keys, dtype, ix.begin_ + i, d, row.data());
       for (std::size_t j = 0; j < d; ++j)
         acc[j] += double(row[j]);
     }
@@ -145,7 +128,7 @@ ref::HashTransform Fit(const ref::TransformSpec &spec, const void *keys, DType d
   ref::OwnedMatrix X((count + stride - 1) / stride, d);
   std::vector<float> row(d);
   for (std::size_t i = 0, r = 0; i < count; i += stride, ++r) {
-    LoadRow(keys, dtype, d, begin + i, row.data());
+    row_to_f32(keys, dtype, begin + i, d, row.data());
     for (std::size_t j = 0; j < d; ++j)
       X.at(r, j) = row[j] - mean[j];
   }
@@ -195,7 +178,7 @@ void FittedHash::map_keys(const void *keys, DType dtype, std::size_t first, std:
   std::vector<double> acc(d);
   norms_.reserve(norms_.size() + rows);
   for (std::size_t i = 0; i < rows; ++i) {
-    LoadRow(keys, dtype, d, first + i, c.data());
+    row_to_f32(keys, dtype, first + i, d, c.data());
     for (std::size_t j = 0; j < d; ++j)
       c[j] -= mean[j];
     norms_.push_back(MapRow(T_.key_map.data.data(), c.data(), d, acc.data(), out + i * d));

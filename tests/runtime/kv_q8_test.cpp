@@ -266,6 +266,16 @@ std::vector<float> Dequantised(const std::vector<float> &x, size_t d) {
   return y;
 }
 
+// The sequence with every key and value row replaced by its q8 round trip.
+Sequence DequantisedSequence(const Sequence &raw, size_t d) {
+  Sequence deq = raw;
+  for (size_t l = 0; l < raw.k.size(); ++l) {
+    deq.k[l] = Dequantised(raw.k[l], d);
+    deq.v[l] = Dequantised(raw.v[l], d);
+  }
+  return deq;
+}
+
 // Prefill positions [0, prompt) of every layer, then decode [prompt, n) one by one; the decode
 // outputs, per step and layer.
 std::vector<std::vector<float>> Decode(Attention &att, const Sequence &x, size_t prompt, size_t n,
@@ -321,11 +331,7 @@ TEST_P(Q8AttentionTest, EqualsF32CacheOfDequantisedRows) {
   spec.budget = 0.1;
   spec.quest_page = 8;
   const Sequence raw = MakeSequence(shape, prompt + steps, 5 + d);
-  Sequence deq = raw;
-  for (size_t l = 0; l < layers; ++l) {
-    deq.k[l] = Dequantised(raw.k[l], d);
-    deq.v[l] = Dequantised(raw.v[l], d);
-  }
+  const Sequence deq = DequantisedSequence(raw, d);
   spec.kv_dtype = DType::q8;
   auto q8 = MakeAttention(spec, shape);
   spec.kv_dtype = DType::f32;
@@ -420,11 +426,7 @@ TEST(Q8Attention, FittedHashingEqualsF32CacheOfDequantisedRows) {
   spec.dense_layers_set = true;
   spec.transform = ref::TransformSpec::parse("whiten:a=0.25");
   const Sequence raw = MakeSequence(shape, prompt + steps, 91);
-  Sequence deq = raw;
-  for (size_t l = 0; l < layers; ++l) {
-    deq.k[l] = Dequantised(raw.k[l], d);
-    deq.v[l] = Dequantised(raw.v[l], d);
-  }
+  const Sequence deq = DequantisedSequence(raw, d);
   spec.kv_dtype = DType::q8;
   auto q8 = MakeAttention(spec, shape);
   spec.kv_dtype = DType::f32;

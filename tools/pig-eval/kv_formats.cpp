@@ -11,15 +11,6 @@
 namespace pig::eval {
 namespace {
 
-float RoundUpBf16(float s) {
-  std::uint32_t u;
-  std::memcpy(&u, &s, 4);
-  u = ((u & 0xFFFFu) ? (u >> 16) + 1 : (u >> 16)) << 16;
-  float r;
-  std::memcpy(&r, &u, 4);
-  return r;
-}
-
 float RoundBf16(float x) {
   std::uint32_t u;
   std::memcpy(&u, &x, 4);
@@ -29,12 +20,12 @@ float RoundBf16(float x) {
   return r;
 }
 
-// Quantise the elements x[i * stride], i < m, with one scale (amax / 127 rounded up to bf16).
+// Quantise the elements x[i * stride], i < m, with one scale (q8's rule, ref::q8_scale_for).
 void QuantGroup(float *x, std::size_t m, std::size_t stride) {
   float amax = 0;
   for (std::size_t i = 0; i < m; ++i)
     amax = std::max(amax, std::fabs(x[i * stride]));
-  const float s = RoundUpBf16(amax / 127.0f);
+  const float s = ref::q8_scale_for(amax);
   for (std::size_t i = 0; i < m; ++i) {
     float &v = x[i * stride];
     v = s > 0 ? std::clamp(std::nearbyint(v / s), -127.0f, 127.0f) * s : 0.0f;

@@ -35,5 +35,8 @@ void quantize_q8(const float *x, std::size_t d, std::uint8_t *out);
 void dequantize_q8(const std::uint8_t *in, std::size_t d, float *out);
 /// The scale of a block as f32.
 float q8_block_scale(const std::uint8_t *block);
+/// The scale q8 gives a block whose largest |x| is amax (finite): amax / 127 rounded up to bf16.
+/// (pig-eval kv-formats applies the same rule to other groupings of elements.)
+float q8_scale_for(float amax);
 
 } // namespace pig::ref

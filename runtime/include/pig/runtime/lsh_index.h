@@ -285,6 +285,9 @@ void attend_step(const LshKernelSet &set, const LshIndex &index, const LogUTable
 /// Round-to-nearest-even f32 -> bf16 (raw bits) of n values on the chosen SIMD target, and back.
 void convert_to_bf16(const float *in, std::uint16_t *out, std::size_t n);
 void convert_from_bf16(const std::uint16_t *in, float *out, std::size_t n);
+/// Row i of rows of d elements of dtype (row_bytes apart) as d floats (q8: pig::ref's dequantised
+/// values).
+void row_to_f32(const void *rows, DType dtype, std::size_t i, std::size_t d, float *out);
 /// The kernels' exp (<= 1e-6 relative, 0 below ln FLT_MIN) on n values: for tests.
 void exp_clamped(const float *in, float *out, std::size_t n);
 
