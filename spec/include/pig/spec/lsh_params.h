@@ -1,0 +1,97 @@
+// The LSH parameters of MagicPIG, (K, L, t), their limits, and their one spelling.
+//
+// Every layer that names a configuration uses this struct and these limits: the reference checks
+// them before hashing, the dialect's verifier and pig-specialize before specialising, the
+// runtime's registry before serving, pig-tune before writing a point, and every tool's --lsh
+// reads them with parse(). The one spelling is "K=10,L=150,t=2": items key=value separated by
+// commas, any subset in any order (the others keep their values).
+#pragma once
+
+#include <charconv>
+#include <optional>
+#include <string>
+#include <string_view>
+
+namespace pig::spec {
+
+/// Largest K: a code is a uint16_t, and every (layer, kv-head, table) keeps a bucket table of
+/// 2^K entries, so K = 16 already means 65536 buckets per table. Larger K would also make
+/// collisions (p^K) too rare to sample anything at practical L.
+inline constexpr int kMaxK = 16;
+/// Largest L: the index stores one entry per token per table; beyond ~1000 tables the index
+/// outweighs the KV cache many times over (the paper uses L <= 150).
+inline constexpr int kMaxL = 1024;
+
+struct LshParams {
+  int K = 10;  ///< bits per table, [1, kMaxK]
+  int L = 150; ///< tables, [1, kMaxL]
+  int t = 2;   ///< a token is sampled when it collides in >= t tables, [1, L]
+
+  friend bool operator==(const LshParams &, const LshParams &) = default;
+
+  /// "" when (K, L, t) is legal, else a message naming the parameter, its range and the value.
+  std::string validate() const {
+    if (K < 1 || K > kMaxK)
+      return "K = " + std::to_string(K) + " is outside [1, " + std::to_string(kMaxK) +
+             "] (K bits per table; a code is a uint16)";
+    if (L < 1 || L > kMaxL)
+      return "L = " + std::to_string(L) + " is outside [1, " + std::to_string(kMaxL) + "] (tables)";
+    if (t < 1 || t > L)
+      return "t = " + std::to_string(t) + " is outside [1, L = " + std::to_string(L) +
+             "] (collisions a token needs to be sampled)";
+    return "";
+  }
+
+  /// "K=10,L=150,t=2": the one spelling; parse() reads it back.
+  std::string str() const {
+    return "K=" + std::to_string(K) + ",L=" + std::to_string(L) + ",t=" + std::to_string(t);
+  }
+
+  /// Reads "K=10,L=150,t=2" (any subset, any order) over `base`, then validates. Returns nullopt
+  /// and sets *error (when given) to a message naming the item on a malformed item, an unknown
+  /// key, a key given twice, a number that is not a whole decimal in range, or an illegal result.
+  static std::optional<LshParams> parse(std::string_view text, std::string *error = nullptr) {
+    return parse(text, error, LshParams{});
+  }
+  static std::optional<LshParams> parse(std::string_view text, std::string *error,
+                                        const LshParams &base) {
+    auto fail = [&](std::string m) -> std::optional<LshParams> {
+      if (error)
+        *error = std::move(m);
+      return std::nullopt;
+    };
+    LshParams p = base;
+    unsigned seen = 0;
+    if (text.empty())
+      return fail("expects K=..,L=..,t=.. (e.g. K=10,L=150,t=2), got ''");
+    std::size_t pos = 0;
+    while (pos <= text.size()) {
+      std::size_t end = text.find(',', pos);
+      if (end == std::string_view::npos)
+        end = text.size();
+      const std::string_view item = text.substr(pos, end - pos);
+      pos = end + 1;
+      const std::size_t eq = item.find('=');
+      if (eq == std::string_view::npos)
+        return fail("item '" + std::string(item) + "' is not key=value (K=10,L=150,t=2)");
+      const std::string_view key = item.substr(0, eq), value = item.substr(eq + 1);
+      int *field = key == "K" ? &p.K : key == "L" ? &p.L : key == "t" ? &p.t : nullptr;
+      const unsigned bit = key == "K" ? 1u : key == "L" ? 2u : 4u;
+      if (!field)
+        return fail("unknown key '" + std::string(key) + "' (K, L, t)");
+      if (seen & bit)
+        return fail("'" + std::string(key) + "' is given twice");
+      seen |= bit;
+      int v = 0;
+      const auto r = std::from_chars(value.data(), value.data() + value.size(), v);
+      if (value.empty() || r.ec != std::errc() || r.ptr != value.data() + value.size())
+        return fail(std::string(key) + " expects a whole number, got '" + std::string(value) + "'");
+      *field = v;
+    }
+    if (std::string m = p.validate(); !m.empty())
+      return fail(m);
+    return p;
+  }
+};
+
+} // namespace pig::spec
