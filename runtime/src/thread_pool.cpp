@@ -1,6 +1,7 @@
 #include "pig/runtime/thread_pool.h"
 
 #include <chrono>
+#include <utility>
 
 namespace pig::runtime {
 namespace {
@@ -46,6 +47,12 @@ ThreadPool::~ThreadPool() {
 // (n_old < the new n_items_) before claim_ was reset, run the new fn on it and add a stray count
 // to done_, which then never equalled n_items: the caller spun forever (seen as a hang of
 // the parity test, and reproduced by ThreadPoolTest.BackToBackCallsOfGrowingSize).
+//
+// An item that throws must not leave this thread (a worker would terminate the process, and the
+// caller would return while workers still run fn): the first exception is kept in error_, and
+// the items claimed after it are skipped but still counted, so ParallelFor's wait ends as usual.
+// error_ is written before this thread's done_ increment, which the caller's acquire load of the
+// final count synchronises with.
 void ThreadPool::RunItems(uint64_t generation, size_t n_items,
                           const std::function<void(size_t, size_t)> &fn, size_t thread) {
   uint64_t c = claim_.load(std::memory_order_acquire);
@@ -54,7 +61,14 @@ void ThreadPool::RunItems(uint64_t generation, size_t n_items,
       return;
     if (!claim_.compare_exchange_weak(c, c + 1, std::memory_order_acq_rel))
       continue;
-    fn(size_t(c & 0xFFFFFFFFu), thread);
+    if (!failed_.load(std::memory_order_relaxed)) {
+      try {
+        fn(size_t(c & 0xFFFFFFFFu), thread);
+      } catch (...) {
+        if (!failed_.exchange(true, std::memory_order_relaxed))
+          error_ = std::current_exception();
+      }
+    }
     done_.fetch_add(1, std::memory_order_acq_rel);
     c = claim_.load(std::memory_order_acquire);
   }
@@ -74,6 +88,7 @@ void ThreadPool::ParallelFor(size_t n_items, const std::function<void(size_t, si
     fn_ = &fn;
     n_items_ = n_items;
     done_.store(0, std::memory_order_relaxed);
+    failed_.store(false, std::memory_order_relaxed);
     gen = generation_.load(std::memory_order_relaxed) + 1;
     claim_.store((gen & 0xFFFFFFFFu) << 32, std::memory_order_release);
     generation_.store(gen, std::memory_order_release);
@@ -88,6 +103,8 @@ void ThreadPool::ParallelFor(size_t n_items, const std::function<void(size_t, si
       std::this_thread::yield(); // let a descheduled worker finish its item
     }
   }
+  if (failed_.load(std::memory_order_relaxed))
+    std::rethrow_exception(std::exchange(error_, nullptr));
 }
 
 void ThreadPool::WorkerLoop(size_t thread) {

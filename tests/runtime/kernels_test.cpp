@@ -361,37 +361,5 @@ TEST(Kernels, MatMulSharedMatchesMatMul) {
     }
 }
 
-TEST(ThreadPoolTest, RunsEveryItemOnce) {
-  ThreadPool pool(4);
-  for (int rep = 0; rep < 200; ++rep) {
-    std::vector<std::atomic<int>> hits(97);
-    pool.ParallelFor(hits.size(), [&](size_t i, size_t t) {
-      ASSERT_LT(t, pool.size());
-      hits[i].fetch_add(1);
-    });
-    for (auto &h : hits)
-      ASSERT_EQ(h.load(), 1);
-  }
-}
-
-// Calls that follow each other at once, each with more items than the last: a worker that is
-// still leaving the previous call while the next one is being set up must not take an item of
-// it (this once ran an item twice, and the extra completion count left the caller waiting
-// forever). Every item must run exactly once in every call.
-TEST(ThreadPoolTest, BackToBackCallsOfGrowingSize) {
-  for (size_t threads : {2, 3}) {
-    ThreadPool pool(threads);
-    std::vector<std::atomic<int>> hits(64);
-    for (int rep = 0; rep < 20000; ++rep) {
-      const size_t n = 2 + size_t(rep) % 31;
-      for (size_t i = 0; i < n; ++i)
-        hits[i].store(0, std::memory_order_relaxed);
-      pool.ParallelFor(n, [&](size_t i, size_t) { hits[i].fetch_add(1); });
-      for (size_t i = 0; i < n; ++i)
-        ASSERT_EQ(hits[i].load(), 1) << "call " << rep << " item " << i << " of " << n;
-    }
-  }
-}
-
 } // namespace
 } // namespace pig::runtime

@@ -1,10 +1,13 @@
 // A fixed pool of worker threads that every parallel op shares (never a thread per op). The
-// caller takes part in the work, so a pool of size 1 runs everything inline.
+// caller takes part in the work, so a pool of size 1 runs everything inline. An exception thrown
+// by an item (on a worker or on the caller) is carried back to the caller of ParallelFor.
 #pragma once
 
 #include <atomic>
 #include <condition_variable>
 #include <cstddef>
+#include <cstdint>
+#include <exception>
 #include <functional>
 #include <mutex>
 #include <thread>
@@ -24,6 +27,10 @@ public:
 
   // Runs fn(item, thread) for every item in [0, n_items), items handed out dynamically;
   // `thread` is in [0, size()). Returns when all items are done.
+  //
+  // If an item throws, the items not yet started are skipped, the ones running finish, and
+  // then the first exception thrown is rethrown here (the others are dropped). The pool is
+  // usable again afterwards.
   void ParallelFor(size_t n_items, const std::function<void(size_t, size_t)> &fn);
 
 private:
@@ -39,6 +46,10 @@ private:
   // ParallelFor cannot claim items of the next one by mistake.
   std::atomic<uint64_t> claim_{0};
   std::atomic<size_t> done_{0};
+  // Set by the first item of the current call that throws, which also stores error_; read by
+  // the caller only once done_ says every item was run or skipped.
+  std::atomic<bool> failed_{false};
+  std::exception_ptr error_;
   size_t n_items_ = 0;
   const std::function<void(size_t, size_t)> *fn_ = nullptr;
   bool stop_ = false;
