@@ -195,17 +195,32 @@ void PreTokenizeRange(const Utf8Text &t, size_t b, size_t e, PreTokenizer pre,
   }
 }
 
-PreTokenizer PreTokenizerFromName(std::string_view name) {
-  if (name == "smollm")
-    return PreTokenizer::kSmolLM;
-  if (name == "llama3" || name == "llama-bpe" || name == "llama-v3")
-    return PreTokenizer::kLlama3;
-  if (name == "qwen2")
-    return PreTokenizer::kQwen2;
-  return PreTokenizer::kGpt2;
-}
+// The tokenizer.ggml.pre names each set of rules answers to ("default" is an absent key).
+constexpr struct {
+  std::string_view name;
+  PreTokenizer pre;
+} kPreTokenizerNames[] = {
+    {"default", PreTokenizer::kGpt2},    {"gpt2", PreTokenizer::kGpt2},
+    {"gpt-2", PreTokenizer::kGpt2},      {"smollm", PreTokenizer::kSmolLM},
+    {"llama3", PreTokenizer::kLlama3},   {"llama-bpe", PreTokenizer::kLlama3},
+    {"llama-v3", PreTokenizer::kLlama3}, {"qwen2", PreTokenizer::kQwen2},
+};
 
 } // namespace
+
+// An unknown name is refused rather than read as GPT-2's rules: a model whose pre-tokenizer
+// splits differently (digits, contractions, CJK) would load and then tokenize its prompts
+// wrongly without a word.
+PreTokenizer PreTokenizerFromName(std::string_view name) {
+  for (const auto &n : kPreTokenizerNames)
+    if (n.name == name)
+      return n.pre;
+  std::string known;
+  for (const auto &n : kPreTokenizerNames)
+    known += (known.empty() ? "" : ", ") + std::string(n.name);
+  throw std::invalid_argument("unknown pre-tokenizer '" + std::string(name) +
+                              "' (tokenizer.ggml.pre); known: " + known);
+}
 
 std::vector<std::string_view> PreTokenize(std::string_view text, PreTokenizer pre) {
   const Utf8Text t = DecodeUtf8(text);
@@ -289,7 +304,14 @@ Tokenizer::Tokenizer(TokenizerData data) : data_(std::move(data)) {
 Tokenizer Tokenizer::FromGguf(const GgufFile &f) {
   TokenizerData d;
   d.model = std::string(f.GetString("tokenizer.ggml.model"));
-  d.pre = PreTokenizerFromName(f.GetString("tokenizer.ggml.pre", "default"));
+  // Only byte-level BPE splits the text first; SentencePiece ("llama") ignores the key.
+  if (d.model != "llama") {
+    try {
+      d.pre = PreTokenizerFromName(f.GetString("tokenizer.ggml.pre", "default"));
+    } catch (const std::invalid_argument &e) {
+      throw GgufError(f.path() + ": " + e.what());
+    }
+  }
   for (auto s : f.GetStringArray("tokenizer.ggml.tokens"))
     d.tokens.emplace_back(s);
   if (f.Find("tokenizer.ggml.token_type")) {

@@ -3,7 +3,10 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <fstream>
+#include <stdexcept>
 
+#include "gguf_writer.h"
 #include "model_util.h"
 #include "pig/runtime/gguf.h"
 #include "pig/runtime/model.h"
@@ -107,6 +110,98 @@ TEST(Tokenizer, ChatMLTemplateFromTheModel) {
        {"Hello, world!", "  spaces\n\ttabs", "émoji 🙂 中文", "x = f(12345);"}) {
     EXPECT_EQ(t.Decode(t.Encode(s)), s);
   }
+}
+
+TEST(PreTokenizer, NamesAndUnknownName) {
+  EXPECT_EQ(PreTokenizerFromName("default"), PreTokenizer::kGpt2);
+  EXPECT_EQ(PreTokenizerFromName("gpt2"), PreTokenizer::kGpt2);
+  EXPECT_EQ(PreTokenizerFromName("smollm"), PreTokenizer::kSmolLM);
+  EXPECT_EQ(PreTokenizerFromName("llama-bpe"), PreTokenizer::kLlama3);
+  EXPECT_EQ(PreTokenizerFromName("qwen2"), PreTokenizer::kQwen2);
+  try {
+    PreTokenizerFromName("deepseek-coder");
+    FAIL() << "an unknown pre-tokenizer was accepted";
+  } catch (const std::invalid_argument &e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("'deepseek-coder'"), std::string::npos) << what;
+    EXPECT_NE(what.find("smollm"), std::string::npos) << what; // the known names are listed
+    EXPECT_NE(what.find("qwen2"), std::string::npos) << what;
+  }
+}
+
+// The tokenizer metadata of a byte-level BPE vocabulary, naming `pre` (none: key absent).
+void PutTokenizer(testing::GgufWriter &w, std::string_view model, std::string_view pre) {
+  w.Str("tokenizer.ggml.model", model);
+  if (!pre.empty())
+    w.Str("tokenizer.ggml.pre", pre);
+  w.StrArray("tokenizer.ggml.tokens", {"a", "b", "ab"});
+  w.StrArray("tokenizer.ggml.merges", {"a b"});
+}
+
+TEST(Tokenizer, UnknownPreTokenizerInGgufIsAnError) {
+  testing::GgufWriter w;
+  PutTokenizer(w, "gpt2", "made-up-pre");
+  const auto bytes = w.Finish();
+  auto f = GgufFile::FromMemory(bytes, "fake.gguf");
+  try {
+    Tokenizer::FromGguf(*f);
+    FAIL() << "a GGUF with an unknown pre-tokenizer was accepted";
+  } catch (const GgufError &e) {
+    const std::string what = e.what();
+    EXPECT_EQ(what.rfind("fake.gguf: ", 0), 0u) << what;
+    EXPECT_NE(what.find("'made-up-pre'"), std::string::npos) << what;
+  }
+}
+
+TEST(Tokenizer, KnownOrAbsentPreTokenizerInGguf) {
+  for (std::string_view pre : {"", "default", "smollm", "llama3"}) {
+    testing::GgufWriter w;
+    PutTokenizer(w, "gpt2", pre);
+    const auto bytes = w.Finish();
+    auto f = GgufFile::FromMemory(bytes);
+    const Tokenizer t = Tokenizer::FromGguf(*f);
+    EXPECT_EQ(t.Encode("ab", false), (std::vector<int32_t>{2})) << pre;
+  }
+  // SentencePiece does not pre-tokenize: its models load whatever the key says.
+  testing::GgufWriter w;
+  PutTokenizer(w, "llama", "made-up-pre");
+  w.NumArray<float>("tokenizer.ggml.scores", 6, {0.0f, 0.0f, 1.0f});
+  const auto bytes = w.Finish();
+  auto f = GgufFile::FromMemory(bytes);
+  EXPECT_NO_THROW(Tokenizer::FromGguf(*f));
+}
+
+// Loading a model whose metadata names an unknown pre-tokenizer fails at load time, naming the
+// file and the pre-tokenizer (the tokenizer is read before any tensor, so none is needed here).
+TEST(Tokenizer, ModelWithUnknownPreTokenizerIsRefused) {
+  testing::GgufWriter w;
+  w.Str("general.architecture", "llama");
+  w.U32("llama.block_count", 1);
+  w.U32("llama.embedding_length", 8);
+  w.U32("llama.feed_forward_length", 16);
+  w.U32("llama.attention.head_count", 2);
+  PutTokenizer(w, "gpt2", "made-up-pre");
+  const auto bytes = w.Finish();
+  const auto path = (std::filesystem::path(::testing::TempDir()) / "pig_unknown_pre.gguf").string();
+  std::ofstream(path, std::ios::binary)
+      .write(reinterpret_cast<const char *>(bytes.data()), std::streamsize(bytes.size()));
+  try {
+    LlamaModel::Load(path);
+    FAIL() << "a model with an unknown pre-tokenizer loaded";
+  } catch (const GgufError &e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find(path), std::string::npos) << what;
+    EXPECT_NE(what.find("unknown pre-tokenizer 'made-up-pre'"), std::string::npos) << what;
+  }
+  std::filesystem::remove(path);
+}
+
+// The default model names its pre-tokenizer, and it is one of the known ones.
+TEST(Tokenizer, DefaultModelNamesAKnownPreTokenizer) {
+  PIG_REQUIRE_MODEL();
+  auto f = GgufFile::Open(DefaultModelPath());
+  EXPECT_EQ(f->GetString("tokenizer.ggml.pre"), "smollm");
+  EXPECT_EQ(PreTokenizerFromName(f->GetString("tokenizer.ggml.pre")), PreTokenizer::kSmolLM);
 }
 
 } // namespace

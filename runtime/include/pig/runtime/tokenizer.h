@@ -79,4 +79,9 @@ private:
 // Splits text into pre-tokens with the given rules (exposed for tests).
 std::vector<std::string_view> PreTokenize(std::string_view text, PreTokenizer pre);
 
+// The rules a tokenizer.ggml.pre name stands for ("default": GPT-2's). Throws
+// std::invalid_argument naming the pre-tokenizer and the known names when it is not one of
+// them; Tokenizer::FromGguf turns that into a GgufError naming the file.
+PreTokenizer PreTokenizerFromName(std::string_view name);
+
 } // namespace pig::runtime
