@@ -12,6 +12,8 @@
 #include <string>
 #include <string_view>
 
+#include "pig/spec/text.h"
+
 namespace pig::spec {
 
 /// Largest K: a code is a uint16_t, and every (layer, kv-head, table) keeps a bucket table of
@@ -32,19 +34,20 @@ struct LshParams {
   /// "" when (K, L, t) is legal, else a message naming the parameter, its range and the value.
   std::string validate() const {
     if (K < 1 || K > kMaxK)
-      return "K = " + std::to_string(K) + " is outside [1, " + std::to_string(kMaxK) +
-             "] (K bits per table; a code is a uint16)";
+      return cat("K = ", std::to_string(K), " is outside [1, ", std::to_string(kMaxK),
+                 "] (K bits per table; a code is a uint16)");
     if (L < 1 || L > kMaxL)
-      return "L = " + std::to_string(L) + " is outside [1, " + std::to_string(kMaxL) + "] (tables)";
+      return cat("L = ", std::to_string(L), " is outside [1, ", std::to_string(kMaxL),
+                 "] (tables)");
     if (t < 1 || t > L)
-      return "t = " + std::to_string(t) + " is outside [1, L = " + std::to_string(L) +
-             "] (collisions a token needs to be sampled)";
+      return cat("t = ", std::to_string(t), " is outside [1, L = ", std::to_string(L),
+                 "] (collisions a token needs to be sampled)");
     return "";
   }
 
   /// "K=10,L=150,t=2": the one spelling; parse() reads it back.
   std::string str() const {
-    return "K=" + std::to_string(K) + ",L=" + std::to_string(L) + ",t=" + std::to_string(t);
+    return cat("K=", std::to_string(K), ",L=", std::to_string(L), ",t=", std::to_string(t));
   }
 
   /// Reads "K=10,L=150,t=2" (any subset, any order) over `base`, then validates. Returns nullopt
@@ -73,19 +76,19 @@ struct LshParams {
       pos = end + 1;
       const std::size_t eq = item.find('=');
       if (eq == std::string_view::npos)
-        return fail("item '" + std::string(item) + "' is not key=value (K=10,L=150,t=2)");
+        return fail(cat("item '", item, "' is not key=value (K=10,L=150,t=2)"));
       const std::string_view key = item.substr(0, eq), value = item.substr(eq + 1);
       int *field = key == "K" ? &p.K : key == "L" ? &p.L : key == "t" ? &p.t : nullptr;
       const unsigned bit = key == "K" ? 1u : key == "L" ? 2u : 4u;
       if (!field)
-        return fail("unknown key '" + std::string(key) + "' (K, L, t)");
+        return fail(cat("unknown key '", key, "' (K, L, t)"));
       if (seen & bit)
-        return fail("'" + std::string(key) + "' is given twice");
+        return fail(cat("'", key, "' is given twice"));
       seen |= bit;
       int v = 0;
       const auto r = std::from_chars(value.data(), value.data() + value.size(), v);
       if (value.empty() || r.ec != std::errc() || r.ptr != value.data() + value.size())
-        return fail(std::string(key) + " expects a whole number, got '" + std::string(value) + "'");
+        return fail(cat(key, " expects a whole number, got '", value, "'"));
       *field = v;
     }
     if (std::string m = p.validate(); !m.empty())
