@@ -15,9 +15,19 @@
 #      are no CUDA kernels for q8: its lines get their CPU TU only).
 # Libraries: pig_generated_kernels (links pig_kernels) and pig_generated_cuda_kernels (links
 # pig_cuda). Every step depends on the tools and the manifest, so editing either regenerates.
-# Element types of K/V the runtime has kernels for (pig::runtime::lsh::DType), and those of them
-# with CUDA kernels.
-set(PIG_KERNEL_DTYPES f32 bf16 q8)
+# Element types of K/V the runtime has kernels for: the names of pig::spec::kDTypes, read from
+# spec/include/pig/spec/kv_type.h (one `{DType::x, "x"},` entry per line), so that this list
+# cannot drift from the C++ one (pig-specialize then reads every line with the same table). And
+# those of them with CUDA kernels.
+get_filename_component(PIG_SPEC_KV_TYPE_H ${PIG_CODEGEN_DIR}/../spec/include/pig/spec/kv_type.h
+                       ABSOLUTE)
+set_property(DIRECTORY APPEND PROPERTY CMAKE_CONFIGURE_DEPENDS ${PIG_SPEC_KV_TYPE_H})
+file(STRINGS ${PIG_SPEC_KV_TYPE_H} PIG_KERNEL_DTYPES
+     REGEX "^ *{DType::[a-z0-9_]+, \"[a-z0-9_]+\"},")
+list(TRANSFORM PIG_KERNEL_DTYPES REPLACE "^ *{DType::[a-z0-9_]+, \"([a-z0-9_]+)\"},.*$" "\\1")
+if(NOT PIG_KERNEL_DTYPES)
+  message(FATAL_ERROR "${PIG_SPEC_KV_TYPE_H}: no element types found (kDTypes entries)")
+endif()
 set(PIG_KERNEL_CUDA_DTYPES f32 bf16)
 set(PIG_KERNEL_RECORDS "" CACHE FILEPATH
     "Tuning records (JSON, docs/SCHEDULES.md) pig-schedule reads for manifest lines without knobs")
@@ -60,8 +70,9 @@ function(pig_generate_kernels manifest)
     if(line STREQUAL "")
       continue()
     endif()
-    # The knobs' names and values are checked by pig-specialize (which reads the manifest, and
-    # names the line) against runtime/include/pig/runtime/lsh_schedule.h; here only their form.
+    # The knobs' names and values are checked by pig-specialize (which reads the manifest with
+    # pig::spec::parse_manifest_line, and names the line) against spec/include/pig/spec/
+    # schedule.h; here only their form.
     # An element type the runtime lacks (q4, f16): say which exist.
     if(line MATCHES "^K=[0-9]+[ \t]+L=[0-9]+[ \t]+d=[0-9]+[ \t]+([A-Za-z0-9_!.]+)([ \t]|$)")
       set(word ${CMAKE_MATCH_1})

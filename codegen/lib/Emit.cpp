@@ -62,9 +62,9 @@ void describeOps(llvm::raw_ostream &os, const KernelPlan &plan,
 
 /// `Schedule{GqaStrategy::per_head, 64, 8, 64, 8, 0}`: the aggregate, knobs in the order of
 /// kScheduleKnobs (which is the order of Schedule's members), names qualified by `ns`.
-std::string scheduleLiteral(const ::pig::runtime::lsh::Schedule &schedule, StringRef ns) {
-  using ::pig::runtime::lsh::GqaStrategy;
-  using ::pig::runtime::lsh::kScheduleKnobs;
+std::string scheduleLiteral(const ::pig::spec::Schedule &schedule, StringRef ns) {
+  using ::pig::spec::GqaStrategy;
+  using ::pig::spec::kScheduleKnobs;
   std::string s;
   llvm::raw_string_ostream os(s);
   os << ns << "Schedule{" << ns

@@ -3,22 +3,26 @@
 #include "pig/Codegen/Codegen.h"
 #include "pig/Dialect/PigOps.h"
 #include "pig/Dialect/PigSchedule.h"
+#include "pig/spec/lsh_params.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "llvm/ADT/STLExtras.h"
 #include "llvm/ADT/TypeSwitch.h"
 
 #include <algorithm>
+#include <climits>
+#include <cstdint>
+#include <optional>
 
 using namespace mlir;
 using namespace mlir::pig;
 
-// Streams, not "k" + std::to_string(...): GCC 12 at -O3 warns falsely (-Wrestrict) on those.
-std::string KernelPlan::keySymbol() const {
-  std::string s;
-  llvm::raw_string_ostream(s) << "k" << k << "_l" << l << "_d" << d << "_" << dtype;
-  return s;
+::pig::spec::KernelKey KernelPlan::key() const {
+  return {static_cast<int>(k), static_cast<int>(l), static_cast<int>(d),
+          ::pig::spec::parse_dtype(dtype).value_or(::pig::spec::DType::bf16), schedule};
 }
+
+std::string KernelPlan::keySymbol() const { return key().symbol(); }
 
 std::string KernelPlan::symbol() const {
   std::string s = keySymbol();
@@ -26,17 +30,9 @@ std::string KernelPlan::symbol() const {
   return s;
 }
 
-std::string KernelPlan::str() const {
-  std::string s;
-  llvm::raw_string_ostream(s) << "K=" << k << " L=" << l << " d=" << d << " " << dtype;
-  return s;
-}
+std::string KernelPlan::str() const { return key().str(); }
 
-std::string KernelPlan::strWithSchedule() const {
-  std::string s;
-  llvm::raw_string_ostream(s) << str() << " " << schedule.str();
-  return s;
-}
+std::string KernelPlan::strWithSchedule() const { return key().str_with_schedule(); }
 
 namespace {
 bool isPigOp(Operation *op) { return op->getDialect() && isa<PigDialect>(op->getDialect()); }
@@ -199,14 +195,25 @@ FailureOr<KernelPlan> mlir::pig::planKernels(ModuleOp module) {
       here.schedule = toSchedule(schedule);
       here.scheduled = true;
     }
-    if (here.k < kMinBits || here.k > kMaxBits || here.l < kMinTables || here.l > kMaxTables ||
-        here.d <= 0 || here.d % 2 != 0 ||
-        (here.dtype != "f32" && here.dtype != "bf16" && here.dtype != "q8") ||
-        (here.dtype == "q8" && here.d % kQ8BlockElements != 0)) {
+    // What the kernel templates serve: pig::spec::KernelKey::validate (K and L limits, head
+    // dims the element type supports) for one of pig/spec/kv_type.h's element types.
+    const std::optional<::pig::spec::DType> kvType = kvDType(kernel.getDtype());
+    const bool inRange = [&] {
+      for (int64_t v : {here.k, here.l, here.d})
+        if (v < INT32_MIN || v > INT32_MAX)
+          return false;
+      return true;
+    }();
+    if (!kvType || !inRange ||
+        !::pig::spec::KernelKey{static_cast<int>(here.k), static_cast<int>(here.l),
+                                static_cast<int>(here.d), *kvType}
+             .validate()
+             .empty()) {
       func.emitError() << "function @" << func.getSymName() << " has kernel " << kernel
-                       << " that no kernel template serves (K in [1, 16], L in [1, 1024], even "
-                          "d, f32, bf16 or q8; q8 needs d a multiple of "
-                       << kQ8BlockElements << ")";
+                       << " that no kernel template serves (K in [1, " << ::pig::spec::kMaxK
+                       << "], L in [1, " << ::pig::spec::kMaxL << "], even d, "
+                       << ::pig::spec::dtype_names(", ", " or ") << "; q8 needs d a multiple of "
+                       << ::pig::spec::kQ8Block << ")";
       ok = false;
       continue;
     }

@@ -10,8 +10,8 @@
 #include "llvm/ADT/STLExtras.h"
 #include "llvm/ADT/TypeSwitch.h"
 
-#include "pig/reference/kv_quant.h"
-#include "pig/reference/transform.h"
+#include "pig/spec/kv_type.h"
+#include "pig/spec/transform_spec.h"
 
 #include <exception>
 #include <string_view>
@@ -50,8 +50,6 @@ void PigDialect::registerTypes() {
       >();
 }
 
-static_assert(kQ8BlockElements == ::pig::ref::kQ8Block, "q8 blocks are pig::ref's");
-
 bool mlir::pig::isSupportedElementType(Type type) {
   return type.isF32() || type.isBF16() || type.isF16();
 }
@@ -60,15 +58,22 @@ bool mlir::pig::isQ8(Type type) { return isa<Q8Type>(type); }
 
 bool mlir::pig::isKvElementType(Type type) { return isSupportedElementType(type) || isQ8(type); }
 
-std::string mlir::pig::elementTypeName(Type type) {
+std::optional<::pig::spec::DType> mlir::pig::kvDType(Type type) {
+  using ::pig::spec::DType;
   if (type.isF32())
-    return "f32";
+    return DType::f32;
   if (type.isBF16())
-    return "bf16";
+    return DType::bf16;
+  if (isQ8(type))
+    return DType::q8;
+  return std::nullopt;
+}
+
+std::string mlir::pig::elementTypeName(Type type) {
+  if (std::optional<::pig::spec::DType> t = kvDType(type))
+    return ::pig::spec::name(*t);
   if (type.isF16())
     return "f16";
-  if (isQ8(type))
-    return "q8";
   std::string s;
   llvm::raw_string_ostream os(s);
   os << type;
@@ -76,13 +81,16 @@ std::string mlir::pig::elementTypeName(Type type) {
 }
 
 Type mlir::pig::parseElementTypeName(MLIRContext *context, StringRef name) {
-  if (name == "f32")
-    return Float32Type::get(context);
-  if (name == "bf16")
-    return BFloat16Type::get(context);
   if (name == "f16")
     return Float16Type::get(context);
-  if (name == "q8")
+  using ::pig::spec::DType;
+  const std::optional<DType> t =
+      ::pig::spec::parse_dtype(std::string_view(name.data(), name.size()));
+  if (t == DType::f32)
+    return Float32Type::get(context);
+  if (t == DType::bf16)
+    return BFloat16Type::get(context);
+  if (t == DType::q8)
     return Q8Type::get(context);
   return {};
 }
@@ -149,9 +157,9 @@ bool LshAttr::isStatic() const {
 
 namespace {
 /// TransformSpec::parse, its exception turned into a message.
-FailureOr<::pig::ref::TransformSpec> parseTransform(StringRef text, std::string &error) {
+FailureOr<::pig::spec::TransformSpec> parseTransform(StringRef text, std::string &error) {
   try {
-    return ::pig::ref::TransformSpec::parse(std::string_view(text.data(), text.size()));
+    return ::pig::spec::TransformSpec::parse(std::string_view(text.data(), text.size()));
   } catch (const std::exception &e) {
     error = e.what();
     return failure();
@@ -161,13 +169,13 @@ FailureOr<::pig::ref::TransformSpec> parseTransform(StringRef text, std::string 
 
 std::string LshAttr::canonicalTransform(StringRef spec) {
   std::string error;
-  FailureOr<::pig::ref::TransformSpec> parsed = parseTransform(spec, error);
+  FailureOr<::pig::spec::TransformSpec> parsed = parseTransform(spec, error);
   return succeeded(parsed) ? parsed->str() : spec.str();
 }
 
 std::string LshAttr::checkTransform(StringRef transform, int64_t d) {
   std::string error;
-  FailureOr<::pig::ref::TransformSpec> parsed = parseTransform(transform, error);
+  FailureOr<::pig::spec::TransformSpec> parsed = parseTransform(transform, error);
   if (failed(parsed))
     return error;
   if (d <= 0 || ShapedType::isDynamic(d))
@@ -190,7 +198,7 @@ LogicalResult LshAttr::verify(function_ref<InFlightDiagnostic()> emitError, int6
     return emitError() << "L = " << l << " is smaller than the collision threshold t = " << t
                        << ": no token could ever be sampled";
   std::string error;
-  FailureOr<::pig::ref::TransformSpec> parsed = parseTransform(transform, error);
+  FailureOr<::pig::spec::TransformSpec> parsed = parseTransform(transform, error);
   if (failed(parsed))
     return emitError() << error; // "hash transform '<spec>': why (accepted: ...)"
   // The builders canonicalise; only a hand-made storage key could differ.
@@ -259,10 +267,10 @@ Attribute DeviceAttr::parse(AsmParser &parser, Type) {
 
 void DeviceAttr::print(AsmPrinter &printer) const { printer << "<" << getKind() << ">"; }
 
-// The schedule's knobs come from runtime/include/pig/runtime/lsh_schedule.h: names, legal values,
-// defaults and the verifier's wording (Schedule::check_knob) are the runtime's.
+// The schedule's knobs come from spec/include/pig/spec/schedule.h: names, legal values, defaults
+// and the verifier's wording (Schedule::check_knob) are pig::spec's.
 namespace {
-using ::pig::runtime::lsh::kScheduleKnobs;
+using ::pig::spec::kScheduleKnobs;
 
 /// "gqa, block, prefetch, dense_prefetch, tables_ahead, parts".
 std::string knobNames() {
@@ -274,15 +282,15 @@ std::string knobNames() {
 } // namespace
 
 ScheduleAttr mlir::pig::getScheduleAttr(MLIRContext *context,
-                                        const ::pig::runtime::lsh::Schedule &schedule) {
+                                        const ::pig::spec::Schedule &schedule) {
   SmallVector<int64_t> values;
   for (size_t i = 0; i < kScheduleKnobs.size(); ++i)
     values.push_back(schedule.get(i));
   return ScheduleAttr::get(context, values);
 }
 
-::pig::runtime::lsh::Schedule mlir::pig::toSchedule(ScheduleAttr attr) {
-  ::pig::runtime::lsh::Schedule schedule;
+::pig::spec::Schedule mlir::pig::toSchedule(ScheduleAttr attr) {
+  ::pig::spec::Schedule schedule;
   for (auto [i, value] : llvm::enumerate(attr.getValues()))
     if (i < kScheduleKnobs.size())
       schedule.set(i, static_cast<int>(value));
@@ -300,7 +308,7 @@ LogicalResult ScheduleAttr::verify(function_ref<InFlightDiagnostic()> emitError,
     std::string error = value < knob.min || value > knob.max
                             ? "schedule knob '" + std::string(knob.name) +
                                   "' = " + std::to_string(value) + " is illegal (" + knob.help + ")"
-                            : ::pig::runtime::lsh::Schedule::check_knob(i, static_cast<int>(value));
+                            : ::pig::spec::Schedule::check_knob(i, static_cast<int>(value));
     if (!error.empty())
       return emitError() << error;
   }
@@ -362,7 +370,7 @@ void ScheduleAttr::print(AsmPrinter &printer) const {
       printer << ", ";
     printer << (i < kScheduleKnobs.size() ? kScheduleKnobs[i].name : "?") << " = ";
     if (i == 0 && (value == 0 || value == 1))
-      printer << ::pig::runtime::lsh::Schedule::gqa_name(::pig::runtime::lsh::GqaStrategy(value));
+      printer << ::pig::spec::Schedule::gqa_name(::pig::spec::GqaStrategy(value));
     else
       printer << value;
   }

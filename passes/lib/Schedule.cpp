@@ -2,14 +2,16 @@
 //
 // pig-schedule: every specialised function gets `pig.schedule = #pig.schedule<...>`, from an
 // explicit schedule, else a tuning record for its kernel key and this machine, else the default
-// heuristic. The knobs (names, ranges, defaults, messages) are the runtime's
-// (runtime/include/pig/runtime/lsh_schedule.h); the record format is docs/SCHEDULES.md.
+// heuristic. The knobs (names, ranges, defaults, messages) and the kernel key's spelling are
+// pig::spec's (spec/include/pig/spec/schedule.h, kernel_key.h); the record format is
+// docs/SCHEDULES.md.
 //
 //===----------------------------------------------------------------------===//
 
 #include "pig/Dialect/PigOps.h"
 #include "pig/Dialect/PigSchedule.h"
 #include "pig/Passes/Passes.h"
+#include "pig/spec/kernel_key.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/BuiltinOps.h"
@@ -30,7 +32,7 @@ namespace mlir::pig {
 
 using namespace mlir;
 using namespace mlir::pig;
-using ::pig::runtime::lsh::Schedule;
+using ::pig::spec::Schedule;
 
 namespace {
 using Json = nlohmann::json;
@@ -85,28 +87,17 @@ std::string machineFingerprint() {
 }
 
 /// "K=10 L=150 d=64 bf16" (or "... q8" for !pig.q8 keys and values): the function's kernel key
-/// as records spell it.
+/// as records spell it (pig::spec::KernelKey::str; other element types as the dialect names them).
 std::string keyString(KernelAttr kernel) {
+  if (std::optional<::pig::spec::DType> dtype = kvDType(kernel.getDtype()))
+    return ::pig::spec::KernelKey{static_cast<int>(kernel.getK()), static_cast<int>(kernel.getL()),
+                                  static_cast<int>(kernel.getD()), *dtype}
+        .str();
   std::string s;
   llvm::raw_string_ostream os(s);
   os << "K=" << kernel.getK() << " L=" << kernel.getL() << " d=" << kernel.getD() << " "
      << elementTypeName(kernel.getDtype());
   return s;
-}
-
-/// True for "K=<n> L=<n> d=<n> f32|bf16|q8" (spaces already collapsed).
-bool isKeyString(StringRef key) {
-  SmallVector<StringRef> words;
-  key.split(words, ' ');
-  if (words.size() != 4 || (words[3] != "f32" && words[3] != "bf16" && words[3] != "q8"))
-    return false;
-  const char *names[] = {"K=", "L=", "d="};
-  for (int i = 0; i < 3; ++i) {
-    unsigned value = 0;
-    if (!words[i].consume_front(names[i]) || words[i].getAsInteger(10, value))
-      return false;
-  }
-  return true;
 }
 
 /// One tuning record (docs/SCHEDULES.md).
@@ -206,9 +197,8 @@ FailureOr<std::vector<Record>> readRecords(StringRef path, std::string &error) {
         return fail(where + " has no string \"" + field + "\"");
       *slot = collapseSpaces(it->get<std::string>());
     }
-    if (!isKeyString(record.kernel))
-      return fail(where + ": kernel '" + record.kernel +
-                  "' is not a kernel key 'K=.. L=.. d=.. f32|bf16|q8'");
+    if (std::string why; !::pig::spec::KernelKey::parse(record.kernel, &why))
+      return fail(where + ": kernel " + why);
     auto schedule = entry.find("schedule");
     if (schedule == entry.end())
       return fail(where + " has no \"schedule\"");

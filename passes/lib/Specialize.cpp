@@ -15,7 +15,9 @@
 
 #include <optional>
 
-#include "pig/runtime/lsh_schedule.h"
+#include "pig/spec/kernel_key.h"
+#include "pig/spec/kv_type.h"
+#include "pig/spec/lsh_params.h"
 
 namespace mlir::pig {
 #define GEN_PASS_DEF_PIGSPECIALIZE
@@ -29,24 +31,23 @@ namespace {
 /// Head dims for which kernels are generated (tiles are specialised per head dim).
 constexpr int64_t kKernelHeadDims[] = {64, 128};
 
-/// One kernel configuration; 0 / empty means "not fixed".
+/// One kernel configuration; 0 / empty means "not fixed". dtype is the dialect's name of the
+/// keys' element type (pig/spec/kv_type.h's names, or f16, which has no kernel).
 struct Config {
   int64_t k = 0, l = 0, d = 0;
   std::string dtype;
 
+  /// "K=10 L=150 d=128 bf16": spec::KernelKey's spelling (also for incomplete configurations).
   std::string str() const {
     return "K=" + std::to_string(k) + " L=" + std::to_string(l) + " d=" + std::to_string(d) + " " +
            dtype;
   }
 };
 
-/// Element types kernels exist for (the runtime's DType), as manifests name them.
-constexpr const char *kKernelElementTypes = "f32, bf16, q8";
-
-/// Parses `K=10 L=150 d=128 bf16` lines (element type f32, bf16 or q8; f16 is read and
-/// rejected later as having no kernel), optionally followed by schedule knobs
-/// (`gqa=union block=32`, checked here against lsh_schedule.h; pig-schedule attaches them);
-/// `#` starts a comment. Lines that differ only in their schedule are one configuration here.
+/// Reads manifest lines with pig::spec::parse_manifest_line (`K=10 L=150 d=128 bf16`, element
+/// type f32, bf16 or q8, optionally followed by schedule knobs `gqa=union block=32`, checked
+/// against pig/spec/schedule.h; pig-schedule attaches them); `#` starts a comment. Lines that
+/// differ only in their schedule are one configuration here.
 FailureOr<SmallVector<Config>> parseManifest(StringRef path, std::string &error) {
   auto buffer = llvm::MemoryBuffer::getFile(path);
   if (!buffer) {
@@ -57,44 +58,20 @@ FailureOr<SmallVector<Config>> parseManifest(StringRef path, std::string &error)
   SmallVector<StringRef> lines;
   (*buffer)->getBuffer().split(lines, '\n');
   for (auto [number, rawLine] : llvm::enumerate(lines)) {
-    StringRef line = rawLine.split('#').first.trim();
-    if (line.empty())
-      continue;
-    Config config;
-    SmallVector<StringRef> words;
-    SplitString(line, words);
-    std::string knobs;
+    ::pig::spec::ManifestError why;
+    const std::optional<::pig::spec::ManifestLine> parsed =
+        ::pig::spec::parse_manifest_line(std::string_view(rawLine.data(), rawLine.size()), &why);
     const std::string where = "manifest '" + path.str() + "' line " + std::to_string(number + 1);
-    for (StringRef word : words) {
-      auto [key, value] = word.split('=');
-      int64_t *field = key == "K"   ? &config.k
-                       : key == "L" ? &config.l
-                       : key == "d" ? &config.d
-                                    : nullptr;
-      if (field && !value.getAsInteger(10, *field))
-        continue;
-      if (!field && word.contains('=') && !config.dtype.empty()) {
-        knobs += " " + word.str(); // a schedule knob, after the dtype
-        continue;
-      }
-      if (value.empty() && (key == "f32" || key == "bf16" || key == "f16" || key == "q8")) {
-        config.dtype = key.str();
-        continue;
-      }
-      if (!word.contains('=') && config.dtype.empty() && config.k && config.l && config.d) {
-        error = where + " ('" + line.str() + "'): element type '" + word.str() +
-                "' has no kernels (element types: " + kKernelElementTypes + ")";
-        return failure();
-      }
-      error = where + ": cannot read '" + word.str() +
-              "' (expected K=.. L=.. d=.. f32|bf16|q8, then optional schedule knobs knob=value)";
+    if (!parsed) {
+      const std::string line = rawLine.split('#').first.trim().str();
+      error =
+          why.about_word ? where + ": " + why.message : where + " ('" + line + "'): " + why.message;
       return failure();
     }
-    std::string knobError;
-    if (!knobs.empty() && !::pig::runtime::lsh::Schedule::parse(knobs, &knobError)) {
-      error = where + " ('" + line.str() + "'): " + knobError;
-      return failure();
-    }
+    if (parsed->blank)
+      continue;
+    const ::pig::spec::KernelKey &key = parsed->key;
+    Config config{key.K, key.L, key.d, ::pig::spec::name(key.dtype)};
     if (llvm::none_of(configs, [&](const Config &other) { return other.str() == config.str(); }))
       configs.push_back(config);
   }
@@ -193,25 +170,29 @@ Config combine(const Config &a, const Config &b) {
 
 /// Reasons no kernel can serve `config`; empty when one can.
 std::string unservable(const Config &config, int64_t maxThreshold) {
+  using ::pig::spec::kMaxK;
+  using ::pig::spec::kMaxL;
   if (config.k == 0 || config.l == 0 || config.d == 0 || config.dtype.empty())
     return "the configuration is incomplete (" + config.str() +
            "): give k=, l=, d=, dtype= or a manifest";
-  if (config.k < kMinBits || config.k > kMaxBits)
-    return "K=" + std::to_string(config.k) + " is outside [1, 16] (uint16 codes)";
-  if (config.l < kMinTables || config.l > kMaxTables)
-    return "L=" + std::to_string(config.l) + " is outside [1, 1024]";
+  if (config.k < 1 || config.k > kMaxK)
+    return "K=" + std::to_string(config.k) + " is outside [1, " + std::to_string(kMaxK) +
+           "] (uint16 codes)";
+  if (config.l < 1 || config.l > kMaxL)
+    return "L=" + std::to_string(config.l) + " is outside [1, " + std::to_string(kMaxL) + "]";
   if (config.l < maxThreshold)
     return "L=" + std::to_string(config.l) +
            " is smaller than the collision threshold t=" + std::to_string(maxThreshold);
-  if (config.dtype == "q8" && config.d % kQ8BlockElements != 0)
+  const std::optional<::pig::spec::DType> dtype = ::pig::spec::parse_dtype(config.dtype);
+  if (dtype == ::pig::spec::DType::q8 && !::pig::spec::supports_head_dim(*dtype, config.d))
     return std::string("q8 keys and values need a head dim that is a multiple of ") +
-           std::to_string(kQ8BlockElements) +
+           std::to_string(::pig::spec::kQ8Block) +
            " (whole q8 blocks), not d=" + std::to_string(config.d);
   if (!llvm::is_contained(kKernelHeadDims, config.d))
     return "head dim d=" + std::to_string(config.d) + " has no kernel (kernels exist for 64, 128)";
-  if (config.dtype != "f32" && config.dtype != "bf16" && config.dtype != "q8")
+  if (!dtype)
     return std::string("element type ") + config.dtype + " has no kernel (kernels exist for " +
-           kKernelElementTypes + ")";
+           ::pig::spec::dtype_names() + ")";
   return {};
 }
 

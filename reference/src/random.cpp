@@ -6,15 +6,11 @@
 #include <string>
 
 #include "pig/reference/lsh.h"
+#include "pig/spec/hash.h"
 
 namespace pig::ref {
 
-std::uint64_t splitmix64(std::uint64_t &state) {
-  std::uint64_t z = (state += 0x9e3779b97f4a7c15ULL);
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-  return z ^ (z >> 31);
-}
+std::uint64_t splitmix64(std::uint64_t &state) { return spec::splitmix64(state); }
 
 Rng::Rng(std::uint64_t seed) {
   // splitmix64 never yields four zero words from any seed, so the state is valid.

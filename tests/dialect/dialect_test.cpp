@@ -54,17 +54,17 @@ TEST_F(DialectTest, LshAttrRanges) {
   EXPECT_TRUE(lsh(ShapedType::kDynamic, ShapedType::kDynamic, 2));
 }
 
-/// #pig.schedule <-> the runtime's Schedule, and the check only the C++ API can reach (the
+/// #pig.schedule <-> pig::spec's Schedule, and the check only the C++ API can reach (the
 /// parser always gives one value per knob).
 TEST_F(DialectTest, ScheduleAttrAndTheRuntimesSchedule) {
-  ::pig::runtime::lsh::Schedule schedule;
-  schedule.gqa = ::pig::runtime::lsh::GqaStrategy::union_rows;
+  ::pig::spec::Schedule schedule;
+  schedule.gqa = ::pig::spec::GqaStrategy::union_rows;
   schedule.block = 32;
   schedule.parts = 3;
   ScheduleAttr attr = getScheduleAttr(&context, schedule);
-  EXPECT_EQ(attr.getValues().size(), ::pig::runtime::lsh::kScheduleKnobs.size());
+  EXPECT_EQ(attr.getValues().size(), ::pig::spec::kScheduleKnobs.size());
   EXPECT_EQ(toSchedule(attr), schedule);
-  EXPECT_EQ(toSchedule(getScheduleAttr(&context, {})), ::pig::runtime::lsh::Schedule{});
+  EXPECT_EQ(toSchedule(getScheduleAttr(&context, {})), ::pig::spec::Schedule{});
 
   std::string message;
   ScopedDiagnosticHandler capture(&context, [&](Diagnostic &diag) {
@@ -76,7 +76,7 @@ TEST_F(DialectTest, ScheduleAttrAndTheRuntimesSchedule) {
   EXPECT_EQ(message, "a schedule has 6 knobs (gqa, block, prefetch, dense_prefetch, "
                      "tables_ahead, parts), got 3 values");
   EXPECT_FALSE(ScheduleAttr::getChecked(emit, &context, ArrayRef<int64_t>{0, 64, 8, 64, 8, 9}));
-  EXPECT_EQ(message, ::pig::runtime::lsh::Schedule::check_knob(5, 9));
+  EXPECT_EQ(message, ::pig::spec::Schedule::check_knob(5, 9));
 }
 
 TEST_F(DialectTest, CodesAndIndexTypes) {

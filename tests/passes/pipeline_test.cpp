@@ -170,7 +170,7 @@ TEST(PipelineTest, SpecializeFromAManifest) {
   std::remove(path.c_str());
 }
 /// pig-schedule from C++: an explicit schedule is attached as #pig.schedule and reads back as
-/// the runtime's Schedule; without options the default heuristic gives the defaults.
+/// pig::spec's Schedule; without options the default heuristic gives the defaults.
 TEST(PipelineTest, ScheduleAttachesTheSchedule) {
   for (const std::string &knobs :
        {std::string("gqa=union,block=32,tables_ahead=4"), std::string()}) {
@@ -186,9 +186,9 @@ TEST(PipelineTest, ScheduleAttachesTheSchedule) {
       return success();
     });
     ASSERT_TRUE(succeeded(pm.run(*module))) << errors;
-    ::pig::runtime::lsh::Schedule expected;
+    ::pig::spec::Schedule expected;
     if (!knobs.empty()) {
-      expected.gqa = ::pig::runtime::lsh::GqaStrategy::union_rows;
+      expected.gqa = ::pig::spec::GqaStrategy::union_rows;
       expected.block = 32;
       expected.tables_ahead = 4;
     }

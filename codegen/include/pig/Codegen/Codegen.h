@@ -29,7 +29,7 @@
 #include "llvm/ADT/ArrayRef.h"
 #include "llvm/Support/raw_ostream.h"
 
-#include "pig/runtime/lsh_schedule.h" // brings ::pig: write mlir::pig:: after using namespace mlir
+#include "pig/spec/kernel_key.h" // brings ::pig: write mlir::pig:: after using namespace mlir
 
 #include <cstdint>
 #include <map>
@@ -43,12 +43,12 @@ namespace mlir::pig {
 struct KernelPlan {
   int64_t k = 0, l = 0, d = 0;
   std::string dtype; ///< "f32", "bf16" or "q8" (!pig.q8 keys and values; no CUDA kernels)
-  /// The hash transform of the ops' #pig.lsh (canonical pig::ref::TransformSpec::str(), one per
+  /// The hash transform of the ops' #pig.lsh (canonical pig::spec::TransformSpec::str(), one per
   /// module). Data to the kernels (the key and query maps, stored key norms), not code: it is
   /// not part of the key, the symbols or the registry, and only the header comment names it.
   std::string transform = "plain";
   /// The functions' pig.schedule; the default schedule when they have none (scheduled = false).
-  ::pig::runtime::lsh::Schedule schedule{};
+  ::pig::spec::Schedule schedule{};
   bool scheduled = false;
   /// What pig-fuse decided, read from the IR: the encodes whose codes only pig.query reads
   /// (query encodes), the widest of them in rows (query heads hashed together: a GQA group
@@ -66,6 +66,9 @@ struct KernelPlan {
   std::string symbol() const;
   /// "k10_l150_d128_bf16": the key alone (the CUDA instantiations, which have no schedule).
   std::string keySymbol() const;
+  /// The configuration and schedule as pig::spec::KernelKey (planKernels only makes plans whose
+  /// configuration some kernel serves: dtype is one of pig/spec/kv_type.h's names).
+  ::pig::spec::KernelKey key() const;
   /// "K=10 L=150 d=128 bf16" (the kernel key, as records name it).
   std::string str() const;
   /// "K=10 L=150 d=128 bf16 gqa=per_head block=64 ..." (a manifest line with every knob).

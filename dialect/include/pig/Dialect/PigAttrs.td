@@ -19,8 +19,8 @@ def Pig_LshAttr : Pig_Attr<"Lsh", "lsh"> {
     of the `l` tables. K (`k`) is in [1, 16] (codes are uint16), L in [1, 1024], t in [1, L].
     `k` and `l` may be `?` in a generic description; `pig-specialize` folds them.
 
-    `transform` is the space keys and queries are hashed in (`pig::ref::TransformSpec`,
-    reference/include/pig/reference/transform.h): `plain` (the default: plain MagicPIG, not
+    `transform` is the space keys and queries are hashed in (`pig::spec::TransformSpec`,
+    spec/include/pig/spec/transform_spec.h): `plain` (the default: plain MagicPIG, not
     printed), `pca:r=R`, `whiten:a=A`, `mips:q=Q` or `whiten:a=A+mips:q=Q`, fitted to the keys
     per (layer, kv-head). It is stored in canonical form (`whiten` reads as `whiten:a=0.5`) and
     must be valid for the head dim of the ops carrying it (`pca:r=R` needs R <= d). Like K and L,
@@ -123,7 +123,7 @@ def Pig_ScheduleAttr : Pig_Attr<"Schedule", "schedule"> {
     schedule. A function without `pig.schedule` is compiled with the default schedule.
 
     The knobs, their legal values and defaults are those of
-    `runtime/include/pig/runtime/lsh_schedule.h` (`kScheduleKnobs`), which the parser, the
+    `spec/include/pig/spec/schedule.h` (`kScheduleKnobs`), which the parser, the
     printer and the verifier read; a knob added there is accepted here without a change:
 
     | knob | legal values | default | decides |
@@ -149,8 +149,8 @@ def Pig_ScheduleAttr : Pig_Attr<"Schedule", "schedule"> {
   let parameters = (ins ArrayRefParameter<"int64_t", "knob values, in kScheduleKnobs order">:$values);
   let hasCustomAssemblyFormat = 1;
   let genVerifyDecl = 1;
-  // To and from the runtime's Schedule value: pig/Dialect/PigSchedule.h (kept out of this
-  // class so that PigDialect.h does not pull the runtime's header into every user).
+  // To and from pig::spec's Schedule value: pig/Dialect/PigSchedule.h (kept out of this
+  // class so that PigDialect.h does not pull the knob table into every user).
 }
 
 #endif // PIG_DIALECT_PIGATTRS_TD

@@ -33,7 +33,7 @@ struct ModelShape {
 };
 
 /// LSH configuration; k or l <= 0 leaves them generic (`?`) for pig-specialize to fold.
-/// `transform` is the hashing space (a pig::ref::TransformSpec: "plain", "pca:r=R",
+/// `transform` is the hashing space (a pig::spec::TransformSpec: "plain", "pca:r=R",
 /// "whiten:a=A", "mips:q=Q", "whiten:a=A+mips:q=Q"), canonicalised into #pig.lsh and checked
 /// against the head dim.
 struct LshConfig {

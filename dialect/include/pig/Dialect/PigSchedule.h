@@ -1,9 +1,9 @@
-//===- PigSchedule.h - #pig.schedule and the runtime's Schedule -*- C++ -*-===//
+//===- PigSchedule.h - #pig.schedule and pig::spec's Schedule ---*- C++ -*-===//
 //
-// The knobs of #pig.schedule are the runtime's (runtime/include/pig/runtime/lsh_schedule.h:
-// kScheduleKnobs, Schedule). This header converts between the attribute and the value. It
-// brings the namespace ::pig into scope: after `using namespace mlir;` write mlir::pig:: for the
-// dialect's names.
+// The knobs of #pig.schedule are pig::spec's (spec/include/pig/spec/schedule.h:
+// kScheduleKnobs, Schedule), which the runtime's kernels are compiled with. This header converts
+// between the attribute and the value. It brings the namespace ::pig into scope: after `using
+// namespace mlir;` write mlir::pig:: for the dialect's names.
 //
 //===----------------------------------------------------------------------===//
 
@@ -11,13 +11,13 @@
 #define PIG_DIALECT_PIGSCHEDULE_H
 
 #include "pig/Dialect/PigDialect.h"
-#include "pig/runtime/lsh_schedule.h"
+#include "pig/spec/schedule.h"
 
 namespace mlir::pig {
 /// The attribute of `schedule` (every knob, in kScheduleKnobs order).
-ScheduleAttr getScheduleAttr(MLIRContext *context, const ::pig::runtime::lsh::Schedule &schedule);
+ScheduleAttr getScheduleAttr(MLIRContext *context, const ::pig::spec::Schedule &schedule);
 /// The value of a (verified) attribute.
-::pig::runtime::lsh::Schedule toSchedule(ScheduleAttr attr);
+::pig::spec::Schedule toSchedule(ScheduleAttr attr);
 } // namespace mlir::pig
 
 #endif // PIG_DIALECT_PIGSCHEDULE_H

@@ -45,7 +45,7 @@ def Pig_Q8Type : Pig_Type<"Q8", "q8"> {
   let summary = "8-bit KV element: int8 in blocks of 32 with a bf16 scale per block";
   let description = [{
     The element type of 8-bit keys and values (the KV cache's "q8" rows,
-    `reference/include/pig/reference/kv_quant.h`, docs/KV8.md): a row of d elements is
+    `spec/include/pig/spec/kv_type.h`, docs/KV8.md): a row of d elements is
     d / 32 blocks of 34 bytes, a bf16 scale s followed by 32 int8 values q_i, and element i
     of a block is `q_i * s`. It is an element type of keys and values only: queries, means,
     outputs and log-sum-exps stay floating point (a step over q8 keys takes f32, bf16 or f16

@@ -21,13 +21,14 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "pig/spec/kv_type.h"
+
 namespace pig::ref {
 
-inline constexpr std::size_t kQ8Block = 32;      ///< elements per block
-inline constexpr std::size_t kQ8BlockBytes = 34; ///< bf16 scale + 32 int8
-
-/// Bytes of a q8 row of d elements (d a multiple of kQ8Block).
-inline constexpr std::size_t q8_row_bytes(std::size_t d) { return d / kQ8Block * kQ8BlockBytes; }
+/// The block (32 elements, 34 bytes) and the row size are pig::spec's (pig/spec/kv_type.h).
+using spec::kQ8Block;
+using spec::kQ8BlockBytes;
+using spec::q8_row_bytes;
 
 /// x (d floats, d a multiple of 32) -> out (q8_row_bytes(d) bytes).
 void quantize_q8(const float *x, std::size_t d, std::uint8_t *out);

@@ -7,20 +7,17 @@
 #include <vector>
 
 #include "pig/reference/matrix.h"
+#include "pig/spec/lsh_params.h"
 
 namespace pig::ref {
 
-/// Largest K: a code is a uint16_t, and every (layer, kv-head, table) keeps a bucket table of
-/// 2^K entries, so K = 16 already means 65536 buckets per table. Larger K would also make
-/// collisions (p^K) too rare to sample anything at practical L.
-inline constexpr int kMaxK = 16;
-/// Largest L: the index stores one entry per token per table; beyond ~1000 tables the index
-/// outweighs the KV cache many times over (the paper uses L <= 150).
-inline constexpr int kMaxL = 1024;
+/// The largest K and L (and why): pig::spec's (pig/spec/lsh_params.h).
+using spec::kMaxK;
+using spec::kMaxL;
 
 struct LshConfig {
-  int K = 10;             ///< bits per table, [1, 16]
-  int L = 150;            ///< tables, [1, 1024]
+  int K = 10;             ///< bits per table, [1, kMaxK]
+  int L = 150;            ///< tables, [1, kMaxL]
   int t = 2;              ///< a token is sampled when it collides in >= t tables, [1, L]
   std::uint64_t seed = 0; ///< seed of W (see simhash_matrix)
 

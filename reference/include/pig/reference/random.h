@@ -50,7 +50,7 @@ private:
 /// r). Column l*K + j is bit j of table l. Values are drawn column by column (all d entries of
 /// column 0, then column 1, ...) from Rng(seed), so for a fixed (seed, d) the matrix for a
 /// smaller K*L is exactly the leading columns of a larger one: configurations can share one W.
-/// Throws std::invalid_argument for d == 0, K outside [1, 16] or L outside [1, 1024].
+/// Throws std::invalid_argument for d == 0, K outside [1, kMaxK] or L outside [1, kMaxL].
 OwnedMatrix simhash_matrix(std::uint64_t seed, std::size_t d, int K, int L);
 
 } // namespace pig::ref
