@@ -38,8 +38,8 @@
 #include "pig/reference/lsh.h"
 #include "pig/runtime/attention.h"
 #include "pig/runtime/model.h"
-#include "report.h" // tools/pig-eval: CSV and gnuplot helpers
-#include "tuning.h" // tools/pig-tune: --tuning FILE
+#include "pig/tune/tuning.h" // --tuning FILE
+#include "report.h"          // tools/pig-eval: CSV and gnuplot helpers
 
 #ifdef PIG_HAVE_GENERATED_KERNELS
 #include "pig/Codegen/GeneratedKernels.h"

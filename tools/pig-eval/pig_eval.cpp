@@ -34,10 +34,10 @@
 #include "pig/runtime/attention.h"
 #include "pig/runtime/model.h"
 #include "pig/runtime/sampler.h"
+#include "pig/tune/tuning.h" // --tuning FILE
 #include "report.h"
 #include "tasks.h"
 #include "transform_report.h"
-#include "tuning.h" // tools/pig-tune: --tuning FILE
 
 namespace {
 

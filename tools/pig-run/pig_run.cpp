@@ -28,9 +28,9 @@
 #include "pig/runtime/attention.h"
 #include "pig/runtime/model.h"
 #include "pig/runtime/sampler.h"
+#include "pig/tune/tuning.h" // --tuning FILE
 
 #include "demo.h"
-#include "tuning.h" // tools/pig-tune: --tuning FILE
 
 #ifdef PIG_HAVE_GENERATED_KERNELS
 #include "pig/Codegen/GeneratedKernels.h"

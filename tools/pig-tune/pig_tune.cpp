@@ -40,9 +40,9 @@
 #include "pig/tune/quality.h"
 #include "pig/tune/record.h"
 #include "pig/tune/speed.h"
+#include "pig/tune/tuning.h"
 #include "report.h" // tools/pig-eval: CSV, gnuplot
 #include "tasks.h"  // tools/pig-eval: text reading and normalisation
-#include "tuning.h"
 
 #ifdef PIG_HAVE_GENERATED_KERNELS
 #include "pig/Codegen/GeneratedKernels.h"

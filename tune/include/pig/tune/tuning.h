@@ -1,5 +1,6 @@
-// --tuning FILE for the runtime's tools (pig-run, pig-bench-context, pig-eval): decode with an
-// operating point chosen by pig-tune, per layer.
+// --tuning FILE for the runtime's tools (pig-run, pig-bench-context, pig-eval, pig-tune speed):
+// decode with an operating point chosen by pig-tune, per layer. Library pig_tuning: tune/ on the
+// runtime (pig_tune itself stays runtime-free).
 //
 // FILE is either an operating point (pig-tune select --out) or a records file (pig-tune's JSON
 // Lines); from a records file the point is selected here with max_error (the same selection as
@@ -15,10 +16,10 @@
 #include "pig/runtime/attention.h"
 #include "pig/tune/point.h"
 
-namespace pig::tools {
+namespace pig::tune {
 
 struct Tuning {
-  tune::OperatingPoint point;
+  OperatingPoint point;
   std::string source; ///< "operating point FILE" or "selected from FILE (max-error E)"
   std::vector<std::string> warnings;
 };
@@ -28,12 +29,22 @@ struct Tuning {
 Tuning LoadTuning(const std::string &file, std::optional<double> max_error, size_t n_layers);
 
 /// spec with the point applied: method magicpig, spec.layers from the point, its schedule.
-runtime::AttentionSpec ApplyTuning(runtime::AttentionSpec spec, const tune::OperatingPoint &p);
+runtime::AttentionSpec ApplyTuning(runtime::AttentionSpec spec, const OperatingPoint &p);
 
 /// --max-error's value: a number >= 0 (nullopt for anything else: the caller's usage error).
 std::optional<double> ParseMaxError(const std::string &text);
 
 /// AttentionSpec::layers <-> the point's layer choices.
-std::vector<runtime::LayerLsh> LayerChoices(const tune::OperatingPoint &p);
+std::vector<runtime::LayerLsh> LayerChoices(const OperatingPoint &p);
 
+} // namespace pig::tune
+
+// The names the tools' mains use today (pig::tools::LoadTuning, ...): until those mains move to
+// app/'s option groups (issue 27), after which these go.
+namespace pig::tools {
+using tune::ApplyTuning;
+using tune::LayerChoices;
+using tune::LoadTuning;
+using tune::ParseMaxError;
+using tune::Tuning;
 } // namespace pig::tools

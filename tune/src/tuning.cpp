@@ -1,14 +1,14 @@
-#include "tuning.h"
+#include "pig/tune/tuning.h"
 
 #include <cstdlib>
 #include <fstream>
 #include <stdexcept>
 
-namespace pig::tools {
+namespace pig::tune {
 
-std::vector<runtime::LayerLsh> LayerChoices(const tune::OperatingPoint &p) {
+std::vector<runtime::LayerLsh> LayerChoices(const OperatingPoint &p) {
   std::vector<runtime::LayerLsh> out;
-  for (const tune::LayerChoice &l : p.layers)
+  for (const LayerChoice &l : p.layers)
     out.push_back(l.c.dense ? runtime::LayerLsh{true}
                             : runtime::LayerLsh{false, l.c.K, l.c.L, l.c.t});
   return out;
@@ -22,7 +22,7 @@ std::optional<double> ParseMaxError(const std::string &text) {
   return e;
 }
 
-runtime::AttentionSpec ApplyTuning(runtime::AttentionSpec spec, const tune::OperatingPoint &p) {
+runtime::AttentionSpec ApplyTuning(runtime::AttentionSpec spec, const OperatingPoint &p) {
   spec.method = "magicpig";
   spec.layers = LayerChoices(p);
   spec.dense_layers.clear();
@@ -49,7 +49,7 @@ Tuning LoadTuning(const std::string &file, std::optional<double> max_error, size
     const bool records = first.find("\"kind\"") != std::string::npos &&
                          first.find("operating_point") == std::string::npos;
     if (!records) {
-      t.point = tune::load_point(file);
+      t.point = load_point(file);
       t.source = "operating point " + file;
       if (max_error)
         t.warnings.push_back("--max-error is ignored: " + file + " is an operating point");
@@ -57,17 +57,17 @@ Tuning LoadTuning(const std::string &file, std::optional<double> max_error, size
       if (!max_error)
         throw std::runtime_error("--tuning " + file +
                                  " is a records file: give --max-error E to select a point");
-      tune::LoadedRecords loaded = tune::load_records(file);
+      LoadedRecords loaded = load_records(file);
       for (const std::string &p : loaded.problems)
         t.warnings.push_back(file + ": skipped " + p);
-      const tune::QualityTable table = tune::build_quality_table(loaded.records, n_layers);
-      auto p = tune::select_per_layer_max_error(table, *max_error);
+      const QualityTable table = build_quality_table(loaded.records, n_layers);
+      auto p = select_per_layer_max_error(table, *max_error);
       if (!p)
         throw std::runtime_error("no point of " + file + " meets --max-error");
       t.point = *p;
       t.source = "selected from " + file + " (" + p->criterion + ")";
     }
-  } catch (const tune::RecordError &e) {
+  } catch (const RecordError &e) {
     throw std::runtime_error(std::string("--tuning: ") + e.what());
   }
   if (t.point.layers.size() != n_layers)
@@ -77,4 +77,4 @@ Tuning LoadTuning(const std::string &file, std::optional<double> max_error, size
   return t;
 }
 
-} // namespace pig::tools
+} // namespace pig::tune
