@@ -92,6 +92,7 @@ MethodRun DecodeWith(const LlamaModel &model, ThreadPool &pool, const KvCache &p
   const AttentionStats st = s.attention().stats();
   r.cost1 = st.cost1();
   r.cost2 = st.cost2();
+  r.kernels = st.kernels;
   r.seconds = Since(t0);
   return r;
 }
@@ -130,6 +131,7 @@ void Downstream::Perplexity(const KvCache &prefix, size_t n, const std::vector<i
       spec.budget = std::clamp(cost2_[size_t(m.matched_to)], 1e-3, 1.0);
     std::vector<double> nll;
     const MethodRun r = ScoreTokens(prefix, n, tokens, logits0, spec, nll);
+    ShowKernels(m, r);
     if (m.label == "magicpig")
       for (size_t c = 0; c < o_.lsh.size(); ++c)
         if (m.config == "K=" + std::to_string(o_.lsh[c].K) + " L=" + std::to_string(o_.lsh[c].L))
@@ -249,6 +251,7 @@ void Downstream::RunTask(const TaskInstance &t, const std::vector<int32_t> &ids,
                                      out.push_back(next);
                                      return next;
                                    });
+    ShowKernels(m, r);
     for (size_t c = 0; c < o_.lsh.size(); ++c)
       if (m.label == "magicpig" &&
           m.config == "K=" + std::to_string(o_.lsh[c].K) + " L=" + std::to_string(o_.lsh[c].L))
@@ -449,6 +452,13 @@ void Downstream::Markdown(double seconds, double prefill_seconds) const {
   if (!e_.update_doc.empty())
     UpdateMarkedSection(e_.update_doc, "downstream", md);
   std::printf("\n%s", md.c_str());
+}
+
+void Downstream::ShowKernels(const Method &m, const MethodRun &r) {
+  if (!kernels_shown_.insert(m.label + " " + m.config).second)
+    return;
+  std::fprintf(stderr, "pig-eval: kernels of %s%s%s: %s\n", m.label.c_str(),
+               m.config.empty() ? "" : " ", m.config.c_str(), r.kernels.c_str());
 }
 
 } // namespace pig::eval

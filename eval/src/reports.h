@@ -100,6 +100,7 @@ struct MethodRun {
   double cost1 = 0, cost2 = 0;
   double seconds = 0;
   size_t steps = 0;
+  std::string kernels; // AttentionStats::kernels: which kernels served
 };
 
 struct Cell {
@@ -162,6 +163,9 @@ private:
 
   void Markdown(double seconds, double prefill_seconds) const;
 
+  // Prints, the first time a method runs, the kernels that served it.
+  void ShowKernels(const Method &m, const MethodRun &r);
+
   const EvalOptions &e_;
   const DownstreamOptions &o_;
   bool shared_prefill_;
@@ -172,6 +176,7 @@ private:
   std::map<DownKey, PplCell> ppl_;
   std::map<DownKey, Cell> cells_;
   std::vector<double> dense_nll_, cost2_;
+  std::set<std::string> kernels_shown_;
 };
 
 // ---------------------------------------------------------------------------------------------

@@ -14,6 +14,9 @@
 #include "pig/runtime/attention.h"
 #include "pig/runtime/model.h"
 #include "tuning.h" // tools/pig-tune: --max-error's value
+#ifdef PIG_HAVE_GENERATED_KERNELS
+#include "pig/Codegen/GeneratedKernels.h"
+#endif
 
 namespace {
 
@@ -272,6 +275,9 @@ Options Parse(int argc, char **argv) {
 int main(int argc, char **argv) {
   const Options o = Parse(argc, argv);
   try {
+#ifdef PIG_HAVE_GENERATED_KERNELS
+    pig_register_generated_kernels();
+#endif
     if (o.command == "attention-error")
       pig::eval::RunAttentionError(o.eval, o.error);
     else if (o.command == "downstream")

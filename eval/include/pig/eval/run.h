@@ -83,7 +83,8 @@ struct KvFormatsOptions {
 /// model's real KV caches (attention_error.{csv,md,png}; with transforms, transforms.*).
 void RunAttentionError(const EvalOptions &eval, const AttentionErrorOptions &o);
 /// Perplexity and the needle / aggregation tasks, decoding with each runtime Attention
-/// (perplexity.csv, tasks.csv, downstream.{md,png}).
+/// (perplexity.csv, tasks.csv, downstream.{md,png}). Prints, once per method, the kernels that
+/// served it ("pig-eval: kernels of magicpig K=10 L=150: specialised ...").
 void RunDownstream(const EvalOptions &eval, const DownstreamOptions &o);
 /// Both, sharing one prefill of the long text.
 void RunAll(const EvalOptions &eval, const AttentionErrorOptions &error,
