@@ -1,4 +1,4 @@
-#include "tasks.h"
+#include "pig/eval/tasks.h"
 
 #include <gtest/gtest.h>
 

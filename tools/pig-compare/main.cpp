@@ -13,7 +13,7 @@
 #include <string_view>
 #include <vector>
 
-#include "accuracy.h" // Recode, OracleBudget (tools/pig-eval, shared)
+#include "pig/eval/accuracy.h" // Recode, OracleBudget (shared with pig-eval)
 #include "pig/reference/reference.h"
 
 namespace {

@@ -1,4 +1,4 @@
-#include "report.h"
+#include "pig/eval/report.h"
 
 #include <cstdio>
 #include <cstdlib>

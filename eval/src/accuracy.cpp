@@ -1,4 +1,4 @@
-#include "accuracy.h"
+#include "pig/eval/accuracy.h"
 
 #include <algorithm>
 #include <cmath>

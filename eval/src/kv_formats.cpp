@@ -1,4 +1,4 @@
-#include "kv_formats.h"
+#include "pig/eval/kv_formats.h"
 
 #include <algorithm>
 #include <cmath>

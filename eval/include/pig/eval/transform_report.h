@@ -12,8 +12,8 @@
 #include <tuple>
 #include <vector>
 
-#include "accuracy.h"
-#include "report.h"
+#include "pig/eval/accuracy.h"
+#include "pig/eval/report.h"
 
 namespace pig::eval {
 

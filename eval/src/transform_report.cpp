@@ -1,4 +1,4 @@
-#include "transform_report.h"
+#include "pig/eval/transform_report.h"
 
 #include <algorithm>
 #include <cmath>

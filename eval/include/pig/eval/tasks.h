@@ -1,0 +1,67 @@
+// Downstream tasks of pig-eval, generated from a seed (no data set is downloaded): a needle in a
+// haystack and RULER-like aggregation tasks (common-words and frequent-words extraction), the
+// scoring of a model's answer, and the real English text used for perplexity. Pure functions of
+// their inputs: the unit tests in tests/eval pin them without a model.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace pig::eval {
+
+/// One generated task instance. `prompt` is the user message (the caller wraps it in the chat
+/// template); `answer_prefix` is appended after the assistant turn starts (RULER does the same:
+/// it steers the answer's format, not its content); `expected` are the words the answer must
+/// contain.
+struct TaskInstance {
+  std::string name; ///< "needle", "cwe" or "fwe"
+  std::string prompt;
+  std::string answer_prefix;
+  std::vector<std::string> expected;
+  std::size_t size = 0; ///< the size parameter it was generated with (sentences / list items)
+};
+
+/// Needle retrieval: `size` filler sentences with "The special magic number is NNNNNNN." inserted
+/// at relative depth `depth` in [0, 1] (0: before the first sentence), then the question.
+TaskInstance MakeNeedle(std::size_t size, double depth, std::uint64_t seed);
+
+/// Common-words extraction (RULER "cwe"): a numbered list of `size` words in which `n_common`
+/// words appear `common_freq` times each and the rest of the list is filled with distinct words
+/// appearing `rare_freq` times each (the last one possibly fewer); asks for the n_common most
+/// common words.
+TaskInstance MakeCommonWords(std::size_t size, std::size_t n_common, std::size_t common_freq,
+                             std::size_t rare_freq, std::uint64_t seed);
+
+/// Frequent-words extraction (RULER "fwe"): `size` coded words (random 3-6 letter strings) drawn
+/// from a Zipf distribution of exponent `alpha` over a vocabulary; asks for the three most
+/// frequent. `expected` are the three most frequent words of the generated text (ties are
+/// impossible: the generator redraws until the top four counts differ).
+TaskInstance MakeFrequentWords(std::size_t size, double alpha, std::uint64_t seed);
+
+/// Words of an answer: maximal runs of ASCII letters and digits, lowercased.
+std::vector<std::string> AnswerWords(std::string_view text);
+
+/// Fraction of `expected` found among the answer's words (each expected word counts once; an
+/// empty expected list scores 1).
+double ScoreAnswer(std::string_view answer, const std::vector<std::string> &expected);
+
+/// Counts of every word of the CWE / FWE list, for the tests and for the report.
+std::vector<std::pair<std::string, std::size_t>> WordCounts(std::string_view list_text);
+
+/// Reflows a plain-text document (the Debian FAQ: hard-wrapped, indented) into paragraphs of
+/// single-spaced prose: lines of a paragraph are joined, runs of blanks collapse to one space,
+/// paragraphs are separated by one blank line. Keeps the words and their order.
+std::string NormalizeText(std::string_view raw);
+
+/// Reads a text file; a name ending in ".gz" is decompressed with gzip -dc. Throws
+/// std::runtime_error when it cannot be read.
+std::string ReadTextFile(const std::string &path);
+
+/// The default perplexity text: the Debian FAQ in English (Debian package debian-faq).
+inline constexpr const char *kDefaultTextPath = "/usr/share/doc/debian/FAQ/debian-faq.en.txt.gz";
+inline constexpr const char *kDefaultTextPackage = "debian-faq";
+
+} // namespace pig::eval
