@@ -68,6 +68,8 @@ std::string UsageMessage(const CLI::Error &e) {
     return what.substr(0, colon) + " needs a value";
   if (dynamic_cast<const CLI::ValidationError *>(&e) && colon != std::string::npos) {
     const std::string name = what.substr(0, colon), msg = what.substr(colon + 2);
+    if (StartsWith(msg, (name + " ").c_str())) // a message that names the flag itself
+      return msg;
     if (StartsWith(msg, "expects ") || StartsWith(msg, "needs ") || StartsWith(msg, "must "))
       return name + " " + msg;
   }
@@ -98,7 +100,7 @@ CLI::Validator Integer(std::uint64_t lo, std::uint64_t hi) {
           return "expects an integer in " + range + ", got '" + s + "'";
         return "";
       },
-      "INT in " + range);
+      range);
 }
 
 CLI::Validator Number(double lo, double hi, bool lo_open) {
@@ -115,7 +117,7 @@ CLI::Validator Number(double lo, double hi, bool lo_open) {
           return "expects " + what + ", got '" + s + "'";
         return "";
       },
-      "NUMBER " + range);
+      range);
 }
 
 CLI::Validator IntegerList(std::uint64_t lo, std::uint64_t hi, bool allow_none) {
@@ -254,20 +256,7 @@ AttentionFlags AddAttentionOptions(CLI::App &app, runtime::AttentionSpec &spec) 
                  "K=10,L=150,t=2)")
               ->type_name("K=..,L=..,t=..")
               ->group(kAttentionGroup);
-  f.transform = app.add_option_function<std::string>(
-                       "--transform",
-                       [&spec](const std::string &text) {
-                         try {
-                           spec.transform = runtime::ParseServedTransform(text);
-                         } catch (const std::invalid_argument &e) {
-                           throw CLI::ValidationError("--transform", e.what());
-                         }
-                       },
-                       "magicpig: hash keys and queries in a space fitted to each (layer, "
-                       "kv-head)'s keys: plain (SimHash, the default) or whiten:a=A, A in (0, 1] "
-                       "(docs/HASHING.md)")
-                    ->type_name("SPEC")
-                    ->group(kAttentionGroup);
+  f.transform = AddTransformOption(app, spec.transform);
   f.sink = app.add_option("--sink", spec.sink, "first positions always attended")
                ->check(Integer(0, std::size_t(1) << 24))
                ->capture_default_str()
@@ -307,6 +296,43 @@ AttentionFlags AddAttentionOptions(CLI::App &app, runtime::AttentionSpec &spec) 
                    ->type_name("KNOBS")
                    ->group(kAttentionGroup);
   return f;
+}
+
+CLI::Option *AddTransformOption(CLI::App &app, ref::TransformSpec &transform,
+                                const std::string &description) {
+  return app
+      .add_option_function<std::string>(
+          "--transform",
+          [&transform](const std::string &text) {
+            try {
+              transform = runtime::ParseServedTransform(text);
+            } catch (const std::invalid_argument &e) {
+              throw CLI::ValidationError("--transform", e.what());
+            }
+          },
+          description.empty()
+              ? "magicpig: hash keys and queries in a space fitted to each (layer, kv-head)'s "
+                "keys: plain (SimHash, the default) or whiten:a=A, A in (0, 1] (docs/HASHING.md)"
+              : description)
+      ->type_name("SPEC")
+      ->group(kAttentionGroup);
+}
+
+CLI::Option *AddLshOption(CLI::App &app, const std::string &name, spec::LshParams &lsh,
+                          const std::string &description) {
+  const std::string tool = app.get_name();
+  return app
+      .add_option_function<std::string>(
+          name,
+          [&lsh, tool, name](const std::string &text) {
+            std::string warning;
+            lsh = ParseLsh(name, text, &warning, lsh, false).front();
+            if (!warning.empty())
+              Warn(tool, warning);
+          },
+          description)
+      ->type_name("K=..,L=..,t=..")
+      ->group(kAttentionGroup);
 }
 
 CLI::Option *AddKvOption(CLI::App &app, runtime::lsh::DType &kv) {

@@ -85,6 +85,16 @@ struct AttentionFlags {
 /// (K:L), "10,150,2" (K,L,t) and a transform=SPEC item ("K=8,transform=whiten:a=0.25").
 AttentionFlags AddAttentionOptions(CLI::App &app, runtime::AttentionSpec &spec);
 
+/// --transform SPEC alone (AddAttentionOptions adds it): runtime::ParseServedTransform into
+/// `transform`; a tool where it means something else passes its own description.
+CLI::Option *AddTransformOption(CLI::App &app, ref::TransformSpec &transform,
+                                const std::string &description = {});
+
+/// One configuration in the one spelling (or an alias, with the warning) over `lsh`'s values,
+/// e.g. pig-bench-context's --transform-lsh.
+CLI::Option *AddLshOption(CLI::App &app, const std::string &name, spec::LshParams &lsh,
+                          const std::string &description);
+
 /// --kv bf16|f32|q8 (the KV cache's element type).
 CLI::Option *AddKvOption(CLI::App &app, runtime::lsh::DType &kv);
 
