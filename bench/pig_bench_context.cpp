@@ -20,7 +20,8 @@
 // figure); the prefill then runs with f32 KV and each tiled cache holds its rows converted.
 // Usage: pig-bench-context [--model FILE] [--text FILE] [--prefill N] [--steps N]
 //                          [--contexts 2048,4096,...] [--threads N] [--kv T[,T2]] [--out DIR]
-//                          [--tuning FILE [--max-error E]] [--transform SPEC]
+//                          [--tuning FILE [--max-error E]] [--transform SPEC
+//                          [--transform-lsh K=..,L=..]]   (pig-bench-context --help)
 // --out DIR writes speed.csv and draws speed.png with gnuplot (docs/PERFORMANCE.md).
 #include <chrono>
 #include <cmath>
@@ -35,265 +36,128 @@
 #include <tuple>
 #include <vector>
 
-#include "pig/reference/lsh.h"
+#include "pig/app/kernels.h"
+#include "pig/app/options.h"
+#include "pig/app/text.h"
+#include "pig/app/tiled_decode.h"
 #include "pig/runtime/attention.h"
 #include "pig/runtime/model.h"
 #include "pig/tune/tuning.h" // --tuning FILE
 #include "report.h"          // tools/pig-eval: CSV and gnuplot helpers
 
-#ifdef PIG_HAVE_GENERATED_KERNELS
-#include "pig/Codegen/GeneratedKernels.h"
-#endif
-
 namespace {
 
 using namespace pig::runtime;
 using Clock = std::chrono::steady_clock;
+using Run = pig::app::DecodeRun;
 
 double Since(Clock::time_point t0) {
   return std::chrono::duration<double>(Clock::now() - t0).count();
 }
 
-// Forwards to an Attention and accumulates the time spent in it.
-class TimedAttention final : public ForwardingAttention {
-public:
-  using ForwardingAttention::ForwardingAttention;
-  void Forward(size_t layer, size_t pos, size_t n, const float *q, const float *k, const float *v,
-               float *out, ThreadPool &pool, const Kernels &kern) override {
-    const auto t0 = Clock::now();
-    ForwardingAttention::Forward(layer, pos, n, q, k, v, out, pool, kern);
-    seconds += Since(t0);
-  }
-  double seconds = 0;
-};
-
 struct Options {
-  std::string model = DefaultModelPath();
+  pig::app::ModelOptions model;
   std::string text = "/usr/share/common-licenses/GPL-3";
   size_t prefill = 2048, steps = 16, threads = 0;
   std::vector<size_t> contexts{2048, 4096, 8192, 16384, 32768};
   lsh::DType kv = lsh::DType::bf16;
-  std::optional<lsh::DType> kv2;   // --kv A,B: dense and magicpig with B too
-  std::string out;                 // --out: CSV + PNG
-  std::string tuning;              // --tuning FILE: a third method, "tuned"
-  std::optional<double> max_error; // --max-error E: selects the point from a records file
+  std::optional<lsh::DType> kv2;  // --kv A,B: dense and magicpig with B too
+  std::string out;                // --out: CSV + PNG
+  pig::app::TuningOptions tuning; // --tuning FILE [--max-error E]: a third method, "tuned"
   // --transform SPEC: a method "magicpig+SPEC", magicpig hashing in a fitted space.
   std::optional<pig::ref::TransformSpec> transform;
-  // --transform-lsh K:L: the transform's (K, L), to compare at matched cost2 (a transform
-  // changes the collision rate); default magicpig's.
-  std::optional<std::pair<int, int>> transform_kl;
+  // --transform-lsh K=..,L=..: the transform's (K, L, t), to compare at matched cost2 (a
+  // transform changes the collision rate); default magicpig's.
+  pig::spec::LshParams transform_lsh;
 };
 
-[[noreturn]] void Usage(const std::string &e) {
-  std::fprintf(
-      stderr,
-      "pig-bench-context: %s\nusage: pig-bench-context [--model F] [--text F] "
-      "[--prefill N] [--steps N] [--contexts a,b,..] [--threads N] [--kv T[,T2]] [--out DIR]\n"
-      "                         (T: bf16, f32 or q8; a second type T2 adds dense and magicpig "
-      "with T2)\n"
-      "                         [--tuning FILE [--max-error E]]  (a third method: pig-tune's "
-      "operating point)\n"
-      "                         [--transform SPEC]  (a method magicpig+SPEC: magicpig hashing in "
-      "a space\n"
-      "                                              fitted to the keys, whiten:a=A; vs magicpig "
-      "and dense)\n"
-      "                         [--transform-lsh K:L]  (its K, L: to match magicpig's cost2; "
-      "default magicpig's)\n",
-      e.c_str());
-  std::exit(2);
-}
-
-size_t Count(const std::string &flag, const std::string &s) {
-  char *end = nullptr;
-  const unsigned long long v = std::strtoull(s.c_str(), &end, 10);
-  if (s.empty() || *end || s[0] == '-' || v == 0)
-    Usage(flag + " expects a positive integer, got '" + s + "'");
-  return size_t(v);
-}
-
-struct Run {
-  double tokens_per_s = 0, attention_share = 0, first_step_s = 0;
-  AttentionStats stats;
-  size_t memory = 0;
-};
-
-// One method's session decoding from the tiled cache, one timed step at a time.
-class Decoder {
-public:
-  Decoder(const LlamaModel &model, ThreadPool &pool, const AttentionSpec &spec,
-          const KvCache &tiled, size_t context, size_t steps)
-      : logits_(model.config().vocab) {
-    const LlamaConfig &c = model.config();
-    const AttentionShape shape{c.n_layers, c.n_heads, c.n_kv_heads, c.head_dim, context + steps};
-    auto timed = std::make_unique<TimedAttention>(MakeAttention(spec, shape));
-    timed_ = timed.get();
-    timed_->LoadPrefix(tiled, context);
-    session_ = std::make_unique<LlamaSession>(model, pool, shape.capacity, std::move(timed));
-    session_->SetPosition(context);
-  }
-  // Decodes one token; returns the step's seconds. After the first step (which builds the LSH
-  // index), steps and attention time are accumulated.
-  double Step(int32_t token) {
-    const double attention0 = timed_->seconds;
-    const auto t0 = Clock::now();
-    session_->Forward(&token, 1, logits_.data());
-    const double s = Since(t0);
-    if (first_) {
-      run_.first_step_s = s;
-      first_ = false;
-    } else {
-      total_ += s;
-      attention_ += timed_->seconds - attention0;
-      ++steps_;
-    }
-    return s;
-  }
-  Run Result() const {
-    Run r = run_;
-    r.tokens_per_s = double(steps_) / total_;
-    r.attention_share = attention_ / total_;
-    r.stats = timed_->stats();
-    r.memory = timed_->MemoryBytes();
-    return r;
-  }
-
-private:
-  std::vector<float> logits_;
-  TimedAttention *timed_ = nullptr;
-  std::unique_ptr<LlamaSession> session_;
-  Run run_;
-  bool first_ = true;
-  double total_ = 0, attention_ = 0;
-  size_t steps_ = 0;
-};
-
-// The methods decode the same tokens from the same cache, their steps alternated (dense, LSH,
-// [tuned,] dense, ...) so that the machine's drift (30 % and more within minutes on a shared
-// machine) affects them alike; before, each method ran its steps in a time window of its own.
-// Each spec loads its prefix from the tiled cache of its KV element type (`tiled`, one per type).
-std::vector<Run> DecodeAll(const LlamaModel &model, ThreadPool &pool,
-                           const std::vector<AttentionSpec> &specs,
-                           const std::vector<std::unique_ptr<KvCache>> &tiled, size_t context,
-                           const std::vector<int32_t> &feed) {
-  std::vector<std::unique_ptr<Decoder>> decoders;
-  for (const AttentionSpec &spec : specs) {
-    const KvCache *src = nullptr;
-    for (const auto &t : tiled)
-      if (t->dtype() == spec.kv_dtype)
-        src = t.get();
-    if (!src)
-      throw std::logic_error("pig-bench-context: no tiled cache of the spec's KV type");
-    decoders.push_back(std::make_unique<Decoder>(model, pool, spec, *src, context, feed.size()));
-  }
-  for (int32_t token : feed)
-    for (auto &d : decoders)
-      d->Step(token);
-  std::vector<Run> runs;
-  for (const auto &d : decoders)
-    runs.push_back(d->Result());
-  return runs;
+// The command line: the shared groups (model, threads, tuning) and the bench's own options.
+Options ParseOptions(int argc, char **argv) {
+  Options o;
+  CLI::App app{"Decode speed of the real model, dense against LSH sampling attention, at long "
+               "contexts made by tiling one dense prefill's KV cache; the share of each step "
+               "spent in attention. --out DIR writes speed.csv and draws speed.png with gnuplot "
+               "(docs/PERFORMANCE.md).",
+               "pig-bench-context"};
+  pig::app::Init(app);
+  pig::app::AddModelOptions(app, o.model);
+  pig::app::AddThreadsOption(app, o.threads);
+  pig::app::AddTuningOptions(app, o.tuning);
+  app.add_option("--text", o.text, "text prefilled (densely), then tiled")->capture_default_str();
+  app.add_option("--prefill", o.prefill, "tokens prefilled")
+      ->check(pig::app::Integer(1, size_t(1) << 20))
+      ->capture_default_str();
+  app.add_option("--steps", o.steps, "decode steps per run (the first is reported apart)")
+      ->check(pig::app::Integer(1, size_t(1) << 20))
+      ->capture_default_str();
+  app.add_option_function<std::string>(
+         "--contexts",
+         [&o](const std::string &v) {
+           o.contexts.clear();
+           for (size_t c : pig::app::ParseList(v))
+             o.contexts.push_back(c);
+         },
+         "context lengths, a,b,... (default 2048,4096,8192,16384,32768)")
+      ->check(pig::app::IntegerList(1, size_t(1) << 24));
+  app.add_option("--out", o.out, "directory for speed.csv and speed.png");
+  app.add_option_function<std::string>(
+         "--kv",
+         [&o](const std::string &k) {
+           const size_t comma = k.find(',');
+           lsh::DType t2{};
+           if (!lsh::parse_dtype(k.substr(0, comma), o.kv) ||
+               (comma != std::string::npos && !lsh::parse_dtype(k.substr(comma + 1), t2)))
+             throw CLI::ValidationError("--kv", "expects T or T,T2 with T in bf16, f32, q8; got '" +
+                                                    k + "'");
+           if (comma != std::string::npos) {
+             if (t2 == o.kv)
+               throw CLI::ValidationError("--kv",
+                                          "--kv T,T2 needs two different types, got '" + k + "'");
+             o.kv2 = t2;
+           }
+         },
+         "the KV cache's element type T (bf16, f32 or q8); T,T2 adds dense and magicpig with T2")
+      ->type_name("T[,T2]")
+      ->group(pig::app::kAttentionGroup);
+  pig::ref::TransformSpec transform;
+  CLI::Option *x = pig::app::AddTransformOption(
+      app, transform,
+      "a method magicpig+SPEC: magicpig hashing in a space fitted to the keys, whiten:a=A; vs "
+      "magicpig and dense");
+  CLI::Option *xl = pig::app::AddLshOption(
+      app, "--transform-lsh", o.transform_lsh,
+      "the (K, L, t) of --transform's method, to match magicpig's cost2 (default magicpig's)");
+  pig::app::Parse(app, argc, argv);
+  if (x->count())
+    o.transform = transform;
+  if (o.steps < 2)
+    pig::app::UsageError(app, "--steps must be at least 2 (the first step is reported apart)");
+  if (xl->count() && !o.transform)
+    pig::app::UsageError(
+        app, "--transform-lsh gives the (K, L) of --transform SPEC's method: give --transform");
+  pig::app::CheckTuningOptions(app, o.tuning);
+  return o;
 }
 
 } // namespace
 
 int main(int argc, char **argv) {
-  Options o;
-  for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
-    auto value = [&]() -> std::string {
-      if (i + 1 >= argc)
-        Usage(a + " needs a value");
-      return argv[++i];
-    };
-    if (a == "--model")
-      o.model = value();
-    else if (a == "--text")
-      o.text = value();
-    else if (a == "--prefill")
-      o.prefill = Count(a, value());
-    else if (a == "--steps")
-      o.steps = Count(a, value());
-    else if (a == "--out")
-      o.out = value();
-    else if (a == "--threads")
-      o.threads = Count(a, value());
-    else if (a == "--kv") {
-      const std::string k = value();
-      const size_t comma = k.find(',');
-      lsh::DType t2{};
-      if (!lsh::parse_dtype(k.substr(0, comma), o.kv) ||
-          (comma != std::string::npos && !lsh::parse_dtype(k.substr(comma + 1), t2)))
-        Usage("--kv expects T or T,T2 with T in bf16, f32, q8; got '" + k + "'");
-      if (comma != std::string::npos) {
-        if (t2 == o.kv)
-          Usage("--kv T,T2 needs two different types, got '" + k + "'");
-        o.kv2 = t2;
-      }
-    } else if (a == "--tuning") {
-      o.tuning = value();
-      if (o.tuning.empty())
-        Usage("--tuning needs a file");
-    } else if (a == "--max-error") {
-      const std::string v = value();
-      o.max_error = pig::tools::ParseMaxError(v);
-      if (!o.max_error)
-        Usage("--max-error expects a number >= 0, got '" + v + "'");
-    } else if (a == "--transform-lsh") {
-      const std::string v = value();
-      const size_t colon = v.find(':');
-      if (colon == std::string::npos)
-        Usage("--transform-lsh expects K:L, got '" + v + "'");
-      const size_t K = Count(a, v.substr(0, colon)), L = Count(a, v.substr(colon + 1));
-      try {
-        pig::ref::LshConfig{int(K), int(L), 2, 0}.validate();
-      } catch (const std::invalid_argument &e) {
-        Usage(std::string("--transform-lsh: ") + e.what());
-      }
-      o.transform_kl = {int(K), int(L)};
-    } else if (a == "--transform") {
-      // A bad spec or one the runtime does not serve: a usage error before the model is read.
-      try {
-        o.transform = pig::runtime::ParseServedTransform(value());
-      } catch (const std::invalid_argument &e) {
-        Usage(std::string("--transform: ") + e.what());
-      }
-    } else if (a == "--contexts") {
-      o.contexts.clear();
-      std::stringstream ss(value());
-      std::string item;
-      while (std::getline(ss, item, ','))
-        o.contexts.push_back(Count(a, item));
-    } else
-      Usage("unknown argument '" + a + "'");
-  }
-  if (o.steps < 2)
-    Usage("--steps must be at least 2 (the first step is reported apart)");
-  if (o.transform_kl && !o.transform)
-    Usage("--transform-lsh gives the (K, L) of --transform SPEC's method: give --transform");
-  if (o.max_error && o.tuning.empty())
-    Usage("--max-error selects a point from --tuning FILE's records: give --tuning FILE");
+  const Options o = ParseOptions(argc, argv);
   try {
-#ifdef PIG_HAVE_GENERATED_KERNELS
-    pig_register_generated_kernels();
-#endif
-    auto model = LlamaModel::Load(o.model);
+    pig::app::RegisterKernels();
+    auto model = LlamaModel::Load(o.model.path);
     const LlamaConfig &c = model->config();
     // --tuning: loaded (and refused) before the prefill.
     std::optional<pig::tools::Tuning> tuning;
-    if (!o.tuning.empty()) {
-      tuning = pig::tools::LoadTuning(o.tuning, o.max_error, c.n_layers);
+    if (!o.tuning.file.empty()) {
+      tuning = pig::tools::LoadTuning(o.tuning.file, o.tuning.max_error, c.n_layers);
       for (const std::string &w : tuning->warnings)
         std::fprintf(stderr, "pig-bench-context: warning: %s\n", w.c_str());
       AttentionSpec probe;
       probe.kv_dtype = o.kv;
       pig::tools::ApplyTuning(probe, tuning->point).Validate(c.n_layers);
     }
-    std::ifstream in(o.text, std::ios::binary);
-    if (!in)
-      throw std::runtime_error("cannot read " + o.text);
-    std::stringstream ss;
-    ss << in.rdbuf();
-    std::vector<int32_t> tokens = model->tokenizer().Encode(ss.str());
+    std::vector<int32_t> tokens = model->tokenizer().Encode(pig::app::ReadFile(o.text));
     while (tokens.size() < o.prefill + o.steps) // short text: repeat it
       tokens.insert(tokens.end(), tokens.begin(), tokens.end());
     const std::vector<int32_t> feed(tokens.begin() + std::ptrdiff_t(o.prefill),
@@ -314,7 +178,7 @@ int main(int argc, char **argv) {
                                  (o.kv2 ? std::string(" and ") + lsh::to_string(*o.kv2) : "");
     std::printf("pig-bench-context: %s, %zu threads, KV %s; dense prefill of %zu tokens of %s "
                 "in %.1f s, tiled to each context; %zu decode steps per run\n",
-                o.model.c_str(), pool.size(), kv_names.c_str(), o.prefill, o.text.c_str(),
+                o.model.path.c_str(), pool.size(), kv_names.c_str(), o.prefill, o.text.c_str(),
                 Since(t0), o.steps);
     AttentionSpec lsh = dense;
     lsh.method = "magicpig";
@@ -325,18 +189,14 @@ int main(int argc, char **argv) {
     if (tuning) {
       ti = specs.size();
       specs.push_back(pig::tools::ApplyTuning(dense, tuning->point));
-      const pig::tune::OperatingPoint &p = tuning->point;
-      std::printf("tuning: %s: layers %s (predicted attention error %.3f, cost2 %.1f %%%s%s)\n",
-                  tuning->source.c_str(), p.layers_str().c_str(), p.error, 100.0 * p.cost2,
-                  p.criterion.empty() ? "" : "; criterion ", p.criterion.c_str());
+      std::printf("tuning: %s\n", pig::app::DescribePoint(tuning->source, tuning->point).c_str());
     }
     const std::string xl = o.transform ? "magicpig+" + o.transform->str() : "";
     if (o.transform) {
       xi = specs.size();
       AttentionSpec x = lsh;
       x.transform = *o.transform;
-      if (o.transform_kl)
-        std::tie(x.K, x.L) = *o.transform_kl;
+      std::tie(x.K, x.L, x.t) = std::tuple(o.transform_lsh.K, o.transform_lsh.L, o.transform_lsh.t);
       x.Validate(c.n_layers);
       specs.push_back(x);
       std::printf("transform: %s: %s\n", xl.c_str(), x.str(c.n_layers).c_str());
@@ -351,13 +211,8 @@ int main(int argc, char **argv) {
       }
     }
     std::vector<std::string> kv_rows; // the --kv A,B table, printed after the main one
-    auto row_of = [](const std::vector<std::string> &cells) {
-      std::string r = "|";
-      for (const std::string &cell : cells)
-        r += " " + cell + " |";
-      return r;
-    };
-    using pig::eval::Fmt;
+    const auto row_of = pig::app::MarkdownRow;
+    const auto Fmt = [](const char *f, double v) { return pig::app::Format(f, v); };
     {
       std::vector<std::string> head{"context", "dense tok/s", "LSH tok/s", "speed-up"};
       if (ti)
@@ -378,10 +233,7 @@ int main(int argc, char **argv) {
       if (xi)
         head.push_back(xl + " hash MiB");
       std::printf("\n%s\n", row_of(head).c_str());
-      std::string sep = "|";
-      for (size_t i = 0; i < head.size(); ++i)
-        sep += "---|";
-      std::printf("%s\n", sep.c_str());
+      std::printf("%s\n", pig::app::MarkdownSeparator(head.size()).c_str());
     }
     std::unique_ptr<pig::eval::Csv> csv;
     // Column (1-based) of the transform's first CSV column, for the plot.
@@ -411,14 +263,11 @@ int main(int argc, char **argv) {
     std::vector<std::pair<size_t, double>> x_vs_lsh; // per context: transform tok/s over LSH's
     for (size_t ctx : o.contexts) {
       std::vector<std::unique_ptr<KvCache>> tiled;
-      for (lsh::DType t : {o.kv, o.kv2.value_or(o.kv)}) {
-        if (!tiled.empty() && tiled[0]->dtype() == t)
-          continue;
-        tiled.push_back(std::make_unique<KvCache>(
-            AttentionShape{c.n_layers, c.n_heads, c.n_kv_heads, c.head_dim, ctx}, t));
-        tiled.back()->Tile(pre.attention().cache(), o.prefill, ctx);
-      }
-      const std::vector<Run> runs = DecodeAll(*model, pool, specs, tiled, ctx, feed);
+      for (lsh::DType t : {o.kv, o.kv2.value_or(o.kv)})
+        if (tiled.empty() || tiled[0]->dtype() != t)
+          tiled.push_back(pig::app::TileCache(pre.attention().cache(), o.prefill, ctx, t));
+      const std::vector<Run> runs =
+          pig::app::DecodeAlternated(*model, pool, specs, tiled, ctx, feed);
       const Run &d = runs[0], &l = runs[1];
       const double kv_mib = double(tiled[0]->MemoryBytes()) / 1048576.0;
       if (d2i) {
@@ -517,9 +366,7 @@ int main(int argc, char **argv) {
                                     "KV MiB " + a,
                                     "KV MiB " + b,
                                     "index MiB"};
-      std::string sep = "|";
-      for (size_t i = 0; i < head.size(); ++i)
-        sep += "---|";
+      const std::string sep = pig::app::MarkdownSeparator(head.size());
       std::printf(
           "\nKV element types (--kv %s,%s), the same steps alternated with the above:\n%s\n%s\n",
           a.c_str(), b.c_str(), row_of(head).c_str(), sep.c_str());

@@ -9,12 +9,12 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
-#include <cstdlib>
-#include <cstring>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "pig/app/kernels.h"
+#include "pig/app/options.h"
 #include "pig/runtime/attention.h"
 #include "pig/runtime/model.h"
 #include "pig/runtime/ops.h"
@@ -117,38 +117,30 @@ double BatchStepRate(const LlamaModel &model, ThreadPool &pool, size_t b, size_t
 } // namespace
 
 int main(int argc, char **argv) {
-  std::string model_path = DefaultModelPath();
+  pig::app::ModelOptions model_opts;
   size_t threads = 0, prefill_tokens = 2048, decode_steps = 32, batch_max = 16;
-  for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
-    if (i + 1 >= argc) {
-      std::fprintf(stderr, "usage: pig-bench-decode [--model F] [--threads N] [--prefill N] "
-                           "[--decode N] [--batch-max N]\n");
-      return 2;
-    }
-    if (a == "--model") {
-      model_path = argv[++i];
-    } else if (a == "--threads") {
-      threads = std::strtoul(argv[++i], nullptr, 10);
-    } else if (a == "--prefill") {
-      prefill_tokens = std::strtoul(argv[++i], nullptr, 10);
-    } else if (a == "--decode") {
-      decode_steps = std::strtoul(argv[++i], nullptr, 10);
-    } else if (a == "--batch-max") {
-      batch_max = std::strtoul(argv[++i], nullptr, 10);
-      if (batch_max > LlamaBatch::kMaxSequences) {
-        std::fprintf(stderr, "--batch-max: at most %zu\n", LlamaBatch::kMaxSequences);
-        return 2;
-      }
-    } else {
-      std::fprintf(stderr, "unknown argument %s\n", a.c_str());
-      return 2;
-    }
-  }
+  CLI::App app{"End-to-end speed of the runtime on a GGUF model, beside the machine's streaming "
+               "read bandwidth measured in the same process.",
+               "pig-bench-decode"};
+  pig::app::Init(app);
+  pig::app::AddModelOptions(app, model_opts);
+  pig::app::AddThreadsOption(app, threads);
+  app.add_option("--prefill", prefill_tokens, "tokens of the prefill measurement")
+      ->check(pig::app::Integer(1, size_t(1) << 20))
+      ->capture_default_str();
+  app.add_option("--decode", decode_steps, "decode steps per measurement")
+      ->check(pig::app::Integer(1, size_t(1) << 20))
+      ->capture_default_str();
+  app.add_option("--batch-max", batch_max, "largest batch of the batched table (0: no table)")
+      ->check(pig::app::Integer(0, LlamaBatch::kMaxSequences))
+      ->capture_default_str();
+  pig::app::Parse(app, argc, argv);
+  const std::string &model_path = model_opts.path;
   try {
     ThreadPool pool(threads);
     const Kernels &k = BestKernels();
     const double bw = MeasureReadBandwidth(pool, k);
+    pig::app::RegisterKernels();
     auto model = LlamaModel::Load(model_path);
     const size_t vocab = model->config().vocab;
     const double bytes_per_token = double(model->WeightBytesPerToken());

@@ -23,7 +23,7 @@
 #include "pig/reference/reference.h"
 #include "pig/runtime/attention.h"
 #include "pig/runtime/model.h"
-#include "tuning.h" // tools/pig-tune: --tuning FILE
+#include "pig/tune/tuning.h" // --tuning FILE
 
 namespace pig::eval {
 

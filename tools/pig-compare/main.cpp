@@ -3,16 +3,15 @@
 // computed by the scalar reference library (pig::ref), so this is the accuracy ground truth that
 // optimised kernels are later held to, not a speed benchmark.
 #include <algorithm>
-#include <charconv>
 #include <chrono>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <exception>
 #include <string>
-#include <string_view>
 #include <vector>
 
+#include "pig/app/options.h"
 #include "pig/eval/accuracy.h" // Recode, OracleBudget (shared with pig-eval)
 #include "pig/reference/reference.h"
 
@@ -35,86 +34,6 @@ struct KL {
 };
 constexpr KL kMagicPigConfigs[] = {{10, 150}, {9, 120}, {8, 75}, {7, 64}};
 constexpr int kThreshold = 2; // a token is sampled when it collides in >= 2 of L tables
-
-void usage(std::FILE *out) {
-  std::fprintf(
-      out, "usage: pig-compare [--n N] [--d D] [--seed S] [--instances I] [--help]\n"
-           "\n"
-           "Relative L2 error of TopK, oracle sampling, Quest and MagicPIG against exact\n"
-           "attention, at matched costs, on synthetic attention shaped like the MagicPIG\n"
-           "paper's (a strong sink, a long log-normal tail, keys in a cone opposite the query,\n"
-           "values correlated with scores). Scalar reference code: keep n * instances modest.\n"
-           "\n"
-           "  --n N          tokens per instance (default 16384, at least 256)\n"
-           "  --d D          head dimension (default 128, 2..1024)\n"
-           "  --seed S       seed of the instances and of the SimHash matrix (default 1)\n"
-           "  --instances I  independent instances (query heads) averaged (default 4, 1..64)\n"
-           "  --help         this text\n");
-}
-
-// Strict unsigned parse: the whole text must be a number within [lo, hi].
-bool parse(std::string_view text, std::uint64_t lo, std::uint64_t hi, std::uint64_t &value) {
-  const char *end = text.data() + text.size();
-  const auto [ptr, ec] = std::from_chars(text.data(), end, value);
-  return ec == std::errc() && ptr == end && value >= lo && value <= hi;
-}
-
-// Returns 0 to run, 1 after --help, 2 on a bad command line (message printed).
-int parse_args(int argc, char **argv, Options &opt) {
-  for (int i = 1; i < argc; ++i) {
-    const std::string_view arg = argv[i];
-    if (arg == "--help" || arg == "-h") {
-      usage(stdout);
-      return 1;
-    }
-    struct Flag {
-      std::string_view name;
-      std::uint64_t lo, hi;
-    };
-    const Flag flags[] = {{"--n", 256, 1u << 22},
-                          {"--d", 2, 1024},
-                          {"--seed", 0, UINT64_MAX},
-                          {"--instances", 1, 64}};
-    const Flag *flag = nullptr;
-    std::string_view value;
-    for (const Flag &f : flags) {
-      if (arg == f.name) {
-        if (i + 1 >= argc) {
-          std::fprintf(stderr, "pig-compare: %s needs a value\n", argv[i]);
-          return 2;
-        }
-        flag = &f;
-        value = argv[++i];
-      } else if (arg.size() > f.name.size() && arg.starts_with(f.name) &&
-                 arg[f.name.size()] == '=') {
-        flag = &f;
-        value = arg.substr(f.name.size() + 1);
-      }
-      if (flag)
-        break;
-    }
-    if (!flag) {
-      std::fprintf(stderr, "pig-compare: unknown argument '%s' (see --help)\n", argv[i]);
-      return 2;
-    }
-    std::uint64_t v = 0;
-    if (!parse(value, flag->lo, flag->hi, v)) {
-      std::fprintf(stderr, "pig-compare: %.*s expects an integer in [%llu, %llu], got '%.*s'\n",
-                   int(flag->name.size()), flag->name.data(), (unsigned long long)flag->lo,
-                   (unsigned long long)flag->hi, int(value.size()), value.data());
-      return 2;
-    }
-    if (flag->name == "--n")
-      opt.n = v;
-    else if (flag->name == "--d")
-      opt.d = v;
-    else if (flag->name == "--seed")
-      opt.seed = v;
-    else
-      opt.instances = v;
-  }
-  return 0;
-}
 
 // One line of the table, averaged over instances.
 struct Row {
@@ -303,9 +222,26 @@ void run(const Options &opt) {
 
 int main(int argc, char **argv) {
   Options opt;
-  const int rc = parse_args(argc, argv, opt);
-  if (rc != 0)
-    return rc == 1 ? 0 : rc;
+  CLI::App app{
+      "Relative L2 error of TopK, oracle sampling, Quest and MagicPIG against exact\n"
+      "attention, at matched costs, on synthetic attention shaped like the MagicPIG\n"
+      "paper's (a strong sink, a long log-normal tail, keys in a cone opposite the query,\n"
+      "values correlated with scores). Scalar reference code: keep n * instances modest.",
+      "pig-compare"};
+  pig::app::Init(app);
+  app.add_option("--n", opt.n, "tokens per instance")
+      ->check(pig::app::Integer(256, 1u << 22))
+      ->capture_default_str();
+  app.add_option("--d", opt.d, "head dimension")
+      ->check(pig::app::Integer(2, 1024))
+      ->capture_default_str();
+  app.add_option("--seed", opt.seed, "seed of the instances and of the SimHash matrix")
+      ->check(pig::app::Integer(0, UINT64_MAX))
+      ->capture_default_str();
+  app.add_option("--instances", opt.instances, "independent instances (query heads) averaged")
+      ->check(pig::app::Integer(1, 64))
+      ->capture_default_str();
+  pig::app::Parse(app, argc, argv);
   try {
     run(opt);
   } catch (const std::exception &e) {

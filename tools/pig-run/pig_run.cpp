@@ -25,16 +25,17 @@
 #include <string>
 #include <vector>
 
+#include "pig/app/kernels.h"
+#include "pig/app/options.h"
+#include "pig/app/progress.h"
+#include "pig/app/text.h"
 #include "pig/runtime/attention.h"
 #include "pig/runtime/model.h"
 #include "pig/runtime/sampler.h"
+#include "pig/spec/method.h"
 #include "pig/tune/tuning.h" // --tuning FILE
 
 #include "demo.h"
-
-#ifdef PIG_HAVE_GENERATED_KERNELS
-#include "pig/Codegen/GeneratedKernels.h"
-#endif
 
 namespace {
 
@@ -42,16 +43,14 @@ using namespace pig::runtime;
 using Clock = std::chrono::steady_clock;
 
 struct Options {
-  std::string model = DefaultModelPath();
+  pig::app::ModelOptions model; // --model, --ctx, --long-context
   std::string prompt;
   bool have_prompt = false;
   long max_new = 64;
   SamplingParams sampling;
   bool chat = false;
   size_t threads = 0;
-  size_t ctx = 0;
   bool print_ids = false;
-  bool long_context = false;
   AttentionSpec attention;
   std::vector<std::string> compare; // --compare dense,magicpig
   size_t batch = 0;                 // --batch B
@@ -61,238 +60,158 @@ struct Options {
   pig::run::DemoOptions demo_opts;
   bool show_prompt = false; // --show-prompt: print the prompt (and expected answer), exit
   bool max_new_set = false, rate_steps_set = false;
-  std::string tuning;              // --tuning FILE: an operating point (or records) of pig-tune
-  std::optional<double> max_error; // --max-error E: selects the point from a records file
-  bool attention_set = false, lsh_set = false, schedule_set = false;
+  pig::app::TuningOptions tuning; // --tuning FILE [--max-error E]: pig-tune's operating point
+  bool schedule_set = false;
 };
 
-[[noreturn]] void Usage(const std::string &error) {
-  if (!error.empty())
-    std::fprintf(stderr, "pig-run: %s\n", error.c_str());
-  std::fprintf(
-      stderr,
-      "usage: pig-run [--model FILE] (--prompt TEXT | --prompt-file F) --max-new N\n"
-      "               [--temperature T] [--top-p P] [--seed S] [--chat]\n"
-      "               [--attention dense|magicpig|topk|quest|oracle]\n"
-      "               [--lsh K=10,L=150,t=2[,transform=whiten:a=0.25]] [--sink N] [--local N]\n"
-      "               [--dense-layers 0,15|none] [--budget F] [--kv bf16|f32|q8]\n"
-      "               [--schedule 'block=32 gqa=union ...']  (LSH kernel schedule)\n"
-      "               [--tuning FILE [--max-error E]]  (per-layer LSH of pig-tune)\n"
-      "               [--compare dense,magicpig,...]  (one prefill, side by side)\n"
-      "               [--batch B]  (B sequences of different lengths, decoded together)\n"
-      "               [--threads N] [--ctx N] [--long-context] [--print-ids]\n"
-      "               [--expect TEXT]  (is each answer correct: does it contain TEXT)\n"
-      "               [--rate-steps N]  (time N decode steps, past the answer's end)\n"
-      "               [--show-prompt]  (print the prompt and the expected answer; exit)\n"
-      "       pig-run --demo [--demo-text FILE] [--demo-seed S] [--demo-bytes N] [...]\n"
-      "\n"
-      "--demo is the main job (./pig run): it takes the first 12000 bytes of a text\n"
-      "(default: the GPL-3 as Debian ships it, ~2.7k tokens), plants the sentence\n"
-      "\"The author of this text lives in <city>.\" at a paragraph break that --demo-seed\n"
-      "chooses, and asks \"In which city does the author of this text live?\". One dense\n"
-      "prefill; then dense and LSH sampling attention (magicpig) each answer from that\n"
-      "KV cache, side by side, and the table says whether each answer names the city.\n"
-      "Each method decodes 48 steps for its rate (steps past the answer are timed, not\n"
-      "shown). On your own text: --demo --demo-text FILE; your own question:\n"
-      "  pig-run --chat --compare dense,magicpig --prompt-file F --expect ANSWER\n"
-      "The other flags apply (--compare, --lsh, --max-new, --threads, ...).\n"
-      "\n"
-      "--tuning FILE decodes with LSH sampling attention (magicpig) as an operating point\n"
-      "of pig-tune gives it, per layer: dense or (K, L, t) (docs/TUNING.md). FILE is a\n"
-      "point (pig-tune select --out FILE) or pig-tune's records, from which --max-error E\n"
-      "selects the cheapest point whose predicted mean attention error is at most E.\n"
-      "It replaces --lsh and --dense-layers (not both); with --compare (and --demo) the\n"
-      "magicpig column decodes with the point. A --schedule given wins over the point's.\n"
-      "\n"
-      "--lsh ...,transform=whiten:a=A hashes keys and queries in a space fitted to each\n"
-      "(layer, kv-head)'s keys at the first decode step (partial whitening, A in (0, 1];\n"
-      "docs/HASHING.md). The default, transform=plain, is the paper's SimHash.\n"
-      "default model: %s\n",
-      DefaultModelPath());
-  std::exit(error.empty() ? 0 : 2);
-}
-
-double ParseNumber(const std::string &flag, const char *s) {
-  char *end = nullptr;
-  const double v = std::strtod(s, &end);
-  if (end == s || *end != '\0')
-    Usage(flag + " expects a number, got '" + s + "'");
-  return v;
-}
-
-size_t ParseCount(const std::string &flag, const std::string &s) {
-  char *end = nullptr;
-  const unsigned long long v = std::strtoull(s.c_str(), &end, 10);
-  if (s.empty() || end != s.c_str() + s.size() || s[0] == '-')
-    Usage(flag + " expects a non-negative integer, got '" + s + "'");
-  return size_t(v);
-}
-
-// "K=10,L=150,t=2,transform=whiten:a=0.25" (any subset, any order).
-void ParseLsh(const std::string &arg, AttentionSpec &spec) {
-  std::stringstream ss(arg);
-  std::string item;
-  while (std::getline(ss, item, ',')) {
-    const size_t eq = item.find('=');
-    if (eq == std::string::npos)
-      Usage("--lsh expects K=..,L=..,t=..,transform=.., got '" + arg + "'");
-    const std::string key = item.substr(0, eq);
-    if (key == "transform") {
-      try {
-        spec.transform = pig::runtime::ParseServedTransform(item.substr(eq + 1));
-      } catch (const std::invalid_argument &e) {
-        Usage(std::string("--lsh: ") + e.what());
-      }
-      continue;
-    }
-    const int value = int(ParseCount("--lsh " + key, item.substr(eq + 1)));
-    if (key == "K")
-      spec.K = value;
-    else if (key == "L")
-      spec.L = value;
-    else if (key == "t")
-      spec.t = value;
-    else
-      Usage("--lsh: unknown parameter '" + key + "' (K, L, t, transform)");
-  }
-}
+constexpr const char *kAbout =
+    "pig-run: decode a Llama-family GGUF model on the CPU, with dense attention, LSH sampling\n"
+    "attention (magicpig) or one of the paper's baselines. Streams the text to stdout, then a\n"
+    "summary to stderr (prefill and decode speed, cost2 and cost1, memory, the kernels).\n"
+    "  pig-run [--model FILE] (--prompt TEXT | --prompt-file F) --max-new N [options]\n"
+    "  pig-run --demo [--demo-text FILE] [--demo-seed S] [--demo-bytes N]   (./pig run)\n"
+    "\n"
+    "--demo is the main job (./pig run): it takes the first 12000 bytes of a text\n"
+    "(default: the GPL-3 as Debian ships it, ~2.7k tokens), plants the sentence\n"
+    "\"The author of this text lives in <city>.\" at a paragraph break that --demo-seed\n"
+    "chooses, and asks \"In which city does the author of this text live?\". One dense\n"
+    "prefill; then dense and LSH sampling attention (magicpig) each answer from that\n"
+    "KV cache, side by side, and the table says whether each answer names the city.\n"
+    "Each method decodes 48 steps for its rate (steps past the answer are timed, not\n"
+    "shown). On your own text: --demo --demo-text FILE; your own question:\n"
+    "  pig-run --chat --compare dense,magicpig --prompt-file F --expect ANSWER\n"
+    "\n"
+    "--tuning FILE decodes with magicpig as an operating point of pig-tune gives it, per\n"
+    "layer: dense or (K, L, t) (docs/TUNING.md). It replaces --lsh and --dense-layers; with\n"
+    "--compare (and --demo) the magicpig column decodes with the point. A --schedule given\n"
+    "wins over the point's.\n"
+    "\n"
+    "--lsh takes K=10,L=150,t=2 (any subset). Old spellings, accepted for one release with\n"
+    "a warning: --lsh ...,transform=SPEC (now --transform SPEC), --lsh 10:150 and\n"
+    "--lsh 10,150,2 (now --lsh K=10,L=150,t=2).";
 
 Options Parse(int argc, char **argv) {
   Options o;
-  for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
-    auto value = [&]() -> const char * {
-      if (i + 1 >= argc)
-        Usage(a + " needs a value");
-      return argv[++i];
-    };
-    if (a == "--model") {
-      o.model = value();
-    } else if (a == "--prompt") {
-      o.prompt = value();
-      o.have_prompt = true;
-    } else if (a == "--prompt-file") {
-      const std::string path = value();
-      std::ifstream in(path, std::ios::binary);
-      if (!in)
-        Usage("cannot read prompt file " + path);
-      std::stringstream ss;
-      ss << in.rdbuf();
-      o.prompt = ss.str();
-      o.have_prompt = true;
-    } else if (a == "--max-new") {
-      o.max_new = long(ParseNumber(a, value()));
-      o.max_new_set = true;
-    } else if (a == "--temperature") {
-      o.sampling.temperature = float(ParseNumber(a, value()));
-    } else if (a == "--top-p") {
-      o.sampling.top_p = float(ParseNumber(a, value()));
-    } else if (a == "--seed") {
-      o.sampling.seed = uint64_t(ParseNumber(a, value()));
-    } else if (a == "--chat") {
-      o.chat = true;
-    } else if (a == "--threads") {
-      o.threads = size_t(ParseNumber(a, value()));
-    } else if (a == "--ctx") {
-      o.ctx = size_t(ParseNumber(a, value()));
-    } else if (a == "--attention") {
-      o.attention.method = value();
-      o.attention_set = true;
-    } else if (a == "--lsh") {
-      ParseLsh(value(), o.attention);
-      o.lsh_set = true;
-    } else if (a == "--tuning") {
-      o.tuning = value();
-      if (o.tuning.empty())
-        Usage("--tuning needs a file");
-    } else if (a == "--max-error") {
-      const double e = ParseNumber(a, value());
-      if (!(e >= 0))
-        Usage("--max-error must be >= 0, got '" + std::string(argv[i]) + "'");
-      o.max_error = e;
-    } else if (a == "--sink") {
-      o.attention.sink = ParseCount(a, value());
-    } else if (a == "--local") {
-      o.attention.local = ParseCount(a, value());
-    } else if (a == "--dense-layers") {
-      const std::string list = value();
-      o.attention.dense_layers.clear();
-      o.attention.dense_layers_set = true;
-      if (list != "none") {
-        std::stringstream ss(list);
-        std::string item;
-        while (std::getline(ss, item, ','))
-          o.attention.dense_layers.push_back(ParseCount(a, item));
-      }
-    } else if (a == "--schedule") {
-      std::string err;
-      const auto sched = pig::runtime::lsh::Schedule::parse(value(), &err);
-      if (!sched)
-        Usage("--schedule: " + err);
-      o.attention.schedule = *sched;
-      o.schedule_set = true;
-    } else if (a == "--budget") {
-      o.attention.budget = ParseNumber(a, value());
-    } else if (a == "--kv") {
-      const std::string t = value();
-      if (!pig::runtime::lsh::parse_dtype(t, o.attention.kv_dtype))
-        Usage("--kv expects bf16, f32 or q8 (8-bit, a scale per 32 elements), got '" + t + "'");
-    } else if (a == "--compare") {
-      std::stringstream ss(value());
-      std::string item;
-      while (std::getline(ss, item, ','))
-        o.compare.push_back(item);
-      if (o.compare.empty())
-        Usage("--compare expects methods, e.g. dense,magicpig");
-    } else if (a == "--batch") {
-      o.batch = ParseCount(a, value());
-      if (o.batch == 0 || o.batch > LlamaBatch::kMaxSequences)
-        Usage("--batch must be in [1, " + std::to_string(LlamaBatch::kMaxSequences) + "]");
-    } else if (a == "--expect") {
-      o.expect = value();
-      if (o.expect.empty())
-        Usage("--expect needs a non-empty answer");
-    } else if (a == "--rate-steps") {
-      o.rate_steps = ParseCount(a, value());
-      o.rate_steps_set = true;
-    } else if (a == "--demo") {
-      o.demo = true;
-    } else if (a == "--demo-text") {
-      o.demo_opts.text_file = value();
-    } else if (a == "--demo-seed") {
-      o.demo_opts.seed = ParseCount(a, value());
-    } else if (a == "--demo-bytes") {
-      o.demo_opts.max_bytes = ParseCount(a, value());
-      if (o.demo_opts.max_bytes == 0)
-        Usage("--demo-bytes must be positive");
-    } else if (a == "--show-prompt") {
-      o.show_prompt = true;
-    } else if (a == "--long-context") {
-      o.long_context = true;
-    } else if (a == "--print-ids") {
-      o.print_ids = true;
-    } else if (a == "-h" || a == "--help") {
-      Usage("");
-    } else {
-      Usage("unknown argument '" + a + "'");
-    }
-  }
-  if (o.max_error && o.tuning.empty())
-    Usage("--max-error selects a point from --tuning FILE's records: give --tuning FILE");
-  if (!o.tuning.empty()) {
-    if (o.lsh_set)
-      Usage("--tuning and --lsh conflict: the operating point gives each layer's K, L, t");
+  CLI::App app{kAbout, "pig-run"};
+  pig::app::Init(app);
+  pig::app::AddModelOptions(app, o.model, true);
+  pig::app::AddThreadsOption(app, o.threads);
+  const pig::app::AttentionFlags af = pig::app::AddAttentionOptions(app, o.attention);
+  pig::app::AddKvOption(app, o.attention.kv_dtype);
+  pig::app::AddTuningOptions(app, o.tuning);
+  const char *kRun = "Run";
+  app.add_option_function<std::string>(
+         "--prompt",
+         [&o](const std::string &p) {
+           o.prompt = p;
+           o.have_prompt = true;
+         },
+         "the prompt")
+      ->group(kRun);
+  app.add_option_function<std::string>(
+         "--prompt-file",
+         [&o](const std::string &path) {
+           try {
+             o.prompt = pig::app::ReadFile(path);
+           } catch (const std::runtime_error &) {
+             throw CLI::ValidationError("--prompt-file", "cannot read prompt file " + path);
+           }
+           o.have_prompt = true;
+         },
+         "the prompt, from a file")
+      ->type_name("F")
+      ->group(kRun);
+  CLI::Option *max_new = app.add_option("--max-new", o.max_new, "tokens generated at most")
+                             ->check(pig::app::Integer(0, size_t(1) << 24))
+                             ->capture_default_str()
+                             ->group(kRun);
+  app.add_option("--temperature", o.sampling.temperature, "sampling temperature (0: greedy)")
+      ->check(pig::app::Number(0, 1e6))
+      ->capture_default_str()
+      ->group(kRun);
+  app.add_option("--top-p", o.sampling.top_p, "nucleus sampling mass")
+      ->check(pig::app::Number(0, 1, true))
+      ->capture_default_str()
+      ->group(kRun);
+  app.add_option("--seed", o.sampling.seed, "sampling seed")
+      ->check(pig::app::Integer(0, UINT64_MAX))
+      ->capture_default_str()
+      ->group(kRun);
+  app.add_flag("--chat", o.chat, "apply the model's chat template")->group(kRun);
+  app.add_option_function<std::string>(
+         "--compare",
+         [&o](const std::string &v) {
+           o.compare.clear();
+           std::stringstream ss(v);
+           for (std::string m; std::getline(ss, m, ',');)
+             o.compare.push_back(m);
+         },
+         "one prefill, then each method decodes from it, side by side (e.g. dense,magicpig)")
+      ->check(CLI::Validator(
+          [](std::string &v) -> std::string {
+            std::stringstream ss(v);
+            size_t n = 0;
+            for (std::string m; std::getline(ss, m, ','); ++n)
+              if (!pig::spec::parse_method(m))
+                return "expects methods of " + pig::spec::method_names() +
+                       " separated by commas, got '" + m + "'";
+            return n ? "" : "expects methods, e.g. dense,magicpig";
+          },
+          "METHODS"))
+      ->group(kRun);
+  app.add_option("--batch", o.batch, "B sequences of different lengths, decoded together")
+      ->check(pig::app::Integer(0, size_t(1) << 20))
+      ->group(kRun);
+  app.add_option("--expect", o.expect, "is each answer correct: does it contain TEXT")
+      ->type_name("TEXT")
+      ->group(kRun);
+  CLI::Option *rate =
+      app.add_option("--rate-steps", o.rate_steps, "time N decode steps, past the answer's end")
+          ->check(pig::app::Integer(0, size_t(1) << 24))
+          ->group(kRun);
+  app.add_flag("--print-ids", o.print_ids, "print the prompt's and the answer's token ids")
+      ->group(kRun);
+  const char *kDemo = "Demo (./pig run)";
+  app.add_flag("--demo", o.demo, "the planted-fact question (see above)")->group(kDemo);
+  app.add_option("--demo-text", o.demo_opts.text_file, "the text the fact is planted in")
+      ->capture_default_str()
+      ->group(kDemo);
+  app.add_option("--demo-seed", o.demo_opts.seed, "chooses the city and where it is planted")
+      ->check(pig::app::Integer(0, UINT64_MAX))
+      ->capture_default_str()
+      ->group(kDemo);
+  app.add_option("--demo-bytes", o.demo_opts.max_bytes, "bytes of the text taken")
+      ->check(pig::app::Integer(0, size_t(1) << 30))
+      ->capture_default_str()
+      ->group(kDemo);
+  app.add_flag("--show-prompt", o.show_prompt, "print the prompt and the expected answer; exit")
+      ->group(kDemo);
+  pig::app::Parse(app, argc, argv);
+  auto usage = [&](const std::string &m) { pig::app::UsageError(app, m); };
+  o.max_new_set = max_new->count() > 0;
+  o.rate_steps_set = rate->count() > 0;
+  o.schedule_set = af.schedule->count() > 0;
+  if (app.count("--batch") && (o.batch == 0 || o.batch > LlamaBatch::kMaxSequences))
+    usage("--batch must be in [1, " + std::to_string(LlamaBatch::kMaxSequences) + "]");
+  if (app.count("--expect") && o.expect.empty())
+    usage("--expect needs a non-empty answer");
+  if (o.demo_opts.max_bytes == 0)
+    usage("--demo-bytes must be positive");
+  pig::app::CheckTuningOptions(app, o.tuning);
+  if (!o.tuning.file.empty()) {
+    if (af.lsh->count())
+      usage("--tuning and --lsh conflict: the operating point gives each layer's K, L, t");
     if (o.attention.dense_layers_set)
-      Usage("--tuning and --dense-layers conflict: the operating point gives the dense layers");
-    if (o.attention_set && o.attention.method != "magicpig")
-      Usage("--tuning decodes with magicpig: it conflicts with --attention " + o.attention.method);
+      usage("--tuning and --dense-layers conflict: the operating point gives the dense layers");
+    if (af.attention->count() && o.attention.method != "magicpig")
+      usage("--tuning decodes with magicpig: it conflicts with --attention " + o.attention.method);
     o.attention.method = "magicpig";
   }
   if (o.demo) {
     if (o.have_prompt)
-      Usage("--demo makes its own prompt: give --demo-text FILE instead of --prompt/--prompt-file");
+      usage("--demo makes its own prompt: give --demo-text FILE instead of --prompt/--prompt-file");
     if (o.batch)
-      Usage("--demo and --batch do not combine");
+      usage("--demo and --batch do not combine");
     const pig::run::DemoPrompt d = pig::run::MakeDemoPrompt(o.demo_opts);
     o.prompt = d.prompt;
     o.have_prompt = true;
@@ -311,15 +230,13 @@ Options Parse(int argc, char **argv) {
                  d.text_bytes, o.demo_opts.text_file.c_str(), d.expected.c_str(), 100 * d.depth,
                  static_cast<unsigned long long>(o.demo_opts.seed));
   }
-  if (!o.tuning.empty() && !o.compare.empty() &&
+  if (!o.tuning.file.empty() && !o.compare.empty() &&
       std::find(o.compare.begin(), o.compare.end(), "magicpig") == o.compare.end())
-    Usage("--tuning applies to magicpig, which --compare does not list");
+    usage("--tuning applies to magicpig, which --compare does not list");
   if (!o.have_prompt)
-    Usage("give --prompt TEXT or --prompt-file F (or --demo)");
-  if (o.max_new < 0)
-    Usage("--max-new must be >= 0");
-  if (o.sampling.top_p <= 0 || o.sampling.top_p > 1)
-    Usage("--top-p must be in (0, 1]");
+    usage("give --prompt TEXT or --prompt-file F (or --demo)");
+  if (!o.compare.empty() && o.batch)
+    usage("--compare and --batch do not combine");
   return o;
 }
 
@@ -433,22 +350,17 @@ struct Prepared {
 void PrintTuning(const pig::tools::Tuning &t) {
   for (const std::string &w : t.warnings)
     std::fprintf(stderr, "pig-run: warning: %s\n", w.c_str());
-  const pig::tune::OperatingPoint &p = t.point;
-  std::fprintf(stderr,
-               "tuning: %s: layers %s (predicted attention error %.3f, cost2 %.1f %%%s%s)\n",
-               t.source.c_str(), p.layers_str().c_str(), p.error, 100.0 * p.cost2,
-               p.criterion.empty() ? "" : "; criterion ", p.criterion.c_str());
+  std::fprintf(stderr, "tuning: %s\n", pig::app::DescribePoint(t.source, t.point).c_str());
 }
 
 Prepared Prepare(const Options &o) {
-#ifdef PIG_HAVE_GENERATED_KERNELS
-  pig_register_generated_kernels();
-#endif
+  pig::app::RegisterKernels();
   Prepared p;
-  p.model = LlamaModel::Load(o.model);
+  p.model = LlamaModel::Load(o.model.path);
   p.attention = o.attention;
-  if (!o.tuning.empty()) {
-    p.tuning = pig::tools::LoadTuning(o.tuning, o.max_error, p.model->config().n_layers);
+  if (!o.tuning.file.empty()) {
+    p.tuning =
+        pig::tools::LoadTuning(o.tuning.file, o.tuning.max_error, p.model->config().n_layers);
     p.attention = pig::tools::ApplyTuning(o.attention, p.tuning->point);
     if (o.schedule_set)
       p.attention.schedule = o.attention.schedule;
@@ -467,8 +379,8 @@ Prepared Prepare(const Options &o) {
   const std::string steps_flag = size_t(std::max(o.max_new, 0L)) >= steps
                                      ? "--max-new " + std::to_string(o.max_new)
                                      : "--rate-steps " + std::to_string(o.rate_steps) + " + 1";
-  p.ctx = o.ctx ? o.ctx : p.prompt.size() + steps;
-  if (p.ctx > cfg.context_length && !o.long_context) {
+  p.ctx = o.model.ctx ? o.model.ctx : p.prompt.size() + steps;
+  if (p.ctx > cfg.context_length && !o.model.long_context) {
     throw std::runtime_error("a context of " + std::to_string(p.ctx) + " tokens (prompt " +
                              std::to_string(p.prompt.size()) + " + " + steps_flag +
                              ") exceeds the model's trained context of " +
@@ -486,16 +398,16 @@ Prepared Prepare(const Options &o) {
 std::vector<float> Prefill(LlamaSession &session, size_t vocab, const std::vector<int32_t> &prompt,
                            double &seconds) {
   std::vector<float> logits(vocab);
-  const bool show_bar = prompt.size() > 2 * LlamaSession::kChunk && isatty(2);
+  std::optional<pig::app::Progress> bar; // a long prompt on a terminal: the time left
+  if (prompt.size() > 2 * LlamaSession::kChunk && isatty(2))
+    bar.emplace("prefill", double(prompt.size()));
   const auto t0 = Clock::now();
   session.Forward(prompt.data(), prompt.size(), logits.data(), false, [&](size_t done, size_t n) {
-    if (!show_bar)
+    if (!bar)
       return;
-    const int width = 40, filled = int(width * done / n);
-    std::fprintf(stderr, "\rprefill [%.*s%*s] %zu/%zu", filled,
-                 "########################################", width - filled, "", done, n);
+    bar->Update(double(done), std::to_string(done) + "/" + std::to_string(n) + " tokens");
     if (done == n)
-      std::fprintf(stderr, "\n");
+      bar->Done();
   });
   seconds = std::chrono::duration<double>(Clock::now() - t0).count();
   return logits;
@@ -509,7 +421,7 @@ int Run(const Options &o) {
   const AttentionShape shape{cfg.n_layers, cfg.n_heads, cfg.n_kv_heads, cfg.head_dim, p.ctx};
   LlamaSession session(*p.model, pool, p.ctx, MakeAttention(p.attention, shape));
   std::fprintf(stderr, "pig-run: %s (%s), %zu layers, dim %zu, %zu threads, %s kernels\n",
-               o.model.c_str(), p.model->WeightTypesSummary().c_str(), cfg.n_layers, cfg.dim,
+               o.model.path.c_str(), p.model->WeightTypesSummary().c_str(), cfg.n_layers, cfg.dim,
                pool.size(), session.kernels().target);
   if (p.tuning)
     PrintTuning(*p.tuning);
@@ -665,29 +577,6 @@ int RunBatch(const Options &o) {
   return 0;
 }
 
-// Splits text into lines of at most `width` characters (at spaces where possible; newlines kept).
-std::vector<std::string> Wrap(const std::string &text, size_t width) {
-  std::vector<std::string> lines(1);
-  for (size_t i = 0; i < text.size(); ++i) {
-    const char ch = text[i];
-    if (ch == '\n') {
-      lines.emplace_back();
-      continue;
-    }
-    if (lines.back().size() >= width) {
-      const size_t sp = lines.back().rfind(' ');
-      std::string rest;
-      if (sp != std::string::npos && sp > width / 2) {
-        rest = lines.back().substr(sp + 1);
-        lines.back().resize(sp);
-      }
-      lines.push_back(rest);
-    }
-    lines.back() += ch == '\t' ? ' ' : ch;
-  }
-  return lines;
-}
-
 // --compare: one dense prefill, then each method decodes from the same KV prefix; the texts and
 // the figures are printed side by side.
 int RunCompare(const Options &o) {
@@ -700,7 +589,7 @@ int RunCompare(const Options &o) {
   dense_spec.method = "dense";
   LlamaSession prefill(*p.model, pool, p.ctx, MakeAttention(dense_spec, shape));
   std::fprintf(stderr, "pig-run: %s, %zu threads; prompt %zu tokens, prefilled once (dense)\n",
-               o.model.c_str(), pool.size(), p.prompt.size());
+               o.model.path.c_str(), pool.size(), p.prompt.size());
   if (p.tuning)
     PrintTuning(*p.tuning);
   double prefill_s = 0;
@@ -786,7 +675,7 @@ int RunCompare(const Options &o) {
   std::vector<std::vector<std::string>> wrapped;
   size_t lines = 0;
   for (const Column &c : cols) {
-    wrapped.push_back(Wrap(c.r.text, size_t(w)));
+    wrapped.push_back(pig::app::Wrap(c.r.text, size_t(w)));
     lines = std::max(lines, wrapped.back().size());
   }
   for (size_t i = 0; i < lines; ++i) {
@@ -821,8 +710,6 @@ int main(int argc, char **argv) {
         std::printf("\nexpected answer: %s\n", o.expect.c_str());
       return 0;
     }
-    if (!o.compare.empty() && o.batch)
-      Usage("--compare and --batch do not combine");
     return o.batch ? RunBatch(o) : o.compare.empty() ? Run(o) : RunCompare(o);
   } catch (const std::exception &e) {
     std::fprintf(stderr, "pig-run: error: %s\n", e.what());

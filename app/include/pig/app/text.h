@@ -1,0 +1,34 @@
+// Small text helpers of the tools: files, numbers, markdown tables, wrapped columns, and the
+// description of a tuned operating point.
+#pragma once
+
+#include <cstddef>
+#include <string>
+#include <vector>
+
+#include "pig/tune/point.h"
+
+namespace pig::app {
+
+/// The whole file (binary); throws std::runtime_error("cannot read PATH") when it cannot.
+std::string ReadFile(const std::string &path);
+
+/// printf into a std::string.
+[[gnu::format(printf, 1, 2)]] std::string Format(const char *format, ...);
+
+/// Bytes as MiB (2^20).
+inline double MiB(std::size_t bytes) { return double(bytes) / 1048576.0; }
+
+/// "| a | b |" and "|---|---|" (n columns): a markdown table's row and separator.
+std::string MarkdownRow(const std::vector<std::string> &cells);
+std::string MarkdownSeparator(std::size_t columns);
+
+/// Splits text into lines of at most `width` characters (at spaces where possible; newlines
+/// kept, tabs as spaces).
+std::vector<std::string> Wrap(const std::string &text, std::size_t width);
+
+/// "SOURCE: layers 0:dense 1-14:K=8 L=75 t=2 ... (predicted attention error 0.089, cost2 9.5 %;
+/// criterion max-error 0.1)": what a tool prints about the point of --tuning.
+std::string DescribePoint(const std::string &source, const tune::OperatingPoint &p);
+
+} // namespace pig::app

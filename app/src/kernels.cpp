@@ -1,0 +1,17 @@
+#include "pig/app/kernels.h"
+
+#ifdef PIG_HAVE_GENERATED_KERNELS
+#include "pig/Codegen/GeneratedKernels.h"
+#endif
+
+namespace pig::app {
+
+int RegisterKernels() {
+#ifdef PIG_HAVE_GENERATED_KERNELS
+  return pig_register_generated_kernels();
+#else
+  return 0;
+#endif
+}
+
+} // namespace pig::app
