@@ -147,11 +147,12 @@ template <class D, class V = hn::Vec<D>> HWY_INLINE V LogF(D d, V x) { return hn
 // ---- row addressing ------------------------------------------------------------------------
 //
 // A row of d elements is d consecutive T for f32 (T = float) and bf16 (T = uint16_t, raw bits).
-// A q8 row (T = lsh::Q8, pig/reference/kv_quant.h) is d / 32 blocks of 34 bytes: a bf16 scale,
-// then 32 int8. Rows are back to back; RowAt and RowBytes are the only places that know it.
+// A q8 row (T = lsh::Q8, pig/spec/kv_type.h) is d / 32 blocks of 34 bytes: a bf16 scale, then
+// 32 int8. Rows are back to back; RowAt and RowBytes are the only kernel code that knows it.
 
 using lsh::Q8;
-inline constexpr std::size_t kQ8Block = 32, kQ8BlockBytes = 34;
+using ::pig::spec::kQ8Block;
+using ::pig::spec::kQ8BlockBytes;
 
 template <typename T> HWY_INLINE constexpr std::size_t RowBytes(std::size_t d) {
   if constexpr (std::is_same_v<T, Q8>)

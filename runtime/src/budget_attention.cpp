@@ -10,6 +10,7 @@
 
 #include "pig/reference/kv_quant.h"
 #include "pig/reference/random.h"
+#include "pig/spec/hash.h"
 
 namespace pig::runtime {
 
@@ -142,13 +143,6 @@ void Merge(const float *a, double lse_a, const float *b, double lse_b, size_t d,
     out[j] = float((wa * double(a[j]) + wb * double(b[j])) / (wa + wb));
 }
 
-// The splitmix64 finaliser: a bijection that spreads every input bit over the output.
-std::uint64_t Mix64(std::uint64_t z) {
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-  return z ^ (z >> 31);
-}
-
 BudgetAttention::Method ParseMethod(const std::string &method) {
   if (method == "topk")
     return BudgetAttention::Method::topk;
@@ -181,9 +175,10 @@ size_t BudgetTokens(double budget, size_t n_indexed) {
 }
 
 std::uint64_t OracleSeed(std::uint64_t sample_seed, size_t layer, size_t head, size_t pos) {
-  std::uint64_t s = Mix64(sample_seed + 0x9e3779b97f4a7c15ULL * (std::uint64_t(layer) + 1));
-  s = Mix64(s ^ (0xc2b2ae3d27d4eb4fULL * (std::uint64_t(head) + 1)));
-  return Mix64(s ^ (0x165667b19e3779f9ULL * (std::uint64_t(pos) + 1)));
+  using spec::mix64;
+  std::uint64_t s = mix64(sample_seed + spec::kGoldenGamma * (std::uint64_t(layer) + 1));
+  s = mix64(s ^ (0xc2b2ae3d27d4eb4fULL * (std::uint64_t(head) + 1)));
+  return mix64(s ^ (0x165667b19e3779f9ULL * (std::uint64_t(pos) + 1)));
 }
 
 struct BudgetAttention::Scratch {

@@ -1,4 +1,5 @@
 #include <algorithm>
+#include <optional>
 #include <stdexcept>
 #include <string>
 
@@ -6,42 +7,22 @@
 
 namespace pig::runtime::lsh {
 
-const char *to_string(DType t) {
-  switch (t) {
-  case DType::f32:
-    return "f32";
-  case DType::bf16:
-    return "bf16";
-  case DType::q8:
-    return "q8";
-  }
-  return "?";
-}
+const char *to_string(DType t) { return spec::name(t); }
 
 bool parse_dtype(const std::string &name, DType &out) {
-  for (DType t : {DType::f32, DType::bf16, DType::q8})
-    if (name == to_string(t)) {
-      out = t;
-      return true;
-    }
-  return false;
+  const std::optional<DType> t = spec::parse_dtype(name);
+  if (t)
+    out = *t;
+  return t.has_value();
 }
 
-std::string dtype_unsupported(DType t, std::size_t d) {
-  if (d == 0 || d % 2 != 0)
-    return "head dim " + std::to_string(d) + " is not even";
-  if (t == DType::q8 && d % 32 != 0)
-    return "q8 rows need a head dim that is a multiple of 32 (blocks of 32), not " +
-           std::to_string(d);
-  return "";
-}
 const char *to_string(Target t) { return t == Target::cpu ? "cpu" : "cuda"; }
 
 std::string KernelKey::str() const {
-  std::string s = "K=" + std::to_string(K) + " L=" + std::to_string(L) + " d=" + std::to_string(d) +
-                  " " + to_string(dtype) + " " + to_string(target);
+  std::string s = config().str();
+  s.append(" ").append(to_string(target));
   if (!(schedule == Schedule{}))
-    s += " [" + schedule.str() + "]";
+    s.append(" [").append(schedule.str()).append("]");
   return s;
 }
 
@@ -74,12 +55,7 @@ std::vector<KernelKey> KernelRegistry::keys() const {
 }
 
 LshKernelSet KernelRegistry::resolve(const KernelKey &key) const {
-  if (key.K < 1 || key.K > 16 || key.L < 1 || key.L > 1024 || key.d < 2 || key.d % 2 != 0)
-    throw std::invalid_argument("LSH kernels: no kernel can serve " + key.str() +
-                                " (K in [1, 16], L in [1, 1024], d even and >= 2)");
-  if (const std::string e = dtype_unsupported(key.dtype, std::size_t(key.d)); !e.empty())
-    throw std::invalid_argument("LSH kernels: no kernel can serve " + key.str() + ": " + e);
-  if (const std::string e = key.schedule.validate(); !e.empty())
+  if (const std::string e = key.config().validate(); !e.empty())
     throw std::invalid_argument("LSH kernels: no kernel can serve " + key.str() + ": " + e);
   if (key.target != Target::cpu)
     throw std::invalid_argument("LSH kernels: the CPU registry cannot serve " + key.str());

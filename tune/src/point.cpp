@@ -11,6 +11,9 @@
 
 #include <nlohmann/json.hpp>
 
+#include "pig/spec/kernel_key.h"
+#include "pig/spec/text.h"
+
 namespace pig::tune {
 namespace {
 
@@ -52,22 +55,14 @@ std::string text(const json &o, const char *name, const std::string &where) {
   return v.get<std::string>();
 }
 
-// "K=10 L=150 d=64 bf16" -> K, L and the tail "d=64 bf16".
-bool parse_kernel(const std::string &kernel, int &K, int &L, std::string &tail) {
-  std::istringstream in(kernel);
-  std::string k, l;
-  in >> k >> l;
-  if (k.rfind("K=", 0) != 0 || l.rfind("L=", 0) != 0)
+// "K=10 L=150 d=64 bf16" (pig::spec::KernelKey's spelling) -> K, L and the tail "d=64 bf16".
+bool parse_kernel(const std::string &kernel, int &K, int &L, std::string &tail, std::string &why) {
+  const std::optional<spec::KernelKey> key = spec::KernelKey::parse(kernel, &why);
+  if (!key)
     return false;
-  try {
-    K = std::stoi(k.substr(2));
-    L = std::stoi(l.substr(2));
-  } catch (const std::exception &) {
-    return false;
-  }
-  std::getline(in, tail);
-  if (!tail.empty() && tail.front() == ' ')
-    tail.erase(0, 1);
+  K = key->K;
+  L = key->L;
+  tail = spec::cat("d=", std::to_string(key->d), " ", spec::name(key->dtype));
   return true;
 }
 
@@ -375,9 +370,9 @@ QualityTable build_quality_table(const std::vector<Record> &records, std::size_t
       throw RecordError("a quality record names layer " + std::to_string(r.layer) +
                         " of a model with " + std::to_string(n_layers) + " layers");
     Candidate c;
-    std::string tail;
-    if (!parse_kernel(r.kernel, c.K, c.L, tail))
-      throw RecordError("a quality record has a kernel key '" + r.kernel + "' without K= L=");
+    std::string tail, why;
+    if (!parse_kernel(r.kernel, c.K, c.L, tail, why))
+      throw RecordError("a quality record's kernel: " + why);
     c.t = r.t;
     if (t.kernel_tail.empty())
       t.kernel_tail = tail;

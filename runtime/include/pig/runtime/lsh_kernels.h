@@ -25,26 +25,24 @@
 #include <vector>
 
 #include "pig/runtime/lsh_schedule.h"
+#include "pig/spec/kernel_key.h"
+#include "pig/spec/kv_type.h"
 
 namespace pig::runtime::lsh {
 
-/// Element type of K and V rows. q8 is 8-bit with a scale per block of 32 elements
-/// (pig/reference/kv_quant.h defines it: each block is a bf16 scale then 32 int8, so a row of d
-/// elements is d / 32 blocks of 34 bytes; d must be a multiple of 32).
-enum class DType : std::uint8_t { f32, bf16, q8 };
+/// Element type of K and V rows, the bytes of a row and the head dims each supports: pig::spec's
+/// (pig/spec/kv_type.h). q8 is 8-bit with a scale per block of 32 elements (each block is a bf16
+/// scale then 32 int8, so a row of d elements is d / 32 blocks of 34 bytes; d must be a multiple
+/// of 32; pig/reference/kv_quant.h quantises).
+using spec::DType;
+using spec::dtype_unsupported;
+using spec::row_bytes;
 enum class Target : std::uint8_t { cpu, cuda };
 
 const char *to_string(DType t);
 const char *to_string(Target t);
 /// The element type named "f32", "bf16" or "q8"; false for any other name.
 bool parse_dtype(const std::string &name, DType &out);
-/// Bytes of one row of d elements (q8: d / 32 blocks of 34 bytes).
-inline std::size_t row_bytes(DType t, std::size_t d) {
-  return t == DType::f32 ? 4 * d : t == DType::bf16 ? 2 * d : d / 32 * 34;
-}
-/// Empty when rows of d elements of type t can be stored and attended; else why not ("q8 rows
-/// need a head dim that is a multiple of 32, not 80").
-std::string dtype_unsupported(DType t, std::size_t d);
 
 /// Kernel template tag of q8 rows (MakeKernelSet<K, L, d, Q8>); one byte of a q8 row.
 struct Q8 {
@@ -64,8 +62,10 @@ struct KernelKey {
   Schedule schedule{}; ///< how the set runs (lsh_schedule.h); not what it computes
 
   friend bool operator==(const KernelKey &, const KernelKey &) = default;
-  /// "K=10 L=150 d=128 bf16 cpu", with " [gqa=union block=32 ...]" when the schedule is not the
-  /// default.
+  /// The configuration and schedule without the target (pig/spec/kernel_key.h).
+  spec::KernelKey config() const { return {K, L, d, dtype, schedule}; }
+  /// "K=10 L=150 d=128 bf16 cpu" (spec::KernelKey's spelling, then the target), with
+  /// " [gqa=union block=32 ...]" when the schedule is not the default.
   std::string str() const;
 };
 
@@ -263,8 +263,9 @@ public:
   /// the same (K, L, d, dtype, target) with the default schedule; else the generic set with the
   /// default schedule (specialised = false). The key of the result is what serves; a fallback
   /// from the requested schedule sets schedule_fallback. Throws std::invalid_argument for a key
-  /// no kernel can serve (K outside [1, 16], L outside [1, 1024], d == 0 or odd, an illegal
-  /// schedule, a cuda key on the CPU registry).
+  /// no kernel can serve (spec::KernelKey::validate: K outside [1, kMaxK], L outside [1, kMaxL],
+  /// a head dim the element type does not support, an illegal schedule; or a cuda key on the
+  /// CPU registry).
   LshKernelSet resolve(const KernelKey &key) const;
   bool has_specialised(const KernelKey &key) const;
   std::vector<KernelKey> keys() const;
