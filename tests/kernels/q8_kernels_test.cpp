@@ -3,7 +3,7 @@
 // specialised q8 set (specialisations.cpp), on every compiled target. A q8 element is q * s,
 // exact in f32, so a kernel that reads q8 rows sees the very numbers the reference sees in the
 // dequantised f32 rows: the tolerances are those of the f32 and bf16 tests
-// (lsh_kernels_test.cpp), which differ from the reference only by f32 accumulation, and codes,
+// (lsh_attend_test.cpp), which differ from the reference only by f32 accumulation, and codes,
 // means, sample sets and counts must be equal.
 #include <algorithm>
 #include <cmath>
@@ -305,7 +305,7 @@ TEST(Q8DenseAttention, RangesAndAdversarialRows) {
 }
 
 // Builds the reference once, then checks every (target, set): codes, split, sample sets (per
-// head and their union, in order) and each head's output and lse, as lsh_kernels_test.cpp's
+// head and their union, in order) and each head's output and lse, as lsh_test_util.cpp's
 // check_magicpig does for f32 and bf16 rows.
 void check_magicpig(const Problem &pr, int K, int L, int G, int t, lsh::StaticTokens st, double tol,
                     const ref::TransformSpec &transform = {}) {
