@@ -44,6 +44,7 @@
 #include "pig/reference/synthetic.h"
 #include "pig/runtime/lsh_index.h"
 #include "pig/runtime/lsh_kernels.h"
+#include "pig/runtime/lsh_step.h"
 #include "schedule_variants.h"
 
 namespace {
@@ -299,9 +300,11 @@ struct SampledCall {
   SampledCall(Dataset &d, const lsh::LshKernelSet &s)
       : ds(d), set(s), scratch(d.n), out(std::size_t(d.G) * d.d), lse(std::size_t(d.G)) {}
   void operator()() {
-    lsh::sampled_step(set, ds.idx(dtype, c), *ds.W, *ds.lut, kT, scratch, buf, ds.query(calls),
-                      ds.G, ds.keys(dtype, c), ds.values(dtype, c), dtype,
-                      float(1.0 / std::sqrt(double(ds.d))), out.data(), lse.data(), stats);
+    const lsh::GroupQueries queries{ds.query(calls), ds.G, float(1.0 / std::sqrt(double(ds.d))),
+                                    out.data(), lse.data()};
+    const lsh::KvRows rows{ds.keys(dtype, c), ds.values(dtype, c), dtype, ds.d};
+    lsh::sampled_step(set, ds.idx(dtype, c), *ds.W, *ds.lut, kT, scratch, buf, queries, rows,
+                      stats);
     benchmark::DoNotOptimize(out.data());
     c = (c + 1) % ds.copies;
     ++calls;

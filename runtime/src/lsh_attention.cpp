@@ -173,9 +173,11 @@ void LshAttention::AttendGroup(size_t layer, size_t kvh, const float *q, float *
   // One part writes the group's output directly; several write partial results for the merge.
   float *o = parts == 1 ? out : g.out.data() + part * G * d;
   const Config &cfg = *layer_cfg_[layer];
+  const lsh::GroupQueries queries{q, int(G), 1.0f / std::sqrt(float(d)), o,
+                                  g.lse.data() + part * G};
+  const lsh::KvRows rows{cache_.Keys(layer, kvh), cache_.Values(layer, kvh), cache_.dtype(), d};
   lsh::attend_step(cfg.set, *index_[layer * sh.n_kv_heads + kvh], cfg.log_u, g.buf, begin, end,
-                   part == 0, q, int(G), d, cache_.Keys(layer, kvh), cache_.Values(layer, kvh),
-                   cache_.dtype(), 1.0f / std::sqrt(float(d)), o, g.lse.data() + part * G);
+                   part == 0, queries, rows);
 }
 
 void LshAttention::Forward(size_t layer, size_t pos, size_t n, const float *q, const float *k,

@@ -287,10 +287,15 @@ void LshIndex::merge_tail(const LshKernelSet &set) {
   layout_ = IndexLayout::of(sorted, K_, L_);
 }
 
-std::size_t retrieve_tail(const std::uint16_t *codes, std::size_t count, std::size_t first, int L,
-                          const std::uint16_t *query_codes, int G, int t, std::uint32_t *tokens,
-                          std::uint8_t *masks, std::size_t n, std::size_t *per_head) {
-  const std::size_t l_n = std::size_t(L);
+std::size_t retrieve_tail(const RetrieveTailArgs &a) {
+  // In locals: the compiler cannot know that the stores to tokens leave a's fields unchanged.
+  const std::uint16_t *codes = a.codes, *query_codes = a.query_codes;
+  const std::size_t count = a.count, first = a.first;
+  const int G = a.G, t = a.t;
+  std::uint32_t *tokens = a.tokens;
+  std::uint8_t *masks = a.masks;
+  std::size_t n = a.n, *per_head = a.per_head;
+  const std::size_t l_n = std::size_t(a.L);
   for (std::size_t i = 0; i < count; ++i) {
     const std::uint16_t *c = codes + i * l_n;
     unsigned mask = 0;
@@ -335,126 +340,6 @@ LogUTableData::LogUTableData(int K, int L, int t, int size)
     h_[std::size_t(i)] =
         float(ref::log_collision_probability(c, K, L, t) - double(t) * K * std::log(p));
   }
-}
-
-std::size_t retrieve_step(const LshKernelSet &set, const LshIndex &index, const SimHash &W, int t,
-                          RetrievalScratch &scratch, StepBuffers &buf, const float *q, int G,
-                          StepStats *stats) {
-  if (G < 1 || G > kMaxGroup)
-    throw std::invalid_argument("retrieve_step: group of " + std::to_string(G) + " heads");
-  const std::size_t L = std::size_t(W.L()), sorted = index.layout().count;
-  const std::size_t count = index.count();
-  if (scratch.capacity() < sorted)
-    throw std::invalid_argument("retrieve_step: retrieval scratch too small");
-  buf.qcodes.resize(std::size_t(G) * L);
-  buf.tokens.resize(std::max<std::size_t>(count, 1));
-  buf.masks.resize(std::max<std::size_t>(count, 1));
-  std::size_t n_union = 0, per_head[kMaxGroup] = {};
-  std::uint8_t *masks = G > 1 ? buf.masks.data() : nullptr;
-  if (count > 0) {
-    EncodeArgs ea;
-    ea.x = q;
-    if (const FittedHash *f = index.fitted()) { // queries hashed in the fitted space
-      const std::size_t d = W.d();
-      buf.qmapped.resize(std::size_t(G) * d);
-      buf.qnorms.resize(std::size_t(G));
-      for (int h = 0; h < G; ++h)
-        buf.qnorms[std::size_t(h)] =
-            f->map_query(q + std::size_t(h) * d, buf.qmapped.data() + std::size_t(h) * d);
-      ea.x = buf.qmapped.data();
-    }
-    ea.dtype = DType::f32;
-    ea.rows = std::size_t(G);
-    ea.W = W.view();
-    ea.codes = buf.qcodes.data();
-    set.encode(ea);
-  }
-  if (sorted > 0) {
-    RetrieveArgs ra;
-    ra.index = index.view();
-    ra.query_codes = buf.qcodes.data();
-    ra.G = G;
-    ra.t = t;
-    ra.state = scratch.state();
-    ra.tokens = buf.tokens.data();
-    ra.masks = masks;
-    ra.count = &n_union;
-    ra.per_head = per_head;
-    set.retrieve(ra);
-  }
-  if (index.tail_count() > 0) {
-    n_union =
-        retrieve_tail(index.tail_codes(), index.tail_count(), index.sink_end() + sorted, W.L(),
-                      buf.qcodes.data(), G, t, buf.tokens.data(), masks, n_union, per_head);
-  }
-  if (stats) {
-    stats->sampled_union = n_union;
-    std::copy(per_head, per_head + G, stats->sampled_per_head);
-    stats->indexed = count;
-    // Index traffic: per head and table, the two offsets and the ids of the query's bucket in
-    // every segment; the tail's codes once for the group.
-    double bytes = 2.0 * double(index.tail_count() * L);
-    const IndexView ix = index.view();
-    const std::size_t stride = (std::size_t(1) << ix.K) + 1;
-    for (std::size_t s0 = 0, s = 0; s0 < sorted; s0 += kSegmentTokens, ++s) {
-      const std::uint16_t *off = ix.offsets + s * L * stride;
-      for (int h = 0; h < G; ++h) {
-        const std::uint16_t *qc = buf.qcodes.data() + std::size_t(h) * L;
-        for (std::size_t l = 0; l < L; ++l) {
-          const std::uint16_t *o = off + l * stride + qc[l];
-          bytes += 4.0 + 2.0 * double(o[1] - o[0]);
-        }
-      }
-    }
-    stats->index_bytes_read = bytes;
-  }
-  return n_union;
-}
-
-void attend_step(const LshKernelSet &set, const LshIndex &index, const LogUTableData &log_u,
-                 const StepBuffers &buf, std::size_t begin, std::size_t end, bool with_static,
-                 const float *q, int G, std::size_t d, const void *k, const void *v, DType dtype,
-                 float scale, float *out, float *lse) {
-  if (G < 1 || G > kMaxGroup)
-    throw std::invalid_argument("attend_step: group of " + std::to_string(G) + " heads");
-  if (begin > end || (end > begin && end > buf.tokens.size()))
-    throw std::invalid_argument("attend_step: token range outside the retrieved tokens");
-  SampledAttentionArgs sa;
-  sa.q = q;
-  sa.G = G;
-  sa.d = d;
-  sa.scale = scale;
-  sa.k = k;
-  sa.v = v;
-  sa.dtype = dtype;
-  // Without the static tokens: an empty sink and a local window that starts at n.
-  sa.n = index.n();
-  sa.sink_end = with_static ? index.sink_end() : 0;
-  sa.local_begin = with_static ? index.local_begin() : index.n();
-  sa.mean = index.mean().data();
-  sa.tokens = buf.tokens.data() + begin;
-  sa.masks = G > 1 ? buf.masks.data() + begin : nullptr;
-  sa.count = end - begin;
-  sa.log_u = log_u.view();
-  sa.out = out;
-  sa.lse = lse;
-  if (const FittedHash *f = index.fitted()) {
-    if (buf.qnorms.size() < std::size_t(G) || f->norm_count() != index.count())
-      throw std::logic_error("attend_step: fitted hashing without the query norms of "
-                             "retrieve_step or with stale key norms");
-    sa.query_norms = buf.qnorms.data();
-    sa.key_norms = f->key_norms();
-    sa.key_norms_begin = index.sink_end();
-  }
-  set.sampled_attention(sa);
-}
-
-void sampled_step(const LshKernelSet &set, const LshIndex &index, const SimHash &W,
-                  const LogUTableData &log_u, int t, RetrievalScratch &scratch, StepBuffers &buf,
-                  const float *q, int G, const void *k, const void *v, DType dtype, float scale,
-                  float *out, float *lse, StepStats *stats) {
-  const std::size_t n_union = retrieve_step(set, index, W, t, scratch, buf, q, G, stats);
-  attend_step(set, index, log_u, buf, 0, n_union, true, q, G, W.d(), k, v, dtype, scale, out, lse);
 }
 
 } // namespace pig::runtime::lsh

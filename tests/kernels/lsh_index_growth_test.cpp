@@ -15,6 +15,7 @@
 #include "pig/reference/random.h"
 #include "pig/reference/transform.h"
 #include "pig/runtime/lsh_index.h"
+#include "pig/runtime/lsh_step.h"
 #include "test_util.h"
 
 namespace {
@@ -62,8 +63,8 @@ TEST(LshIndexGrowth, RetrievalMatchesReferenceAcrossMergesAndSegments) {
       for (auto &x : q)
         x = nd(rng);
       StepStats st;
-      sampled_step(set, ix, W, log_u, t, scratch, buf, q.data(), G, keys.data(), keys.data(),
-                   DType::f32, 0.3f, out.data(), lse.data(), &st);
+      sampled_step(set, ix, W, log_u, t, scratch, buf, {q.data(), G, 0.3f, out.data(), lse.data()},
+                   {keys.data(), keys.data(), DType::f32, d}, &st);
       std::vector<std::uint32_t> expect_union;
       for (int h = 0; h < G; ++h) {
         const auto qc = ref::encode({&q[std::size_t(h) * d], d}, Wr.view(), cfg);
@@ -138,8 +139,8 @@ TEST(LshIndexGrowth, FittedHashingKeepsItsTransformAsTheIndexGrows) {
     for (auto &x : q)
       x = nd(rng);
     StepStats st;
-    sampled_step(set, ix, W, log_u, t, scratch, buf, q.data(), 3, keys.data(), keys.data(),
-                 DType::f32, 0.3f, out.data(), lse.data(), &st);
+    sampled_step(set, ix, W, log_u, t, scratch, buf, {q.data(), 3, 0.3f, out.data(), lse.data()},
+                 {keys.data(), keys.data(), DType::f32, d}, &st);
     for (int h = 0; h < 3; ++h) {
       const auto qc = ref::encode(T.query({&q[std::size_t(h) * d], d}), Wr.view(), cfg);
       const auto s = ref::sample_set(qc, codes, cfg, 0, ix.count());

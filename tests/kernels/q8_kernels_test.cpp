@@ -3,7 +3,7 @@
 // specialised q8 set (specialisations.cpp), on every compiled target. A q8 element is q * s,
 // exact in f32, so a kernel that reads q8 rows sees the very numbers the reference sees in the
 // dequantised f32 rows: the tolerances are those of the f32 and bf16 tests
-// (lsh_kernels_test.cpp), which differ from the reference only by f32 accumulation, and codes,
+// (lsh_attend_test.cpp), which differ from the reference only by f32 accumulation, and codes,
 // means, sample sets and counts must be equal.
 #include <algorithm>
 #include <cmath>
@@ -305,7 +305,7 @@ TEST(Q8DenseAttention, RangesAndAdversarialRows) {
 }
 
 // Builds the reference once, then checks every (target, set): codes, split, sample sets (per
-// head and their union, in order) and each head's output and lse, as lsh_kernels_test.cpp's
+// head and their union, in order) and each head's output and lse, as lsh_test_util.cpp's
 // check_magicpig does for f32 and bf16 rows.
 void check_magicpig(const Problem &pr, int K, int L, int G, int t, lsh::StaticTokens st, double tol,
                     const ref::TransformSpec &transform = {}) {
@@ -351,8 +351,9 @@ void check_magicpig(const Problem &pr, int K, int L, int G, int t, lsh::StaticTo
       std::vector<float> out(std::size_t(G) * pr.d), lse(static_cast<std::size_t>(G));
       lsh::StepStats stats;
       for (int rep = 0; rep < 2; ++rep) {
-        lsh::sampled_step(s, ix, W, lut, t, scratch, buf, pr.q.data(), G, pr.K.data(), pr.V.data(),
-                          DType::q8, scale, out.data(), lse.data(), &stats);
+        lsh::sampled_step(s, ix, W, lut, t, scratch, buf,
+                          {pr.q.data(), G, scale, out.data(), lse.data()},
+                          {pr.K.data(), pr.V.data(), DType::q8, pr.d}, &stats);
         for (int h = 0; h < G; ++h) {
           EXPECT_EQ(stats.sampled_per_head[h], per_head[std::size_t(h)]) << what;
           expect_attention_near(out.data() + std::size_t(h) * pr.d, lse[std::size_t(h)],
@@ -500,8 +501,9 @@ void check_growth(const LshKernelSet &set, std::size_t d, int K, int L, std::siz
       for (auto &x : q)
         x = nd(rng);
       lsh::StepStats st;
-      lsh::sampled_step(set, ix, W, log_u, t, scratch, buf, q.data(), G, keys.data(), keys.data(),
-                        DType::q8, 0.3f, out.data(), lse.data(), &st);
+      lsh::sampled_step(set, ix, W, log_u, t, scratch, buf,
+                        {q.data(), G, 0.3f, out.data(), lse.data()},
+                        {keys.data(), keys.data(), DType::q8, d}, &st);
       std::vector<std::uint32_t> expect_union;
       for (int h = 0; h < G; ++h) {
         const auto qc = ref::encode({&q[std::size_t(h) * d], d}, Wr.view(), cfg);

@@ -16,6 +16,7 @@
 #include "pig/reference/random.h"
 #include "pig/runtime/lsh_index.h"
 #include "pig/runtime/lsh_kernels.h"
+#include "pig/runtime/lsh_step.h"
 
 namespace pig::test {
 

@@ -24,6 +24,7 @@
 
 #include "pig/runtime/attention.h"
 #include "pig/runtime/lsh_index.h"
+#include "pig/runtime/lsh_step.h"
 
 namespace pig::runtime {
 

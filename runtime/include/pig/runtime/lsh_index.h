@@ -1,6 +1,6 @@
 // Owning host-side objects around the LSH kernels (lsh_kernels.h): the SimHash matrix, the index
-// of one (layer, kv-head), the per-thread retrieval scratch, the log u table, and one decode step
-// that chains them (encode queries -> retrieve -> fused sampled attention).
+// of one (layer, kv-head), the per-thread retrieval scratch and the log u table. One decode step
+// that chains them (encode queries -> retrieve -> fused sampled attention): lsh_step.h.
 //
 // Index layout (bytes per token per kv-head, see IndexLayout::bytes_per_token):
 //   tokens are cut into segments of 65535; per (segment, table) the token ids (u16, relative to the
@@ -208,13 +208,27 @@ private:
   std::optional<FittedHash> fitted_;
 };
 
-/// Tokens of the tail (codes token-major, L each; token i is at absolute position first + i)
-/// whose codes agree with head h's query codes in >= t tables, appended after the `n` entries
-/// already in tokens/masks (they follow every sorted token, so the order stays ascending);
-/// per_head[h] counts them too. Returns the new n.
-std::size_t retrieve_tail(const std::uint16_t *codes, std::size_t count, std::size_t first, int L,
-                          const std::uint16_t *query_codes, int G, int t, std::uint32_t *tokens,
-                          std::uint8_t *masks, std::size_t n, std::size_t *per_head);
+/// The unsorted tail of an index (LshIndex::tail_codes) and one group's query codes, for
+/// retrieve_tail.
+struct RetrieveTailArgs {
+  const std::uint16_t *codes = nullptr; ///< count * L, token-major
+  std::size_t count = 0;                ///< tail tokens
+  std::size_t first = 0;                ///< absolute position of tail token 0
+  int L = 0;
+  const std::uint16_t *query_codes = nullptr; ///< G * L
+  int G = 1;
+  int t = 2;
+  std::uint32_t *tokens = nullptr; ///< appended to at [n, ...)
+  std::uint8_t *masks = nullptr;   ///< appended to like tokens; null: no masks (G == 1)
+  std::size_t n = 0;               ///< entries already in tokens and masks
+  std::size_t *per_head = nullptr; ///< optional: per_head[h] += the tail tokens head h sampled
+};
+
+/// Tokens of the tail (token i at absolute position first + i) whose codes agree with head h's
+/// query codes in >= t tables, appended after the `n` entries already in tokens/masks (they
+/// follow every sorted token, so the order stays ascending), with the mask of the heads that
+/// sampled each. Returns the new n.
+std::size_t retrieve_tail(const RetrieveTailArgs &a);
 
 /// Retrieval scratch for indexes of up to `capacity` tokens (one per thread).
 class RetrievalScratch {
@@ -242,45 +256,6 @@ private:
   int size_;
   float tk_;
 };
-
-struct StepStats {
-  std::size_t sampled_union = 0; ///< union of the group's sets (rows read from memory)
-  std::size_t sampled_per_head[kMaxGroup] = {};
-  std::size_t indexed = 0;     ///< tokens the index held (sorted + tail)
-  double index_bytes_read = 0; ///< offsets, ids of the walked buckets, tail codes
-};
-
-/// Everything a decode step of one kv-head group needs, reusable across steps.
-struct StepBuffers {
-  std::vector<float> qmapped, qnorms; ///< fitted hashing: q'_h (G x d) and |q'_h|
-  std::vector<std::uint16_t> qcodes;
-  std::vector<std::uint32_t> tokens;
-  std::vector<std::uint8_t> masks;
-};
-
-/// One MagicPIG step for G query heads of one kv-head: encode the queries, retrieve the union of
-/// their sample sets, one fused pass over static and sampled tokens. k, v: n x d of the index's
-/// dtype. out: G x d, lse: G (natural log). It is retrieve_step, then attend_step over all the
-/// retrieved tokens with the static ones.
-void sampled_step(const LshKernelSet &set, const LshIndex &index, const SimHash &W,
-                  const LogUTableData &log_u, int t, RetrievalScratch &scratch, StepBuffers &buf,
-                  const float *q, int G, const void *k, const void *v, DType dtype, float scale,
-                  float *out, float *lse, StepStats *stats = nullptr);
-
-/// The first half of sampled_step: encode the G queries and retrieve the union of their sample
-/// sets (sorted segments, then the tail) into buf.tokens (ascending) and, for G > 1, buf.masks.
-/// Returns the union's size.
-std::size_t retrieve_step(const LshKernelSet &set, const LshIndex &index, const SimHash &W, int t,
-                          RetrievalScratch &scratch, StepBuffers &buf, const float *q, int G,
-                          StepStats *stats = nullptr);
-
-/// The second half: the fused pass over the retrieved tokens [begin, end) of buf, with the sink
-/// and local-window tokens if with_static. Passes over disjoint ranges (one of them with the
-/// static tokens) combine exactly with the merge kernel: a step can be split across threads.
-void attend_step(const LshKernelSet &set, const LshIndex &index, const LogUTableData &log_u,
-                 const StepBuffers &buf, std::size_t begin, std::size_t end, bool with_static,
-                 const float *q, int G, std::size_t d, const void *k, const void *v, DType dtype,
-                 float scale, float *out, float *lse);
 
 /// Round-to-nearest-even f32 -> bf16 (raw bits) of n values on the chosen SIMD target, and back.
 void convert_to_bf16(const float *in, std::uint16_t *out, std::size_t n);
