@@ -80,7 +80,8 @@ struct LshParams {
       if (!field)
         return fail("unknown key '" + std::string(key) + "' (K, L, t)");
       if (seen & bit)
-        return fail("'" + std::string(key) + "' is given twice");
+        // Appended, not "'" + key + ...: GCC 12 at -O3 reports a false -Wrestrict there.
+        return fail(std::string(1, '\'').append(key).append("' is given twice"));
       seen |= bit;
       int v = 0;
       const auto r = std::from_chars(value.data(), value.data() + value.size(), v);
