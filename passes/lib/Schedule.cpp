@@ -3,8 +3,8 @@
 // pig-schedule: every specialised function gets `pig.schedule = #pig.schedule<...>`, from an
 // explicit schedule, else a tuning record for its kernel key and this machine, else the default
 // heuristic. The knobs (names, ranges, defaults, messages) and the kernel key's spelling are
-// pig::spec's (spec/include/pig/spec/schedule.h, kernel_key.h); the record format is
-// docs/SCHEDULES.md.
+// pig::spec's (spec/include/pig/spec/schedule.h, kernel_key.h); the records are pig-tune's (the
+// format, the machine fingerprint and the choice among records: spec/include/pig/spec/tuning_record.h).
 //
 //===----------------------------------------------------------------------===//
 
@@ -12,6 +12,8 @@
 #include "pig/Dialect/PigSchedule.h"
 #include "pig/Passes/Passes.h"
 #include "pig/spec/kernel_key.h"
+#include "pig/spec/machine.h"
+#include "pig/spec/tuning_record.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/BuiltinOps.h"
@@ -19,7 +21,6 @@
 #include "llvm/Support/MemoryBuffer.h"
 
 #include <nlohmann/json.hpp>
-#include <sys/utsname.h>
 
 #include <optional>
 #include <string>
@@ -48,44 +49,6 @@ Schedule defaultSchedule(int64_t headDim, int64_t groupSize) {
   return Schedule{};
 }
 
-/// Words separated by any whitespace, joined by one space ("K=10  L=150" -> "K=10 L=150").
-std::string collapseSpaces(StringRef text) {
-  SmallVector<StringRef> words;
-  SplitString(text, words);
-  return llvm::join(words, " ");
-}
-
-/// This machine, as tuning records name it: "<model name>; family <f> model <m>; <arch>" from
-/// the first processor of /proc/cpuinfo and uname(2) (fields it lacks are left out). It depends
-/// only on the hardware, never on the time, the load or the process.
-std::string machineFingerprint() {
-  std::string modelName, family, model;
-  if (auto cpuinfo = llvm::MemoryBuffer::getFileAsStream("/proc/cpuinfo")) {
-    SmallVector<StringRef> lines;
-    (*cpuinfo)->getBuffer().split(lines, '\n');
-    for (StringRef line : lines) {
-      if (line.trim().empty() && !modelName.empty())
-        break; // the end of the first processor
-      auto [name, value] = line.split(':');
-      name = name.trim();
-      std::string *field = name == "model name"   ? &modelName
-                           : name == "cpu family" ? &family
-                           : name == "model"      ? &model
-                                                  : nullptr;
-      if (field && field->empty())
-        *field = collapseSpaces(value);
-    }
-  }
-  std::vector<std::string> parts;
-  parts.push_back(modelName.empty() ? "unknown cpu" : modelName);
-  if (!family.empty() && !model.empty())
-    parts.push_back("family " + family + " model " + model);
-  struct utsname names;
-  if (uname(&names) == 0)
-    parts.push_back(names.machine);
-  return llvm::join(parts, "; ");
-}
-
 /// "K=10 L=150 d=64 bf16" (or "... q8" for !pig.q8 keys and values): the function's kernel key
 /// as records spell it (pig::spec::KernelKey::str; other element types as the dialect names them).
 std::string keyString(KernelAttr kernel) {
@@ -100,14 +63,11 @@ std::string keyString(KernelAttr kernel) {
   return s;
 }
 
-/// One tuning record (docs/SCHEDULES.md).
+/// One of pig-tune's records (spec::TuningRecord, the fields pig-schedule reads) and its line.
 struct Record {
-  std::string kernel;  ///< "K=10 L=150 d=64 bf16"
-  std::string machine; ///< a machineFingerprint()
-  Schedule schedule;
-  size_t number = 0; ///< 1-based position in "records"
+  ::pig::spec::TuningRecord record;
+  size_t line = 0;
 };
-
 /// Catches the parser's message (the build has no exceptions: nlohmann::json reports errors
 /// through the SAX interface instead).
 struct SyntaxCheck : nlohmann::json_sax<Json> {
@@ -131,83 +91,129 @@ struct SyntaxCheck : nlohmann::json_sax<Json> {
   }
 };
 
-/// A record's "schedule": an object {"gqa": "union", "block": 32} or a string
-/// "gqa=union block=32"; knobs left out take their defaults.
-std::optional<Schedule> readSchedule(const Json &value, std::string &error) {
-  std::string text;
-  if (value.is_string()) {
-    text = value.get<std::string>();
-  } else if (value.is_object()) {
-    for (const auto &[knob, knobValue] : value.items()) {
-      text += " " + knob + "=";
-      if (knobValue.is_string())
-        text += knobValue.get<std::string>();
-      else if (knobValue.is_number_integer())
-        text += std::to_string(knobValue.get<int64_t>());
-      else
-        return error = "schedule knob '" + knob +
-                       "' must be an integer (or per_head / union "
-                       "for gqa), got " +
-                       knobValue.dump(),
-               std::nullopt;
-    }
-  } else {
-    return error = "\"schedule\" must be an object of knobs or a string, got " + value.dump(),
-           std::nullopt;
+/// The fields of one line pig-schedule needs, into a spec::TuningRecord; "" or the problem,
+/// worded as pig-tune's reader words it ("missing field 'kernel'", "time: field 'median_s' has
+/// the wrong type (string)"). nlohmann reports type errors by aborting in this exception-free
+/// build, so every field is checked before it is read.
+std::string readRecord(const Json &o, ::pig::spec::TuningRecord &r) {
+  namespace f = ::pig::spec::record_field;
+  if (!o.is_object())
+    return std::string("a record is a JSON object, not ") + o.type_name();
+  std::string problem;
+  auto field = [&](const Json &obj, const char *name, const char *where, auto isType,
+                   const char *type) -> const Json * {
+    if (!problem.empty())
+      return nullptr;
+    auto it = obj.find(name);
+    if (it == obj.end())
+      problem = std::string(where) + "missing field '" + name + "'";
+    else if (!isType(*it))
+      problem =
+          std::string(where) + "field '" + name + "' must be " + type + ", not " + it->type_name();
+    return problem.empty() ? &*it : nullptr;
+  };
+  auto isInt = [](const Json &v) { return v.is_number_integer(); };
+  auto isString = [](const Json &v) { return v.is_string(); };
+  auto isObject = [](const Json &v) { return v.is_object(); };
+  auto isNumber = [](const Json &v) { return v.is_number(); };
+  auto isBool = [](const Json &v) { return v.is_boolean(); };
+  auto text = [&](const Json &obj, const char *name, const char *where, std::string &out) {
+    if (const Json *v = field(obj, name, where, isString, "a string"))
+      out = v->get<std::string>();
+  };
+  auto integer = [&](const Json &obj, const char *name, const char *where, auto &out) {
+    if (const Json *v = field(obj, name, where, isInt, "an integer"))
+      out = v->get<std::remove_reference_t<decltype(out)>>();
+  };
+  integer(o, f::kSchema, "", r.schema);
+  if (problem.empty() && (r.schema < 1 || r.schema > ::pig::spec::kRecordSchema))
+    return ::pig::spec::CheckRecord(r);
+  std::string kind;
+  text(o, f::kKind, "", kind);
+  if (problem.empty()) {
+    if (auto k = ::pig::spec::RecordKindFromName(kind))
+      r.kind = *k;
+    else
+      problem = "field 'kind' must be \"quality\" or \"speed\", not \"" + kind + "\"";
   }
-  return Schedule::parse(text, &error);
+  text(o, f::kKernel, "", r.kernel);
+  integer(o, f::kLayer, "", r.layer);
+  if (const Json *v = field(o, f::kDense, "", isBool, "a boolean"))
+    r.dense = v->get<bool>();
+  text(o, f::kSchedule, "", r.schedule);
+  text(o, f::kStatus, "", r.status);
+  if (const Json *w = field(o, f::kWorkload, "", isObject, "an object")) {
+    integer(*w, f::kContext, "workload: ", r.workload.context);
+    integer(*w, f::kThreads, "workload: ", r.workload.threads);
+  }
+  if (problem.empty() && o.contains(f::kFingerprint)) {
+    if (const Json *fp = field(o, f::kFingerprint, "", isObject, "an object")) {
+      ::pig::spec::MachineFingerprint m;
+      text(*fp, f::kCpu, "fingerprint: ", m.cpu);
+      text(*fp, f::kTarget, "fingerprint: ", m.target);
+      integer(*fp, f::kCores, "fingerprint: ", m.cores);
+      integer(*fp, f::kThreads, "fingerprint: ", m.threads);
+      integer(*fp, f::kL3Bytes, "fingerprint: ", m.l3_bytes);
+      r.fingerprint = m;
+    }
+  }
+  if (problem.empty() && o.contains(f::kTime)) {
+    if (const Json *t = field(o, f::kTime, "", isObject, "an object")) {
+      ::pig::spec::Timing timing;
+      if (const Json *m = field(*t, f::kMedianS, "time: ", isNumber, "a number"))
+        timing.median_s = m->get<double>();
+      r.time = timing;
+    }
+  }
+  if (problem.empty() && o.contains(f::kQuality)) {
+    if (field(o, f::kQuality, "", isObject, "an object"))
+      r.quality = ::pig::spec::Quality{}; // its values are not pig-schedule's
+  }
+  return problem.empty() ? ::pig::spec::CheckRecord(r) : problem;
 }
 
-/// Reads a tuning-record file; fails with a message naming the file (and the record).
-FailureOr<std::vector<Record>> readRecords(StringRef path, std::string &error) {
+/// Reads a file of pig-tune's records (JSON Lines). A line that is not a record (not JSON, a
+/// field missing or mistyped, a newer schema: pig-tune's loader skips the same lines, e.g. the
+/// truncated last line of an interrupted append) is a warning naming file:line, and skipped; an
+/// unreadable file or an illegal schedule in a speed record fails with a message naming it.
+FailureOr<std::vector<Record>> readRecords(StringRef path, std::string &error,
+                                           std::vector<std::string> &warnings) {
   auto buffer = llvm::MemoryBuffer::getFile(path);
   if (!buffer) {
     error = "cannot read tuning records '" + path.str() + "': " + buffer.getError().message();
     return failure();
   }
-  const std::string text = (*buffer)->getBuffer().str();
-  SyntaxCheck check;
-  if (!Json::sax_parse(text, &check)) {
-    error = "tuning records '" + path.str() + "' are not valid JSON: " + check.error;
-    return failure();
-  }
-  const Json doc = Json::parse(text, nullptr, /*allow_exceptions=*/false);
-  auto fail = [&](const std::string &what) {
-    error = "tuning records '" + path.str() + "': " + what + " (format: docs/SCHEDULES.md)";
-    return failure();
-  };
-  if (!doc.is_object())
-    return fail("the top level must be an object {\"version\": 1, \"records\": [...]}");
-  auto version = doc.find("version");
-  if (version == doc.end() || !version->is_number_integer() || version->get<int64_t>() != 1)
-    return fail("\"version\" must be 1");
-  auto records = doc.find("records");
-  if (records == doc.end() || !records->is_array())
-    return fail("\"records\" must be an array");
+  SmallVector<StringRef> lines;
+  (*buffer)->getBuffer().split(lines, '\n');
   std::vector<Record> out;
-  for (const Json &entry : *records) {
-    Record record;
-    record.number = out.size() + 1;
-    const std::string where = "record " + std::to_string(record.number);
-    if (!entry.is_object())
-      return fail(where + " is not an object");
-    for (auto [field, slot] : {std::pair{"kernel", &record.kernel}, {"machine", &record.machine}}) {
-      auto it = entry.find(field);
-      if (it == entry.end() || !it->is_string())
-        return fail(where + " has no string \"" + field + "\"");
-      *slot = collapseSpaces(it->get<std::string>());
+  for (size_t n = 0; n < lines.size(); ++n) {
+    const std::string line = lines[n].trim().str();
+    if (line.empty())
+      continue;
+    const std::string where = "tuning records '" + path.str() + "' line " + std::to_string(n + 1);
+    SyntaxCheck check;
+    if (!Json::sax_parse(line, &check)) {
+      warnings.push_back(where + " is not a record (not JSON: " + check.error + "): skipped");
+      continue;
     }
-    if (std::string why; !::pig::spec::KernelKey::parse(record.kernel, &why))
-      return fail(where + ": kernel " + why);
-    auto schedule = entry.find("schedule");
-    if (schedule == entry.end())
-      return fail(where + " has no \"schedule\"");
-    std::string knobError;
-    std::optional<Schedule> parsed = readSchedule(*schedule, knobError);
-    if (!parsed)
-      return fail(where + " (" + record.kernel + "): " + knobError);
-    record.schedule = *parsed;
-    out.push_back(std::move(record)); // every other field (measurements) is ignored
+    Record record;
+    record.line = n + 1;
+    const std::string problem =
+        readRecord(Json::parse(line, nullptr, /*allow_exceptions=*/false), record.record);
+    if (!problem.empty()) {
+      warnings.push_back(where + " is not a record (" + problem + "): skipped");
+      continue;
+    }
+    if (!::pig::spec::KernelKey::parse(record.record.kernel))
+      continue; // pig-tune's "point ..." and "non-attention" rows name no kernel set
+    if (record.record.kind == ::pig::spec::RecordKind::speed) {
+      std::string knobError;
+      if (!Schedule::parse(record.record.schedule, &knobError)) {
+        error = where + " (" + record.record.kernel + "): " + knobError;
+        return failure();
+      }
+    }
+    out.push_back(std::move(record));
   }
   return out;
 }
@@ -239,17 +245,36 @@ struct PigSchedule : mlir::pig::impl::PigScheduleBase<PigSchedule> {
         return signalPassFailure();
       }
     }
-    std::vector<Record> records;
+    std::vector<::pig::spec::TuningRecord> records;
+    std::vector<size_t> lines; // of records[i] in the file
     if (!record.empty()) {
       std::string error;
-      auto read = readRecords(record, error);
+      std::vector<std::string> warnings;
+      auto read = readRecords(record, error, warnings);
+      for (const std::string &w : warnings)
+        mlir::emitWarning(module.getLoc()) << "pig-schedule: " << w;
       if (failed(read)) {
         module.emitError() << "pig-schedule: " << error;
         return signalPassFailure();
       }
-      records = std::move(*read);
+      for (Record &r : *read) {
+        records.push_back(std::move(r.record));
+        lines.push_back(r.line);
+      }
     }
-    const std::string here = machine.empty() ? machineFingerprint() : collapseSpaces(machine);
+    ::pig::spec::MachineFingerprint here;
+    if (machine.empty()) {
+      here = ::pig::spec::DetectMachine();
+    } else {
+      std::string error;
+      auto parsed = ::pig::spec::ParseMachine(machine, &error);
+      if (!parsed) {
+        module.emitError() << "pig-schedule: machine=: " << error;
+        return signalPassFailure();
+      }
+      here = *parsed;
+    }
+    const std::string hereName = here.hardware_str();
 
     for (auto func : module.getOps<func::FuncOp>()) {
       if (func.isExternal())
@@ -274,33 +299,23 @@ struct PigSchedule : mlir::pig::impl::PigScheduleBase<PigSchedule> {
         chosen = *explicitSchedule;
         source = "the schedule option";
       } else {
-        const Record *match = nullptr;
+        size_t among = 0;
         std::vector<std::string> otherMachines;
-        for (const Record &r : records) {
-          if (r.kernel != key)
-            continue;
-          if (r.machine != here) {
-            otherMachines.push_back("'" + r.machine + "'");
-            continue;
-          }
-          if (match) {
-            func.emitError() << "pig-schedule: tuning records '" << record << "' has records "
-                             << match->number << " and " << r.number << " for " << key
-                             << " on machine '" << here << "': keep one";
-            return signalPassFailure();
-          }
-          match = &r;
-        }
+        const auto match =
+            ::pig::spec::ChooseScheduleRecord(records, key, here, &among, &otherMachines);
         if (match) {
-          chosen = match->schedule;
-          source = "record " + std::to_string(match->number) + " of '" + record + "' (machine '" +
-                   here + "')";
+          const ::pig::spec::TuningRecord &r = records[*match];
+          chosen = *Schedule::parse(r.schedule, nullptr); // checked when read
+          source = "the record at line " + std::to_string(lines[*match]) + " of '" + record +
+                   "' (the fastest of " + std::to_string(among) + " at context " +
+                   std::to_string(r.workload.context) + ", " + std::to_string(r.workload.threads) +
+                   " threads, on '" + r.fingerprint->str() + "')";
         } else {
           if (!otherMachines.empty())
             mlir::emitWarning(func.getLoc())
                 << "pig-schedule: tuning records '" << record << "' hold " << key
-                << " only for machine " << llvm::join(otherMachines, ", ")
-                << ", not for this machine '" << here << "': using the default heuristic";
+                << " only for machine '" << llvm::join(otherMachines, "', '")
+                << "', not for this machine '" << hereName << "': using the default heuristic";
           chosen = defaultSchedule(kernel.getD(), group);
           source = "the default heuristic (d=" + std::to_string(kernel.getD()) + ", group of " +
                    std::to_string(group) + ")";

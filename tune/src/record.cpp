@@ -14,8 +14,7 @@ namespace pig::tune {
 namespace {
 
 using json = nlohmann::json;
-
-const char *kind_name(RecordKind k) { return k == RecordKind::quality ? "quality" : "speed"; }
+namespace f = spec::record_field;
 
 // Typed field access with messages that name the field.
 const json &field(const json &o, const char *name, const std::string &where) {
@@ -47,51 +46,37 @@ const json &object(const json &o, const char *name, const std::string &where) {
 
 } // namespace
 
-std::string Fingerprint::str() const {
-  std::string s = cpu;
-  s.append(", ").append(target).append(", ").append(std::to_string(cores)).append(" cores, ");
-  s.append(std::to_string(threads)).append(" threads, L3 ");
-  s.append(std::to_string(l3_bytes >> 20)).append(" MiB");
-  return s;
-}
-
-bool Record::usable_on(const Fingerprint &here) const {
-  if (kind == RecordKind::quality)
-    return true;
-  return fingerprint && *fingerprint == here;
-}
-
 std::string to_json_line(const Record &r) {
   json o = json::object();
-  o["schema"] = r.schema;
-  o["kind"] = kind_name(r.kind);
-  o["kernel"] = r.kernel;
-  o["t"] = r.t;
-  o["layer"] = r.layer;
-  o["dense"] = r.dense;
-  o["schedule"] = r.schedule;
-  o["workload"] = {{"context", r.workload.context},
-                   {"group", r.workload.group},
-                   {"threads", r.workload.threads}};
+  o[f::kSchema] = r.schema;
+  o[f::kKind] = spec::RecordKindName(r.kind);
+  o[f::kKernel] = r.kernel;
+  o[f::kT] = r.t;
+  o[f::kLayer] = r.layer;
+  o[f::kDense] = r.dense;
+  o[f::kSchedule] = r.schedule;
+  o[f::kWorkload] = {{f::kContext, r.workload.context},
+                     {f::kGroup, r.workload.group},
+                     {f::kThreads, r.workload.threads}};
   if (r.fingerprint)
-    o["fingerprint"] = {{"cpu", r.fingerprint->cpu},
-                        {"target", r.fingerprint->target},
-                        {"cores", r.fingerprint->cores},
-                        {"threads", r.fingerprint->threads},
-                        {"l3_bytes", r.fingerprint->l3_bytes}};
+    o[f::kFingerprint] = {{f::kCpu, r.fingerprint->cpu},
+                          {f::kTarget, r.fingerprint->target},
+                          {f::kCores, r.fingerprint->cores},
+                          {f::kThreads, r.fingerprint->threads},
+                          {f::kL3Bytes, r.fingerprint->l3_bytes}};
   if (r.quality)
-    o["quality"] = {{"metric", r.quality->metric},      {"value", r.quality->value},
-                    {"spread", r.quality->spread},      {"p90", r.quality->p90},
-                    {"cost2", r.quality->cost2},        {"seeds", r.quality->seeds},
-                    {"data_hash", r.quality->data_hash}};
+    o[f::kQuality] = {{f::kMetric, r.quality->metric},     {f::kValue, r.quality->value},
+                      {f::kSpread, r.quality->spread},     {f::kP90, r.quality->p90},
+                      {f::kCost2, r.quality->cost2},       {f::kSeeds, r.quality->seeds},
+                      {f::kDataHash, r.quality->data_hash}};
   if (r.time)
-    o["time"] = {{"median_s", r.time->median_s},
-                 {"mad_s", r.time->mad_s},
-                 {"rounds", r.time->rounds},
-                 {"method", r.time->method}};
-  o["status"] = r.status;
-  o["pig_version"] = r.pig_version;
-  o["timestamp"] = r.timestamp;
+    o[f::kTime] = {{f::kMedianS, r.time->median_s},
+                   {f::kMadS, r.time->mad_s},
+                   {f::kRounds, r.time->rounds},
+                   {f::kMethod, r.time->method}};
+  o[f::kStatus] = r.status;
+  o[f::kPigVersion] = r.pig_version;
+  o[f::kTimestamp] = r.timestamp;
   return o.dump(); // keys sorted (nlohmann's object is a std::map): deterministic bytes
 }
 
@@ -106,70 +91,59 @@ Record parse_record(std::string_view line) {
     throw RecordError(std::string("a record is a JSON object, not ") + o.type_name());
   const std::string w;
   Record r;
-  r.schema = get<int>(o, "schema", w);
-  if (r.schema < 1 || r.schema > kRecordSchema)
-    throw RecordError("schema " + std::to_string(r.schema) + " is not one this build reads (1.." +
-                      std::to_string(kRecordSchema) + ")");
-  const std::string kind = get<std::string>(o, "kind", w);
-  if (kind == "quality")
-    r.kind = RecordKind::quality;
-  else if (kind == "speed")
-    r.kind = RecordKind::speed;
+  r.schema = get<int>(o, f::kSchema, w);
+  if (r.schema < 1 || r.schema > kRecordSchema) // before the fields a newer schema may lack
+    throw RecordError(spec::CheckRecord(r));
+  const std::string kind = get<std::string>(o, f::kKind, w);
+  if (const auto k = spec::RecordKindFromName(kind))
+    r.kind = *k;
   else
     throw RecordError("field 'kind' must be \"quality\" or \"speed\", not \"" + kind + "\"");
-  r.kernel = get<std::string>(o, "kernel", w);
-  if (r.kernel.empty())
-    throw RecordError("field 'kernel' is empty");
-  r.t = get<int>(o, "t", w);
-  r.layer = get<int>(o, "layer", w);
-  if (r.layer < -1)
-    throw RecordError("field 'layer' must be >= -1, got " + std::to_string(r.layer));
-  r.dense = get<bool>(o, "dense", w);
-  r.schedule = get<std::string>(o, "schedule", w);
-  const json &wl = object(o, "workload", w);
-  r.workload.context = get<std::size_t>(wl, "context", "workload: ");
-  r.workload.group = get<int>(wl, "group", "workload: ");
-  r.workload.threads = get<int>(wl, "threads", "workload: ");
-  if (o.contains("fingerprint")) {
-    const json &f = object(o, "fingerprint", w);
+  r.kernel = get<std::string>(o, f::kKernel, w);
+  r.t = get<int>(o, f::kT, w);
+  r.layer = get<int>(o, f::kLayer, w);
+  r.dense = get<bool>(o, f::kDense, w);
+  r.schedule = get<std::string>(o, f::kSchedule, w);
+  const json &wl = object(o, f::kWorkload, w);
+  r.workload.context = get<std::size_t>(wl, f::kContext, "workload: ");
+  r.workload.group = get<int>(wl, f::kGroup, "workload: ");
+  r.workload.threads = get<int>(wl, f::kThreads, "workload: ");
+  if (o.contains(f::kFingerprint)) {
+    const json &f = object(o, f::kFingerprint, w);
     Fingerprint fp;
-    fp.cpu = get<std::string>(f, "cpu", "fingerprint: ");
-    fp.target = get<std::string>(f, "target", "fingerprint: ");
-    fp.cores = get<int>(f, "cores", "fingerprint: ");
-    fp.threads = get<int>(f, "threads", "fingerprint: ");
-    fp.l3_bytes = get<std::uint64_t>(f, "l3_bytes", "fingerprint: ");
+    fp.cpu = get<std::string>(f, f::kCpu, "fingerprint: ");
+    fp.target = get<std::string>(f, f::kTarget, "fingerprint: ");
+    fp.cores = get<int>(f, f::kCores, "fingerprint: ");
+    fp.threads = get<int>(f, f::kThreads, "fingerprint: ");
+    fp.l3_bytes = get<std::uint64_t>(f, f::kL3Bytes, "fingerprint: ");
     r.fingerprint = fp;
   }
-  if (o.contains("quality")) {
-    const json &q = object(o, "quality", w);
+  if (o.contains(f::kQuality)) {
+    const json &q = object(o, f::kQuality, w);
     Quality x;
-    x.metric = get<std::string>(q, "metric", "quality: ");
-    x.value = get_number(q, "value", "quality: ");
-    x.spread = get_number(q, "spread", "quality: ");
-    x.p90 = get_number(q, "p90", "quality: ");
-    x.cost2 = get_number(q, "cost2", "quality: ");
-    x.seeds = get<std::vector<std::uint64_t>>(q, "seeds", "quality: ");
-    x.data_hash = get<std::string>(q, "data_hash", "quality: ");
+    x.metric = get<std::string>(q, f::kMetric, "quality: ");
+    x.value = get_number(q, f::kValue, "quality: ");
+    x.spread = get_number(q, f::kSpread, "quality: ");
+    x.p90 = get_number(q, f::kP90, "quality: ");
+    x.cost2 = get_number(q, f::kCost2, "quality: ");
+    x.seeds = get<std::vector<std::uint64_t>>(q, f::kSeeds, "quality: ");
+    x.data_hash = get<std::string>(q, f::kDataHash, "quality: ");
     r.quality = x;
   }
-  if (o.contains("time")) {
-    const json &t = object(o, "time", w);
+  if (o.contains(f::kTime)) {
+    const json &t = object(o, f::kTime, w);
     Timing x;
-    x.median_s = get_number(t, "median_s", "time: ");
-    x.mad_s = get_number(t, "mad_s", "time: ");
-    x.rounds = get<int>(t, "rounds", "time: ");
-    x.method = get<std::string>(t, "method", "time: ");
+    x.median_s = get_number(t, f::kMedianS, "time: ");
+    x.mad_s = get_number(t, f::kMadS, "time: ");
+    x.rounds = get<int>(t, f::kRounds, "time: ");
+    x.method = get<std::string>(t, f::kMethod, "time: ");
     r.time = x;
   }
-  r.status = get<std::string>(o, "status", w);
-  r.pig_version = get<std::string>(o, "pig_version", w);
-  r.timestamp = get<std::string>(o, "timestamp", w);
-  if (r.ok()) {
-    if (r.kind == RecordKind::quality && !r.quality)
-      throw RecordError("a quality record with status ok needs 'quality'");
-    if (r.kind == RecordKind::speed && (!r.time || !r.fingerprint))
-      throw RecordError("a speed record with status ok needs 'time' and 'fingerprint'");
-  }
+  r.status = get<std::string>(o, f::kStatus, w);
+  r.pig_version = get<std::string>(o, f::kPigVersion, w);
+  r.timestamp = get<std::string>(o, f::kTimestamp, w);
+  if (const std::string problem = spec::CheckRecord(r); !problem.empty())
+    throw RecordError(problem);
   return r;
 }
 

@@ -5,7 +5,6 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
-#include <fstream>
 #include <limits>
 #include <numeric>
 #include <stdexcept>
@@ -13,96 +12,6 @@
 
 namespace pig::tune {
 namespace {
-
-std::string trim(const std::string &s) {
-  const auto b = s.find_first_not_of(" \t\r\n");
-  if (b == std::string::npos)
-    return {};
-  const auto e = s.find_last_not_of(" \t\r\n");
-  return s.substr(b, e - b + 1);
-}
-
-std::string read_line(const std::string &path) {
-  std::ifstream f(path);
-  std::string line;
-  if (!f || !std::getline(f, line))
-    return {};
-  return trim(line);
-}
-
-// /proc/cpuinfo: x86 names the model; most ARM kernels do not, but give the implementer and part
-// numbers, which tell the cores apart just as well for a fingerprint.
-std::string cpu_model() {
-  std::ifstream f("/proc/cpuinfo");
-  std::string line, implementer, part;
-  while (std::getline(f, line)) {
-    const auto colon = line.find(':');
-    if (colon == std::string::npos)
-      continue;
-    const std::string key = trim(line.substr(0, colon)), value = trim(line.substr(colon + 1));
-    if (key == "model name" && !value.empty())
-      return value;
-    if (key == "CPU implementer" && implementer.empty())
-      implementer = value;
-    if (key == "CPU part" && part.empty())
-      part = value;
-  }
-  if (!implementer.empty())
-    return "implementer " + implementer + " part " + part;
-  return {};
-}
-
-// "0-1,4,6-7" (sysfs cpu/online): the number of CPUs listed.
-int count_cpu_list(const std::string &list) {
-  int n = 0;
-  std::size_t pos = 0;
-  while (pos < list.size()) {
-    auto comma = list.find(',', pos);
-    if (comma == std::string::npos)
-      comma = list.size();
-    const std::string range = list.substr(pos, comma - pos);
-    int a = 0, b = 0;
-    if (std::sscanf(range.c_str(), "%d-%d", &a, &b) == 2 && b >= a)
-      n += b - a + 1;
-    else if (std::sscanf(range.c_str(), "%d", &a) == 1)
-      n += 1;
-    pos = comma + 1;
-  }
-  return n;
-}
-
-// sysfs cache sizes read "266240K" (the kernel writes K; M and G accepted in case).
-std::uint64_t parse_size(const std::string &s) {
-  char *end = nullptr;
-  const unsigned long long v = std::strtoull(s.c_str(), &end, 10);
-  if (end == s.c_str())
-    return 0;
-  switch (*end) {
-  case 'K':
-    return std::uint64_t(v) << 10;
-  case 'M':
-    return std::uint64_t(v) << 20;
-  case 'G':
-    return std::uint64_t(v) << 30;
-  default:
-    return v;
-  }
-}
-
-std::uint64_t l3_bytes() {
-  for (int i = 0; i < 16; ++i) {
-    const std::string dir = "/sys/devices/system/cpu/cpu0/cache/index" + std::to_string(i);
-    const std::string level = read_line(dir + "/level");
-    if (level.empty()) {
-      if (i >= 4) // the indices are contiguous; a few are always present where any is
-        break;
-      continue;
-    }
-    if (level == "3")
-      return parse_size(read_line(dir + "/size"));
-  }
-  return 0;
-}
 
 std::string format(const char *fmt, double v) {
   char buf[64];
@@ -274,22 +183,6 @@ SpeedResult MeasureInterleaved(std::size_t n, std::size_t def,
   }
   res.elapsed_s = now() - t0;
   return res;
-}
-
-Fingerprint DetectFingerprint(const std::string &target, int threads) {
-  Fingerprint f;
-  f.cpu = cpu_model();
-  if (f.cpu.empty())
-    f.cpu = "unknown";
-  f.target = target;
-  f.threads = threads;
-  f.cores = int(std::thread::hardware_concurrency());
-  if (f.cores <= 0)
-    f.cores = count_cpu_list(read_line("/sys/devices/system/cpu/online"));
-  if (f.cores <= 0)
-    f.cores = 1; // we are running on one, at least
-  f.l3_bytes = l3_bytes();
-  return f;
 }
 
 Timing ToTiming(const SpeedResult &r, std::size_t i) {

@@ -82,24 +82,25 @@ def PigSchedule : Pass<"pig-schedule", "::mlir::ModuleOp"> {
     1. `schedule=`: an explicit schedule, knobs as in a manifest line
        (`schedule=gqa=union,block=32`: `knob=value` items separated by commas or spaces; the
        others take their defaults);
-    2. a tuning record of `record=<file>` (JSON, docs/SCHEDULES.md) whose kernel key is the
-       function's (`K=10 L=150 d=64 bf16`; element type f32, bf16 or q8) and whose machine is `machine=` (default: this
-       machine's fingerprint, `<model name>; family <f> model <m>; <arch>` from /proc/cpuinfo
-       and uname);
+    2. pig-tune's speed records in `record=<file>` (JSON Lines, docs/TUNING.md and
+       spec/include/pig/spec/tuning_record.h) for the function's kernel key
+       (`K=10 L=150 d=64 bf16`; element type f32, bf16 or q8), measured on this machine's
+       hardware (CPU model, cores and L3 of the fingerprint; `machine=` overrides it): of the
+       whole-step records at the largest context and thread count, the fastest;
     3. the default heuristic (`defaultSchedule` in passes/lib/Schedule.cpp), by head dim and
        GQA group size.
     A remark on each function says which schedule was chosen and from where. A record file that
-    cannot be read, is not valid JSON, does not follow the format, holds an illegal knob or
-    two records for one key and machine is an error; records for the function's key but only
-    for other machines give a warning, and the default heuristic decides.
+    cannot be read or a record with an illegal knob is an error; a line that is not a record
+    (pig-tune's loader skips the same lines) is a warning; records for the function's key but
+    only for other hardware give a warning, and the default heuristic decides.
   }];
   let options = [
     Option<"record", "record", "std::string", "\"\"",
-           "JSON file of tuning records (docs/SCHEDULES.md)">,
+           "pig-tune's records (JSON Lines, docs/TUNING.md)">,
     Option<"schedule", "schedule", "std::string", "\"\"",
            "explicit schedule, e.g. gqa=union,block=32 (overrides records and the default)">,
     Option<"machine", "machine", "std::string", "\"\"",
-           "machine fingerprint records must match (default: this machine's)">,
+           "cpu|target|cores|threads|l3_bytes; records must match its cpu, cores, L3 (default: this machine)">,
   ];
 }
 

@@ -20,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include "pig/spec/machine.h"
 #include "pig/tune/record.h"
 
 namespace pig::tune {
@@ -95,11 +96,12 @@ SpeedResult MeasureInterleaved(std::size_t n_candidates, std::size_t default_ind
 /// others alike; a plain rotation would always run i+1 right after i.
 std::vector<std::size_t> BalancedOrder(std::size_t n, std::size_t round);
 
-/// This machine: CPU model (/proc/cpuinfo "model name", or the ARM implementer and part),
-/// cores (std::thread::hardware_concurrency, else sysfs), L3 bytes (sysfs cpu0's level-3 cache,
-/// 0 when unknown). `target` (the Highway target the kernels dispatched to) and `threads` (the
-/// threads used) come from the caller.
-Fingerprint DetectFingerprint(const std::string &target, int threads);
+/// This machine (spec::DetectMachine: the one fingerprint, shared with pig-schedule): CPU
+/// model, cores, L3 bytes; `target` (the Highway target the kernels dispatched to) and `threads`
+/// (the threads used) come from the caller.
+inline Fingerprint DetectFingerprint(const std::string &target, int threads) {
+  return spec::DetectMachine(target, threads);
+}
 
 /// The record's timing of candidate i: its median and MAD, its rounds, and a method that says how
 /// it was measured ("interleaved round-robin vs default, 9 rounds, ratio 1.234 (MAD 0.012)"),
