@@ -98,7 +98,8 @@ Options ParseOptions(int argc, char **argv) {
              o.contexts.push_back(c);
          },
          "context lengths, a,b,... (default 2048,4096,8192,16384,32768)")
-      ->check(pig::app::IntegerList(1, size_t(1) << 24));
+      ->check(pig::app::IntegerList(1, size_t(1) << 24))
+      ->type_name("LIST");
   app.add_option("--out", o.out, "directory for speed.csv and speed.png");
   app.add_option_function<std::string>(
          "--kv",

@@ -134,7 +134,7 @@ CLI::Validator IntegerList(std::uint64_t lo, std::uint64_t hi, bool allow_none) 
         }
         return "";
       },
-      std::string("LIST") + (allow_none ? "|none" : ""));
+      "");
 }
 
 std::vector<std::size_t> ParseList(const std::string &text) {
@@ -276,6 +276,7 @@ AttentionFlags AddAttentionOptions(CLI::App &app, runtime::AttentionSpec &spec) 
              },
              "layers that stay dense, e.g. 0,15 or none (default: the first and the middle one)")
           ->check(IntegerList(0, 1u << 16, true))
+          ->type_name("LIST|none")
           ->group(kAttentionGroup);
   f.budget = app.add_option("--budget", spec.budget,
                             "topk, quest, oracle: tokens read, a fraction of the indexed ones")
@@ -378,7 +379,8 @@ void AddTuningOptions(CLI::App &app, TuningOptions &o) {
                  "decode with pig-tune's operating point in FILE (per layer dense or K, L, t; "
                  "docs/TUNING.md), or select one from pig-tune's records with --max-error")
       ->check(CLI::Validator(
-          [](std::string &s) -> std::string { return s.empty() ? "needs a file" : ""; }, "FILE"))
+          [](std::string &s) -> std::string { return s.empty() ? "needs a file" : ""; }, ""))
+      ->type_name("FILE")
       ->group(kTuningGroup);
   app.add_option_function<double>(
          "--max-error", [&o](double e) { o.max_error = e; },

@@ -157,7 +157,8 @@ Options Parse(int argc, char **argv) {
                        " separated by commas, got '" + m + "'";
             return n ? "" : "expects methods, e.g. dense,magicpig";
           },
-          "METHODS"))
+          ""))
+      ->type_name("METHODS")
       ->group(kRun);
   app.add_option("--batch", o.batch, "B sequences of different lengths, decoded together")
       ->check(pig::app::Integer(0, size_t(1) << 20))
