@@ -182,7 +182,7 @@ int main(int argc, char **argv) {
                 o.model.path.c_str(), pool.size(), kv_names.c_str(), o.prefill, o.text.c_str(),
                 Since(t0), o.steps);
     AttentionSpec lsh = dense;
-    lsh.method = "magicpig";
+    lsh.method = pig::spec::Method::magicpig;
     // The methods' indices in `specs` and `runs`: dense 0, LSH 1, then tuned and the transform
     // when given (0: absent).
     std::vector<AttentionSpec> specs{dense, lsh};

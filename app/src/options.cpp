@@ -210,16 +210,19 @@ std::vector<spec::LshParams> ParseLsh(const std::string &flag, const std::string
 AttentionFlags AddAttentionOptions(CLI::App &app, runtime::AttentionSpec &spec) {
   AttentionFlags f;
   const std::string tool = app.get_name();
-  f.attention = app.add_option("--attention", spec.method, "method: " + spec::method_names())
-                    ->check(CLI::Validator(
-                        [](std::string &s) -> std::string {
-                          return spec::parse_method(s) ? ""
-                                                       : "expects one of " + spec::method_names() +
-                                                             ", got '" + s + "'";
-                        },
-                        "METHOD"))
-                    ->capture_default_str()
-                    ->group(kAttentionGroup);
+  f.attention =
+      app.add_option_function<std::string>(
+             "--attention", [&spec](const std::string &s) { spec.method = *spec::parse_method(s); },
+             "method: " + spec::method_names())
+          ->check(CLI::Validator(
+              [](std::string &s) -> std::string {
+                return spec::parse_method(s)
+                           ? ""
+                           : "expects one of " + spec::method_names() + ", got '" + s + "'";
+              },
+              "METHOD"))
+          ->default_str(spec::name(spec.method))
+          ->group(kAttentionGroup);
   f.lsh = app.add_option_function<std::string>(
                  "--lsh",
                  [&spec, tool](const std::string &text) {

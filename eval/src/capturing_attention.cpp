@@ -14,11 +14,10 @@ CapturingAttention::CapturingAttention(const AttentionShape &shape, lsh::DType d
       layers_(std::move(layers)), q_(shape.n_layers) {}
 
 void CapturingAttention::Forward(size_t layer, size_t pos, size_t n, const float *q, const float *k,
-                                 const float *v, float *out, ThreadPool &pool,
-                                 const Kernels &kern) {
+                                 const float *v, float *out, ThreadPool &pool) {
   if (armed_ && n == 1 && std::find(layers_.begin(), layers_.end(), layer) != layers_.end())
     q_[layer].assign(q, q + shape().n_heads * shape().head_dim);
-  ForwardingAttention::Forward(layer, pos, n, q, k, v, out, pool, kern);
+  ForwardingAttention::Forward(layer, pos, n, q, k, v, out, pool);
 }
 
 } // namespace pig::eval

@@ -47,7 +47,7 @@ std::vector<Method> Methods(const EvalOptions &e, const DownstreamOptions &o,
     return m;
   for (size_t c = 0; c < o.lsh.size(); ++c) {
     AttentionSpec s = base;
-    s.method = "magicpig";
+    s.method = pig::spec::Method::magicpig;
     s.K = o.lsh[c].K;
     s.L = o.lsh[c].L;
     const std::string config = "K=" + std::to_string(s.K) + " L=" + std::to_string(s.L);
@@ -57,10 +57,10 @@ std::vector<Method> Methods(const EvalOptions &e, const DownstreamOptions &o,
       x.transform = *o.lsh_transform;
       m.push_back({TransformLabel(*o.lsh_transform), config, x});
     }
-    for (const char *b : {"topk", "quest"}) {
+    for (const pig::spec::Method b : {pig::spec::Method::topk, pig::spec::Method::quest}) {
       AttentionSpec t = base;
       t.method = b;
-      m.push_back({b, "= magicpig " + KLName(o.lsh[c]), t, int(c)});
+      m.push_back({pig::spec::name(b), "= magicpig " + KLName(o.lsh[c]), t, int(c)});
     }
   }
   if (tuning)

@@ -54,6 +54,7 @@
 
 #include "hwy/highway.h"
 #include "pig/runtime/lsh_kernels.h"
+#include "pig/spec/lsh_params.h"
 // The families in the order of a decode step (each includes what it needs).
 // clang-format off
 #include "runtime/kernels/lsh_common-inl.h"
@@ -67,12 +68,13 @@ HWY_BEFORE_NAMESPACE();
 namespace pig::runtime::lsh::HWY_NAMESPACE {
 
 // The kernel set of this target for one configuration (all zeros and void: the generic set) and
-// one schedule (lsh_schedule.h; the default unless given).
+// one schedule (pig/spec/schedule.h; the default unless given).
 template <int kK, int kL, int kD, typename T, Schedule kS = Schedule{}>
 LshKernelSet MakeKernelSet() {
   static_assert(kD % 2 == 0, "head dimension must be even");
   static_assert(!std::is_same_v<T, Q8> || kD % 32 == 0, "q8 rows need d a multiple of 32");
-  static_assert(kK >= 0 && kK <= 16 && kL >= 0 && kL <= 1024, "K in [1, 16], L in [1, 1024]");
+  static_assert(kK >= 0 && kK <= spec::kMaxK && kL >= 0 && kL <= spec::kMaxL,
+                "K in [1, spec::kMaxK], L in [1, spec::kMaxL] (0: the generic set)");
   static_assert(kS.block == 16 || kS.block == 32 || kS.block == 64 || kS.block == 128,
                 "schedule: block must be 16, 32, 64 or 128");
   static_assert(kS.prefetch >= 0 && kS.dense_prefetch >= 0 && kS.tables_ahead >= 0,

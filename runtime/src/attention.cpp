@@ -55,7 +55,7 @@ DenseAttention::DenseAttention(const AttentionShape &shape, lsh::DType dtype)
     : cache_(shape, dtype), set_(DenseSet(shape, dtype)) {}
 
 void DenseAttention::Forward(size_t layer, size_t pos, size_t n, const float *q, const float *k,
-                             const float *v, float *out, ThreadPool &pool, const Kernels &) {
+                             const float *v, float *out, ThreadPool &pool) {
   cache_.Append(layer, pos, n, k, v);
   CausalDense(cache_, set_, layer, pos, n, q, out, pool);
   if (n == 1 && layer == 0)
@@ -121,11 +121,6 @@ ref::TransformSpec ParseServedTransform(std::string_view text) {
 }
 
 void AttentionSpec::Validate(size_t n_layers) const {
-  if (method != "dense" && method != "magicpig" && method != "topk" && method != "quest" &&
-      method != "oracle") {
-    throw std::invalid_argument("unknown attention method '" + method +
-                                "' (dense, magicpig, topk, quest, oracle)");
-  }
   ref::LshConfig{K, L, t, seed}.validate();
   if (!(budget > 0.0 && budget <= 1.0))
     throw std::invalid_argument("budget must be in (0, 1], got " + std::to_string(budget));
@@ -161,8 +156,8 @@ void AttentionSpec::Validate(size_t n_layers) const {
 
 std::string AttentionSpec::str(size_t n_layers) const {
   std::ostringstream s;
-  s << method;
-  if (method == "magicpig" && !layers.empty()) {
+  s << method_name();
+  if (method == spec::Method::magicpig && !layers.empty()) {
     // Runs of equal choices: "layers 0:dense 1-14:K=8 L=75 t=2 15:dense ..."
     s << " per-layer[";
     for (size_t b = 0; b < layers.size();) {
@@ -178,19 +173,19 @@ std::string AttentionSpec::str(size_t n_layers) const {
     s << "]";
     if (!(schedule == lsh::Schedule{}))
       s << " schedule=[" << schedule.str() << "]";
-  } else if (method == "magicpig") {
+  } else if (method == spec::Method::magicpig) {
     s << " K=" << K << " L=" << L << " t=" << t;
     if (!(schedule == lsh::Schedule{}))
       s << " schedule=[" << schedule.str() << "]";
-  } else if (method != "dense")
+  } else if (method != spec::Method::dense)
     s << " budget=" << budget;
-  if (method == "magicpig" && !transform.identity())
+  if (method == spec::Method::magicpig && !transform.identity())
     s << " transform=" << transform.str();
-  if (method == "quest")
+  if (method == spec::Method::quest)
     s << " page=" << quest_page;
-  if (method != "dense")
+  if (method != spec::Method::dense)
     s << " sink=" << sink << " local=" << local;
-  if (method != "dense" && !(method == "magicpig" && !layers.empty())) {
+  if (method != spec::Method::dense && !(method == spec::Method::magicpig && !layers.empty())) {
     s << " dense-layers={";
     const auto d = DenseLayers(n_layers);
     for (size_t i = 0; i < d.size(); ++i)
@@ -203,9 +198,9 @@ std::string AttentionSpec::str(size_t n_layers) const {
 
 std::unique_ptr<Attention> MakeAttention(const AttentionSpec &spec, const AttentionShape &shape) {
   spec.Validate(shape.n_layers);
-  if (spec.method == "dense")
+  if (spec.method == spec::Method::dense)
     return std::make_unique<DenseAttention>(shape, spec.kv_dtype);
-  if (spec.method == "magicpig")
+  if (spec.method == spec::Method::magicpig)
     return std::make_unique<LshAttention>(spec, shape);
   return MakeBudgetAttention(spec, shape);
 }

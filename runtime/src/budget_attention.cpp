@@ -143,15 +143,12 @@ void Merge(const float *a, double lse_a, const float *b, double lse_b, size_t d,
     out[j] = float((wa * double(a[j]) + wb * double(b[j])) / (wa + wb));
 }
 
-BudgetAttention::Method ParseMethod(const std::string &method) {
-  if (method == "topk")
-    return BudgetAttention::Method::topk;
-  if (method == "oracle")
-    return BudgetAttention::Method::oracle;
-  if (method == "quest")
-    return BudgetAttention::Method::quest;
-  throw std::invalid_argument("budget attention: method must be topk, oracle or quest, got '" +
-                              method + "'");
+spec::Method ParseMethod(spec::Method method) {
+  if (spec::uses_budget(method))
+    return method;
+  throw std::invalid_argument(
+      std::string("budget attention: method must be topk, oracle or quest, got '") +
+      spec::name(method) + "'");
 }
 
 // Validates before anything is allocated (the KV store may be large).
@@ -252,7 +249,7 @@ void BudgetAttention::QuestFold(size_t layer, size_t end) {
 }
 
 void BudgetAttention::Forward(size_t layer, size_t pos, size_t n, const float *q, const float *k,
-                              const float *v, float *out, ThreadPool &pool, const Kernels &) {
+                              const float *v, float *out, ThreadPool &pool) {
   cache_.Append(layer, pos, n, k, v); // validates layer and capacity
   if (n == 0)
     return;

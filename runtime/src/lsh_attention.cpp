@@ -181,7 +181,7 @@ void LshAttention::AttendGroup(size_t layer, size_t kvh, const float *q, float *
 }
 
 void LshAttention::Forward(size_t layer, size_t pos, size_t n, const float *q, const float *k,
-                           const float *v, float *out, ThreadPool &pool, const Kernels &) {
+                           const float *v, float *out, ThreadPool &pool) {
   cache_.Append(layer, pos, n, k, v);
   if (n != 1) {
     CausalDense(cache_, set_, layer, pos, n, q, out, pool);

@@ -315,7 +315,7 @@ void LlamaForward::Run(const int32_t *tokens, const Span *spans, size_t n_spans,
     }
     for (size_t s = 0, row = 0; s < n_spans; row += spans[s].n, ++s) {
       spans[s].attention->Forward(l, spans[s].pos, spans[s].n, &q_[row * dim], &k_[row * kv],
-                                  &v_[row * kv], &att_[row * dim], pool_, kern_);
+                                  &v_[row * kv], &att_[row * dim], pool_);
     }
     const MatMulJob wo{&w.wo, xb_.data()};
     MatMulRows(&wo, 1, att_.data(), n, rowwise);

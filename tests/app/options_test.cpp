@@ -97,7 +97,7 @@ TEST(AppOptions, ValidCommandLineFillsEveryGroup) {
   EXPECT_EQ(t.model.path, "m.gguf");
   EXPECT_EQ(t.model.ctx, 4096u);
   EXPECT_TRUE(t.model.long_context);
-  EXPECT_EQ(t.spec.method, "magicpig");
+  EXPECT_EQ(t.spec.method, pig::spec::Method::magicpig);
   EXPECT_EQ(t.spec.K, 8);
   EXPECT_EQ(t.spec.L, 75);
   EXPECT_EQ(t.spec.t, 2); // the default kept

@@ -42,7 +42,6 @@ TEST(CapturingAttention, KeepsArmedDecodeQueriesOfChosenLayersAndAttendsAsDense)
   const AttentionShape s = Shape();
   const size_t qn = s.n_heads * s.head_dim, kn = s.n_kv_heads * s.head_dim;
   ThreadPool pool(1);
-  const Kernels &kern = BestKernels();
   CapturingAttention cap(s, lsh::DType::f32, {1});
   DenseAttention dense(s, lsh::DType::f32);
   // A 2-token prefill of every layer, armed: not a decode step, nothing kept.
@@ -50,8 +49,8 @@ TEST(CapturingAttention, KeepsArmedDecodeQueriesOfChosenLayersAndAttendsAsDense)
   std::vector<float> out_cap(2 * qn), out_dense(2 * qn);
   cap.Arm(true);
   for (size_t layer = 0; layer < s.n_layers; ++layer) {
-    cap.Forward(layer, 0, 2, q2.data(), k2.data(), v2.data(), out_cap.data(), pool, kern);
-    dense.Forward(layer, 0, 2, q2.data(), k2.data(), v2.data(), out_dense.data(), pool, kern);
+    cap.Forward(layer, 0, 2, q2.data(), k2.data(), v2.data(), out_cap.data(), pool);
+    dense.Forward(layer, 0, 2, q2.data(), k2.data(), v2.data(), out_dense.data(), pool);
     EXPECT_EQ(out_cap, out_dense);
   }
   EXPECT_TRUE(cap.query(1).empty());
@@ -59,8 +58,8 @@ TEST(CapturingAttention, KeepsArmedDecodeQueriesOfChosenLayersAndAttendsAsDense)
   const std::vector<float> q = Random(qn, 4), k = Random(kn, 5), v = Random(kn, 6);
   std::vector<float> o1(qn), o2(qn);
   for (size_t layer = 0; layer < s.n_layers; ++layer) {
-    cap.Forward(layer, 2, 1, q.data(), k.data(), v.data(), o1.data(), pool, kern);
-    dense.Forward(layer, 2, 1, q.data(), k.data(), v.data(), o2.data(), pool, kern);
+    cap.Forward(layer, 2, 1, q.data(), k.data(), v.data(), o1.data(), pool);
+    dense.Forward(layer, 2, 1, q.data(), k.data(), v.data(), o2.data(), pool);
     EXPECT_EQ(o1, o2);
   }
   EXPECT_EQ(cap.query(1), q);
@@ -69,7 +68,7 @@ TEST(CapturingAttention, KeepsArmedDecodeQueriesOfChosenLayersAndAttendsAsDense)
   // Disarmed: the next decode step leaves the captured queries as they were.
   cap.Arm(false);
   const std::vector<float> q3 = Random(qn, 7);
-  cap.Forward(1, 3, 1, q3.data(), k.data(), v.data(), o1.data(), pool, kern);
+  cap.Forward(1, 3, 1, q3.data(), k.data(), v.data(), o1.data(), pool);
   EXPECT_EQ(cap.query(1), q);
 }
 

@@ -83,7 +83,7 @@ AttentionShape Shape(size_t capacity = 256) {
 
 AttentionSpec Spec(const std::string &method, DType dtype, double budget = 0.1) {
   AttentionSpec spec;
-  spec.method = method;
+  spec.method = *pig::spec::parse_method(method);
   spec.kv_dtype = dtype;
   spec.sink = 4;
   spec.local = 8;
@@ -103,12 +103,11 @@ std::vector<std::vector<float>> Decode(Attention &att, const Data &x, size_t n, 
   std::vector<float> scratch((n ? n : 1) * qw);
   if (n > 1)
     for (size_t l = 0; l < s.n_layers; ++l)
-      att.Forward(l, 0, n - 1, x.q[l].data(), x.k[l].data(), x.v[l].data(), scratch.data(), pool,
-                  BestKernels());
+      att.Forward(l, 0, n - 1, x.q[l].data(), x.k[l].data(), x.v[l].data(), scratch.data(), pool);
   std::vector<std::vector<float>> out(s.n_layers, std::vector<float>(qw));
   for (size_t l = 0; l < s.n_layers; ++l)
     att.Forward(l, n - 1, 1, x.q[l].data() + (n - 1) * qw, x.k[l].data() + (n - 1) * kw,
-                x.v[l].data() + (n - 1) * kw, out[l].data(), pool, BestKernels());
+                x.v[l].data() + (n - 1) * kw, out[l].data(), pool);
   return out;
 }
 
@@ -158,9 +157,9 @@ Expected Reference(const AttentionSpec &spec, const AttentionShape &s, const Dat
   e.indexed = split.indexed();
   const size_t m = BudgetTokens(spec.budget, e.indexed);
   ref::SparseEstimate part;
-  if (spec.method == "topk") {
+  if (spec.method == pig::spec::Method::topk) {
     part = ref::topk_attention(q, Ki, Vi, m);
-  } else if (spec.method == "oracle") {
+  } else if (spec.method == pig::spec::Method::oracle) {
     part = ref::oracle_sampling(q, Ki, Vi, m, OracleSeed(spec.sample_seed, layer, h, n - 1));
   } else {
     const size_t P = spec.quest_page, pages = (e.indexed + P - 1) / P;
@@ -192,8 +191,8 @@ Totals Check(const AttentionSpec &spec, const AttentionShape &s, const Data &x, 
       const std::span<const float> got(out[l].data() + h * d, d);
       const double err = ref::relative_l2_error(got, e.attention.out);
       EXPECT_LE(err, e.dense ? 2e-4 : 1e-5)
-          << spec.method << " " << lsh::to_string(spec.kv_dtype) << " n=" << n << " layer=" << l
-          << " head=" << h << (e.dense ? " (dense)" : "");
+          << spec.method_name() << " " << lsh::to_string(spec.kv_dtype) << " n=" << n
+          << " layer=" << l << " head=" << h << (e.dense ? " (dense)" : "");
     }
   return t;
 }
@@ -256,14 +255,13 @@ TEST_P(BudgetAttentionTest, ManyDecodeStepsAndRewind) {
     std::vector<std::vector<float>> out(s.n_layers, std::vector<float>(qw));
     for (size_t l = 0; l < s.n_layers; ++l)
       att->Forward(l, pos, 1, x.q[l].data() + pos * qw, x.k[l].data() + pos * kw,
-                   x.v[l].data() + pos * kw, out[l].data(), pool_, BestKernels());
+                   x.v[l].data() + pos * kw, out[l].data(), pool_);
     const Totals t = Check(spec, s, x, pos + 1, out);
     sum.indexed += t.indexed;
     sum.sampled += t.sampled;
   };
   for (size_t l = 0; l < s.n_layers; ++l)
-    att->Forward(l, 0, 20, x.q[l].data(), x.k[l].data(), x.v[l].data(), scratch.data(), pool_,
-                 BestKernels());
+    att->Forward(l, 0, 20, x.q[l].data(), x.k[l].data(), x.v[l].data(), scratch.data(), pool_);
   for (size_t pos = 20; pos < total; ++pos)
     decode(pos);
   // Rewind to position 37: mid-page, and behind pages already folded (up to 62) that now reach
@@ -293,7 +291,7 @@ TEST_P(BudgetAttentionTest, LoadPrefixEqualsOwnPrefill) {
   const auto expect = Decode(*own, x, n, pool_);
 
   AttentionSpec other_spec = spec;
-  other_spec.method = "topk";
+  other_spec.method = pig::spec::Method::topk;
   auto other = MakeBudgetAttention(other_spec, s);
   Decode(*other, x, n, pool_);
   auto loaded = MakeBudgetAttention(spec, s);
@@ -304,7 +302,7 @@ TEST_P(BudgetAttentionTest, LoadPrefixEqualsOwnPrefill) {
   for (size_t l = 0; l < s.n_layers; ++l) {
     std::vector<float> out(qw);
     loaded->Forward(l, n - 1, 1, x.q[l].data() + (n - 1) * qw, x.k[l].data() + (n - 1) * kw,
-                    x.v[l].data() + (n - 1) * kw, out.data(), pool_, BestKernels());
+                    x.v[l].data() + (n - 1) * kw, out.data(), pool_);
     EXPECT_EQ(out, expect[l]) << "layer " << l;
   }
 }

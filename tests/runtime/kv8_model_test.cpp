@@ -29,7 +29,7 @@ Logits Decode(const LlamaModel &m, ThreadPool &pool, const std::vector<int32_t> 
               const std::string &method, lsh::DType kv, std::uint64_t seed = AttentionSpec{}.seed) {
   const LlamaConfig &c = m.config();
   AttentionSpec spec;
-  spec.method = method;
+  spec.method = *pig::spec::parse_method(method);
   spec.kv_dtype = kv;
   spec.seed = seed;
   const size_t cap = kPrefill + kSteps;

@@ -148,7 +148,7 @@ TEST(KvCacheQ8, HeadDimMustBeAMultipleOf32) {
   // The attention factories refuse it too (no kernel serves it).
   for (const char *method : {"dense", "magicpig", "topk", "quest", "oracle"}) {
     AttentionSpec spec;
-    spec.method = method;
+    spec.method = *pig::spec::parse_method(method);
     spec.kv_dtype = DType::q8;
     EXPECT_THROW(MakeAttention(spec, CacheShape(80, 64)), std::invalid_argument) << method;
     EXPECT_NO_THROW(MakeAttention(spec, CacheShape(96, 64))) << method;
@@ -284,14 +284,13 @@ std::vector<std::vector<float>> Decode(Attention &att, const Sequence &x, size_t
   const size_t d = s.head_dim, qw = s.n_heads * d, kw = s.n_kv_heads * d;
   std::vector<float> scratch(prompt * qw);
   for (size_t l = 0; l < s.n_layers; ++l)
-    att.Forward(l, 0, prompt, x.q[l].data(), x.k[l].data(), x.v[l].data(), scratch.data(), pool,
-                BestKernels());
+    att.Forward(l, 0, prompt, x.q[l].data(), x.k[l].data(), x.v[l].data(), scratch.data(), pool);
   std::vector<std::vector<float>> out;
   for (size_t pos = prompt; pos < n; ++pos)
     for (size_t l = 0; l < s.n_layers; ++l) {
       out.emplace_back(qw);
       att.Forward(l, pos, 1, x.q[l].data() + pos * qw, x.k[l].data() + pos * kw,
-                  x.v[l].data() + pos * kw, out.back().data(), pool, BestKernels());
+                  x.v[l].data() + pos * kw, out.back().data(), pool);
     }
   return out;
 }
@@ -323,7 +322,7 @@ TEST_P(Q8AttentionTest, EqualsF32CacheOfDequantisedRows) {
   const size_t layers = 3, kvh = 2, heads = 6, d = c.d, prompt = 330, steps = 40;
   const AttentionShape shape{layers, heads, kvh, d, prompt + steps};
   AttentionSpec spec;
-  spec.method = c.method;
+  spec.method = *pig::spec::parse_method(c.method);
   spec.K = 8;
   spec.L = 75;
   spec.dense_layers = {1};
@@ -390,7 +389,7 @@ TEST_P(Q8AttentionTest, LoadPrefixFromF32EqualsOwnPrefill) {
   std::vector<float> scratch(prompt * heads * d);
   for (size_t l = 0; l < layers; ++l)
     prefill.Forward(l, 0, prompt, x.q[l].data(), x.k[l].data(), x.v[l].data(), scratch.data(),
-                    pool_, BestKernels());
+                    pool_);
   auto loaded = MakeAttention(spec, shape);
   loaded->LoadPrefix(prefill.cache(), prompt);
   const size_t qw = heads * d, kw = kvh * d;
@@ -399,7 +398,7 @@ TEST_P(Q8AttentionTest, LoadPrefixFromF32EqualsOwnPrefill) {
     for (size_t l = 0; l < layers; ++l, ++i) {
       std::vector<float> out(qw);
       loaded->Forward(l, pos, 1, x.q[l].data() + pos * qw, x.k[l].data() + pos * kw,
-                      x.v[l].data() + pos * kw, out.data(), pool_, BestKernels());
+                      x.v[l].data() + pos * kw, out.data(), pool_);
       ASSERT_EQ(out, want[i]) << c.method << " pos " << pos << " layer " << l;
     }
 }
@@ -421,7 +420,7 @@ TEST(Q8Attention, FittedHashingEqualsF32CacheOfDequantisedRows) {
   const size_t layers = 2, kvh = 2, heads = 6, d = 64, prompt = 300, steps = 20;
   const AttentionShape shape{layers, heads, kvh, d, prompt + steps};
   AttentionSpec spec;
-  spec.method = "magicpig";
+  spec.method = pig::spec::Method::magicpig;
   spec.dense_layers = {0};
   spec.dense_layers_set = true;
   spec.transform = ref::TransformSpec::parse("whiten:a=0.25");

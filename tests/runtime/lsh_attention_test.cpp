@@ -66,7 +66,7 @@ TEST_P(LshAttentionTest, MatchesReferenceThroughIncrementalIndexing) {
   const size_t layers = 2, kvh = c.kv_heads, heads = 3 * kvh, d = 64, G = heads / kvh;
   const size_t cap = c.prompt + c.steps;
   AttentionSpec spec;
-  spec.method = "magicpig";
+  spec.method = pig::spec::Method::magicpig;
   spec.K = 8;
   spec.L = 75;
   spec.kv_dtype = c.dtype;
@@ -76,7 +76,6 @@ TEST_P(LshAttentionTest, MatchesReferenceThroughIncrementalIndexing) {
   const AttentionShape shape{layers, heads, kvh, d, cap};
   LshAttention attn(spec, shape);
   ThreadPool pool(2);
-  const Kernels &kern = BestKernels();
   const ref::OwnedMatrix W = ref::simhash_matrix(spec.seed, d, spec.K, spec.L);
   const ref::LshConfig cfg{spec.K, spec.L, spec.t, spec.seed};
 
@@ -102,7 +101,7 @@ TEST_P(LshAttentionTest, MatchesReferenceThroughIncrementalIndexing) {
   append(0, c.prompt, k, v);
   s.Fill(q.data(), q.size(), 0.3f);
   for (size_t l = 0; l < layers; ++l)
-    attn.Forward(l, 0, c.prompt, q.data(), k.data(), v.data(), out.data(), pool, kern);
+    attn.Forward(l, 0, c.prompt, q.data(), k.data(), v.data(), out.data(), pool);
   // Prefill is dense and causal: spot-check the last query of the sparse layer.
   for (size_t h = 0; h < heads; ++h) {
     const size_t n = c.prompt;
@@ -127,7 +126,7 @@ TEST_P(LshAttentionTest, MatchesReferenceThroughIncrementalIndexing) {
     s.Fill(q.data(), q.size(), 0.3f);
     for (size_t l = 0; l < layers; ++l) {
       const AttentionStats before = attn.stats();
-      attn.Forward(l, pos, 1, q.data(), k.data(), v.data(), out.data(), pool, kern);
+      attn.Forward(l, pos, 1, q.data(), k.data(), v.data(), out.data(), pool);
       const AttentionStats after = attn.stats();
       const bool sparse = l == 1;
       const size_t indexable = n > spec.sink + spec.local ? n - spec.sink - spec.local : 0;
@@ -244,32 +243,31 @@ TEST(LshAttention, InvalidSpecsThrowWithAMessage) {
     }
   };
   AttentionSpec s;
-  s.method = "magicpig";
+  s.method = pig::spec::Method::magicpig;
   s.K = 0;
   expect_throw(s, "K must be in [1, 16]");
   s = {};
-  s.method = "sparse";
-  expect_throw(s, "unknown attention method");
+  EXPECT_FALSE(pig::spec::parse_method("sparse")); // a method is one of the enum's
   s = {};
-  s.method = "magicpig";
+  s.method = pig::spec::Method::magicpig;
   s.dense_layers = {7};
   s.dense_layers_set = true;
   expect_throw(s, "dense layer 7 outside");
   s = {};
-  s.method = "topk";
+  s.method = pig::spec::Method::topk;
   s.budget = 0;
   expect_throw(s, "budget must be in (0, 1]");
   s = {};
-  s.method = "magicpig";
+  s.method = pig::spec::Method::magicpig;
   s.t = 200;
   expect_throw(s, "t must be in");
   s = {};
-  s.method = "magicpig";
+  s.method = pig::spec::Method::magicpig;
   s.schedule.block = 20;
   expect_throw(s, "schedule knob 'block' = 20 is illegal");
   // A GQA group larger than the kernels take, and an odd head dim.
   s = {};
-  s.method = "magicpig";
+  s.method = pig::spec::Method::magicpig;
   EXPECT_THROW(MakeAttention(s, AttentionShape{2, 18, 1, 64, 64}), std::invalid_argument);
   EXPECT_THROW(MakeAttention(s, AttentionShape{2, 6, 2, 63, 64}), std::invalid_argument);
 }
@@ -282,13 +280,13 @@ TEST(LshAttention, PerLayerChoicesDecodeAsTheirUniformSpec) {
   const AttentionShape shape{layers, heads, kvh, d, prompt + steps};
   std::vector<LayerLsh> choices{{true}, {false, 8, 75, 2}, {false, 10, 150, 1}, {false, 8, 75, 1}};
   AttentionSpec per;
-  per.method = "magicpig";
+  per.method = pig::spec::Method::magicpig;
   per.layers = choices;
   auto tuned = MakeAttention(per, shape);
   std::vector<std::unique_ptr<Attention>> uniform;
   for (const LayerLsh &c : choices) {
     AttentionSpec u;
-    u.method = c.dense ? "dense" : "magicpig";
+    u.method = c.dense ? pig::spec::Method::dense : pig::spec::Method::magicpig;
     u.K = c.K;
     u.L = c.L;
     u.t = c.t;
@@ -304,9 +302,8 @@ TEST(LshAttention, PerLayerChoicesDecodeAsTheirUniformSpec) {
     s.Keys(k.data(), k.size(), c);
     s.Fill(v.data(), v.size());
     s.Fill(q.data(), q.size(), 0.3f);
-    tuned->Forward(layer, 0, prompt, q.data(), k.data(), v.data(), a.data(), pool, BestKernels());
-    uniform[layer]->Forward(layer, 0, prompt, q.data(), k.data(), v.data(), b.data(), pool,
-                            BestKernels());
+    tuned->Forward(layer, 0, prompt, q.data(), k.data(), v.data(), a.data(), pool);
+    uniform[layer]->Forward(layer, 0, prompt, q.data(), k.data(), v.data(), b.data(), pool);
   }
   for (size_t step = 0; step < steps; ++step)
     for (size_t layer = 0; layer < layers; ++layer) {
@@ -315,9 +312,8 @@ TEST(LshAttention, PerLayerChoicesDecodeAsTheirUniformSpec) {
       s.Fill(v.data(), v.size());
       s.Fill(q.data(), q.size(), 0.3f);
       const size_t pos = prompt + step;
-      tuned->Forward(layer, pos, 1, q.data(), k.data(), v.data(), a.data(), pool, BestKernels());
-      uniform[layer]->Forward(layer, pos, 1, q.data(), k.data(), v.data(), b.data(), pool,
-                              BestKernels());
+      tuned->Forward(layer, pos, 1, q.data(), k.data(), v.data(), a.data(), pool);
+      uniform[layer]->Forward(layer, pos, 1, q.data(), k.data(), v.data(), b.data(), pool);
       ASSERT_EQ(a, b) << "layer " << layer << " (" << choices[layer].str() << ") step " << step;
     }
   const auto *l1 = dynamic_cast<LshAttention &>(*tuned).index(1, 0);
@@ -363,7 +359,7 @@ TEST(LshAttention, PerLayerChoicesAreValidated) {
     return "no exception";
   };
   AttentionSpec s;
-  s.method = "magicpig";
+  s.method = pig::spec::Method::magicpig;
   s.layers.assign(3, LayerLsh{});
   EXPECT_NE(message(s).find("per-layer choices for 3 layers, the model has 4"), std::string::npos)
       << message(s);
@@ -378,14 +374,13 @@ TEST(LshAttention, PerLayerChoicesAreValidated) {
 
 TEST(LshAttention, ContextFullIsAnError) {
   AttentionSpec s;
-  s.method = "magicpig";
+  s.method = pig::spec::Method::magicpig;
   const AttentionShape shape{1, 2, 1, 16, 8};
   auto attn = MakeAttention(s, shape);
   ThreadPool pool(1);
   std::vector<float> x(9 * 2 * 16, 0.1f), out(9 * 2 * 16);
-  EXPECT_THROW(
-      attn->Forward(0, 0, 9, x.data(), x.data(), x.data(), out.data(), pool, BestKernels()),
-      std::runtime_error);
+  EXPECT_THROW(attn->Forward(0, 0, 9, x.data(), x.data(), x.data(), out.data(), pool),
+               std::runtime_error);
 }
 
 // Dense decode over the same cache: the GQA group pass equals the reference per head.
@@ -400,9 +395,9 @@ TEST(DenseAttention, DecodeMatchesReference) {
     s.Keys(k.data(), k.size(), c);
     s.Fill(v.data(), v.size());
     s.Fill(q.data(), q.size(), 0.3f);
-    attn.Forward(0, 0, n - 1, q.data(), k.data(), v.data(), out.data(), pool, BestKernels());
+    attn.Forward(0, 0, n - 1, q.data(), k.data(), v.data(), out.data(), pool);
     attn.Forward(0, n - 1, 1, &q[(n - 1) * heads * d], &k[(n - 1) * kvh * d], &v[(n - 1) * kvh * d],
-                 out.data(), pool, BestKernels());
+                 out.data(), pool);
     for (size_t h = 0; h < heads; ++h) {
       ref::OwnedMatrix Km(n, d), Vm(n, d);
       for (size_t i = 0; i < n; ++i)

@@ -204,9 +204,10 @@ Options Parse(int argc, char **argv) {
       usage("--tuning and --lsh conflict: the operating point gives each layer's K, L, t");
     if (o.attention.dense_layers_set)
       usage("--tuning and --dense-layers conflict: the operating point gives the dense layers");
-    if (af.attention->count() && o.attention.method != "magicpig")
-      usage("--tuning decodes with magicpig: it conflicts with --attention " + o.attention.method);
-    o.attention.method = "magicpig";
+    if (af.attention->count() && o.attention.method != pig::spec::Method::magicpig)
+      usage(std::string("--tuning decodes with magicpig: it conflicts with --attention ") +
+            o.attention.method_name());
+    o.attention.method = pig::spec::Method::magicpig;
   }
   if (o.demo) {
     if (o.have_prompt)
@@ -341,8 +342,9 @@ struct Prepared {
   std::optional<pig::tools::Tuning> tuning; // --tuning
   // The spec of one --compare method: magicpig takes the point, the others ignore it.
   AttentionSpec ForMethod(const Options &o, const std::string &method) const {
-    AttentionSpec spec = method == "magicpig" ? attention : o.attention;
-    spec.method = method;
+    const pig::spec::Method m = *pig::spec::parse_method(method); // --compare checked the names
+    AttentionSpec spec = m == pig::spec::Method::magicpig ? attention : o.attention;
+    spec.method = m;
     return spec;
   }
 };
@@ -451,7 +453,8 @@ int Run(const Options &o) {
                  "decode: %zu tokens in %.3f s = %.1f tokens/s (after the first step, which "
                  "took %.3f s%s)\n",
                  r.steps - 1, r.rest_s, r.TokensPerSecond(), r.first_s,
-                 p.attention.method == "magicpig" ? " and built the LSH index" : "");
+                 p.attention.method == pig::spec::Method::magicpig ? " and built the LSH index"
+                                                                   : "");
   } else {
     std::fprintf(stderr, "decode: %zu steps (too few to measure a rate)\n", r.steps);
   }
@@ -587,7 +590,7 @@ int RunCompare(const Options &o) {
   ThreadPool pool(o.threads);
   const AttentionShape shape{cfg.n_layers, cfg.n_heads, cfg.n_kv_heads, cfg.head_dim, p.ctx};
   AttentionSpec dense_spec = o.attention;
-  dense_spec.method = "dense";
+  dense_spec.method = pig::spec::Method::dense;
   LlamaSession prefill(*p.model, pool, p.ctx, MakeAttention(dense_spec, shape));
   std::fprintf(stderr, "pig-run: %s, %zu threads; prompt %zu tokens, prefilled once (dense)\n",
                o.model.path.c_str(), pool.size(), p.prompt.size());

@@ -23,7 +23,7 @@ std::optional<double> ParseMaxError(const std::string &text) {
 }
 
 runtime::AttentionSpec ApplyTuning(runtime::AttentionSpec spec, const OperatingPoint &p) {
-  spec.method = "magicpig";
+  spec.method = pig::spec::Method::magicpig;
   spec.layers = LayerChoices(p);
   spec.dense_layers.clear();
   spec.dense_layers_set = false;

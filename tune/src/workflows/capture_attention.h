@@ -16,12 +16,12 @@ public:
   CaptureAttention(const runtime::AttentionShape &shape, runtime::lsh::DType dt)
       : ForwardingAttention(std::make_unique<runtime::DenseAttention>(shape, dt)) {}
   void Forward(size_t layer, size_t pos, size_t n, const float *q, const float *k, const float *v,
-               float *out, runtime::ThreadPool &pool, const runtime::Kernels &kern) override {
+               float *out, runtime::ThreadPool &pool) override {
     if (n == 1) {
       const size_t w = shape().n_heads * shape().head_dim;
       queries[layer].push_back({pos, std::vector<float>(q, q + w)});
     }
-    ForwardingAttention::Forward(layer, pos, n, q, k, v, out, pool, kern);
+    ForwardingAttention::Forward(layer, pos, n, q, k, v, out, pool);
   }
   struct Query {
     size_t pos;

@@ -57,7 +57,7 @@ int PerLayerSpeed(const LlamaModel &model, ThreadPool &pool, const Fingerprint &
   KvCache tiled(AttentionShape{c.n_layers, c.n_heads, c.n_kv_heads, d, ctx}, kv);
   tiled.Tile(prefix, o.prefill, ctx);
   AttentionSpec def;
-  def.method = "magicpig";
+  def.method = pig::spec::Method::magicpig;
   def.kv_dtype = kv;
   const size_t rounds = size_t(std::max(o.harness.min_rounds, 3));
   const size_t steps = (rounds + 2) * (cands.size() + 2) + 8;
@@ -93,7 +93,7 @@ int PerLayerSpeed(const LlamaModel &model, ThreadPool &pool, const Fingerprint &
     const Candidate cand = ci == 0 ? Candidate{0, 0, 0, true} : cands[ci - 1];
     AttentionSpec spec = def;
     if (cand.dense)
-      spec.method = "dense";
+      spec.method = pig::spec::Method::dense;
     else
       spec.layers.assign(nl, LayerLsh{false, cand.K, cand.L, cand.t});
     TiledDecoder X(model, pool, spec, tiled, ctx, steps);
@@ -182,7 +182,7 @@ int ComparePointLayers(const LlamaModel &model, ThreadPool &pool, const Fingerpr
   KvCache tiled(AttentionShape{c.n_layers, c.n_heads, c.n_kv_heads, c.head_dim, ctx}, kv);
   tiled.Tile(prefix, o.prefill, ctx);
   AttentionSpec def;
-  def.method = "magicpig";
+  def.method = pig::spec::Method::magicpig;
   def.kv_dtype = kv;
   const size_t rounds = size_t(std::max(o.harness.min_rounds, 3));
   const size_t steps = 2 * rounds + 8;
@@ -275,7 +275,7 @@ int RunSpeed(const CommonOptions &common, SpeedRunOptions o) {
   }
   std::vector<SpeedCandidate> cands;
   AttentionSpec base;
-  base.method = "magicpig";
+  base.method = pig::spec::Method::magicpig;
   base.kv_dtype = kv;
   {
     SpeedCandidate def{"default " + CandStr({base.K, base.L, base.t}), base, std::nullopt,

@@ -18,9 +18,9 @@ public:
   explicit TimedAttention(std::unique_ptr<runtime::Attention> inner)
       : ForwardingAttention(std::move(inner)), layer_seconds(shape().n_layers, 0.0) {}
   void Forward(size_t layer, size_t pos, size_t n, const float *q, const float *k, const float *v,
-               float *out, runtime::ThreadPool &pool, const runtime::Kernels &kern) override {
+               float *out, runtime::ThreadPool &pool) override {
     const auto t0 = std::chrono::steady_clock::now();
-    ForwardingAttention::Forward(layer, pos, n, q, k, v, out, pool, kern);
+    ForwardingAttention::Forward(layer, pos, n, q, k, v, out, pool);
     const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     seconds += s;
     layer_seconds[layer] = s;
@@ -44,11 +44,11 @@ public:
       : ForwardingAttention(std::move(inner)), layers_(std::move(layers)),
         queries_(shape().n_layers) {}
   void Forward(size_t layer, size_t pos, size_t n, const float *q, const float *k, const float *v,
-               float *out, runtime::ThreadPool &pool, const runtime::Kernels &kern) override {
+               float *out, runtime::ThreadPool &pool) override {
     if (armed_ && n == 1 && Captures(layer))
       queries_[layer].push_back(
           {pos, std::vector<float>(q, q + shape().n_heads * shape().head_dim)});
-    ForwardingAttention::Forward(layer, pos, n, q, k, v, out, pool, kern);
+    ForwardingAttention::Forward(layer, pos, n, q, k, v, out, pool);
   }
   void Arm(bool on) { armed_ = on; }
   /// Every captured query of `layer`, in call order.

@@ -17,8 +17,7 @@ public:
   /// Forwards to dense attention; when armed, a single-token step of a chosen layer also keeps
   /// its n_heads x head_dim queries (replacing the layer's previous ones).
   void Forward(std::size_t layer, std::size_t pos, std::size_t n, const float *q, const float *k,
-               const float *v, float *out, runtime::ThreadPool &pool,
-               const runtime::Kernels &kern) override;
+               const float *v, float *out, runtime::ThreadPool &pool) override;
 
   void Arm(bool on) { armed_ = on; }
   /// The last captured queries of `layer` (empty before any).

@@ -20,6 +20,7 @@
 #include "pig/runtime/kv_cache.h"
 #include "pig/runtime/ops.h"
 #include "pig/runtime/thread_pool.h"
+#include "pig/spec/method.h"
 
 namespace pig::runtime {
 
@@ -66,7 +67,7 @@ public:
   // attention output of the n queries: out[i] attends to positions [0, pos + i].
   // q/out: n x (n_heads * head_dim); k/v: n x (n_kv_heads * head_dim), row-major.
   virtual void Forward(size_t layer, size_t pos, size_t n, const float *q, const float *k,
-                       const float *v, float *out, ThreadPool &pool, const Kernels &kern) = 0;
+                       const float *v, float *out, ThreadPool &pool) = 0;
   // Forgets every cached position.
   virtual void Reset() = 0;
   virtual const AttentionShape &shape() const = 0;
@@ -86,8 +87,8 @@ class ForwardingAttention : public Attention {
 public:
   explicit ForwardingAttention(std::unique_ptr<Attention> inner) : inner_(std::move(inner)) {}
   void Forward(size_t layer, size_t pos, size_t n, const float *q, const float *k, const float *v,
-               float *out, ThreadPool &pool, const Kernels &kern) override {
-    inner_->Forward(layer, pos, n, q, k, v, out, pool, kern);
+               float *out, ThreadPool &pool) override {
+    inner_->Forward(layer, pos, n, q, k, v, out, pool);
   }
   void Reset() override { inner_->Reset(); }
   const AttentionShape &shape() const override { return inner_->shape(); }
@@ -106,7 +107,7 @@ class DenseAttention final : public Attention {
 public:
   DenseAttention(const AttentionShape &shape, lsh::DType dtype = lsh::DType::bf16);
   void Forward(size_t layer, size_t pos, size_t n, const float *q, const float *k, const float *v,
-               float *out, ThreadPool &pool, const Kernels &kern) override;
+               float *out, ThreadPool &pool) override;
   void Reset() override {}
   const AttentionShape &shape() const override { return cache_.shape(); }
   size_t MemoryBytes() const override { return cache_.MemoryBytes(); }
@@ -138,7 +139,7 @@ struct LayerLsh {
 /// Which attention to run and its parameters (pig-run's --attention, --lsh, --sink, --local,
 /// --dense-layers, --budget, --kv, --tuning).
 struct AttentionSpec {
-  std::string method = "dense"; ///< dense | magicpig | topk | quest | oracle
+  spec::Method method = spec::Method::dense; ///< pig/spec/method.h: dense, magicpig, topk, ...
   lsh::DType kv_dtype = lsh::DType::bf16;
   int K = 10, L = 150, t = 2;
   std::uint64_t seed = 0x9e3779b97f4a7c15ull; ///< W (pig::ref::simhash_matrix)
@@ -150,7 +151,7 @@ struct AttentionSpec {
   double budget = 0.02;
   size_t quest_page = 16;
   std::uint64_t sample_seed = 1; ///< oracle sampling draws
-  /// magicpig: the kernel schedule asked of the registry (lsh_schedule.h); the registry serves
+  /// magicpig: the kernel schedule asked of the registry (pig/spec/schedule.h); the registry serves
   /// the default schedule's set when none is registered for it, and says so in stats().kernels.
   lsh::Schedule schedule{};
   /// magicpig: one choice per layer (a tuned operating point, pig-tune); empty: (K, L, t) on every
@@ -168,12 +169,14 @@ struct AttentionSpec {
   /// dense layers dense.
   std::vector<LayerLsh> LayerChoices(size_t n_layers) const;
 
+  /// The method's name ("magicpig"): spec::name(method).
+  const char *method_name() const { return spec::name(method); }
   /// "magicpig K=10 L=150 t=2 sink=4 local=64 dense={0,15} kv=bf16" (after defaults resolve).
   std::string str(size_t n_layers) const;
   /// The dense layers for a model of n_layers (validated: each < n_layers; from `layers` when
   /// set).
   std::vector<size_t> DenseLayers(size_t n_layers) const;
-  /// Throws std::invalid_argument with a message for an unknown method, an invalid (K, L, t),
+  /// Throws std::invalid_argument with a message for an invalid (K, L, t),
   /// a budget outside (0, 1], a layer outside the model, per-layer choices that do not cover the
   /// model's layers exactly or are given together with dense layers.
   void Validate(size_t n_layers) const;

@@ -36,7 +36,7 @@ std::uint64_t OracleSeed(std::uint64_t sample_seed, size_t layer, size_t head, s
 
 class BudgetAttention final : public Attention {
 public:
-  enum class Method : std::uint8_t { topk, oracle, quest };
+  using Method = spec::Method; ///< topk, oracle or quest
 
   /// spec.method must be topk, oracle or quest; throws std::invalid_argument otherwise, for a
   /// spec that AttentionSpec::Validate rejects, for quest_page == 0, and when no dense kernel
@@ -45,7 +45,7 @@ public:
   ~BudgetAttention() override;
 
   void Forward(size_t layer, size_t pos, size_t n, const float *q, const float *k, const float *v,
-               float *out, ThreadPool &pool, const Kernels &kern) override;
+               float *out, ThreadPool &pool) override;
   void Reset() override;
   const AttentionShape &shape() const override { return cache_.shape(); }
   /// The KV store plus Quest's page bounds.

@@ -35,7 +35,7 @@ public:
   LshAttention(const AttentionSpec &spec, const AttentionShape &shape);
 
   void Forward(size_t layer, size_t pos, size_t n, const float *q, const float *k, const float *v,
-               float *out, ThreadPool &pool, const Kernels &kern) override;
+               float *out, ThreadPool &pool) override;
   void Reset() override;
   const AttentionShape &shape() const override { return cache_.shape(); }
   size_t MemoryBytes() const override;
