@@ -286,10 +286,11 @@ int RunSpeed(const CommonOptions &common, SpeedRunOptions o) {
       def.point = uniform_point(*table, {base.K, base.L, base.t}, DefaultDense(c.n_layers));
     cands.push_back(def);
   }
-  for (const std::string &s : o.lsh) {
+  for (const spec::LshParams &p : o.lsh) {
     Candidate cand;
-    if (std::sscanf(s.c_str(), "%d,%d,%d", &cand.K, &cand.L, &cand.t) != 3)
-      throw UsageError("--lsh", "expects K,L,t, got '" + s + "'");
+    cand.K = p.K;
+    cand.L = p.L;
+    cand.t = p.t;
     AttentionSpec spec = base;
     spec.K = cand.K;
     spec.L = cand.L;
