@@ -40,10 +40,10 @@
 #include "pig/app/options.h"
 #include "pig/app/text.h"
 #include "pig/app/tiled_decode.h"
+#include "pig/eval/report.h" // CSV and gnuplot helpers
 #include "pig/runtime/attention.h"
 #include "pig/runtime/model.h"
 #include "pig/tune/tuning.h" // --tuning FILE
-#include "report.h"          // tools/pig-eval: CSV and gnuplot helpers
 
 namespace {
 

@@ -41,6 +41,14 @@ std::vector<std::string> Split(const std::string &s, char sep) {
   }
 }
 
+// The tool's name: the root's, for options of a subcommand too ("pig-tune", not "speed").
+std::string ToolName(const CLI::App &app) {
+  const CLI::App *root = &app;
+  while (root->get_parent())
+    root = root->get_parent();
+  return root->get_name();
+}
+
 void Warn(const std::string &tool, const std::string &message) {
   std::fprintf(stderr, "%s: warning: %s\n", tool.c_str(), message.c_str());
 }
@@ -54,8 +62,9 @@ void Init(CLI::App &app) {
 }
 
 [[noreturn]] void UsageError(const CLI::App &app, const std::string &message) {
-  std::fprintf(stderr, "%s: %s\n", app.get_name().c_str(), message.c_str());
-  std::fprintf(stderr, "run %s --help for the options\n", app.get_name().c_str());
+  const std::string tool = ToolName(app);
+  std::fprintf(stderr, "%s: %s\n", tool.c_str(), message.c_str());
+  std::fprintf(stderr, "run %s --help for the options\n", tool.c_str());
   std::exit(2);
 }
 
@@ -209,7 +218,7 @@ std::vector<spec::LshParams> ParseLsh(const std::string &flag, const std::string
 
 AttentionFlags AddAttentionOptions(CLI::App &app, runtime::AttentionSpec &spec) {
   AttentionFlags f;
-  const std::string tool = app.get_name();
+  const std::string tool = ToolName(app);
   f.attention =
       app.add_option_function<std::string>(
              "--attention", [&spec](const std::string &s) { spec.method = *spec::parse_method(s); },
@@ -324,7 +333,7 @@ CLI::Option *AddTransformOption(CLI::App &app, ref::TransformSpec &transform,
 
 CLI::Option *AddLshOption(CLI::App &app, const std::string &name, spec::LshParams &lsh,
                           const std::string &description) {
-  const std::string tool = app.get_name();
+  const std::string tool = ToolName(app);
   return app
       .add_option_function<std::string>(
           name,
@@ -357,7 +366,7 @@ CLI::Option *AddKvOption(CLI::App &app, runtime::lsh::DType &kv) {
 
 CLI::Option *AddLshListOption(CLI::App &app, std::vector<spec::LshParams> &list,
                               const std::string &description, const std::string &name) {
-  const std::string tool = app.get_name();
+  const std::string tool = ToolName(app);
   return app
       .add_option_function<std::vector<std::string>>(
           name,

@@ -3,7 +3,6 @@
 // checkpoint) and feeds each report asked for.
 #include <algorithm>
 #include <cstdio>
-#include <exception>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -13,7 +12,7 @@
 #include <utility>
 #include <vector>
 
-#include "pig/eval/capturing_attention.h"
+#include "pig/app/decorators.h"
 #include "pig/eval/run.h"
 #include "pig/eval/transform_report.h"
 #include "reports.h"
@@ -138,9 +137,11 @@ void Run(const EvalOptions &e, const AttentionErrorOptions *error, const Downstr
       throw std::runtime_error("the text has " + std::to_string(tokens.size()) +
                                " tokens, the contexts need " + std::to_string(need_tokens));
     // kv-formats quantises the exact rows itself: the capture keeps them in f32.
-    auto owned = std::make_unique<CapturingAttention>(ShapeOf(cfg, capacity),
-                                                      formats ? lsh::DType::f32 : e.kv, e.layers);
-    CapturingAttention &cap = *owned;
+    auto owned = std::make_unique<app::CapturingAttention>(
+        std::make_unique<DenseAttention>(ShapeOf(cfg, capacity), formats ? lsh::DType::f32 : e.kv),
+        e.layers);
+    app::CapturingAttention &cap = *owned;
+    cap.Arm(false); // only each checkpoint's decode step
     LlamaSession base(*model, pool, capacity, std::move(owned));
     std::vector<float> logits(cfg.vocab);
     const pig::ref::OwnedMatrix W =
@@ -200,30 +201,22 @@ void Run(const EvalOptions &e, const AttentionErrorOptions *error, const Downstr
             for (size_t kvh = 0; kvh < cfg.n_kv_heads; ++kvh)
               jobs.push_back({layer, kvh});
           std::mutex mu;
-          std::exception_ptr failure;
           TransformGridOptions go;
           go.transforms = error->transforms;
           go.grid = error->transform_grid;
           go.seed = AttentionSpec{}.seed;
+          // A job's exception (a transform the keys refuse) is rethrown here by the pool.
           pool.ParallelFor(jobs.size(), [&](size_t j, size_t) {
-            try {
-              const auto [layer, kvh] = jobs[j];
-              pig::ref::OwnedMatrix K, V;
-              std::vector<std::vector<float>> qs;
-              load(layer, kvh, K, V, qs);
-              const auto pts = MeasureTransformGrid(qs, K, V, go);
-              std::lock_guard<std::mutex> lock(mu);
-              for (size_t g = 0; g < pts.size(); ++g)
-                for (const auto &p : pts[g])
-                  transforms->Add(P, layer, kvh * group + g, p);
-            } catch (...) {
-              std::lock_guard<std::mutex> lock(mu);
-              if (!failure)
-                failure = std::current_exception();
-            }
+            const auto [layer, kvh] = jobs[j];
+            pig::ref::OwnedMatrix K, V;
+            std::vector<std::vector<float>> qs;
+            load(layer, kvh, K, V, qs);
+            const auto pts = MeasureTransformGrid(qs, K, V, go);
+            std::lock_guard<std::mutex> lock(mu);
+            for (size_t g = 0; g < pts.size(); ++g)
+              for (const auto &p : pts[g])
+                transforms->Add(P, layer, kvh * group + g, p);
           });
-          if (failure)
-            std::rethrow_exception(failure);
           transforms_s += Since(t0);
           std::fprintf(stderr, "pig-eval: hash transforms at %zu done (%.0f s)\n", P, transforms_s);
         }

@@ -12,20 +12,17 @@
 #include <sstream>
 #include <stdexcept>
 
+#include "pig/spec/hash.h"
+
 namespace pig::eval {
 namespace {
 
-// splitmix64: tiny and fully specified, so a seed names the same instance on every standard
-// library (std:: distributions are implementation-defined).
+// splitmix64 (pig::spec's): tiny and fully specified, so a seed names the same instance on every
+// standard library (std:: distributions are implementation-defined).
 class Rng {
 public:
   explicit Rng(std::uint64_t seed) : s_(seed) {}
-  std::uint64_t next() {
-    std::uint64_t z = (s_ += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-  }
+  std::uint64_t next() { return spec::splitmix64(s_); }
   std::size_t below(std::size_t n) { return std::size_t(next() % n); }
   double uniform() { return double(next() >> 11) * 0x1.0p-53; }
 

@@ -310,6 +310,38 @@ TEST(AppOptions, LshListTakesRepeatedAndSeveralValues) {
       ExitedWithCode(2), "tool: --lsh: K = 0 is outside");
 }
 
+// A tool with commands (pig-tune, pig-eval): a command's option warns and errs in the tool's
+// name, not the command's.
+TEST(AppOptions, CommandOptionsSpeakInTheToolsName) {
+  auto make = [](CLI::App &app, std::vector<pig::spec::LshParams> &list, size_t &threads) {
+    pig::app::Init(app);
+    pig::app::AddThreadsOption(app, threads);
+    pig::app::AddLshListOption(*app.add_subcommand("speed", "a command"), list, "configurations");
+  };
+  {
+    CLI::App app{"a test tool", "tool"};
+    std::vector<pig::spec::LshParams> list;
+    size_t threads = 0;
+    make(app, list, threads);
+    testing::internal::CaptureStderr();
+    const Argv a({"--threads", "3", "speed", "--lsh", "8:75"});
+    Parse(app, a.argc(), a.argv());
+    const std::string err = testing::internal::GetCapturedStderr();
+    EXPECT_EQ(threads, 3u);
+    EXPECT_EQ(list, (std::vector<pig::spec::LshParams>{{8, 75, 2}}));
+    EXPECT_EQ(err.rfind("tool: warning: --lsh 8:75 is a deprecated spelling", 0), 0u) << err;
+  }
+  auto conflict = [&make] {
+    CLI::App app{"a test tool", "tool"};
+    std::vector<pig::spec::LshParams> list;
+    size_t threads = 0;
+    make(app, list, threads);
+    pig::app::UsageError(*app.get_subcommand("speed"), "--lsh: a conflict");
+  };
+  EXPECT_EXIT(conflict(), ExitedWithCode(2),
+              "^tool: --lsh: a conflict\nrun tool --help for the options\n$");
+}
+
 TEST(AppOptions, HelpListsTheGroups) {
   Tool t;
   const std::string help = t.app.help();

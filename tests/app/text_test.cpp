@@ -41,6 +41,7 @@ TEST(AppText, ReadFileReadsAllOrThrowsNamingTheFile) {
 
 TEST(AppProgress, DurationsAndTheBar) {
   EXPECT_EQ(FormatDuration(42), "42s");
+  EXPECT_EQ(FormatDuration(42.4), "42s");
   EXPECT_EQ(FormatDuration(187), "3m07s");
   EXPECT_EQ(FormatDuration(7500), "2h05m");
   EXPECT_EQ(FormatDuration(-1), "?");

@@ -41,6 +41,16 @@ TEST(Needle, SeedsAreReproducibleAndDistinct) {
   EXPECT_NE(MakeNeedle(10, 1.0, 3).prompt.find(". \nWhat is the special"), std::string::npos);
 }
 
+// A seed names the same instance in every build: the generators' splitmix64 (pig::spec's) and
+// their use of it are pinned by answers the generators gave before they shared spec's copy.
+TEST(Tasks, SeedsNameTheSameInstancesAsBefore) {
+  EXPECT_EQ(MakeNeedle(50, 0.5, 1).expected, (std::vector<std::string>{"6822465"}));
+  EXPECT_EQ(MakeCommonWords(60, 3, 10, 3, 2).expected,
+            (std::vector<std::string>{"engine", "falcon", "orange"}));
+  EXPECT_EQ(MakeFrequentWords(300, 2.0, 3).expected,
+            (std::vector<std::string>{"dbhi", "mgwkaj", "dwc"}));
+}
+
 TEST(CommonWords, CommonWordsAppearExactlyCommonFreqTimesAndOthersFewer) {
   const TaskInstance t = MakeCommonWords(120, 3, 12, 2, 11);
   ASSERT_EQ(t.expected.size(), 3u);

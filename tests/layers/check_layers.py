@@ -14,12 +14,19 @@ CMakeLists.txt's layer comment):
     tune       reference, spec, runtime
     app        everything above
     eval       app and everything above it
+    tune workflows  eval and everything above it (see below)
     tools, bench, tests, examples: anything (not checked)
 
 One exception by path: codegen/include/pig/Codegen/Generated*.h declare what the TUs
 pig-translate emits define (pig_generated_kernels, built from codegen's output and linked above
 the runtime, by tools only: the runtime includes none of them). They are that library's
 interface, not the compiler's, and may include runtime and spec ("generated kernels" below).
+
+One layer by path: pig_tune_workflows (tune/src/workflows/ and its header
+tune/include/pig/tune/workflows.h) is pig-tune's application layer, the subcommands a thin main
+calls: it uses app's decorators, tiled-context decoder and progress bar, and eval's text and
+report helpers, so it sits above eval ("tune workflows"). The rest of tune/ may not include its
+header, and neither may app or eval.
 
 An include's layer is the top-level folder that holds <folder>/.../include/pig/<Name>/ (found
 in the tree, e.g. pig/Dialect -> dialect, pig/cuda -> runtime); a `pig/<Name>` that no layer
@@ -47,9 +54,13 @@ ALLOWED["eval"] = ALLOWED["app"] | {"app"}
 GENERATED = "generated kernels"
 GENERATED_HEADERS = re.compile(r"^codegen/include/pig/Codegen/Generated[^/]*\.h$")
 ALLOWED_GENERATED = {"codegen", "runtime", "spec"}
+WORKFLOWS = "tune workflows"
+WORKFLOWS_FILES = re.compile(r"^tune/(src/workflows/|include/pig/tune/workflows\.h$)")
+WORKFLOWS_HEADER = "tune/workflows.h"  # as included: pig/tune/workflows.h
+ALLOWED_WORKFLOWS = ALLOWED["eval"] | {"eval"}
 
 SOURCE_EXTENSIONS = (".h", ".hpp", ".cpp", ".cc", ".cu", ".cuh", ".inc")
-INCLUDE = re.compile(r'^\s*#\s*include\s*[<"]pig/([^/">]+)/')
+INCLUDE = re.compile(r'^\s*#\s*include\s*[<"]pig/(([^/">]+)/[^">]*)')
 SKIP_DIRS = {"build", ".git", ".venv", "node_modules"}
 
 
@@ -85,8 +96,10 @@ def violations(root):
                         m = INCLUDE.match(line)
                         if not m:
                             continue
-                        name = m.group(1)
+                        name = m.group(2)
                         target = names.get(name)
+                        if m.group(1) == WORKFLOWS_HEADER:
+                            target = WORKFLOWS
                         if target is None:
                             found.append(f"{rel}:{number}: includes pig/{name}/, which no layer "
                                          f"provides (no <layer>/.../include/pig/{name}/)")
@@ -94,9 +107,12 @@ def violations(root):
                         who, allowed = layer, ALLOWED[layer]
                         if GENERATED_HEADERS.match(rel.replace(os.sep, "/")):
                             who, allowed = GENERATED, ALLOWED_GENERATED
-                        if target != layer and target not in allowed:
+                        if WORKFLOWS_FILES.match(rel.replace(os.sep, "/")):
+                            who, allowed = WORKFLOWS, ALLOWED_WORKFLOWS
+                        if target != who and target not in allowed:
                             may = ", ".join(sorted(allowed)) or "nothing of pig"
-                            found.append(f"{rel}:{number}: {who} includes pig/{name}/ "
+                            what = m.group(1) if target == WORKFLOWS else name + "/"
+                            found.append(f"{rel}:{number}: {who} includes pig/{what} "
                                          f"({target}): {who} may include {may}")
     return found
 
@@ -152,6 +168,29 @@ def self_test():
     unknown = tree(dict(base, **{"passes/lib/P.cpp": '#include "pig/Nowhere/x.h"\n'}))
     if len(violations(unknown)) != 1 or "which no layer provides" not in violations(unknown)[0]:
         failures.append(f"an unknown pig/ name passed: {violations(unknown)!r}")
+    # pig_tune_workflows sits above eval; the rest of tune (and app, eval) may not include it.
+    workflows = dict(base, **{
+        "app/include/pig/app/deco.h": '#include "pig/runtime/step.h"\n',
+        "eval/include/pig/eval/report.h": '#include "pig/app/deco.h"\n',
+        "tune/include/pig/tune/workflows.h": '#include "pig/tune/record.h"\n',
+        "tune/include/pig/tune/record.h": '#include "pig/spec/facts.h"\n',
+        "tune/src/workflows/speed.cpp": ('#include "pig/tune/workflows.h"\n'
+                                         '#include "pig/app/deco.h"\n#include "pig/eval/report.h"\n'),
+    })
+    if violations(tree(workflows)):
+        failures.append(f"the workflows' includes were refused: {violations(tree(workflows))!r}")
+    got = violations(tree(dict(workflows, **{
+        "tune/src/record.cpp": '#include "pig/tune/workflows.h"\n',
+        "eval/src/run.cpp": '#include "pig/tune/workflows.h"\n',
+        "tune/src/speed.cpp": '#include "pig/app/deco.h"\n'})))
+    want = ["eval/src/run.cpp:1: eval includes pig/tune/workflows.h (tune workflows): eval may "
+            "include app, codegen, dialect, passes, reference, runtime, spec, tune",
+            "tune/src/record.cpp:1: tune includes pig/tune/workflows.h (tune workflows): tune may "
+            "include reference, runtime, spec",
+            "tune/src/speed.cpp:1: tune includes pig/app/ (app): tune may include reference, "
+            "runtime, spec"]
+    if got != want:
+        failures.append(f"including the workflows from below: expected {want!r}, got {got!r}")
     if check(bad) != 1:
         failures.append("check() returned success on a violation")
     for f in failures:

@@ -1,6 +1,6 @@
 // pig_tune_workflows without a model: select on the fixture records (the point written is the
 // one printed), bad option values as UsageError naming the flag, the point's layer runs read
-// back from a speed record's key, the progress bar's durations.
+// back from a speed record's key (the progress bar is app's: tests/app).
 #include <cstdio>
 #include <fstream>
 #include <sstream>
@@ -11,7 +11,6 @@
 #include "pig/tune/point.h"
 #include "pig/tune/tuning.h"
 #include "pig/tune/workflows.h"
-#include "progress.h"
 #include "replay.h"
 
 namespace {
@@ -118,13 +117,6 @@ TEST(TuneWorkflows, LayerRunsOfAPointReadBack) {
   EXPECT_EQ(tune::workflow::ParseLayers(p.layers_str()), tune::LayerChoices(p));
   EXPECT_THROW(tune::workflow::ParseLayers("0:dense 2:dense"), std::runtime_error);
   EXPECT_THROW(tune::workflow::ParseLayers("0:K=8 L=75"), std::runtime_error);
-}
-
-TEST(TuneWorkflows, ProgressDurations) {
-  EXPECT_EQ(tune::workflow::Duration(42.4), "42s");
-  EXPECT_EQ(tune::workflow::Duration(187), "3m07s");
-  EXPECT_EQ(tune::workflow::Duration(7500), "2h05m");
-  EXPECT_EQ(tune::workflow::Duration(-1), "?");
 }
 
 } // namespace

@@ -1,22 +1,21 @@
 // pig-eval: accuracy of LSH sampling attention (MagicPIG) and its baselines on a real model:
 // attention-error (real KV caches vs pig::ref), downstream (perplexity and tasks decoding with each
 // runtime Attention), all (both, one prefill), kv-formats (8-bit KV formats). This main parses the
-// options; the workflows and their reports are the eval library (eval/, pig/eval/run.h).
+// options (pig::app's groups on CLI11); the workflows and their reports are the eval library
+// (eval/, pig/eval/run.h).
 #include <algorithm>
+#include <cstdint>
 #include <cstdio>
-#include <cstdlib>
 #include <exception>
 #include <stdexcept>
 #include <string>
 #include <vector>
 
+#include "pig/app/kernels.h"
+#include "pig/app/options.h"
 #include "pig/eval/run.h"
 #include "pig/runtime/attention.h"
 #include "pig/runtime/model.h"
-#include "pig/tune/tuning.h" // --max-error's value
-#ifdef PIG_HAVE_GENERATED_KERNELS
-#include "pig/Codegen/GeneratedKernels.h"
-#endif
 
 namespace {
 
@@ -27,6 +26,18 @@ const char *const kDefaultTransforms =
     "plain,pca:r=48,pca:r=32,whiten:a=0.1,whiten:a=0.15,whiten:a=0.25,whiten:a=0.35,"
     "whiten:a=0.5,mips:q=0.9";
 
+const char *const kAbout =
+    "pig-eval: accuracy of LSH sampling attention (magicpig) and its baselines on a real model.\n"
+    "  pig-eval (attention-error | downstream | all | kv-formats) [options]\n"
+    "Results: docs/RESULTS.md (--update-doc rewrites its pig-eval sections).";
+
+const char *const kFooter =
+    "LIST: comma-separated values, or none. --lsh takes K=10,L=150 (repeated, or several after\n"
+    "one --lsh; t is 2). Old spellings, accepted for one release with a warning: --lsh "
+    "10:150,8:75\n"
+    "and --transform-grid 8:75,10:150 (now K=8,L=75 K=10,L=150), --lsh-transform SPEC (now\n"
+    "--transform SPEC).";
+
 // The command and its options, as the library takes them.
 struct Options {
   std::string command;
@@ -35,249 +46,266 @@ struct Options {
   pig::eval::DownstreamOptions down;
 };
 
-[[noreturn]] void Usage(const std::string &error) {
-  if (!error.empty())
-    std::fprintf(stderr, "pig-eval: %s\n", error.c_str());
-  std::fprintf(
-      error.empty() ? stdout : stderr,
-      "usage: pig-eval (attention-error | downstream | all | kv-formats) [options]\n"
-      "\n"
-      "  attention-error   relative L2 error of TopK, oracle sampling, Quest and MagicPIG vs\n"
-      "                    exact attention on the model's real KV caches (pig::ref)\n"
-      "  downstream        perplexity, needle retrieval, common/frequent-words extraction with\n"
-      "                    dense, magicpig (K,L) and topk/quest at magicpig's measured cost2\n"
-      "  all               both (one prefill of the text serves both)\n"
-      "  kv-formats        error of exact attention with 8-bit KV formats (q8: a scale per 32\n"
-      "                    elements; a scale per row; per-channel keys) and bf16 against f32\n"
-      "                    rows, at --error-contexts and --layers (docs/KV8.md)\n"
-      "\n"
-      "  --quick                 CI smoke sizes (contexts of a few hundred tokens)\n"
-      "  --out DIR               CSV, PNG and markdown output (default eval-out)\n"
-      "  --update-doc FILE       rewrite the pig-eval sections of FILE (docs/RESULTS.md)\n"
-      "  --model FILE            GGUF model (default %s)\n"
-      "  --text FILE             perplexity text, .gz allowed (default %s, Debian package %s)\n"
-      "  --threads N             (default 1)\n"
-      "  --seed S                task instances and sampling seeds (default 1)\n"
-      "  --lsh-seed S            downstream: SimHash matrices from seed S (default the runtime's)\n"
-      "  --error-contexts LIST   KV cache lengths of attention-error (default 2048,4096,8192)\n"
-      "  --layers LIST           layers of attention-error (default 2,5,8,12,16,20,24,28)\n"
-      "  --ppl-contexts LIST     perplexity context lengths (default 2048,4096)\n"
-      "  --ppl-tokens M          tokens scored after each context (default 48)\n"
-      "  --task-contexts LIST    prompt lengths of the tasks (default 2048)\n"
-      "  --instances N           instances per task and context (default 3)\n"
-      "  --tasks LIST            of needle,cwe,fwe (default all three)\n"
-      "  --lsh LIST              MagicPIG configurations K:L,... (default 10:150,9:120,8:75)\n"
-      "  --kv bf16|f32|q8        KV cache element type (default bf16; q8: 8-bit, docs/KV8.md)\n"
-      "  --cwe-share PCT          percent of the CWE list taken by its 3 common words (50)\n"
-      "  --dense-only            downstream with dense attention only (to size the tasks)\n"
-      "  --tuning FILE           downstream also decodes with \"tuned\": magicpig with the\n"
-      "                          operating point of pig-tune in FILE (per layer dense or K,L,t)\n"
-      "  --max-error E           FILE is pig-tune's records: select the cheapest point with\n"
-      "                          predicted mean attention error <= E\n"
-      "  --lsh-transform SPEC    downstream also decodes each --lsh configuration hashing in a\n"
-      "                          space fitted to the keys, rows \"magicpig+SPEC\" (whiten:a=A)\n"
-      "  --transforms LIST       attention-error also compares plain MagicPIG with hashing in\n"
-      "                          spaces fitted to the keys at matched cost2 (plain, pca:r=R,\n"
-      "                          whiten:a=A, mips:q=Q, whiten:a=A+mips:q=Q; \"default\": %s)\n"
-      "  --transform-grid LIST   their (K, L) grid, K:L,... (default K 7-14 x L 75,150,300)\n"
-      "LIST: comma-separated values, or none.\n",
-      DefaultModelPath(), pig::eval::kDefaultTextPath, pig::eval::kDefaultTextPackage,
-      kDefaultTransforms);
-  std::exit(error.empty() ? 0 : 2);
-}
-
-std::vector<std::string> Split(const std::string &s, char sep) {
+std::vector<std::string> Split(const std::string &s) {
   std::vector<std::string> out;
-  size_t start = 0;
-  while (start <= s.size()) {
-    size_t end = s.find(sep, start);
-    if (end == std::string::npos)
-      end = s.size();
-    if (end > start)
-      out.push_back(s.substr(start, end - start));
+  for (size_t start = 0; start <= s.size();) {
+    const size_t end = std::min(s.find(',', start), s.size());
+    out.push_back(s.substr(start, end - start));
     start = end + 1;
   }
   return out;
 }
 
-size_t ParseSize(const std::string &flag, const std::string &s, size_t lo, size_t hi) {
-  char *end = nullptr;
-  const unsigned long long v = std::strtoull(s.c_str(), &end, 10);
-  if (s.empty() || *end != '\0' || v < lo || v > hi)
-    Usage(flag + " expects an integer in [" + std::to_string(lo) + ", " + std::to_string(hi) +
-          "], got '" + s + "'");
-  return size_t(v);
-}
-
-std::vector<size_t> ParseList(const std::string &flag, const std::string &s, size_t lo, size_t hi) {
-  std::vector<size_t> out;
-  if (s == "none")
-    return out;
-  for (const std::string &p : Split(s, ','))
-    out.push_back(ParseSize(flag, p, lo, hi));
-  if (out.empty())
-    Usage(flag + " needs at least one value (or none)");
+std::vector<pig::spec::LshParams> ToLsh(const std::vector<pig::eval::KL> &kls) {
+  std::vector<pig::spec::LshParams> out;
+  for (const pig::eval::KL &kl : kls)
+    out.push_back({kl.K, kl.L, 2});
   return out;
 }
 
-Options Parse(int argc, char **argv) {
-  Options o;
-  o.eval.command_line = "build/bin/pig-eval"; // then the arguments (GCC 12: no `" " + string`)
-  for (int i = 1; i < argc; ++i)
-    o.eval.command_line.append(" ").append(argv[i]);
-  if (argc < 2)
-    Usage("give a command: attention-error, downstream, all or kv-formats");
-  o.command = argv[1];
-  if (o.command == "-h" || o.command == "--help")
-    Usage("");
-  if (o.command != "attention-error" && o.command != "downstream" && o.command != "all" &&
-      o.command != "kv-formats")
-    Usage("unknown command '" + o.command + "'");
-  // --quick first, so that explicit flags after it still win.
-  for (int i = 2; i < argc; ++i)
-    if (std::string(argv[i]) == "--quick") {
-      o.error.contexts = {256, 512};
-      o.eval.layers = {2};
-      o.down.ppl_contexts = {256};
-      o.down.ppl_tokens = 8;
-      o.down.task_contexts = {300};
-      o.down.instances = 1;
-      o.down.lsh = {{10, 150}, {8, 75}};
-    }
-  for (int i = 2; i < argc; ++i) {
-    const std::string a = argv[i];
-    auto value = [&]() -> std::string {
-      if (i + 1 >= argc)
-        Usage(a + " needs a value");
-      return argv[++i];
-    };
-    if (a == "--quick") {
-    } else if (a == "--cwe-share") {
-      o.down.cwe_share = double(ParseSize(a, value(), 5, 90)) / 100.0;
-    } else if (a == "--dense-only") {
-      o.down.dense_only = true;
-    } else if (a == "--out") {
-      o.eval.out = value();
-    } else if (a == "--update-doc") {
-      o.eval.update_doc = value();
-    } else if (a == "--model") {
-      o.eval.model = value();
-    } else if (a == "--text") {
-      o.eval.text = value();
-    } else if (a == "--threads") {
-      o.eval.threads = ParseSize(a, value(), 1, 256);
-    } else if (a == "--seed") {
-      o.eval.seed = ParseSize(a, value(), 0, ~size_t(0));
-    } else if (a == "--lsh-seed") {
-      o.down.lsh_seed = ParseSize(a, value(), 0, ~size_t(0));
-    } else if (a == "--error-contexts") {
-      o.error.contexts = ParseList(a, value(), 128, 1 << 20);
-    } else if (a == "--layers") {
-      o.eval.layers = ParseList(a, value(), 0, 1024);
-    } else if (a == "--ppl-contexts") {
-      o.down.ppl_contexts = ParseList(a, value(), 128, 1 << 20);
-    } else if (a == "--ppl-tokens") {
-      o.down.ppl_tokens = ParseSize(a, value(), 1, 4096);
-    } else if (a == "--task-contexts") {
-      o.down.task_contexts = ParseList(a, value(), 128, 1 << 20);
-    } else if (a == "--instances") {
-      o.down.instances = ParseSize(a, value(), 1, 1000);
-    } else if (a == "--tasks") {
-      o.down.tasks = Split(value(), ',');
-      for (const std::string &t : o.down.tasks)
-        if (t != "needle" && t != "cwe" && t != "fwe")
-          Usage("unknown task '" + t + "' (needle, cwe, fwe)");
-    } else if (a == "--lsh") {
-      o.down.lsh.clear();
-      for (const std::string &p : Split(value(), ',')) {
-        const std::vector<std::string> kl = Split(p, ':');
-        if (kl.size() != 2)
-          Usage("--lsh expects K:L pairs, got '" + p + "'");
-        o.down.lsh.push_back({int(ParseSize(a, kl[0], 1, 16)), int(ParseSize(a, kl[1], 1, 1024))});
-      }
-    } else if (a == "--transforms") {
-      std::string v = value();
-      if (v == "default")
-        v = kDefaultTransforms;
-      o.error.transforms.clear();
-      if (v != "none")
-        for (const std::string &p : Split(v, ',')) {
-          try {
-            o.error.transforms.push_back(pig::ref::TransformSpec::parse(p));
-          } catch (const std::invalid_argument &e) {
-            Usage(std::string("--transforms: ") + e.what());
-          }
-        }
-      // Plain first: the others are matched to it.
-      std::erase_if(o.error.transforms, [](const auto &t) { return t.identity(); });
-      if (!o.error.transforms.empty())
-        o.error.transforms.insert(o.error.transforms.begin(), pig::ref::TransformSpec{});
-    } else if (a == "--transform-grid") {
-      o.error.transform_grid.clear();
-      for (const std::string &p : Split(value(), ',')) {
-        const std::vector<std::string> kl = Split(p, ':');
-        if (kl.size() != 2)
-          Usage("--transform-grid expects K:L pairs, got '" + p + "'");
-        o.error.transform_grid.push_back(
-            {int(ParseSize(a, kl[0], 1, 16)), int(ParseSize(a, kl[1], 1, 1024))});
-      }
-    } else if (a == "--kv") {
-      const std::string v = value();
-      if (!lsh::parse_dtype(v, o.eval.kv))
-        Usage("--kv expects bf16, f32 or q8, got '" + v + "'");
-    } else if (a == "--tuning") {
-      o.down.tuning = value();
-      if (o.down.tuning.empty())
-        Usage("--tuning needs a file");
-    } else if (a == "--max-error") {
-      const std::string v = value();
-      o.down.max_error = pig::tools::ParseMaxError(v);
-      if (!o.down.max_error)
-        Usage("--max-error expects a number >= 0, got '" + v + "'");
-    } else if (a == "--lsh-transform") {
-      // A bad spec or one the runtime does not serve: a usage error before the model is read.
-      try {
-        o.down.lsh_transform = pig::runtime::ParseServedTransform(value());
-      } catch (const std::invalid_argument &e) {
-        Usage(std::string("--lsh-transform: ") + e.what());
-      }
-    } else if (a == "-h" || a == "--help") {
-      Usage("");
-    } else {
-      Usage("unknown argument '" + a + "'");
-    }
+std::string Spelling(const std::vector<pig::spec::LshParams> &list) {
+  std::string s;
+  for (const pig::spec::LshParams &p : list)
+    s += (s.empty() ? "K=" : " K=") + std::to_string(p.K) + ",L=" + std::to_string(p.L);
+  return s;
+}
+
+// (K, L) pairs: pig-eval's configurations all count t = 2 collisions.
+std::vector<pig::eval::KL> ToKL(const CLI::App &app, const std::string &flag,
+                                const std::vector<pig::spec::LshParams> &list) {
+  std::vector<pig::eval::KL> out;
+  for (const pig::spec::LshParams &p : list) {
+    if (p.t != 2)
+      pig::app::UsageError(app, flag + " measures K and L at t = 2, got " + p.str());
+    out.push_back({p.K, p.L});
   }
-  if (o.down.max_error && o.down.tuning.empty())
-    Usage("--max-error selects a point from --tuning FILE's records: give --tuning FILE");
+  return out;
+}
+
+// --quick: CI smoke sizes, set before the flags are read so that explicit flags still win.
+void Quick(Options &o) {
+  o.error.contexts = {256, 512};
+  o.eval.layers = {2};
+  o.down.ppl_contexts = {256};
+  o.down.ppl_tokens = 8;
+  o.down.task_contexts = {300};
+  o.down.instances = 1;
+  o.down.lsh = {{10, 150}, {8, 75}};
+}
+
+// A LIST option of whole numbers in [lo, hi], or none.
+void AddList(CLI::App &app, const std::string &name, std::vector<size_t> &list, size_t lo,
+             size_t hi, const std::string &description) {
+  std::string def;
+  for (size_t v : list)
+    def += (def.empty() ? "" : ",") + std::to_string(v);
+  app.add_option_function<std::string>(
+         name, [&list](const std::string &s) { list = pig::app::ParseList(s); }, description)
+      ->check(pig::app::IntegerList(lo, hi, true))
+      ->type_name("LIST")
+      ->default_str(def.empty() ? "none" : def)
+      ->group("Evaluation");
+}
+
+void Check(const CLI::App &app, const Options &o, const std::string &transform_flag) {
+  auto usage = [&](const std::string &m) { pig::app::UsageError(app, m); };
   if (!o.down.tuning.empty() && o.command == "attention-error")
-    Usage("--tuning adds the method \"tuned\" to downstream; attention-error measures fixed "
+    usage("--tuning adds the method \"tuned\" to downstream; attention-error measures fixed "
           "configurations (pig-tune accuracy measures a point's error)");
   if (!o.down.tuning.empty() && o.down.dense_only)
-    Usage("--tuning and --dense-only do not combine");
+    usage("--tuning and --dense-only do not combine");
   if (o.down.lsh_transform && o.command == "attention-error")
-    Usage("--lsh-transform adds the method \"magicpig+SPEC\" to downstream; attention-error "
-          "compares transforms with --transforms");
+    usage(transform_flag +
+          " adds the method \"magicpig+SPEC\" to downstream; attention-error compares transforms "
+          "with --transforms");
   if (o.down.lsh_transform && o.down.dense_only)
-    Usage("--lsh-transform and --dense-only do not combine");
+    usage(transform_flag + " and --dense-only do not combine");
   if (!o.error.transforms.empty()) {
     if (o.command == "downstream")
-      Usage("--transforms compares attention errors: use attention-error or all");
+      usage("--transforms compares attention errors: use attention-error or all");
     if (std::none_of(o.error.transform_grid.begin(), o.error.transform_grid.end(),
                      [](pig::eval::KL kl) { return kl.K == 10 && kl.L == 150; }))
-      Usage("--transform-grid must contain 10:150, plain MagicPIG's configuration the "
-            "transforms are matched to");
+      usage("--transform-grid must contain 10:150 (K=10,L=150), plain MagicPIG's configuration "
+            "the transforms are matched to");
   }
-  return o;
 }
 
 } // namespace
 
 int main(int argc, char **argv) {
-  const Options o = Parse(argc, argv);
+  Options o;
+  o.eval.command_line = "build/bin/pig-eval"; // then the arguments (GCC 12: no `" " + string`)
+  for (int i = 1; i < argc; ++i)
+    o.eval.command_line.append(" ").append(argv[i]);
+  if (std::count(argv + 1, argv + argc, std::string("--quick")))
+    Quick(o);
+
+  CLI::App app{kAbout, "pig-eval"};
+  pig::app::Init(app);
+  app.footer(kFooter);
+  app.fallthrough(); // the options may follow the command
+  const std::vector<std::string> commands = {"attention-error", "downstream", "all", "kv-formats"};
+  const std::vector<std::string> about = {
+      "relative L2 error of TopK, oracle sampling, Quest and MagicPIG vs exact attention on "
+      "the model's real KV caches (pig::ref)",
+      "perplexity, needle retrieval, common/frequent-words extraction with dense, magicpig (K, L) "
+      "and topk/quest at magicpig's measured cost2",
+      "both (one prefill of the text serves both)",
+      "error of exact attention with 8-bit KV formats (q8: a scale per 32 elements; a scale per "
+      "row; per-channel keys) and bf16 against f32 rows, at --error-contexts and --layers "
+      "(docs/KV8.md)"};
+  // --help after a command: the tool's help (every option is the tool's).
+  for (size_t i = 0; i < commands.size(); ++i)
+    app.add_subcommand(commands[i], about[i])
+        ->formatter_fn([&app](const CLI::App *, std::string, CLI::AppFormatMode mode) {
+          return app.get_formatter()->make_help(&app, app.get_name(), mode);
+        });
+  if (argc > 1 && argv[1][0] != '-' &&
+      std::find(commands.begin(), commands.end(), argv[1]) == commands.end())
+    pig::app::UsageError(app, "unknown command '" + std::string(argv[1]) + "'");
+
+  pig::app::ModelOptions model;
+  model.path = o.eval.model;
+  pig::app::AddModelOptions(app, model);
+  pig::app::AddThreadsOption(app, o.eval.threads, 1);
+  pig::app::AddKvOption(app, o.eval.kv);
+  std::vector<pig::spec::LshParams> lsh = ToLsh(o.down.lsh), grid = ToLsh(o.error.transform_grid);
+  pig::app::AddLshListOption(app, lsh, "downstream: the magicpig configurations (K, L)")
+      ->default_str(Spelling(lsh));
+  pig::ref::TransformSpec transform;
+  CLI::Option *transform_new = pig::app::AddTransformOption(
+      app, transform,
+      "downstream also decodes each --lsh configuration hashing in a space fitted to the keys, "
+      "rows \"magicpig+SPEC\" (whiten:a=A)");
+  CLI::Option *transform_old =
+      app.add_option_function<std::string>(
+             "--lsh-transform",
+             [&transform](const std::string &text) {
+               try {
+                 transform = ParseServedTransform(text);
+               } catch (const std::invalid_argument &e) {
+                 throw CLI::ValidationError("--lsh-transform", e.what());
+               }
+               std::fprintf(stderr,
+                            "pig-eval: warning: --lsh-transform %s is a deprecated spelling "
+                            "(accepted for one release): write --transform %s\n",
+                            text.c_str(), text.c_str());
+             },
+             "old spelling of --transform")
+          ->group("");
+  pig::app::TuningOptions tuning;
+  pig::app::AddTuningOptions(app, tuning);
+
+  const char *kEval = "Evaluation";
+  bool quick = false; // (read before the flags: Quick)
+  app.add_flag("--quick", quick, "CI smoke sizes (contexts of a few hundred tokens)")->group(kEval);
+  app.add_option("--out", o.eval.out, "CSV, PNG and markdown output")
+      ->capture_default_str()
+      ->group(kEval);
+  app.add_option("--update-doc", o.eval.update_doc,
+                 "rewrite the pig-eval sections of FILE (docs/RESULTS.md)")
+      ->type_name("FILE")
+      ->group(kEval);
+  app.add_option("--text", o.eval.text,
+                 std::string("perplexity text, .gz allowed (Debian package ") +
+                     pig::eval::kDefaultTextPackage + ")")
+      ->capture_default_str()
+      ->group(kEval);
+  app.add_option("--seed", o.eval.seed, "task instances and sampling seeds")
+      ->check(pig::app::Integer(0, UINT64_MAX))
+      ->capture_default_str()
+      ->group(kEval);
+  app.add_option_function<std::uint64_t>(
+         "--lsh-seed", [&o](std::uint64_t s) { o.down.lsh_seed = s; },
+         "downstream: SimHash matrices from seed S (default the runtime's)")
+      ->check(pig::app::Integer(0, UINT64_MAX))
+      ->type_name("S")
+      ->group(kEval);
+  AddList(app, "--error-contexts", o.error.contexts, 128, 1 << 20,
+          "KV cache lengths of attention-error and kv-formats");
+  AddList(app, "--layers", o.eval.layers, 0, 1024, "layers of attention-error and kv-formats");
+  AddList(app, "--ppl-contexts", o.down.ppl_contexts, 128, 1 << 20, "perplexity context lengths");
+  app.add_option("--ppl-tokens", o.down.ppl_tokens, "tokens scored after each context")
+      ->check(pig::app::Integer(1, 4096))
+      ->capture_default_str()
+      ->group(kEval);
+  AddList(app, "--task-contexts", o.down.task_contexts, 128, 1 << 20,
+          "prompt lengths of the tasks");
+  app.add_option("--instances", o.down.instances, "instances per task and context")
+      ->check(pig::app::Integer(1, 1000))
+      ->capture_default_str()
+      ->group(kEval);
+  app.add_option_function<std::string>(
+         "--tasks", [&o](const std::string &s) { o.down.tasks = Split(s); }, "of needle,cwe,fwe")
+      ->check(CLI::Validator(
+          [](std::string &s) -> std::string {
+            for (const std::string &t : Split(s))
+              if (t != "needle" && t != "cwe" && t != "fwe")
+                return "expects tasks of needle, cwe, fwe separated by commas, got '" + s + "'";
+            return "";
+          },
+          ""))
+      ->type_name("LIST")
+      ->default_str("needle,cwe,fwe")
+      ->group(kEval);
+  app.add_option_function<size_t>(
+         "--cwe-share", [&o](size_t pct) { o.down.cwe_share = double(pct) / 100.0; },
+         "percent of the CWE list taken by its 3 common words")
+      ->check(pig::app::Integer(5, 90))
+      ->type_name("PCT")
+      ->default_str("50")
+      ->group(kEval);
+  app.add_flag("--dense-only", o.down.dense_only,
+               "downstream with dense attention only (to size the tasks)")
+      ->group(kEval);
+  app.add_option_function<std::string>(
+         "--transforms",
+         [&o](std::string v) {
+           if (v == "default")
+             v = kDefaultTransforms;
+           o.error.transforms.clear();
+           if (v != "none")
+             for (const std::string &t : Split(v))
+               try {
+                 o.error.transforms.push_back(pig::ref::TransformSpec::parse(t));
+               } catch (const std::invalid_argument &e) {
+                 throw CLI::ValidationError("--transforms", e.what());
+               }
+           // Plain first: the others are matched to it.
+           std::erase_if(o.error.transforms, [](const auto &t) { return t.identity(); });
+           if (!o.error.transforms.empty())
+             o.error.transforms.insert(o.error.transforms.begin(), pig::ref::TransformSpec{});
+         },
+         std::string("attention-error also compares plain MagicPIG with hashing in spaces fitted "
+                     "to the keys at matched cost2 (plain, pca:r=R, whiten:a=A, mips:q=Q, "
+                     "whiten:a=A+mips:q=Q; \"default\": ") +
+             kDefaultTransforms + ")")
+      ->type_name("LIST")
+      ->group(kEval);
+  pig::app::AddLshListOption(app, grid, "the (K, L) grid of --transforms", "--transform-grid")
+      ->default_str("K 7-14 x L 75,150,300")
+      ->group(kEval);
+
+  pig::app::Parse(app, argc, argv);
+  for (const CLI::App *sub : app.get_subcommands())
+    o.command = sub->get_name();
+  if (o.command.empty())
+    pig::app::UsageError(app, "give a command: attention-error, downstream, all or kv-formats");
+  o.eval.model = model.path;
+  o.down.lsh = ToKL(app, "--lsh", lsh);
+  o.error.transform_grid = ToKL(app, "--transform-grid", grid);
+  if (transform_new->count() && transform_old->count())
+    pig::app::UsageError(app, "--lsh-transform is the old spelling of --transform: give one");
+  const std::string transform_flag = transform_old->count() ? "--lsh-transform" : "--transform";
+  if (transform_new->count() || transform_old->count())
+    o.down.lsh_transform = transform;
+  pig::app::CheckTuningOptions(app, tuning);
+  o.down.tuning = tuning.file;
+  o.down.max_error = tuning.max_error;
+  Check(app, o, transform_flag);
+
   try {
-#ifdef PIG_HAVE_GENERATED_KERNELS
-    pig_register_generated_kernels();
-#endif
+    pig::app::RegisterKernels();
     if (o.command == "attention-error")
       pig::eval::RunAttentionError(o.eval, o.error);
     else if (o.command == "downstream")
@@ -288,7 +316,7 @@ int main(int argc, char **argv) {
       pig::eval::RunKvFormats(o.eval, pig::eval::KvFormatsOptions{o.error.contexts});
     return 0;
   } catch (const pig::eval::UsageError &e) {
-    Usage(e.what()); // what only the loaded model refuses: a usage error all the same
+    pig::app::UsageError(app, e.what()); // what only the loaded model refuses: a usage error
   } catch (const std::exception &e) {
     std::fprintf(stderr, "pig-eval: error: %s\n", e.what());
     return 1;

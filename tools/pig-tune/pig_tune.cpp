@@ -13,25 +13,23 @@
 // Ctrl-C keeps every record written so far, and a rerun skips what is already measured. select,
 // emit-manifest and show only read records (replay: no model, no measurement).
 //
-// This main parses the command line; the workflows are pig_tune_workflows'
-// (pig/tune/workflows.h).
+// This main parses the command line (pig::app's shared groups and validators on CLI11); the
+// workflows are pig_tune_workflows' (pig/tune/workflows.h).
 #include <atomic>
 #include <csignal>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
-#include <sstream>
+#include <limits>
 #include <string>
+#include <tuple>
 #include <vector>
 
-#include <CLI/CLI.hpp>
-
+#include "pig/app/kernels.h"
+#include "pig/app/options.h"
 #include "pig/runtime/model.h"
 #include "pig/tune/workflows.h"
-
-#ifdef PIG_HAVE_GENERATED_KERNELS
-#include "pig/Codegen/GeneratedKernels.h"
-#endif
 
 namespace {
 
@@ -45,93 +43,116 @@ extern "C" void OnSigint(int) {
     std::_Exit(130);
 }
 
-std::vector<size_t> SizeList(const std::string &s) {
-  std::vector<size_t> v;
-  std::stringstream ss(s);
-  std::string item;
-  while (std::getline(ss, item, ',')) {
-    char *end = nullptr;
-    const unsigned long long x = std::strtoull(item.c_str(), &end, 10);
-    if (item.empty() || *end || item[0] == '-' || x == 0)
-      throw CLI::ValidationError("list",
-                                 "expects positive integers separated by commas, got '" + s + "'");
-    v.push_back(size_t(x));
-  }
-  return v;
+constexpr double kInf = std::numeric_limits<double>::infinity();
+
+// --contexts LIST: KV cache lengths.
+void AddContexts(CLI::App &sub, std::vector<size_t> &contexts, const std::string &description) {
+  std::string def;
+  for (size_t c : contexts)
+    def += (def.empty() ? "" : ",") + std::to_string(c);
+  sub.add_option_function<std::string>(
+         "--contexts", [&contexts](const std::string &s) { contexts = pig::app::ParseList(s); },
+         description)
+      ->check(pig::app::IntegerList(1, size_t(1) << 24))
+      ->type_name("LIST")
+      ->default_str(def);
 }
 
 } // namespace
 
 int main(int argc, char **argv) {
-  CLI::App app{"pig-tune: operating points per model and per machine (docs/TUNING.md)"};
+  CLI::App app{"pig-tune: operating points per model and per machine (docs/TUNING.md)", "pig-tune"};
+  pig::app::Init(app);
+  app.fallthrough(); // the shared options may follow the command
   app.require_subcommand(1);
   tune::CommonOptions common;
-  common.model = pig::runtime::DefaultModelPath();
   common.stop = &g_stop;
+  pig::app::ModelOptions model;
+  pig::app::AddModelOptions(app, model);
+  pig::app::AddThreadsOption(app, common.threads);
   app.add_option("--records", common.records, "tuning records, JSON Lines (appended)")
       ->capture_default_str();
-  app.add_option("--model", common.model, "GGUF model")->capture_default_str();
-  app.add_option("--threads", common.threads, "threads (0: every core)")->capture_default_str();
 
   tune::AccuracyOptions ao;
-  std::string ctx_str = "2048,4096,8192";
   auto *acc = app.add_subcommand("accuracy", "per-layer attention error and cost2 of LSH "
                                              "candidates on the model's real KV caches");
   acc->add_option("--text", ao.text, "text prefilled (densely) to build the KV caches")
       ->capture_default_str();
-  acc->add_option("--contexts", ctx_str, "KV cache lengths measured")->capture_default_str();
+  AddContexts(*acc, ao.contexts, "KV cache lengths measured");
   acc->add_option("--positions", ao.positions, "decode positions per context")
       ->capture_default_str()
-      ->check(CLI::Range(1, 64));
-  acc->add_option("--K", ao.Ks, "bits per table")->delimiter(',')->capture_default_str();
-  acc->add_option("--L", ao.Ls, "tables")->delimiter(',')->capture_default_str();
-  acc->add_option("--t", ao.ts, "collision thresholds")->delimiter(',')->capture_default_str();
+      ->check(pig::app::Integer(1, 64));
+  // The grid's values (K, L, t: whole numbers; their limits are checked with the candidates).
+  for (auto [name, values, what] :
+       {std::tuple{"--K", &ao.Ks, "bits per table"}, std::tuple{"--L", &ao.Ls, "tables"},
+        std::tuple{"--t", &ao.ts, "collision thresholds"}})
+    acc->add_option(name, *values, what)
+        ->delimiter(',')
+        ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll)
+        ->check(pig::app::Integer(0, 1u << 16))
+        ->capture_default_str();
   acc->add_option("--max-evals", ao.max_evals, "candidates measured at most (0: no limit)")
+      ->check(pig::app::Integer(0, size_t(1) << 30))
       ->capture_default_str();
   acc->add_option("--time-limit", ao.time_limit, "seconds; stops starting new candidates")
+      ->check(pig::app::Number(0, 1e9))
       ->capture_default_str();
   acc->add_flag("--exhaustive", ao.exhaustive,
                 "measure every candidate (no pruning of those that cannot improve the frontier)");
 
   tune::SpeedRunOptions sc;
-  std::string sctx = "8192,16384,32768";
   auto *spd = app.add_subcommand("speed", "decode-step time of candidates and tuned points on "
                                           "this machine, interleaved against the default");
   spd->add_option("--text", sc.text, "text prefilled densely, then tiled")->capture_default_str();
-  spd->add_option("--contexts", sctx, "contexts")->capture_default_str();
+  AddContexts(*spd, sc.contexts, "contexts");
   spd->add_option("--prefill", sc.prefill, "tokens prefilled (tiled up to each context)")
+      ->check(pig::app::Integer(1, size_t(1) << 24))
       ->capture_default_str();
-  spd->add_option("--lsh", sc.lsh, "uniform candidates K,L,t (repeatable)");
-  spd->add_option("--point", sc.points, "operating point files (repeatable)");
+  pig::app::AddLshListOption(*spd, sc.lsh, "uniform candidates (repeatable)");
+  spd->add_option("--point", sc.points, "operating point files (repeatable)")
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
   spd->add_option("--max-errors", sc.max_errors,
                   "per-layer points selected from the quality records at these errors")
-      ->delimiter(',');
+      ->delimiter(',')
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll)
+      ->check(pig::app::Number(0, kInf));
   spd->add_option("--schedules", sc.schedules,
-                  "measure each candidate under each schedule ('' = default; repeatable)");
+                  "measure each candidate under each schedule ('' = default; repeatable)")
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
   spd->add_flag("--per-layer", sc.per_layer,
                 "per-layer attention times of the per-layer frontiers' candidates and of dense "
                 "attention (for select --cost time); with --point: the point's layers timed in "
                 "the mix against those times (prints only)");
   spd->add_option("--max-per-layer", sc.max_per_layer,
-                  "with --per-layer: candidates timed at most (0: every frontier candidate)");
-  spd->add_option("--min-rounds", sc.harness.min_rounds)->capture_default_str();
-  spd->add_option("--max-rounds", sc.harness.max_rounds)->capture_default_str();
+                  "with --per-layer: candidates timed at most (0: every frontier candidate)")
+      ->check(pig::app::Integer(0, size_t(1) << 20));
+  spd->add_option("--min-rounds", sc.harness.min_rounds)
+      ->check(pig::app::Integer(1, 1u << 20))
+      ->capture_default_str();
+  spd->add_option("--max-rounds", sc.harness.max_rounds)
+      ->check(pig::app::Integer(1, 1u << 20))
+      ->capture_default_str();
   spd->add_option("--min-time", sc.harness.min_time_s, "seconds measured per candidate at least")
+      ->check(pig::app::Number(0, 1e9))
       ->capture_default_str();
   spd->add_option("--drop-ratio", sc.harness.drop_ratio,
                   "drop a candidate slower than this times the best (inf: never)")
       ->capture_default_str();
   spd->add_option("--time-limit", sc.harness.time_limit_s, "seconds per context (0: none)")
+      ->check(pig::app::Number(0, 1e9))
       ->capture_default_str();
 
   tune::SelectOptions so;
   auto *sel = app.add_subcommand("select", "an operating point from the records (no measuring)");
   auto *me = sel->add_option("--max-error", so.max_error,
-                             "cheapest point whose mean attention error is at most E");
+                             "cheapest point whose mean attention error is at most E")
+                 ->check(pig::app::Number(0, kInf));
   auto *mc = sel->add_option("--max-cost2", so.max_cost2,
-                             "most accurate point whose mean cost2 is at most C");
+                             "most accurate point whose mean cost2 is at most C")
+                 ->check(pig::app::Number(0, 1));
   auto *ms = sel->add_option("--min-speedup", so.min_speedup,
-                             "most accurate measured point at least S x the default's speed");
+                             "most accurate measured point at least S x the default's speed")
+                 ->check(pig::app::Number(0, kInf, true));
   me->excludes(mc)->excludes(ms);
   mc->excludes(ms);
   sel->add_flag("--uniform", so.uniform, "one (K, L, t) on every sparse layer (with --max-error)");
@@ -140,7 +161,8 @@ int main(int argc, char **argv) {
                   "machine's per-layer times, pig-tune speed --per-layer)")
       ->check(CLI::IsMember({"cost2", "time"}))
       ->capture_default_str();
-  sel->add_option("--context", so.context, "context of the speed records (0: the largest)");
+  sel->add_option("--context", so.context, "context of the speed records (0: the largest)")
+      ->check(pig::app::Integer(0, size_t(1) << 24));
   sel->add_option("--out", so.out, "point file written")->capture_default_str();
   sel->add_option("--data-hash", so.data_hash, "quality records of this data hash");
   sel->add_option("--as-machine", so.as_machine, "replay as another machine (tests)")->group("");
@@ -157,43 +179,36 @@ int main(int argc, char **argv) {
   auto *sh = app.add_subcommand("show", "the frontier: tables and a PNG");
   sh->add_option("--out", sho.out, "directory for frontier.png and the CSVs");
   sh->add_option("--data-hash", sho.select.data_hash, "quality records of this data hash");
-  sh->add_option("--context", sho.select.context, "context of the speed records (0: the largest)");
+  sh->add_option("--context", sho.select.context, "context of the speed records (0: the largest)")
+      ->check(pig::app::Integer(0, size_t(1) << 24));
   sh->add_option("--as-machine", sho.select.as_machine, "replay as another machine (tests)")
       ->group("");
 
-  // A bad command line exits 2, as the project's other tools do (--help: 0).
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError &e) {
-    return app.exit(e) == 0 ? 0 : 2;
-  }
+  // A bad command line exits 2 naming the flag, as the project's other tools do (--help: 0).
+  if (argc > 1 && argv[1][0] != '-' &&
+      app.get_subcommands([&](const CLI::App *c) { return c->check_name(argv[1]); }).empty())
+    pig::app::UsageError(app, "unknown command '" + std::string(argv[1]) + "'");
+  pig::app::Parse(app, argc, argv);
+  common.model = model.path;
+  if (*sel && !so.max_error && !so.max_cost2 && !so.min_speedup)
+    pig::app::UsageError(app, "select needs a bound: give --max-error, --max-cost2 or "
+                              "--min-speedup");
   std::signal(SIGINT, OnSigint);
   try {
-#ifdef PIG_HAVE_GENERATED_KERNELS
-    pig_register_generated_kernels();
-#endif
-    if (*acc) {
-      ao.contexts = SizeList(ctx_str);
+    pig::app::RegisterKernels();
+    if (*acc)
       return tune::RunAccuracy(common, ao);
-    }
-    if (*spd) {
-      sc.contexts = SizeList(sctx);
+    if (*spd)
       return tune::RunSpeed(common, sc);
-    }
-    if (*sel) {
-      if (!so.max_error && !so.max_cost2 && !so.min_speedup)
-        throw CLI::ValidationError("select", "give --max-error, --max-cost2 or --min-speedup");
+    if (*sel)
       return tune::RunSelect(common, so);
-    }
     if (*em)
       return tune::RunEmitManifest(eo);
     if (*sh)
       return tune::RunShow(common, sho);
-  } catch (const CLI::ParseError &e) {
-    return app.exit(e) == 0 ? 0 : 2;
   } catch (const tune::UsageError &e) {
     // A bad option value found while running: reported as a bad command line.
-    return app.exit(CLI::ValidationError(e.option(), e.message())) == 0 ? 0 : 2;
+    pig::app::UsageError(app, e.what());
   } catch (const std::exception &e) {
     std::fprintf(stderr, "pig-tune: error: %s\n", e.what());
     return 1;

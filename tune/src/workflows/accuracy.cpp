@@ -5,7 +5,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
-#include <exception>
 #include <fstream>
 #include <map>
 #include <memory>
@@ -16,8 +15,10 @@
 #include <tuple>
 #include <vector>
 
-#include "capture_attention.h"
 #include "common.h"
+#include "pig/app/decorators.h"
+#include "pig/app/progress.h"
+#include "pig/eval/tasks.h" // text reading and normalisation
 #include "pig/reference/reference.h"
 #include "pig/runtime/attention.h"
 #include "pig/runtime/model.h"
@@ -25,8 +26,6 @@
 #include "pig/tune/quality.h"
 #include "pig/tune/record.h"
 #include "pig/tune/workflows.h"
-#include "progress.h"
-#include "tasks.h" // tools/pig-eval: text reading and normalisation
 
 namespace pig::tune {
 
@@ -167,9 +166,9 @@ int RunAccuracy(const CommonOptions &common, const AccuracyOptions &o) {
   // One dense prefill to the longest context, with `positions` decode steps before each
   // context's end: their queries are real decode steps' queries.
   const auto t_prefill = Clock::now();
-  auto owned = std::make_unique<CaptureAttention>(
-      AttentionShape{cfg.n_layers, cfg.n_heads, cfg.n_kv_heads, d, contexts.back()}, kv);
-  CaptureAttention &cap = *owned;
+  auto owned = std::make_unique<app::CapturingAttention>(std::make_unique<DenseAttention>(
+      AttentionShape{cfg.n_layers, cfg.n_heads, cfg.n_kv_heads, d, contexts.back()}, kv));
+  app::CapturingAttention &cap = *owned;
   LlamaSession session(*model, pool, contexts.back(), std::move(owned));
   std::vector<float> logits(cfg.vocab);
   for (size_t P : contexts) {
@@ -209,7 +208,7 @@ int RunAccuracy(const CommonOptions &common, const AccuracyOptions &o) {
   std::vector<Measured> results;
   size_t evaluated = 0;
   const double total_units = double(std::min(budget, cands.size()));
-  Progress progress("pig-tune accuracy", total_units);
+  app::Progress progress("pig-tune accuracy", total_units);
   const auto t0 = Clock::now();
   const std::string ts = Timestamp();
   bool stopped = false;
@@ -251,36 +250,28 @@ int RunAccuracy(const CommonOptions &common, const AccuracyOptions &o) {
     for (size_t ci = 0; ci < contexts.size() && !pts.empty() && !stopped; ++ci) {
       const size_t P = contexts[ci];
       std::mutex mu;
-      std::exception_ptr failed; // the pool does not carry exceptions across threads
+      // An item's exception is rethrown here by the pool (the first one).
       pool.ParallelFor(cfg.n_layers * H, [&](size_t item, size_t) {
         if (Stopped(common))
           return;
-        try {
-          const size_t l = item / H, kvh = item % H;
-          std::vector<QualityQuery> qs;
-          for (const auto &cq : cap.queries[l])
-            if (cq.pos < P && cq.pos + o.positions >= P)
-              for (size_t g = 0; g < G; ++g) {
-                const float *q = cq.q.data() + (kvh * G + g) * d;
-                qs.push_back({std::vector<float>(q, q + d), cq.pos + 1});
-              }
-          const pig::ref::Matrix K{Km[item].row(0), P, d}, V{Vm[item].row(0), P, d};
-          const auto res =
-              MeasureCandidates(K, V, W, qs, pts, pig::ref::StaticConfig{o.sink, o.local});
-          std::lock_guard<std::mutex> lock(mu);
-          for (size_t p = 0; p < pts.size(); ++p)
-            for (const auto &s : res[p]) {
-              err[todo_index[p]][l][ci].push_back(s.error);
-              cost[todo_index[p]][l][ci].push_back(s.cost);
+        const size_t l = item / H, kvh = item % H;
+        std::vector<QualityQuery> qs;
+        for (const auto &cq : cap.queries(l))
+          if (cq.pos < P && cq.pos + o.positions >= P)
+            for (size_t g = 0; g < G; ++g) {
+              const float *q = cq.q.data() + (kvh * G + g) * d;
+              qs.push_back({std::vector<float>(q, q + d), cq.pos + 1});
             }
-        } catch (...) {
-          std::lock_guard<std::mutex> lock(mu);
-          if (!failed)
-            failed = std::current_exception();
-        }
+        const pig::ref::Matrix K{Km[item].row(0), P, d}, V{Vm[item].row(0), P, d};
+        const auto res =
+            MeasureCandidates(K, V, W, qs, pts, pig::ref::StaticConfig{o.sink, o.local});
+        std::lock_guard<std::mutex> lock(mu);
+        for (size_t p = 0; p < pts.size(); ++p)
+          for (const auto &s : res[p]) {
+            err[todo_index[p]][l][ci].push_back(s.error);
+            cost[todo_index[p]][l][ci].push_back(s.cost);
+          }
       });
-      if (failed)
-        std::rethrow_exception(failed);
       if (Stopped(common)) {
         stopped = true;
         break;

@@ -5,9 +5,9 @@
 #include <sstream>
 #include <string>
 
+#include "pig/eval/report.h" // WriteFile
 #include "pig/tune/point.h"
 #include "pig/tune/workflows.h"
-#include "report.h" // tools/pig-eval: WriteFile
 
 namespace pig::tune {
 namespace {

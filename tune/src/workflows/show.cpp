@@ -7,12 +7,12 @@
 #include <vector>
 
 #include "common.h"
+#include "pig/eval/report.h" // CSV, gnuplot
 #include "pig/tune/frontier.h"
 #include "pig/tune/point.h"
 #include "pig/tune/record.h"
 #include "pig/tune/workflows.h"
 #include "replay.h"
-#include "report.h" // tools/pig-eval: CSV, gnuplot
 
 namespace pig::tune {
 

@@ -10,6 +10,9 @@
 #include <vector>
 
 #include "common.h"
+#include "pig/app/progress.h"
+#include "pig/app/tiled_decode.h"
+#include "pig/eval/tasks.h" // text reading and normalisation
 #include "pig/runtime/attention.h"
 #include "pig/runtime/model.h"
 #include "pig/runtime/ops.h"
@@ -19,15 +22,14 @@
 #include "pig/tune/speed.h"
 #include "pig/tune/tuning.h"
 #include "pig/tune/workflows.h"
-#include "progress.h"
 #include "replay.h"
-#include "tasks.h" // tools/pig-eval: text reading and normalisation
-#include "tiled_decoder.h"
 
 namespace pig::tune {
 
 using namespace pig::runtime;
 using namespace workflow;
+using app::Progress;
+using app::TiledDecoder;
 
 namespace {
 
@@ -105,10 +107,10 @@ int PerLayerSpeed(const LlamaModel &model, ThreadPool &pool, const Fingerprint &
       if (!x_first)
         ds = D.Step(next());
       X.Step(next());
-      const std::vector<double> xl = X.LayerSeconds();
+      const std::vector<double> xl = X.attention().layer_seconds;
       if (x_first)
         ds = D.Step(next());
-      const std::vector<double> &dls = D.LayerSeconds();
+      const std::vector<double> &dls = D.attention().layer_seconds;
       double dsum = 0;
       for (size_t l = 0; l < nl; ++l) {
         ratio[l].push_back(xl[l] / dls[l]);
@@ -199,14 +201,14 @@ int ComparePointLayers(const LlamaModel &model, ThreadPool &pool, const Fingerpr
     if (r % 2)
       d = D.Step(next());
     x = X.Step(next());
-    const std::vector<double> xl = X.LayerSeconds();
+    const std::vector<double> xl = X.attention().layer_seconds;
     if (r % 2 == 0)
       d = D.Step(next());
     xs.push_back(x);
     ds.push_back(d);
     for (size_t l = 0; l < nl; ++l) {
-      ratio[l].push_back(xl[l] / D.LayerSeconds()[l]);
-      dl[l].push_back(D.LayerSeconds()[l]);
+      ratio[l].push_back(xl[l] / D.attention().layer_seconds[l]);
+      dl[l].push_back(D.attention().layer_seconds[l]);
     }
   }
   if (Stopped(common))
@@ -284,10 +286,11 @@ int RunSpeed(const CommonOptions &common, SpeedRunOptions o) {
       def.point = uniform_point(*table, {base.K, base.L, base.t}, DefaultDense(c.n_layers));
     cands.push_back(def);
   }
-  for (const std::string &s : o.lsh) {
+  for (const spec::LshParams &p : o.lsh) {
     Candidate cand;
-    if (std::sscanf(s.c_str(), "%d,%d,%d", &cand.K, &cand.L, &cand.t) != 3)
-      throw UsageError("--lsh", "expects K,L,t, got '" + s + "'");
+    cand.K = p.K;
+    cand.L = p.L;
+    cand.t = p.t;
     AttentionSpec spec = base;
     spec.K = cand.K;
     spec.L = cand.L;
@@ -420,7 +423,7 @@ int RunSpeed(const CommonOptions &common, SpeedRunOptions o) {
     progress.Done();
     for (size_t i = 0; i < cands.size(); ++i) {
       const CandidateSpeed &cs = r.candidates[i];
-      const AttentionStats st = dec[i]->Stats();
+      const AttentionStats st = dec[i]->attention().stats();
       std::printf("| %zu | %s | %.2f (%.2f) | %.1f | %.2fx | %s | %.2f %% | %d%s |\n", ctx,
                   cands[i].label.c_str(), 1e3 * cs.median_s, 1e3 * cs.mad_s, 1.0 / cs.median_s,
                   i == 0 ? 1.0 : cs.ratio,

@@ -27,6 +27,7 @@
 #include <string>
 #include <vector>
 
+#include "pig/spec/lsh_params.h"
 #include "pig/tune/speed.h"
 
 namespace pig::tune {
@@ -72,7 +73,7 @@ struct SpeedRunOptions {
   std::string text = "/usr/share/common-licenses/GPL-3"; ///< prefilled densely, then tiled
   std::vector<std::size_t> contexts{8192, 16384, 32768};
   std::size_t prefill = 2048;         ///< tokens prefilled (tiled up to each context)
-  std::vector<std::string> lsh;       ///< uniform candidates "K,L,t"
+  std::vector<spec::LshParams> lsh;   ///< uniform candidates
   std::vector<std::string> points;    ///< operating point files
   std::vector<double> max_errors;     ///< per-layer points selected from the quality records
   std::vector<std::string> schedules; ///< each candidate x each schedule ("" = default)
