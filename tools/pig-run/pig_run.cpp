@@ -616,10 +616,10 @@ int RunCompare(const Options &o) {
     s.SetPosition(p.prompt.size());
     std::fprintf(stderr, "decoding with %s\n", spec.str(cfg.n_layers).c_str());
     Column c;
-    c.name = method != pig::spec::Method::magicpig ? method
+    c.name = method != "magicpig" ? method
              : p.tuning           ? "magicpig (tuned, per layer)"
                         : "magicpig K=" + std::to_string(spec.K) + " L=" + std::to_string(spec.L);
-    if (method == pig::spec::Method::magicpig && !spec.transform.identity())
+    if (method == "magicpig" && !spec.transform.identity())
       c.name.append(" ").append(spec.transform.str());
     c.r = Decode(s, tok, logits, o, false);
     c.st = s.attention().stats();
