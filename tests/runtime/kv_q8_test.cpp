@@ -375,7 +375,7 @@ TEST_P(Q8AttentionTest, LoadPrefixFromF32EqualsOwnPrefill) {
   const size_t layers = 3, kvh = 2, heads = 6, d = c.d, prompt = 200, steps = 6;
   const AttentionShape shape{layers, heads, kvh, d, prompt + steps};
   AttentionSpec spec;
-  spec.method = c.method;
+  spec.method = *pig::spec::parse_method(c.method);
   spec.K = 8;
   spec.L = 75;
   spec.kv_dtype = DType::q8;
