@@ -2,7 +2,9 @@
 // records, and per-layer selection against brute force on small synthetic instances.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstdio>
+#include <limits>
 #include <random>
 
 #include "pig/tune/point.h"
@@ -74,6 +76,83 @@ TEST(OperatingPoint, BadFilesNameTheProblem) {
   s.replace(s.find("\"K\": 10"), 7, "\"K\": \"x\"");
   EXPECT_NE(message(s).find("field 'K' must be an integer"), std::string::npos) << message(s);
   EXPECT_THROW(load_point(testing::TempDir() + "/no-such-point.json"), RecordError);
+}
+
+// A point's contents are checked on load with the manifest's and the runtime's rules: every
+// refusal names the field (and the layer), whatever wrote the file.
+TEST(OperatingPoint, ContentsAreValidatedOnLoad) {
+  OperatingPoint good;
+  good.data_hash = "abc";
+  good.kernel_tail = "d=64 bf16";
+  good.layers = {{0, Candidate{0, 0, 0, true}, 0.0, 1.0}, {1, Candidate{8, 75, 2}, 0.1, 0.02}};
+  good.error = 0.05;
+  good.cost2 = 0.51;
+  ASSERT_NO_THROW(parse_point(to_json(good)));
+  auto refusal = [&](const std::string &from, const std::string &to) -> std::string {
+    std::string s = to_json(good);
+    const auto at = s.find(from);
+    if (at == std::string::npos)
+      return "'" + from + "' not in the point";
+    s.replace(at, from.size(), to);
+    try {
+      parse_point(s);
+    } catch (const RecordError &e) {
+      return e.what();
+    }
+    return "accepted";
+  };
+  auto names = [](const std::string &message, const std::string &what) {
+    return message.find(what) != std::string::npos;
+  };
+  const struct {
+    const char *from, *to, *expect;
+  } bad[] = {
+      {"\"K\": 8", "\"K\": 99", "layers[1]: field 'K': K = 99 is outside [1, 16]"},
+      {"\"K\": 8", "\"K\": 0", "layers[1]: field 'K'"},
+      {"\"K\": 8", "\"K\": 4294967304", "field 'K' = 4294967304 is outside int"},
+      {"\"L\": 75", "\"L\": 0", "layers[1]: field 'L': L = 0 is outside [1, 1024]"},
+      {"\"L\": 75", "\"L\": 2000", "layers[1]: field 'L'"},
+      {"\"t\": 2", "\"t\": 76", "layers[1]: field 't': t = 76 is outside [1, L = 75]"},
+      {"\"t\": 2", "\"t\": 0", "layers[1]: field 't'"},
+      {"\"schedule\": \"\"", "\"schedule\": \"block=48\"",
+       "field 'schedule': schedule knob 'block' = 48"},
+      {"\"schedule\": \"\"", "\"schedule\": \"blok=32\"",
+       "field 'schedule': unknown schedule knob 'blok'"},
+      {"\"kernel\": \"d=64 bf16\"", "\"kernel\": \"d=64 f12\"", "field 'kernel'"},
+      {"\"kernel\": \"d=64 bf16\"", "\"kernel\": \"64 bf16\"", "field 'kernel'"},
+      {"\"error\": 0.1", "\"error\": -0.1", "layers[1]: field 'error' = -0.1 is outside"},
+      {"\"error\": 0.1", "\"error\": 1e999", "number overflow"},
+      {"\"cost2\": 0.02", "\"cost2\": 1.5", "layers[1]: field 'cost2' = 1.5 is outside [0, 1]"},
+      {"\"cost2\": 0.02", "\"cost2\": -1e-3", "layers[1]: field 'cost2'"},
+      {"\"error\": 0.05", "\"error\": -1", "point: field 'error' = -1"},
+      {"\"cost2\": 0.51", "\"cost2\": 2", "point: field 'cost2' = 2"},
+      {"\"cost2\": 0.51", "\"cost2\": -1e999", "number overflow"},
+      {"\"attention_s\": 0", "\"attention_s\": -3", "field 'attention_s' = -3"},
+      {"\"error\": 0.05", "\"error\": null", "field 'error' must be a number, not null"},
+  };
+  for (const auto &b : bad) {
+    const std::string m = refusal(b.from, b.to);
+    EXPECT_TRUE(names(m, b.expect)) << b.to << ": " << m;
+  }
+  // NaN cannot be spelled in JSON: the writer refuses it instead of writing null.
+  OperatingPoint nan = good;
+  nan.layers[1].error = std::nan("");
+  EXPECT_THROW(save_point(testing::TempDir() + "/nan-point.json", nan), RecordError);
+  nan = good;
+  nan.layers[1].cost2 = std::numeric_limits<double>::infinity();
+  EXPECT_THROW(validate_point(nan), RecordError);
+  nan = good;
+  nan.error = std::nan("");
+  EXPECT_THROW(validate_point(nan), RecordError);
+  nan = good;
+  nan.layers[1].c.L = 0;
+  EXPECT_THROW(validate_point(nan), RecordError);
+  // A dense layer needs no K, L, t; an LSH layer at the limits is legal.
+  OperatingPoint edge = good;
+  edge.layers[1].c = Candidate{16, 1024, 1024};
+  edge.schedule = "gqa=union block=128";
+  EXPECT_NO_THROW(validate_point(edge));
+  EXPECT_EQ(parse_point(to_json(edge)), edge);
 }
 
 TEST(QualityTable, AveragesContextsAndRefusesAmbiguity) {

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <fstream>
 #include <limits>
@@ -12,6 +13,8 @@
 #include <nlohmann/json.hpp>
 
 #include "pig/spec/kernel_key.h"
+#include "pig/spec/lsh_params.h"
+#include "pig/spec/schedule.h"
 #include "pig/spec/text.h"
 
 namespace pig::tune {
@@ -46,6 +49,13 @@ int integer(const json &o, const char *name, const std::string &where) {
   const json &v = need(o, name, where);
   if (!v.is_number_integer())
     throw RecordError(where + "field '" + name + "' must be an integer, not " + v.type_name());
+  // get<int>() would wrap 4294967306 to 10: a value outside int is refused, not cast.
+  const bool fits = v.is_number_unsigned()
+                        ? v.get<std::uint64_t>() <= std::uint64_t(std::numeric_limits<int>::max())
+                        : v.get<std::int64_t>() >= std::numeric_limits<int>::min() &&
+                              v.get<std::int64_t>() <= std::numeric_limits<int>::max();
+  if (!fits)
+    throw RecordError(where + "field '" + name + "' = " + v.dump() + " is outside int");
   return v.get<int>();
 }
 std::string text(const json &o, const char *name, const std::string &where) {
@@ -190,7 +200,64 @@ void fill_slack(const std::vector<std::vector<Option>> &opts, std::vector<std::s
   }
 }
 
+// "" when v is a finite number in [lo, hi], else why (naming the field).
+std::string range_problem(const char *field, double v, double lo, double hi) {
+  if (std::isfinite(v) && v >= lo && v <= hi)
+    return "";
+  std::ostringstream m;
+  m << "field '" << field << "' = " << v << " is outside [" << lo << ", " << hi << "]";
+  if (!std::isfinite(v))
+    m << " (not finite)";
+  return m.str();
+}
+
 } // namespace
+
+void validate_point(const OperatingPoint &p) {
+  const std::string where = "operating point: ";
+  const double inf = std::numeric_limits<double>::infinity();
+  if (!p.kernel_tail.empty()) {
+    // The tail of a manifest line's key: "K=1 L=1 <tail>" must read and serve.
+    std::string why;
+    const auto key = spec::KernelKey::parse("K=1 L=1 " + p.kernel_tail, &why);
+    if (key)
+      why = key->validate();
+    else
+      why = "'" + p.kernel_tail + "' is not 'd=<head dim> <type>'";
+    if (!why.empty())
+      throw RecordError(where + "field 'kernel': " + why);
+  }
+  if (std::string why; !spec::Schedule::parse(p.schedule, &why))
+    throw RecordError(where + "field 'schedule': " + why);
+  if (std::string why = range_problem("error", p.error, 0, inf); !why.empty())
+    throw RecordError(where + why);
+  if (std::string why = range_problem("cost2", p.cost2, 0, 1); !why.empty())
+    throw RecordError(where + why);
+  if (std::string why = range_problem("attention_s", p.attention_s, 0, inf); !why.empty())
+    throw RecordError(where + why);
+  if (p.layers.empty())
+    throw RecordError(where + "field 'layers' must be a non-empty array");
+  for (std::size_t i = 0; i < p.layers.size(); ++i) {
+    const LayerChoice &l = p.layers[i];
+    const std::string w = where + "layers[" + std::to_string(i) + "]: ";
+    if (l.layer != int(i))
+      throw RecordError(w + "layer " + std::to_string(l.layer) + " out of order (expected " +
+                        std::to_string(i) + ")");
+    if (!l.c.dense) {
+      const spec::LshParams lsh{l.c.K, l.c.L, l.c.t};
+      if (std::string why = lsh.validate(); !why.empty()) {
+        const char *field = lsh.K < 1 || lsh.K > spec::kMaxK   ? "K"
+                            : lsh.L < 1 || lsh.L > spec::kMaxL ? "L"
+                                                               : "t";
+        throw RecordError(w + "field '" + field + "': " + why);
+      }
+    }
+    if (std::string why = range_problem("error", l.error, 0, inf); !why.empty())
+      throw RecordError(w + why);
+    if (std::string why = range_problem("cost2", l.cost2, 0, 1); !why.empty())
+      throw RecordError(w + why);
+  }
+}
 
 std::string OperatingPoint::layers_str() const {
   std::string s;
@@ -291,6 +358,7 @@ OperatingPoint parse_point(std::string_view s) {
     c.cost2 = number(o, "cost2", w);
     p.layers.push_back(c);
   }
+  validate_point(p);
   return p;
 }
 
@@ -308,6 +376,7 @@ OperatingPoint load_point(const std::string &path) {
 }
 
 void save_point(const std::string &path, const OperatingPoint &p) {
+  validate_point(p);
   const std::string tmp = path + ".tmp";
   {
     std::ofstream out(tmp, std::ios::binary | std::ios::trunc);

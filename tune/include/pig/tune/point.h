@@ -61,12 +61,19 @@ struct OperatingPoint {
 
 /// One JSON document (pretty, newline-terminated). Deterministic.
 std::string to_json(const OperatingPoint &p);
+/// Throws RecordError naming the field when a point could not be served: an LSH layer's K, L or
+/// t outside pig::spec::LshParams' limits, a schedule pig::spec::Schedule::parse refuses, a
+/// kernel tail ("d=64 bf16") that is not a servable head dim and type, an error (the point's or
+/// a layer's) that is negative or not finite, a cost2 outside [0, 1], a negative or non-finite
+/// attention_s, no layers, or layers not numbered 0..n-1.
+void validate_point(const OperatingPoint &p);
 /// Throws RecordError naming the field on malformed JSON, a missing or mistyped field, a kind
-/// other than "operating_point", a newer schema, layers not numbered 0..n-1.
+/// other than "operating_point", a newer schema, or contents validate_point refuses.
 OperatingPoint parse_point(std::string_view text);
 /// Reads a point file; throws RecordError when it cannot be read or parsed.
 OperatingPoint load_point(const std::string &path);
-/// Writes atomically (a temporary file renamed over the target).
+/// Writes atomically (a temporary file renamed over the target); refuses (RecordError) a point
+/// validate_point refuses.
 void save_point(const std::string &path, const OperatingPoint &p);
 
 /// Per-layer quality of candidates: what selection reads, aggregated from quality records
