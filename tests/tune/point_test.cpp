@@ -4,8 +4,11 @@
 
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
+#include <fstream>
 #include <limits>
 #include <random>
+#include <sstream>
 
 #include "pig/tune/point.h"
 
@@ -153,6 +156,65 @@ TEST(OperatingPoint, ContentsAreValidatedOnLoad) {
   edge.schedule = "gqa=union block=128";
   EXPECT_NO_THROW(validate_point(edge));
   EXPECT_EQ(parse_point(to_json(edge)), edge);
+}
+
+// save_point's failures, injected in ways that hold as root too (a read-only directory does
+// not stop root): the write fails (the temporary is a link to /dev/full), the rename fails (the
+// target is a non-empty directory), the temporary cannot be created (a directory holds its name;
+// the parent is a file). Each throws, keeps the old file, and leaves no temporary of its own.
+TEST(OperatingPoint, FailedWritesKeepTheOldFileAndLeaveNoTemporary) {
+  namespace fs = std::filesystem;
+  const fs::path dir = fs::path(testing::TempDir()) / "pig-atomic-point";
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  OperatingPoint p;
+  p.data_hash = "new";
+  p.layers = {{0, Candidate{8, 75, 2}, 0.1, 0.02}};
+  p.error = 0.1;
+  p.cost2 = 0.02;
+  auto read = [](const fs::path &f) {
+    std::ifstream in(f);
+    std::stringstream ss;
+    ss << in.rdbuf();
+    return ss.str();
+  };
+  auto write = [](const fs::path &f, const std::string &text) { std::ofstream(f) << text; };
+  const fs::path target = dir / "point.json", tmp = dir / "point.json.tmp";
+
+  if (fs::exists("/dev/full")) { // the write fails (ENOSPC) after the temporary was opened
+    write(target, "old");
+    fs::create_symlink("/dev/full", tmp);
+    EXPECT_THROW(save_point(target.string(), p), RecordError);
+    EXPECT_EQ(read(target), "old");
+    EXPECT_FALSE(fs::exists(fs::symlink_status(tmp))) << "the temporary was left behind";
+  }
+
+  // The rename fails: a non-empty directory in place of the target.
+  const fs::path as_dir = dir / "is-a-dir.json";
+  fs::create_directories(as_dir / "inside");
+  EXPECT_THROW(save_point(as_dir.string(), p), RecordError);
+  EXPECT_TRUE(fs::is_directory(as_dir / "inside"));
+  EXPECT_FALSE(fs::exists(dir / "is-a-dir.json.tmp")) << "the temporary was left behind";
+
+  // The temporary cannot be created: a directory holds its name (not ours: it stays).
+  fs::remove(tmp);
+  write(target, "old");
+  fs::create_directories(tmp);
+  EXPECT_THROW(save_point(target.string(), p), RecordError);
+  EXPECT_EQ(read(target), "old");
+  EXPECT_TRUE(fs::is_directory(tmp));
+  fs::remove(tmp);
+
+  // The parent is a file.
+  write(dir / "file", "x");
+  EXPECT_THROW(save_point((dir / "file" / "point.json").string(), p), RecordError);
+  EXPECT_EQ(read(dir / "file"), "x");
+
+  // And a write that succeeds replaces the old file and leaves no temporary.
+  save_point(target.string(), p);
+  EXPECT_EQ(load_point(target.string()), p);
+  EXPECT_FALSE(fs::exists(fs::symlink_status(tmp)));
+  fs::remove_all(dir);
 }
 
 TEST(QualityTable, AveragesContextsAndRefusesAmbiguity) {

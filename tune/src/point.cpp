@@ -378,15 +378,19 @@ OperatingPoint load_point(const std::string &path) {
 void save_point(const std::string &path, const OperatingPoint &p) {
   validate_point(p);
   const std::string tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    out << to_json(p);
-    out.flush();
-    if (!out)
-      throw RecordError("cannot write " + tmp);
+  std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+  if (!out) // nothing was created: whatever holds the name (a directory) is not ours to remove
+    throw RecordError("cannot create " + tmp);
+  out << to_json(p);
+  out.close(); // flushes: a full disk shows here
+  if (!out) {
+    std::remove(tmp.c_str());
+    throw RecordError("cannot write " + tmp);
   }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0)
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+    std::remove(tmp.c_str());
     throw RecordError("cannot rename " + tmp + " to " + path);
+  }
 }
 
 std::vector<Candidate> QualityTable::common() const {

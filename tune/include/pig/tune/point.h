@@ -72,8 +72,9 @@ void validate_point(const OperatingPoint &p);
 OperatingPoint parse_point(std::string_view text);
 /// Reads a point file; throws RecordError when it cannot be read or parsed.
 OperatingPoint load_point(const std::string &path);
-/// Writes atomically (a temporary file renamed over the target); refuses (RecordError) a point
-/// validate_point refuses.
+/// Writes atomically (`path`.tmp renamed over the target); refuses (RecordError) a point
+/// validate_point refuses. On any failure (the temporary cannot be created, written or renamed)
+/// it throws RecordError, `path` keeps its old contents and no temporary it created is left.
 void save_point(const std::string &path, const OperatingPoint &p);
 
 /// Per-layer quality of candidates: what selection reads, aggregated from quality records
