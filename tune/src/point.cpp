@@ -211,6 +211,93 @@ std::string range_problem(const char *field, double v, double lo, double hi) {
   return m.str();
 }
 
+// The exact optimum over every combination of the layers' options, when it is small enough to
+// find: dynamic programming over the layers on partial sums (bounded, objective) of the chosen
+// options, keeping only the pairs no other pair beats on both (a pair beaten on both has no
+// completion better than the beater's), and dropping pairs that cannot meet the bound even with
+// the rest's smallest values or cannot beat `incumbent` (a feasible objective sum) even with
+// the rest's smallest objective. Sums run over layers 0..n-1 in order, like totals(), so the
+// chosen combination's totals are the ones compared here. Ties go to the smaller bounded sum,
+// then to the first combination in layer-by-layer tie order (fewer projections, then record
+// order). nullopt when no combination meets the bound or when the pairs kept after a layer
+// exceed kMaxStates (the caller keeps the relaxation's point then).
+constexpr std::size_t kMaxStates = std::size_t(1) << 18;
+std::optional<std::vector<std::size_t>> exact_pick(const std::vector<std::vector<Option>> &opts,
+                                                   bool bound_on_error, double bound,
+                                                   double incumbent) {
+  const std::size_t n = opts.size();
+  auto bounded = [&](const Option &o) { return bound_on_error ? o.error : o.cost; };
+  auto objective = [&](const Option &o) { return bound_on_error ? o.cost : o.error; };
+  // Each layer's options in tie order, and the rest's smallest sums (for the pruning).
+  std::vector<std::vector<std::size_t>> order(n);
+  std::vector<double> rest_b(n + 1, 0.0), rest_o(n + 1, 0.0);
+  for (std::size_t l = n; l-- > 0;) {
+    if (opts[l].empty())
+      return std::nullopt;
+    order[l].resize(opts[l].size());
+    for (std::size_t i = 0; i < opts[l].size(); ++i)
+      order[l][i] = i;
+    std::stable_sort(order[l].begin(), order[l].end(), [&](std::size_t a, std::size_t b) {
+      return tie_before(opts[l][a], opts[l][b]);
+    });
+    double mb = bounded(opts[l][0]), mo = objective(opts[l][0]);
+    for (const Option &o : opts[l]) {
+      mb = std::min(mb, bounded(o));
+      mo = std::min(mo, objective(o));
+    }
+    rest_b[l] = rest_b[l + 1] + mb;
+    rest_o[l] = rest_o[l + 1] + mo;
+  }
+  const double nn = double(std::max<std::size_t>(n, 1));
+  // Slack on the pruning only (the final choice is checked exactly, as totals() would).
+  const double b_limit = bound * nn + 1e-9 * std::max(1.0, std::abs(bound * nn));
+  const double o_limit = incumbent + 1e-9 * std::max(1.0, std::abs(incumbent));
+  struct State {
+    double b, o;
+    std::size_t parent, option;
+  };
+  std::vector<std::vector<State>> layers(n);
+  std::vector<State> prev{{0.0, 0.0, 0, 0}};
+  for (std::size_t l = 0; l < n; ++l) {
+    std::vector<State> next;
+    for (std::size_t s = 0; s < prev.size(); ++s)
+      for (std::size_t i : order[l]) {
+        const Option &o = opts[l][i];
+        const State x{prev[s].b + bounded(o), prev[s].o + objective(o), s, i};
+        if (x.b + rest_b[l + 1] > b_limit || x.o + rest_o[l + 1] > o_limit)
+          continue;
+        next.push_back(x);
+      }
+    std::stable_sort(next.begin(), next.end(), [](const State &a, const State &b) {
+      return a.b != b.b ? a.b < b.b : a.o < b.o;
+    });
+    std::vector<State> kept;
+    double best_o = std::numeric_limits<double>::infinity();
+    for (const State &x : next)
+      if (x.o < best_o) {
+        kept.push_back(x);
+        best_o = x.o;
+      }
+    if (kept.size() > kMaxStates)
+      return std::nullopt;
+    layers[l] = kept;
+    prev = std::move(kept);
+  }
+  // Ascending bounded sum, strictly falling objective: the last feasible pair is the optimum.
+  std::optional<std::size_t> best;
+  for (std::size_t s = 0; s < prev.size(); ++s)
+    if (prev[s].b / nn <= bound)
+      best = s;
+  if (!best)
+    return std::nullopt;
+  std::vector<std::size_t> pick(n);
+  for (std::size_t l = n, s = *best; l-- > 0;) {
+    pick[l] = layers[l][s].option;
+    s = layers[l][s].parent;
+  }
+  return pick;
+}
+
 } // namespace
 
 void validate_point(const OperatingPoint &p) {
@@ -534,6 +621,8 @@ std::optional<OperatingPoint> select_per_layer_max_error(const QualityTable &t, 
     hi = lo;
   auto pick = lagrange(opts, hi);
   fill_slack(opts, pick, true, max_error);
+  if (auto exact = exact_pick(opts, true, max_error, totals(opts, pick).cost * double(opts.size())))
+    pick = std::move(*exact);
   char crit[64];
   std::snprintf(crit, sizeof crit, "max-error %g", max_error);
   return make_point(t, opts, pick, crit);
@@ -556,6 +645,9 @@ std::optional<OperatingPoint> select_per_layer_max_cost(const QualityTable &t, d
     }
   auto pick = lagrange(opts, lo);
   fill_slack(opts, pick, false, max_cost2);
+  if (auto exact =
+          exact_pick(opts, false, max_cost2, totals(opts, pick).error * double(opts.size())))
+    pick = std::move(*exact);
   char crit[64];
   std::snprintf(crit, sizeof crit, "max-cost2 %g", max_cost2);
   return make_point(t, opts, pick, crit);

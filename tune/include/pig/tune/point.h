@@ -6,12 +6,18 @@
 // cost2 k_l(c) (the sampled fraction of its indexed tokens); dense attention is always a
 // candidate with e = 0 and k = 1 (it reads every token). The error of a point is the mean of its
 // layers' errors (dense layers count 0), its cost the mean of their costs. Both are sums over
-// layers, so the cheapest point under an error bound is found by Lagrangian relaxation: for a
-// multiplier lambda every layer independently takes argmin k + lambda * e, and lambda is bisected
-// to the smallest cost whose error meets the bound (the points so reached are the lower convex
-// hull of the per-layer trade-offs; a point strictly inside the hull can be missed, never one
-// that violates the bound). Ties inside a layer go to fewer projections (K * L), then to the
-// candidate order of the records (never to raw timings), so the selection is deterministic.
+// layers, so the cheapest point under an error bound is a multiple-choice knapsack. Lagrangian
+// relaxation (for a multiplier lambda every layer independently takes argmin k + lambda * e,
+// lambda bisected to the smallest cost whose error meets the bound) reaches only the points of
+// the lower convex hull of the per-layer trade-offs, and a greedy pass over the slack left
+// cannot always leave it (the optimum may need one layer dearer and another cheaper at once).
+// That point is the incumbent of an exact search: dynamic programming over the layers on the
+// partial (error, cost) sums, keeping only the undominated ones and those that can still meet the
+// bound and beat the incumbent, returns the exact optimum (the relaxation's point is kept only
+// if more than 2^18 partial sums survive a layer). Ties inside a layer go to fewer projections
+// (K * L), then to the candidate order of the records (never to raw timings); equal totals go to
+// the lower bounded total, then to the first combination in that order: the selection is
+// deterministic.
 //
 // Point file, schema 1 (one JSON object):
 //   {"schema": 1, "kind": "operating_point", "data_hash": "...", "kernel": "d=64 bf16", "layers": [
