@@ -170,16 +170,36 @@ TEST(FitTransform, WhiteningKeepsInnerProductsAndEqualisesVariance) {
       EXPECT_NEAR(dot(T.query(q), T.key(c.keys.row_span(i))), dot(q, c.keys.row_span(i)),
                   1e-4 * norm(q) * norm(c.keys.row_span(i)))
           << "a=" << a;
+    // The exponent observed: the mapped keys' covariance is C^-a C C^-a = lmax^2a C^(1-2a), so
+    // along C's eigenvectors v_i its variance is lambda_i^(1-2a) relative to the largest's
+    // (a = 0.25: the spread's square root; a = 0.5: all equal; a = 1: the spread inverted).
+    std::vector<double> C(d * d, 0.0), M(d * d, 0.0);
+    for (std::size_t i = 0; i < n; ++i) {
+      const std::span<const float> k = c.keys.row_span(i);
+      const std::vector<float> x = T.key(k);
+      for (std::size_t r = 0; r < d; ++r)
+        for (std::size_t s = 0; s < d; ++s) {
+          C[r * d + s] += double(k[r]) * double(k[s]) / double(n);
+          M[r * d + s] += double(x[r]) * double(x[s]) / double(n);
+        }
+    }
+    const SymmetricEigen e = symmetric_eigen(C, d);
+    auto along = [&](const std::vector<double> &v) { // v^T M v
+      double s = 0;
+      for (std::size_t r = 0; r < d; ++r)
+        for (std::size_t t = 0; t < d; ++t)
+          s += v[r] * M[r * d + t] * v[t];
+      return s;
+    };
+    ASSERT_GT(e.values.back() / e.values.front(), 1e-4); // above the 1e-6 floor
+    const double top = along(e.vectors[0]);
+    for (std::size_t i = 1; i < d; ++i) {
+      const double want = std::pow(e.values[i] / e.values[0], 1.0 - 2.0 * a);
+      EXPECT_NEAR(along(e.vectors[i]) / top, want, 2e-3 * want) << "a=" << a << " i=" << i;
+    }
     if (a == 0.5) { // whitened: every direction's variance equal (to the largest's, normalised)
-      std::vector<double> C(d * d, 0.0);
-      for (std::size_t i = 0; i < n; ++i) {
-        const std::vector<float> x = T.key(c.keys.row_span(i));
-        for (std::size_t r = 0; r < d; ++r)
-          for (std::size_t s = 0; s < d; ++s)
-            C[r * d + s] += double(x[r]) * double(x[s]) / double(n);
-      }
-      const SymmetricEigen e = symmetric_eigen(C, d);
-      EXPECT_LT(e.values.front() / e.values.back(), 1.001);
+      const SymmetricEigen w = symmetric_eigen(M, d);
+      EXPECT_LT(w.values.front() / w.values.back(), 1.001);
     }
   }
 }
