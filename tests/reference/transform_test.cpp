@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <numbers>
 #include <string>
 
@@ -264,6 +265,58 @@ TEST(FitTransform, DegenerateAndNonFiniteKeys) {
   EXPECT_THROW(fit_transform(OwnedMatrix(0, d), TransformSpec::parse("mips")),
                std::invalid_argument);
   EXPECT_THROW(fit_transform(X, TransformSpec::parse("pca:r=7")), std::invalid_argument);
+}
+
+// The eigenvalue floor: keys of rank 2 (not zero: 14 of 16 eigenvalues are 0 and raised to 1e-6
+// of the largest) give finite maps, finite mapped keys and queries, and q'.k' = q.k; keys that
+// are all NaN or all infinite leave nothing to fit: the identity, M = 0, finite queries.
+TEST(FitTransform, EigenvalueFloorAndAllNonFiniteKeys) {
+  const std::size_t n = 300, d = 16;
+  Rng rng(41);
+  const std::vector<float> u = gaussian_vector(rng, d), v = gaussian_vector(rng, d);
+  OwnedMatrix X(n, d);
+  for (std::size_t i = 0; i < n; ++i) {
+    const double a = 1e3 * rng.gaussian(), b = 1e3 * rng.gaussian();
+    for (std::size_t j = 0; j < d; ++j)
+      X.at(i, j) = float(a * u[j] + b * v[j]);
+  }
+  const std::vector<float> q = gaussian_vector(rng, d, 2.0);
+  auto all_finite = [](const std::vector<float> &x) {
+    return std::all_of(x.begin(), x.end(), [](float y) { return std::isfinite(y); });
+  };
+  for (const char *name :
+       {"whiten:a=0.25", "whiten:a=0.5", "whiten:a=1", "whiten+mips:q=0.9", "pca:r=4", "mips"}) {
+    const HashTransform T = fit_transform(X, TransformSpec::parse(name));
+    EXPECT_TRUE(all_finite(T.key_map.data)) << name;
+    EXPECT_TRUE(all_finite(T.query_map.data)) << name;
+    EXPECT_TRUE(std::isfinite(T.M)) << name;
+    EXPECT_TRUE(all_finite(T.query(q))) << name;
+    for (std::size_t i = 0; i < 20; ++i) {
+      const std::vector<float> k = T.key(X.row_span(i));
+      ASSERT_TRUE(all_finite(k)) << name << " key " << i;
+      // The maps are inverse (both floored alike): logits unchanged, to the f32 rounding of maps
+      // whose range is 1e6^a at the floor (a = 1: ~1e-3 of |q| |k|).
+      const std::string sn = name;
+      if (sn.starts_with("whiten")) {
+        const double tol = sn == "whiten:a=1" ? 1e-2 : 1e-4;
+        EXPECT_NEAR(dot(T.query(q), k), dot(q, X.row_span(i)), tol * norm(q) * norm(X.row_span(i)))
+            << name << " key " << i;
+      }
+    }
+  }
+  for (float bad : {std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity(),
+                    -std::numeric_limits<float>::infinity()}) {
+    OwnedMatrix B(50, d);
+    std::fill(B.data.begin(), B.data.end(), bad);
+    for (const char *name : {"whiten:a=0.5", "pca:r=4", "whiten+mips"}) {
+      const HashTransform T = fit_transform(B, TransformSpec::parse(name));
+      EXPECT_EQ(T.M, 0.0) << name;
+      for (std::size_t r = 0; r < T.key_map.rows; ++r)
+        for (std::size_t c = 0; c < T.key_map.cols; ++c)
+          ASSERT_EQ(T.key_map.at(r, c), r == c ? 1.0f : 0.0f) << name << " " << bad;
+      EXPECT_TRUE(all_finite(T.query(q))) << name << " " << bad;
+    }
+  }
 }
 
 // Past kFitRows keys the fit reads every ceil(n / kFitRows)-th one.
