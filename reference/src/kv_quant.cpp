@@ -4,6 +4,7 @@
 #include <cassert>
 #include <cmath>
 #include <cstring>
+#include <limits>
 
 namespace pig::ref {
 namespace {
@@ -25,7 +26,11 @@ std::uint16_t bf16_round_up(float s) {
 
 } // namespace
 
-float q8_scale_for(float amax) { return bf16_bits_to_f32(bf16_round_up(amax / 127.0f)); }
+float q8_scale_for(float amax) {
+  if (!std::isfinite(amax))
+    return std::numeric_limits<float>::quiet_NaN();
+  return bf16_bits_to_f32(bf16_round_up(std::fabs(amax) / 127.0f));
+}
 
 float q8_block_scale(const std::uint8_t *block) {
   std::uint16_t b;
@@ -38,17 +43,19 @@ void quantize_q8(const float *x, std::size_t d, std::uint8_t *out) {
   for (std::size_t b = 0; b < d / kQ8Block; ++b) {
     const float *xb = x + b * kQ8Block;
     std::uint8_t *ob = out + b * kQ8BlockBytes;
+    // amax is NaN when the block holds a NaN or an infinity (q8_scale_for's NaN scale).
     float amax = 0;
-    bool finite = true;
-    for (std::size_t i = 0; i < kQ8Block; ++i) {
-      finite = finite && std::isfinite(xb[i]);
-      amax = std::max(amax, std::fabs(xb[i]));
-    }
-    std::uint16_t sbits = finite ? bf16_round_up(amax / 127.0f) : std::uint16_t(0x7FC0); // NaN
+    for (std::size_t i = 0; i < kQ8Block; ++i)
+      amax = std::isfinite(xb[i]) && std::isfinite(amax) ? std::max(amax, std::fabs(xb[i]))
+                                                         : std::numeric_limits<float>::quiet_NaN();
     // A block with amax < 127 * 2^-149 gets s = 0 and reads back as zeros; otherwise s >= the
     // exact amax / 127 up to the division's rounding, which the clamp below absorbs.
+    const float s = q8_scale_for(amax);
+    const bool finite = std::isfinite(s);
+    std::uint32_t u;
+    std::memcpy(&u, &s, 4);
+    const std::uint16_t sbits = std::uint16_t(u >> 16); // exact: s is a bf16 (or the NaN 0x7FC0)
     std::memcpy(ob, &sbits, 2);
-    const float s = bf16_bits_to_f32(sbits);
     for (std::size_t i = 0; i < kQ8Block; ++i) {
       float q = 0;
       if (finite && s > 0)

@@ -73,7 +73,31 @@ TEST(SampledAttention, FittedHashingAdversarialInputs) {
     check_magicpig(pr, c, 1, 2, {}, 2e-4, whiten);
   }
   {
-    // NaN in a key: left out of the fit; the answer is NaN like the reference's.
+    // Keys of rank 1, not zero (63 eigenvalues floored), and every a = 0.25..1: a finite answer,
+    // the reference's (a NaN on either side fails).
+    Problem pr = make_problem(500, 64, 1, 35);
+    ref::Rng rng(36);
+    for (std::size_t i = 0; i < pr.n; ++i) {
+      const double a = 10.0 * rng.gaussian();
+      for (std::size_t j = 0; j < pr.d; ++j)
+        pr.K.f32.at(i, j) = float(a * (0.5 + 0.01 * double(j)));
+    }
+    pr.K = Rows(std::move(pr.K.f32));
+    for (const char *spec : {"whiten:a=0.25", "whiten:a=0.5", "whiten:a=1"})
+      check_magicpig(pr, c, 1, 2, {}, 2e-4, ref::TransformSpec::parse(spec));
+  }
+  for (float bad :
+       {std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity()}) {
+    // Every key NaN, or every key infinite: nothing to fit (the identity, as in the reference);
+    // the logits are NaN or inf - inf, so the answer is NaN on both sides, never a crash.
+    Problem pr = make_problem(300, 64, 2, 37);
+    std::fill(pr.K.f32.data.begin(), pr.K.f32.data.end(), bad);
+    pr.K = Rows(std::move(pr.K.f32));
+    check_magicpig(pr, c, 2, 2, {}, 2e-4, whiten, Nan::expected);
+  }
+  {
+    // NaN in an indexed key: left out of the fit, hashed to code 0 and not sampled for this
+    // query, so the answer is a number (the reference's), not NaN.
     Problem pr = make_problem(500, 64, 1, 34);
     pr.K.f32.at(200, 5) = std::numeric_limits<float>::quiet_NaN();
     pr.K.bf16[200 * pr.d + 5] = 0x7FC0;
@@ -123,7 +147,7 @@ TEST(SampledAttention, AdversarialInputs) {
       Problem pr = make_problem(500, 64, 1, 24);
       pr.K.f32.at(2, 5) = std::numeric_limits<float>::quiet_NaN();
       pr.K.bf16[2 * pr.d + 5] = 0x7FC0;
-      check_magicpig(pr, c, 1, 2, {}, 2e-4);
+      check_magicpig(pr, c, 1, 2, {}, 2e-4, {}, Nan::expected);
     }
   }
 }

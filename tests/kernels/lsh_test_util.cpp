@@ -55,7 +55,7 @@ Problem make_problem(std::size_t n, std::size_t d, int G, std::uint64_t seed) {
 }
 
 void check_magicpig(const Problem &pr, const Config &c, int G, int t, lsh::StaticTokens st,
-                    double tol, const ref::TransformSpec &transform) {
+                    double tol, const ref::TransformSpec &transform, Nan nan) {
   const lsh::SimHash W(kSeed, pr.d, c.K, c.L);
   const ref::OwnedMatrix Wr = ref::simhash_matrix(kSeed, pr.d, c.K, c.L);
   const ref::LshConfig cfg{c.K, c.L, t, kSeed};
@@ -111,7 +111,7 @@ void check_magicpig(const Problem &pr, const Config &c, int G, int t, lsh::Stati
             EXPECT_EQ(stats.sampled_per_head[h], per_head[std::size_t(h)]) << what;
             expect_attention_near(out.data() + std::size_t(h) * pr.d, lse[std::size_t(h)],
                                   want[std::size_t(h)].attention, tol,
-                                  what + " head " + std::to_string(h));
+                                  what + " head " + std::to_string(h), nan);
           }
           ASSERT_EQ(stats.sampled_union, uni.size()) << what;
           for (std::size_t i = 0; i < uni.size(); ++i)

@@ -39,7 +39,8 @@ Problem make_problem(std::size_t n, std::size_t d, int G, std::uint64_t seed);
 // Builds the reference once, then checks every (target, dtype, set): codes, split, sample sets
 // (per head and their union, in order) and the estimator's output and lse per head.
 // With a transform (fitted hashing), the same against ref::build_index with that transform.
+/// `nan`: whether the answer is expected to be NaN (a NaN key); else a NaN answer fails.
 void check_magicpig(const Problem &pr, const Config &c, int G, int t, lsh::StaticTokens st,
-                    double tol, const ref::TransformSpec &transform = {});
+                    double tol, const ref::TransformSpec &transform = {}, Nan nan = Nan::refused);
 
 } // namespace pig::test

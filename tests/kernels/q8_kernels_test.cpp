@@ -308,7 +308,7 @@ TEST(Q8DenseAttention, RangesAndAdversarialRows) {
 // head and their union, in order) and each head's output and lse, as lsh_test_util.cpp's
 // check_magicpig does for f32 and bf16 rows.
 void check_magicpig(const Problem &pr, int K, int L, int G, int t, lsh::StaticTokens st, double tol,
-                    const ref::TransformSpec &transform = {}) {
+                    const ref::TransformSpec &transform = {}, Nan nan = Nan::refused) {
   const lsh::SimHash W(kSeed, pr.d, K, L);
   const ref::OwnedMatrix Wr = ref::simhash_matrix(kSeed, pr.d, K, L);
   const ref::LshConfig cfg{K, L, t, kSeed};
@@ -358,7 +358,7 @@ void check_magicpig(const Problem &pr, int K, int L, int G, int t, lsh::StaticTo
           EXPECT_EQ(stats.sampled_per_head[h], per_head[std::size_t(h)]) << what;
           expect_attention_near(out.data() + std::size_t(h) * pr.d, lse[std::size_t(h)],
                                 want[std::size_t(h)].attention, tol,
-                                what + " head " + std::to_string(h));
+                                what + " head " + std::to_string(h), nan);
         }
         ASSERT_EQ(stats.sampled_union, uni.size()) << what;
         for (std::size_t i = 0; i < uni.size(); ++i)
@@ -442,8 +442,9 @@ TEST(Q8SampledAttention, AdversarialInputs) {
                         std::pair{1.0, 1e-30}, std::pair{1e-4, 1e-30}})
     check_magicpig(make_problem(500, 64, 3, 74, ks, vs), K, L, 3, 2, {}, 2e-4);
   {
-    // NaN in a key (static and indexed): its block reads back NaN, the answer is NaN like the
-    // reference's (and like f32 and bf16 rows).
+    // NaN in a key (static and indexed): its block reads back NaN; a static key is always
+    // attended, so the answer is NaN like the reference's (and like f32 and bf16 rows); the
+    // indexed one is not sampled for this query: the answer is the reference's number.
     for (std::size_t row : {2, 300}) {
       Problem pr = make_problem(500, 64, 1, 75);
       ref::OwnedMatrix k = pr.K.f32;
@@ -451,7 +452,7 @@ TEST(Q8SampledAttention, AdversarialInputs) {
       pr.K = Q8Rows(k);
       ASSERT_TRUE(std::isnan(pr.K.f32.at(row, 0))); // the whole block
       ASSERT_FALSE(std::isnan(pr.K.f32.at(row, 40)));
-      check_magicpig(pr, K, L, 1, 2, {}, 2e-4);
+      check_magicpig(pr, K, L, 1, 2, {}, 2e-4, {}, row == 2 ? Nan::expected : Nan::refused);
     }
   }
 }

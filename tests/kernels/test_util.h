@@ -66,14 +66,23 @@ inline double rel_l2(const float *a, const std::vector<float> &b) {
   return den == 0 ? std::sqrt(num) : std::sqrt(num / den);
 }
 
-/// A kernel's output and lse against the reference's: NaN where it is NaN, the empty attention
-/// where it is empty, else within `tol` (relative L2 of the output, relative lse).
+/// Whether a check expects the answer to be NaN (a NaN or an infinite key or value the maths
+/// leaves undefined), or a number (the default).
+enum class Nan { refused, expected };
+
+/// A kernel's output and lse against the reference's: the empty attention where it is empty,
+/// else within `tol` (relative L2 of the output, relative lse). A NaN answer is accepted only
+/// where the check says it is expected (Nan::expected), and there both must be NaN: a reference
+/// gone NaN where a number was expected fails instead of passing against a NaN kernel.
 inline void expect_attention_near(const float *out, float lse, const ref::Attention &want,
-                                  double tol, const std::string &what) {
-  if (std::isnan(want.lse)) {
-    EXPECT_TRUE(std::isnan(lse)) << what;
+                                  double tol, const std::string &what, Nan nan = Nan::refused) {
+  if (nan == Nan::expected) {
+    EXPECT_TRUE(std::isnan(want.lse)) << what << ": the reference's answer is not NaN";
+    EXPECT_TRUE(std::isnan(lse)) << what << ": the kernel's answer is not NaN";
     return;
   }
+  ASSERT_FALSE(std::isnan(want.lse)) << what << ": the reference's answer is NaN";
+  ASSERT_FALSE(std::isnan(lse)) << what << ": the kernel's lse is NaN";
   if (want.is_empty()) {
     EXPECT_EQ(lse, -HUGE_VALF) << what;
     return;

@@ -214,6 +214,48 @@ TEST(KvQuant, HugeTinyAndSubnormalScales) {
 
 // A NaN or an infinity poisons its block only: scale NaN, q = 0, every element of the block NaN;
 // the other blocks are quantised as usual.
+// The scale rule, on its own: the smallest bf16 >= amax / 127; exact when amax / 127 is a bf16;
+// 0 for 0; NaN for NaN and infinities; and quantize_q8 stores exactly this scale.
+TEST(KvQuant, ScaleForIsTheSmallestBf16AtLeastAmaxOver127) {
+  auto bf16 = [](float x) { // is x a bf16 value?
+    std::uint32_t u;
+    std::memcpy(&u, &x, 4);
+    return (u & 0xFFFFu) == 0;
+  };
+  EXPECT_EQ(q8_scale_for(0.0f), 0.0f);
+  EXPECT_EQ(q8_scale_for(127.0f), 1.0f);
+  EXPECT_EQ(q8_scale_for(127.0f * 0.5f), 0.5f);
+  EXPECT_EQ(q8_scale_for(-127.0f), 1.0f); // a magnitude
+  EXPECT_TRUE(std::isnan(q8_scale_for(kNaN)));
+  EXPECT_TRUE(std::isnan(q8_scale_for(kInf)));
+  EXPECT_TRUE(std::isnan(q8_scale_for(-kInf)));
+  EXPECT_TRUE(std::isfinite(q8_scale_for(std::numeric_limits<float>::max())));
+  Rng rng(31);
+  for (int i = 0; i < 2000; ++i) {
+    const float amax = float(std::exp(40.0 * rng.gaussian())) * 1e-3f;
+    if (!std::isfinite(amax) || amax == 0)
+      continue;
+    const float s = q8_scale_for(amax), want = amax / 127.0f;
+    ASSERT_TRUE(bf16(s)) << amax;
+    ASSERT_GE(s, want) << amax;
+    // The next bf16 down is below amax / 127: s is the smallest.
+    std::uint32_t u;
+    std::memcpy(&u, &s, 4);
+    const std::uint32_t down = u - 0x10000u;
+    float below;
+    std::memcpy(&below, &down, 4);
+    if (s > 0) {
+      ASSERT_LT(below, want) << amax;
+    }
+    // quantize_q8 stores this scale for a block whose largest |x| is amax.
+    std::vector<float> x(kQ8Block, 0.0f);
+    x[5] = amax;
+    x[9] = -0.5f * amax;
+    const std::vector<std::uint8_t> q = Quantize(x);
+    ASSERT_EQ(ScaleOf(q, 0), s) << amax;
+  }
+}
+
 TEST(KvQuant, NonFiniteBlocksReadBackNaN) {
   Rng rng(25);
   for (std::size_t d : {32, 64, 128})

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <numbers>
 #include <string>
 
@@ -170,16 +171,36 @@ TEST(FitTransform, WhiteningKeepsInnerProductsAndEqualisesVariance) {
       EXPECT_NEAR(dot(T.query(q), T.key(c.keys.row_span(i))), dot(q, c.keys.row_span(i)),
                   1e-4 * norm(q) * norm(c.keys.row_span(i)))
           << "a=" << a;
+    // The exponent observed: the mapped keys' covariance is C^-a C C^-a = lmax^2a C^(1-2a), so
+    // along C's eigenvectors v_i its variance is lambda_i^(1-2a) relative to the largest's
+    // (a = 0.25: the spread's square root; a = 0.5: all equal; a = 1: the spread inverted).
+    std::vector<double> C(d * d, 0.0), M(d * d, 0.0);
+    for (std::size_t i = 0; i < n; ++i) {
+      const std::span<const float> k = c.keys.row_span(i);
+      const std::vector<float> x = T.key(k);
+      for (std::size_t r = 0; r < d; ++r)
+        for (std::size_t s = 0; s < d; ++s) {
+          C[r * d + s] += double(k[r]) * double(k[s]) / double(n);
+          M[r * d + s] += double(x[r]) * double(x[s]) / double(n);
+        }
+    }
+    const SymmetricEigen e = symmetric_eigen(C, d);
+    auto along = [&](const std::vector<double> &v) { // v^T M v
+      double s = 0;
+      for (std::size_t r = 0; r < d; ++r)
+        for (std::size_t t = 0; t < d; ++t)
+          s += v[r] * M[r * d + t] * v[t];
+      return s;
+    };
+    ASSERT_GT(e.values.back() / e.values.front(), 1e-4); // above the 1e-6 floor
+    const double top = along(e.vectors[0]);
+    for (std::size_t i = 1; i < d; ++i) {
+      const double want = std::pow(e.values[i] / e.values[0], 1.0 - 2.0 * a);
+      EXPECT_NEAR(along(e.vectors[i]) / top, want, 2e-3 * want) << "a=" << a << " i=" << i;
+    }
     if (a == 0.5) { // whitened: every direction's variance equal (to the largest's, normalised)
-      std::vector<double> C(d * d, 0.0);
-      for (std::size_t i = 0; i < n; ++i) {
-        const std::vector<float> x = T.key(c.keys.row_span(i));
-        for (std::size_t r = 0; r < d; ++r)
-          for (std::size_t s = 0; s < d; ++s)
-            C[r * d + s] += double(x[r]) * double(x[s]) / double(n);
-      }
-      const SymmetricEigen e = symmetric_eigen(C, d);
-      EXPECT_LT(e.values.front() / e.values.back(), 1.001);
+      const SymmetricEigen w = symmetric_eigen(M, d);
+      EXPECT_LT(w.values.front() / w.values.back(), 1.001);
     }
   }
 }
@@ -244,6 +265,58 @@ TEST(FitTransform, DegenerateAndNonFiniteKeys) {
   EXPECT_THROW(fit_transform(OwnedMatrix(0, d), TransformSpec::parse("mips")),
                std::invalid_argument);
   EXPECT_THROW(fit_transform(X, TransformSpec::parse("pca:r=7")), std::invalid_argument);
+}
+
+// The eigenvalue floor: keys of rank 2 (not zero: 14 of 16 eigenvalues are 0 and raised to 1e-6
+// of the largest) give finite maps, finite mapped keys and queries, and q'.k' = q.k; keys that
+// are all NaN or all infinite leave nothing to fit: the identity, M = 0, finite queries.
+TEST(FitTransform, EigenvalueFloorAndAllNonFiniteKeys) {
+  const std::size_t n = 300, d = 16;
+  Rng rng(41);
+  const std::vector<float> u = gaussian_vector(rng, d), v = gaussian_vector(rng, d);
+  OwnedMatrix X(n, d);
+  for (std::size_t i = 0; i < n; ++i) {
+    const double a = 1e3 * rng.gaussian(), b = 1e3 * rng.gaussian();
+    for (std::size_t j = 0; j < d; ++j)
+      X.at(i, j) = float(a * u[j] + b * v[j]);
+  }
+  const std::vector<float> q = gaussian_vector(rng, d, 2.0);
+  auto all_finite = [](const std::vector<float> &x) {
+    return std::all_of(x.begin(), x.end(), [](float y) { return std::isfinite(y); });
+  };
+  for (const char *name :
+       {"whiten:a=0.25", "whiten:a=0.5", "whiten:a=1", "whiten+mips:q=0.9", "pca:r=4", "mips"}) {
+    const HashTransform T = fit_transform(X, TransformSpec::parse(name));
+    EXPECT_TRUE(all_finite(T.key_map.data)) << name;
+    EXPECT_TRUE(all_finite(T.query_map.data)) << name;
+    EXPECT_TRUE(std::isfinite(T.M)) << name;
+    EXPECT_TRUE(all_finite(T.query(q))) << name;
+    for (std::size_t i = 0; i < 20; ++i) {
+      const std::vector<float> k = T.key(X.row_span(i));
+      ASSERT_TRUE(all_finite(k)) << name << " key " << i;
+      // The maps are inverse (both floored alike): logits unchanged, to the f32 rounding of maps
+      // whose range is 1e6^a at the floor (a = 1: ~1e-3 of |q| |k|).
+      const std::string sn = name;
+      if (sn.starts_with("whiten")) {
+        const double tol = sn == "whiten:a=1" ? 1e-2 : 1e-4;
+        EXPECT_NEAR(dot(T.query(q), k), dot(q, X.row_span(i)), tol * norm(q) * norm(X.row_span(i)))
+            << name << " key " << i;
+      }
+    }
+  }
+  for (float bad : {std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity(),
+                    -std::numeric_limits<float>::infinity()}) {
+    OwnedMatrix B(50, d);
+    std::fill(B.data.begin(), B.data.end(), bad);
+    for (const char *name : {"whiten:a=0.5", "pca:r=4", "whiten+mips"}) {
+      const HashTransform T = fit_transform(B, TransformSpec::parse(name));
+      EXPECT_EQ(T.M, 0.0) << name;
+      for (std::size_t r = 0; r < T.key_map.rows; ++r)
+        for (std::size_t c = 0; c < T.key_map.cols; ++c)
+          ASSERT_EQ(T.key_map.at(r, c), r == c ? 1.0f : 0.0f) << name << " " << bad;
+      EXPECT_TRUE(all_finite(T.query(q))) << name << " " << bad;
+    }
+  }
 }
 
 // Past kFitRows keys the fit reads every ceil(n / kFitRows)-th one.

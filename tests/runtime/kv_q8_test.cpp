@@ -124,6 +124,58 @@ TEST(KvCacheQ8, AppendStoresQuantisedRows) {
   }
 }
 
+// Non-finite elements (kv_cache.h): a q8 block holding a NaN, an infinity or a -infinity is
+// stored with the scale NaN and codes 0 (every element of the block reads back NaN); the row's
+// other blocks are quantised as usual; f32 keeps the values and bf16 their bf16 spelling.
+TEST(KvCacheQ8, NonFiniteBlocksAreStoredAsNaN) {
+  const size_t d = 128;
+  const AttentionShape s = CacheShape(d);
+  std::vector<float> k(s.n_kv_heads * d), v(s.n_kv_heads * d);
+  std::mt19937 rng{7};
+  std::normal_distribution<float> nd;
+  for (auto &x : k)
+    x = nd(rng);
+  v = k;
+  k[0 * 32 + 5] = std::numeric_limits<float>::quiet_NaN(); // kv-head 0, block 0
+  k[2 * 32 + 31] = std::numeric_limits<float>::infinity(); // block 2
+  k[d + 3 * 32] = -std::numeric_limits<float>::infinity(); // kv-head 1, block 3
+  for (DType t : {DType::q8, DType::bf16, DType::f32}) {
+    KvCache c(s, t);
+    c.Append(0, 4, 1, k.data(), v.data());
+    std::vector<float> row(d);
+    for (size_t h = 0; h < s.n_kv_heads; ++h) {
+      c.KeyRow(0, h, 4, row.data());
+      for (size_t j = 0; j < d; ++j) {
+        const float x = k[h * d + j];
+        const size_t b = j / 32;
+        const bool poisoned = (h == 0 && (b == 0 || b == 2)) || (h == 1 && b == 3);
+        const std::string what = std::string(lsh::to_string(t)) + " kv-head " + std::to_string(h) +
+                                 " element " + std::to_string(j);
+        if (t == DType::q8 && poisoned)
+          ASSERT_TRUE(std::isnan(row[j])) << what;
+        else if (std::isnan(x))
+          ASSERT_TRUE(std::isnan(row[j])) << what;
+        else if (std::isinf(x))
+          ASSERT_EQ(row[j], x) << what;
+        else
+          ASSERT_NEAR(row[j], x, t == DType::q8 ? 0.05 : 0.01 * std::fabs(x)) << what;
+      }
+      if (t == DType::q8) { // the raw scale of each poisoned block is NaN, its codes 0
+        const auto *raw = static_cast<const std::uint8_t *>(c.Keys(0, h)) + 4 * c.RowBytes();
+        for (size_t b = 0; b < d / 32; ++b) {
+          const bool poisoned = (h == 0 && (b == 0 || b == 2)) || (h == 1 && b == 3);
+          EXPECT_EQ(std::isnan(ref::q8_block_scale(raw + b * 34)), poisoned) << "block " << b;
+          for (size_t i = 0; poisoned && i < 32; ++i)
+            EXPECT_EQ(raw[b * 34 + 2 + i], 0) << "block " << b;
+        }
+      }
+      c.ValueRow(0, h, 4, row.data()); // the values are finite: every block too
+      for (size_t j = 0; j < d; ++j)
+        ASSERT_TRUE(std::isfinite(row[j])) << lsh::to_string(t) << " value " << j;
+    }
+  }
+}
+
 TEST(KvCacheQ8, SizesAgainstOtherTypes) {
   const AttentionShape s = CacheShape(128, 1000);
   const KvCache q8(s, DType::q8), bf16(s, DType::bf16), f32(s, DType::f32);

@@ -23,6 +23,54 @@ TEST(Frontier, KeepsExactlyTheUndominatedPoints) {
   EXPECT_TRUE(pareto_frontier({}).empty());
 }
 
+TEST(Frontier, EqualCostKeepsOnlyTheMoreAccurate) {
+  // Equal cost, different error: the more accurate point dominates the other, whichever comes
+  // first; with equal error too, the first index stands for both.
+  const std::vector<Measured> p = {
+      {{}, 0.05, 0.20}, // 0: dominated by 1 (same cost, more error)
+      {{}, 0.05, 0.10}, // 1: frontier
+      {{}, 0.08, 0.10}, // 2: dominated by 1 (same error, dearer)
+      {{}, 0.08, 0.05}, // 3: frontier
+      {{}, 0.08, 0.05}, // 4: equal to 3: adds nothing
+      {{}, 0.08, 0.07}, // 5: dominated by 3
+  };
+  EXPECT_EQ(pareto_frontier(p), (std::vector<std::size_t>{1, 3}));
+  const std::vector<Measured> r = {p[1], p[0]};
+  EXPECT_EQ(pareto_frontier(r), (std::vector<std::size_t>{0}));
+}
+
+TEST(Frontier, PointsDifferingOnlyInT) {
+  // A higher threshold t is cheaper and less accurate at the same (K, L): ordered by t alone.
+  const Candidate t1{8, 75, 1}, t2{8, 75, 2}, t3{8, 75, 3};
+  EXPECT_TRUE(at_least_as_expensive(t1, t2));
+  EXPECT_TRUE(at_least_as_expensive(t2, t3));
+  EXPECT_FALSE(at_least_as_expensive(t3, t1));
+  EXPECT_FALSE(at_least_as_expensive(t2, t1));
+  // Measured as the order says, every t trades cost for error: all on the frontier, cheapest
+  // (highest t) first; a t whose measurement is worse than its neighbour's on both is not.
+  const std::vector<Measured> p = {{t1, 0.09, 0.02}, {t2, 0.04, 0.06}, {t3, 0.02, 0.15}};
+  EXPECT_EQ(pareto_frontier(p), (std::vector<std::size_t>{2, 1, 0}));
+  const std::vector<Measured> q = {{t1, 0.09, 0.02}, {t2, 0.10, 0.06}, {t3, 0.02, 0.15}};
+  EXPECT_EQ(pareto_frontier(q), (std::vector<std::size_t>{2, 0}));
+  // The explorer bounds t = 2 by t = 1 and t = 3: cost >= t3's, error >= t1's. Measured as the
+  // order says, nothing dominates that box: t = 2 is measured.
+  Explorer ex({t3, t1, t2});
+  EXPECT_EQ(*ex.next(), 0u); // t3: the cheapest
+  ex.report(0, 0.02, 0.15);
+  EXPECT_EQ(*ex.next(), 1u); // t1: the dearest
+  ex.report(1, 0.09, 0.02);
+  EXPECT_EQ(ex.next(), std::optional<std::size_t>(2));
+  EXPECT_EQ(ex.skipped(), 0u);
+  // When the cheaper t = 3 measures as accurate as t = 1 (noise), t = 2 cannot improve: skipped.
+  Explorer noisy({t3, t1, t2});
+  EXPECT_EQ(*noisy.next(), 0u);
+  noisy.report(0, 0.02, 0.02);
+  EXPECT_EQ(*noisy.next(), 1u);
+  noisy.report(1, 0.09, 0.05);
+  EXPECT_EQ(noisy.next(), std::nullopt);
+  EXPECT_EQ(noisy.skipped(), 1u);
+}
+
 TEST(Frontier, PartialOrderOfConfigurations) {
   const Candidate a{8, 150, 2}, b{10, 75, 2}, c{10, 150, 3}, d{8, 75, 2};
   EXPECT_TRUE(at_least_as_expensive(a, b)); // fewer bits, more tables
@@ -62,9 +110,20 @@ TEST(Explorer, FindsTheFullFrontierWithFewerMeasurements) {
   std::vector<Measured> all;
   for (const Candidate &c : g)
     all.push_back({c, m.cost(c), m.error(c)});
+  // The expected frontier by brute force (not by pareto_frontier, which the explorer uses): a
+  // point is on it when no other point is at most as dear and as inaccurate with one strictly
+  // less, and no earlier point is equal to it.
   std::vector<Candidate> want;
-  for (std::size_t i : pareto_frontier(all))
-    want.push_back(all[i].c);
+  for (std::size_t i = 0; i < all.size(); ++i) {
+    bool dominated = false;
+    for (std::size_t j = 0; j < all.size() && !dominated; ++j) {
+      const bool le = all[j].cost <= all[i].cost && all[j].error <= all[i].error;
+      const bool lt = all[j].cost < all[i].cost || all[j].error < all[i].error;
+      dominated = j != i && le && (lt || j < i);
+    }
+    if (!dominated)
+      want.push_back(all[i].c);
+  }
 
   Explorer ex(g, 7);
   std::size_t evals = 0;

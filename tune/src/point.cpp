@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <fstream>
 #include <limits>
@@ -12,6 +13,8 @@
 #include <nlohmann/json.hpp>
 
 #include "pig/spec/kernel_key.h"
+#include "pig/spec/lsh_params.h"
+#include "pig/spec/schedule.h"
 #include "pig/spec/text.h"
 
 namespace pig::tune {
@@ -46,6 +49,13 @@ int integer(const json &o, const char *name, const std::string &where) {
   const json &v = need(o, name, where);
   if (!v.is_number_integer())
     throw RecordError(where + "field '" + name + "' must be an integer, not " + v.type_name());
+  // get<int>() would wrap 4294967306 to 10: a value outside int is refused, not cast.
+  const bool fits = v.is_number_unsigned()
+                        ? v.get<std::uint64_t>() <= std::uint64_t(std::numeric_limits<int>::max())
+                        : v.get<std::int64_t>() >= std::numeric_limits<int>::min() &&
+                              v.get<std::int64_t>() <= std::numeric_limits<int>::max();
+  if (!fits)
+    throw RecordError(where + "field '" + name + "' = " + v.dump() + " is outside int");
   return v.get<int>();
 }
 std::string text(const json &o, const char *name, const std::string &where) {
@@ -190,7 +200,151 @@ void fill_slack(const std::vector<std::vector<Option>> &opts, std::vector<std::s
   }
 }
 
+// "" when v is a finite number in [lo, hi], else why (naming the field).
+std::string range_problem(const char *field, double v, double lo, double hi) {
+  if (std::isfinite(v) && v >= lo && v <= hi)
+    return "";
+  std::ostringstream m;
+  m << "field '" << field << "' = " << v << " is outside [" << lo << ", " << hi << "]";
+  if (!std::isfinite(v))
+    m << " (not finite)";
+  return m.str();
+}
+
+// The exact optimum over every combination of the layers' options, when it is small enough to
+// find: dynamic programming over the layers on partial sums (bounded, objective) of the chosen
+// options, keeping only the pairs no other pair beats on both (a pair beaten on both has no
+// completion better than the beater's), and dropping pairs that cannot meet the bound even with
+// the rest's smallest values or cannot beat `incumbent` (a feasible objective sum) even with
+// the rest's smallest objective. Sums run over layers 0..n-1 in order, like totals(), so the
+// chosen combination's totals are the ones compared here. Ties go to the smaller bounded sum,
+// then to the first combination in layer-by-layer tie order (fewer projections, then record
+// order). nullopt when no combination meets the bound or when the pairs kept after a layer
+// exceed kMaxStates (the caller keeps the relaxation's point then).
+constexpr std::size_t kMaxStates = std::size_t(1) << 18;
+std::optional<std::vector<std::size_t>> exact_pick(const std::vector<std::vector<Option>> &opts,
+                                                   bool bound_on_error, double bound,
+                                                   double incumbent) {
+  const std::size_t n = opts.size();
+  auto bounded = [&](const Option &o) { return bound_on_error ? o.error : o.cost; };
+  auto objective = [&](const Option &o) { return bound_on_error ? o.cost : o.error; };
+  // Each layer's options in tie order, and the rest's smallest sums (for the pruning).
+  std::vector<std::vector<std::size_t>> order(n);
+  std::vector<double> rest_b(n + 1, 0.0), rest_o(n + 1, 0.0);
+  for (std::size_t l = n; l-- > 0;) {
+    if (opts[l].empty())
+      return std::nullopt;
+    order[l].resize(opts[l].size());
+    for (std::size_t i = 0; i < opts[l].size(); ++i)
+      order[l][i] = i;
+    std::stable_sort(order[l].begin(), order[l].end(), [&](std::size_t a, std::size_t b) {
+      return tie_before(opts[l][a], opts[l][b]);
+    });
+    double mb = bounded(opts[l][0]), mo = objective(opts[l][0]);
+    for (const Option &o : opts[l]) {
+      mb = std::min(mb, bounded(o));
+      mo = std::min(mo, objective(o));
+    }
+    rest_b[l] = rest_b[l + 1] + mb;
+    rest_o[l] = rest_o[l + 1] + mo;
+  }
+  const double nn = double(std::max<std::size_t>(n, 1));
+  // Slack on the pruning only (the final choice is checked exactly, as totals() would).
+  const double b_limit = bound * nn + 1e-9 * std::max(1.0, std::abs(bound * nn));
+  const double o_limit = incumbent + 1e-9 * std::max(1.0, std::abs(incumbent));
+  struct State {
+    double b, o;
+    std::size_t parent, option;
+  };
+  std::vector<std::vector<State>> layers(n);
+  std::vector<State> prev{{0.0, 0.0, 0, 0}};
+  for (std::size_t l = 0; l < n; ++l) {
+    std::vector<State> next;
+    for (std::size_t s = 0; s < prev.size(); ++s)
+      for (std::size_t i : order[l]) {
+        const Option &o = opts[l][i];
+        const State x{prev[s].b + bounded(o), prev[s].o + objective(o), s, i};
+        if (x.b + rest_b[l + 1] > b_limit || x.o + rest_o[l + 1] > o_limit)
+          continue;
+        next.push_back(x);
+      }
+    std::stable_sort(next.begin(), next.end(), [](const State &a, const State &b) {
+      return a.b != b.b ? a.b < b.b : a.o < b.o;
+    });
+    std::vector<State> kept;
+    double best_o = std::numeric_limits<double>::infinity();
+    for (const State &x : next)
+      if (x.o < best_o) {
+        kept.push_back(x);
+        best_o = x.o;
+      }
+    if (kept.size() > kMaxStates)
+      return std::nullopt;
+    layers[l] = kept;
+    prev = std::move(kept);
+  }
+  // Ascending bounded sum, strictly falling objective: the last feasible pair is the optimum.
+  std::optional<std::size_t> best;
+  for (std::size_t s = 0; s < prev.size(); ++s)
+    if (prev[s].b / nn <= bound)
+      best = s;
+  if (!best)
+    return std::nullopt;
+  std::vector<std::size_t> pick(n);
+  for (std::size_t l = n, s = *best; l-- > 0;) {
+    pick[l] = layers[l][s].option;
+    s = layers[l][s].parent;
+  }
+  return pick;
+}
+
 } // namespace
+
+void validate_point(const OperatingPoint &p) {
+  const std::string where = "operating point: ";
+  const double inf = std::numeric_limits<double>::infinity();
+  if (!p.kernel_tail.empty()) {
+    // The tail of a manifest line's key: "K=1 L=1 <tail>" must read and serve.
+    std::string why;
+    const auto key = spec::KernelKey::parse("K=1 L=1 " + p.kernel_tail, &why);
+    if (key)
+      why = key->validate();
+    else
+      why = "'" + p.kernel_tail + "' is not 'd=<head dim> <type>'";
+    if (!why.empty())
+      throw RecordError(where + "field 'kernel': " + why);
+  }
+  if (std::string why; !spec::Schedule::parse(p.schedule, &why))
+    throw RecordError(where + "field 'schedule': " + why);
+  if (std::string why = range_problem("error", p.error, 0, inf); !why.empty())
+    throw RecordError(where + why);
+  if (std::string why = range_problem("cost2", p.cost2, 0, 1); !why.empty())
+    throw RecordError(where + why);
+  if (std::string why = range_problem("attention_s", p.attention_s, 0, inf); !why.empty())
+    throw RecordError(where + why);
+  if (p.layers.empty())
+    throw RecordError(where + "field 'layers' must be a non-empty array");
+  for (std::size_t i = 0; i < p.layers.size(); ++i) {
+    const LayerChoice &l = p.layers[i];
+    const std::string w = where + "layers[" + std::to_string(i) + "]: ";
+    if (l.layer != int(i))
+      throw RecordError(w + "layer " + std::to_string(l.layer) + " out of order (expected " +
+                        std::to_string(i) + ")");
+    if (!l.c.dense) {
+      const spec::LshParams lsh{l.c.K, l.c.L, l.c.t};
+      if (std::string why = lsh.validate(); !why.empty()) {
+        const char *field = lsh.K < 1 || lsh.K > spec::kMaxK   ? "K"
+                            : lsh.L < 1 || lsh.L > spec::kMaxL ? "L"
+                                                               : "t";
+        throw RecordError(w + "field '" + field + "': " + why);
+      }
+    }
+    if (std::string why = range_problem("error", l.error, 0, inf); !why.empty())
+      throw RecordError(w + why);
+    if (std::string why = range_problem("cost2", l.cost2, 0, 1); !why.empty())
+      throw RecordError(w + why);
+  }
+}
 
 std::string OperatingPoint::layers_str() const {
   std::string s;
@@ -291,6 +445,7 @@ OperatingPoint parse_point(std::string_view s) {
     c.cost2 = number(o, "cost2", w);
     p.layers.push_back(c);
   }
+  validate_point(p);
   return p;
 }
 
@@ -308,16 +463,21 @@ OperatingPoint load_point(const std::string &path) {
 }
 
 void save_point(const std::string &path, const OperatingPoint &p) {
+  validate_point(p);
   const std::string tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    out << to_json(p);
-    out.flush();
-    if (!out)
-      throw RecordError("cannot write " + tmp);
+  std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+  if (!out) // nothing was created: whatever holds the name (a directory) is not ours to remove
+    throw RecordError("cannot create " + tmp);
+  out << to_json(p);
+  out.close(); // flushes: a full disk shows here
+  if (!out) {
+    std::remove(tmp.c_str());
+    throw RecordError("cannot write " + tmp);
   }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0)
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+    std::remove(tmp.c_str());
     throw RecordError("cannot rename " + tmp + " to " + path);
+  }
 }
 
 std::vector<Candidate> QualityTable::common() const {
@@ -461,6 +621,8 @@ std::optional<OperatingPoint> select_per_layer_max_error(const QualityTable &t, 
     hi = lo;
   auto pick = lagrange(opts, hi);
   fill_slack(opts, pick, true, max_error);
+  if (auto exact = exact_pick(opts, true, max_error, totals(opts, pick).cost * double(opts.size())))
+    pick = std::move(*exact);
   char crit[64];
   std::snprintf(crit, sizeof crit, "max-error %g", max_error);
   return make_point(t, opts, pick, crit);
@@ -483,6 +645,9 @@ std::optional<OperatingPoint> select_per_layer_max_cost(const QualityTable &t, d
     }
   auto pick = lagrange(opts, lo);
   fill_slack(opts, pick, false, max_cost2);
+  if (auto exact =
+          exact_pick(opts, false, max_cost2, totals(opts, pick).error * double(opts.size())))
+    pick = std::move(*exact);
   char crit[64];
   std::snprintf(crit, sizeof crit, "max-cost2 %g", max_cost2);
   return make_point(t, opts, pick, crit);

@@ -36,8 +36,11 @@ void quantize_q8(const float *x, std::size_t d, std::uint8_t *out);
 void dequantize_q8(const std::uint8_t *in, std::size_t d, float *out);
 /// The scale of a block as f32.
 float q8_block_scale(const std::uint8_t *block);
-/// The scale q8 gives a block whose largest |x| is amax (finite): amax / 127 rounded up to bf16.
-/// (pig-eval kv-formats applies the same rule to other groupings of elements.)
+/// The one rule for q8's scale, used by quantize_q8 (and pig-eval kv-formats for other groupings
+/// of elements): for a block whose largest |x| is amax, |amax| / 127 rounded UP to bf16 (0 for
+/// amax = 0; a bf16 >= |amax| / 127, so no |x| / s exceeds 127 beyond the division's rounding);
+/// NaN when amax is NaN or infinite (a block holding a NaN or an infinity: its elements read
+/// back as NaN).
 float q8_scale_for(float amax);
 
 } // namespace pig::ref

@@ -3,6 +3,11 @@
 // 32 elements: pig/reference/kv_quant.h, docs/KV8.md). Dense attention and every sparse attention
 // read the same store, so a comparison between them never mixes element types.
 //
+// Non-finite elements are stored, never refused: f32 keeps them, bf16 rounds them to bf16's NaN
+// or infinity, and q8 gives a block holding a NaN or an infinity the scale NaN (codes 0), so all
+// 32 elements of that block read back as NaN (pig::ref::q8_scale_for) and the other blocks of
+// the row are unaffected. Attention that reads such a row answers NaN, in every element type.
+//
 // Layout: [layer][kv_head][position][row]: a (layer, kv-head) is n rows of lsh::row_bytes(dtype,
 // head_dim) bytes back to back, which is what the LSH kernels take (lsh_kernels.h).
 #pragma once

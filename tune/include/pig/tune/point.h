@@ -6,12 +6,18 @@
 // cost2 k_l(c) (the sampled fraction of its indexed tokens); dense attention is always a
 // candidate with e = 0 and k = 1 (it reads every token). The error of a point is the mean of its
 // layers' errors (dense layers count 0), its cost the mean of their costs. Both are sums over
-// layers, so the cheapest point under an error bound is found by Lagrangian relaxation: for a
-// multiplier lambda every layer independently takes argmin k + lambda * e, and lambda is bisected
-// to the smallest cost whose error meets the bound (the points so reached are the lower convex
-// hull of the per-layer trade-offs; a point strictly inside the hull can be missed, never one
-// that violates the bound). Ties inside a layer go to fewer projections (K * L), then to the
-// candidate order of the records (never to raw timings), so the selection is deterministic.
+// layers, so the cheapest point under an error bound is a multiple-choice knapsack. Lagrangian
+// relaxation (for a multiplier lambda every layer independently takes argmin k + lambda * e,
+// lambda bisected to the smallest cost whose error meets the bound) reaches only the points of
+// the lower convex hull of the per-layer trade-offs, and a greedy pass over the slack left
+// cannot always leave it (the optimum may need one layer dearer and another cheaper at once).
+// That point is the incumbent of an exact search: dynamic programming over the layers on the
+// partial (error, cost) sums, keeping only the undominated ones and those that can still meet the
+// bound and beat the incumbent, returns the exact optimum (the relaxation's point is kept only
+// if more than 2^18 partial sums survive a layer). Ties inside a layer go to fewer projections
+// (K * L), then to the candidate order of the records (never to raw timings); equal totals go to
+// the lower bounded total, then to the first combination in that order: the selection is
+// deterministic.
 //
 // Point file, schema 1 (one JSON object):
 //   {"schema": 1, "kind": "operating_point", "data_hash": "...", "kernel": "d=64 bf16", "layers": [
@@ -61,12 +67,20 @@ struct OperatingPoint {
 
 /// One JSON document (pretty, newline-terminated). Deterministic.
 std::string to_json(const OperatingPoint &p);
+/// Throws RecordError naming the field when a point could not be served: an LSH layer's K, L or
+/// t outside pig::spec::LshParams' limits, a schedule pig::spec::Schedule::parse refuses, a
+/// kernel tail ("d=64 bf16") that is not a servable head dim and type, an error (the point's or
+/// a layer's) that is negative or not finite, a cost2 outside [0, 1], a negative or non-finite
+/// attention_s, no layers, or layers not numbered 0..n-1.
+void validate_point(const OperatingPoint &p);
 /// Throws RecordError naming the field on malformed JSON, a missing or mistyped field, a kind
-/// other than "operating_point", a newer schema, layers not numbered 0..n-1.
+/// other than "operating_point", a newer schema, or contents validate_point refuses.
 OperatingPoint parse_point(std::string_view text);
 /// Reads a point file; throws RecordError when it cannot be read or parsed.
 OperatingPoint load_point(const std::string &path);
-/// Writes atomically (a temporary file renamed over the target).
+/// Writes atomically (`path`.tmp renamed over the target); refuses (RecordError) a point
+/// validate_point refuses. On any failure (the temporary cannot be created, written or renamed)
+/// it throws RecordError, `path` keeps its old contents and no temporary it created is left.
 void save_point(const std::string &path, const OperatingPoint &p);
 
 /// Per-layer quality of candidates: what selection reads, aggregated from quality records
