@@ -30,7 +30,7 @@ double Seconds(Clock::time_point t0) {
 
 // Streaming read bandwidth: every thread reads its share of a buffer much larger than the
 // caches (dot of a row with itself reads each byte once); best of several passes.
-double MeasureReadBandwidth(ThreadPool &pool) {
+double MeasureReadBandwidth(ThreadPool &pool, const Kernels &k) {
   const size_t n = size_t(256) << 20 >> 2; // 256 MiB of floats
   std::vector<float> buf(n, 1.0f);
   const size_t chunk = size_t(1) << 20;

@@ -437,7 +437,8 @@ void Downstream::Markdown(double seconds, double prefill_seconds) const {
           row += " |";
           continue;
         }
-        row += " " + Fmt("%.2f", it->second.score.mean) + " |";
+        // Appended, not " " + Fmt(..) + ..: GCC 12 at -O3 reports a false -Wrestrict there.
+        row.append(" ").append(Fmt("%.2f", it->second.score.mean)).append(" |");
         c1.add(it->second.cost1.mean);
         c2.add(it->second.cost2.mean);
       }
