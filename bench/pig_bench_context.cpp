@@ -24,13 +24,9 @@
 //                          [--transform-lsh K=..,L=..]]   (pig-bench-context --help)
 // --out DIR writes speed.csv and draws speed.png with gnuplot (docs/PERFORMANCE.md).
 #include <chrono>
-#include <cmath>
 #include <cstdio>
-#include <cstdlib>
-#include <fstream>
 #include <memory>
 #include <optional>
-#include <sstream>
 #include <stdexcept>
 #include <string>
 #include <tuple>
@@ -44,6 +40,8 @@
 #include "pig/runtime/attention.h"
 #include "pig/runtime/model.h"
 #include "pig/tune/tuning.h" // --tuning FILE
+
+#include "context_table.h"
 
 namespace {
 
@@ -211,57 +209,8 @@ int main(int argc, char **argv) {
         specs.push_back(x);
       }
     }
-    std::vector<std::string> kv_rows; // the --kv A,B table, printed after the main one
-    const auto row_of = pig::app::MarkdownRow;
-    const auto Fmt = [](const char *f, double v) { return pig::app::Format(f, v); };
-    {
-      std::vector<std::string> head{"context", "dense tok/s", "LSH tok/s", "speed-up"};
-      if (ti)
-        head.insert(head.end(), {"tuned tok/s", "tuned vs LSH"});
-      if (xi)
-        head.insert(head.end(), {xl + " tok/s", xl + " vs LSH", xl + " vs dense"});
-      head.push_back(std::string("attention share (dense / LSH") + (ti ? " / tuned" : "") +
-                     (xi ? " / " + xl : "") + ")");
-      head.push_back("cost2");
-      if (ti)
-        head.push_back("tuned cost2");
-      if (xi)
-        head.push_back(xl + " cost2");
-      head.push_back("index build (s)");
-      if (xi)
-        head.push_back(xl + " first step (s)");
-      head.insert(head.end(), {"KV MiB", "index MiB"});
-      if (xi)
-        head.push_back(xl + " hash MiB");
-      std::printf("\n%s\n", row_of(head).c_str());
-      std::printf("%s\n", pig::app::MarkdownSeparator(head.size()).c_str());
-    }
-    std::unique_ptr<pig::eval::Csv> csv;
-    // Column (1-based) of the transform's first CSV column, for the plot.
-    const size_t xcol = 11 + (ti ? 4 : 0);
-    if (!o.out.empty()) {
-      pig::eval::MakeDirs(o.out);
-      std::vector<std::string> columns{"context",  "dense_tok_s",           "lsh_tok_s",
-                                       "speedup",  "dense_attention_share", "lsh_attention_share",
-                                       "cost2",    "index_build_s",         "kv_mib",
-                                       "index_mib"};
-      if (ti)
-        columns.insert(columns.end(),
-                       {"tuned_tok_s", "tuned_vs_lsh", "tuned_attention_share", "tuned_cost2"});
-      if (xi)
-        columns.insert(columns.end(), {"transform_tok_s", "transform_vs_lsh", "transform_vs_dense",
-                                       "transform_attention_share", "transform_cost2",
-                                       "transform_first_step_s", "transform_hash_mib"});
-      csv = std::make_unique<pig::eval::Csv>(o.out + "/speed.csv", columns);
-    }
-    std::unique_ptr<pig::eval::Csv> csv_kv; // --kv A,B with --out: kv.csv
-    if (!o.out.empty() && o.kv2)
-      csv_kv = std::make_unique<pig::eval::Csv>(
-          o.out + "/kv.csv",
-          std::vector<std::string>{"context", "dense_tok_s", "dense2_tok_s", "lsh_tok_s",
-                                   "lsh2_tok_s", "lsh2_vs_dense", "lsh2_vs_dense2",
-                                   "dense2_vs_dense", "lsh2_vs_lsh", "kv_mib", "kv2_mib"});
-    std::vector<std::pair<size_t, double>> x_vs_lsh; // per context: transform tok/s over LSH's
+    pig::bench::ContextTable table({.tuned = ti, .transform = xi, .transform_name = xl, .kv2 = d2i},
+                                   o.kv, o.kv2, o.out);
     for (size_t ctx : o.contexts) {
       std::vector<std::unique_ptr<KvCache>> tiled;
       for (lsh::DType t : {o.kv, o.kv2.value_or(o.kv)})
@@ -269,162 +218,9 @@ int main(int argc, char **argv) {
           tiled.push_back(pig::app::TileCache(pre.attention().cache(), o.prefill, ctx, t));
       const std::vector<Run> runs =
           pig::app::DecodeAlternated(*model, pool, specs, tiled, ctx, feed);
-      const Run &d = runs[0], &l = runs[1];
-      const double kv_mib = double(tiled[0]->MemoryBytes()) / 1048576.0;
-      if (d2i) {
-        const Run &d2 = runs[d2i], &l2 = runs[d2i + 1];
-        kv_rows.push_back(
-            row_of({std::to_string(ctx), Fmt("%.1f", d.tokens_per_s), Fmt("%.1f", d2.tokens_per_s),
-                    Fmt("%.1f", l.tokens_per_s), Fmt("%.1f", l2.tokens_per_s),
-                    Fmt("%.2fx", l2.tokens_per_s / d.tokens_per_s),
-                    Fmt("%.2fx", l2.tokens_per_s / d2.tokens_per_s),
-                    Fmt("%.2fx", d2.tokens_per_s / d.tokens_per_s),
-                    Fmt("%.2fx", l2.tokens_per_s / l.tokens_per_s), Fmt("%.0f", kv_mib),
-                    Fmt("%.0f", double(tiled[1]->MemoryBytes()) / 1048576.0),
-                    Fmt("%.0f", double(l2.stats.index_bytes) / 1048576.0)}));
-        if (csv_kv)
-          csv_kv->row({std::to_string(ctx), Fmt("%.2f", d.tokens_per_s),
-                       Fmt("%.2f", d2.tokens_per_s), Fmt("%.2f", l.tokens_per_s),
-                       Fmt("%.2f", l2.tokens_per_s), Fmt("%.3f", l2.tokens_per_s / d.tokens_per_s),
-                       Fmt("%.3f", l2.tokens_per_s / d2.tokens_per_s),
-                       Fmt("%.3f", d2.tokens_per_s / d.tokens_per_s),
-                       Fmt("%.3f", l2.tokens_per_s / l.tokens_per_s), Fmt("%.1f", kv_mib),
-                       Fmt("%.1f", double(tiled[1]->MemoryBytes()) / 1048576.0)});
-      }
-      const double index_mib = double(l.stats.index_bytes) / 1048576.0;
-      std::vector<std::string> cells{std::to_string(ctx), Fmt("%.1f", d.tokens_per_s),
-                                     Fmt("%.1f", l.tokens_per_s),
-                                     Fmt("%.2fx", l.tokens_per_s / d.tokens_per_s)};
-      std::string share =
-          Fmt("%.0f %%", 100 * d.attention_share) + " / " + Fmt("%.0f %%", 100 * l.attention_share);
-      if (ti) {
-        const Run &t = runs[ti];
-        cells.insert(cells.end(),
-                     {Fmt("%.1f", t.tokens_per_s), Fmt("%.2fx", t.tokens_per_s / l.tokens_per_s)});
-        share += " / " + Fmt("%.0f %%", 100 * t.attention_share);
-      }
-      if (xi) {
-        const Run &x = runs[xi];
-        cells.insert(cells.end(),
-                     {Fmt("%.1f", x.tokens_per_s), Fmt("%.3fx", x.tokens_per_s / l.tokens_per_s),
-                      Fmt("%.2fx", x.tokens_per_s / d.tokens_per_s)});
-        share += " / " + Fmt("%.0f %%", 100 * x.attention_share);
-        x_vs_lsh.push_back({ctx, x.tokens_per_s / l.tokens_per_s});
-      }
-      cells.push_back(share);
-      cells.push_back(Fmt("%.2f %%", 100 * l.stats.cost2()));
-      if (ti)
-        cells.push_back(Fmt("%.2f %%", 100 * runs[ti].stats.cost2()));
-      if (xi)
-        cells.push_back(Fmt("%.2f %%", 100 * runs[xi].stats.cost2()));
-      cells.push_back(Fmt("%.2f", l.first_step_s));
-      if (xi)
-        cells.push_back(Fmt("%.2f", runs[xi].first_step_s));
-      cells.insert(cells.end(), {Fmt("%.0f", kv_mib), Fmt("%.0f", index_mib)});
-      if (xi)
-        cells.push_back(Fmt("%.1f", double(runs[xi].stats.hash_bytes) / 1048576.0));
-      std::printf("%s\n", row_of(cells).c_str());
-      std::fflush(stdout);
-      if (csv) {
-        std::vector<std::string> row{std::to_string(ctx),
-                                     Fmt("%.2f", d.tokens_per_s),
-                                     Fmt("%.2f", l.tokens_per_s),
-                                     Fmt("%.3f", l.tokens_per_s / d.tokens_per_s),
-                                     Fmt("%.3f", d.attention_share),
-                                     Fmt("%.3f", l.attention_share),
-                                     Fmt("%.4f", l.stats.cost2()),
-                                     Fmt("%.2f", l.first_step_s),
-                                     Fmt("%.1f", kv_mib),
-                                     Fmt("%.1f", index_mib)};
-        if (ti) {
-          const Run &t = runs[ti];
-          row.insert(row.end(),
-                     {Fmt("%.2f", t.tokens_per_s), Fmt("%.3f", t.tokens_per_s / l.tokens_per_s),
-                      Fmt("%.3f", t.attention_share), Fmt("%.4f", t.stats.cost2())});
-        }
-        if (xi) {
-          const Run &x = runs[xi];
-          row.insert(row.end(),
-                     {Fmt("%.2f", x.tokens_per_s), Fmt("%.4f", x.tokens_per_s / l.tokens_per_s),
-                      Fmt("%.3f", x.tokens_per_s / d.tokens_per_s), Fmt("%.3f", x.attention_share),
-                      Fmt("%.4f", x.stats.cost2()), Fmt("%.2f", x.first_step_s),
-                      Fmt("%.2f", double(x.stats.hash_bytes) / 1048576.0)});
-        }
-        csv->row(row);
-      }
+      table.Add(ctx, runs, tiled);
     }
-    if (d2i) {
-      const std::string a = lsh::to_string(o.kv), b = lsh::to_string(*o.kv2);
-      std::vector<std::string> head{"context",
-                                    "dense " + a + " tok/s",
-                                    "dense " + b + " tok/s",
-                                    "LSH " + a + " tok/s",
-                                    "LSH " + b + " tok/s",
-                                    "LSH " + b + " vs dense " + a,
-                                    "LSH " + b + " vs dense " + b,
-                                    "dense " + b + " vs " + a,
-                                    "LSH " + b + " vs " + a,
-                                    "KV MiB " + a,
-                                    "KV MiB " + b,
-                                    "index MiB"};
-      const std::string sep = pig::app::MarkdownSeparator(head.size());
-      std::printf(
-          "\nKV element types (--kv %s,%s), the same steps alternated with the above:\n%s\n%s\n",
-          a.c_str(), b.c_str(), row_of(head).c_str(), sep.c_str());
-      for (const std::string &r : kv_rows)
-        std::printf("%s\n", r.c_str());
-      csv_kv.reset();
-    }
-    if (xi && !x_vs_lsh.empty()) {
-      // The target: hashing in the fitted space within 5 % of plain magicpig's speed.
-      std::string per;
-      double log_sum = 0;
-      for (const auto &[ctx, r] : x_vs_lsh) {
-        per += (per.empty() ? "" : ", ") + std::to_string(ctx) + ": " + Fmt("%.3fx", r);
-        log_sum += std::log(r);
-      }
-      const double geo = std::exp(log_sum / double(x_vs_lsh.size()));
-      std::printf("\n%s vs magicpig (LSH), decode tok/s: %s; geometric mean %.3fx (%s 5 %% of "
-                  "magicpig's speed)\n",
-                  xl.c_str(), per.c_str(), geo, geo >= 0.95 ? "within" : "NOT within");
-    }
-    if (csv) {
-      csv.reset(); // flushed before gnuplot reads it
-      const std::string data = "'" + o.out + "/speed.csv' every ::1 using 1:";
-      const std::string xtitle = xl + " (--transform)";
-      pig::eval::WriteFile(
-          o.out + "/speed.gp",
-          "set datafile separator ','\n"
-          "set terminal pngcairo size 1000,420 noenhanced font ',10'\n"
-          "set output '" +
-              o.out +
-              "/speed.png'\n"
-              "set multiplot layout 1,2 title 'SmolLM2-135M decode, bf16 KV, " +
-              std::to_string(pool.size()) +
-              " threads (pig-bench-context)'\n"
-              "set logscale x 2\nset grid\nset key top right\nset xlabel 'context (tokens)'\n"
-              "set ylabel 'decode tokens/s'\nset title 'speed'\n"
-              "plot " +
-              data + "2 with linespoints title 'dense', " + data +
-              "3 with linespoints title 'LSH sampling (10,150)'" +
-              (ti ? ", " + data + "11 with linespoints title 'tuned (--tuning)'" : "") +
-              (xi ? ", " + data + std::to_string(xcol) + " with linespoints title '" + xtitle + "'"
-                  : "") +
-              "\n"
-              "set ylabel 'share of a step in attention'\nset title 'attention share'\n"
-              "set yrange [0:1]\n"
-              "plot " +
-              data + "5 with linespoints title 'dense', " + data +
-              "6 with linespoints title 'LSH sampling (10,150)'" +
-              (ti ? ", " + data + "13 with linespoints title 'tuned (--tuning)'" : "") +
-              (xi ? ", " + data + std::to_string(xcol + 3) + " with linespoints title '" + xtitle +
-                        "'"
-                  : "") +
-              "\n"
-              "unset multiplot\n");
-      if (pig::eval::RunGnuplot(o.out + "/speed.gp"))
-        std::printf("\nwrote %s/speed.csv and %s/speed.png\n", o.out.c_str(), o.out.c_str());
-    }
+    table.Finish(pool.size());
     // Which kernel sets served LSH and, with --tuning, the point's configurations.
     const AttentionShape probe_shape{c.n_layers, c.n_heads, c.n_kv_heads, c.head_dim, 16};
     std::printf("\nkernels: %s\n", MakeAttention(lsh, probe_shape)->stats().kernels.c_str());

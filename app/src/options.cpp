@@ -295,19 +295,7 @@ AttentionFlags AddAttentionOptions(CLI::App &app, runtime::AttentionSpec &spec) 
                  ->check(Number(0, 1, true))
                  ->capture_default_str()
                  ->group(kAttentionGroup);
-  f.schedule = app.add_option_function<std::string>(
-                      "--schedule",
-                      [&spec](const std::string &text) {
-                        std::string err;
-                        const auto s = runtime::lsh::Schedule::parse(text, &err);
-                        if (!s)
-                          throw CLI::ValidationError("--schedule", err);
-                        spec.schedule = *s;
-                      },
-                      "magicpig: the LSH kernels' schedule, e.g. 'block=32 gqa=union' "
-                      "(docs/SCHEDULES.md)")
-                   ->type_name("KNOBS")
-                   ->group(kAttentionGroup);
+  f.schedule = AddScheduleOption(app, spec.schedule);
   return f;
 }
 
@@ -328,6 +316,25 @@ CLI::Option *AddTransformOption(CLI::App &app, ref::TransformSpec &transform,
                 "keys: plain (SimHash, the default) or whiten:a=A, A in (0, 1] (docs/HASHING.md)"
               : description)
       ->type_name("SPEC")
+      ->group(kAttentionGroup);
+}
+
+CLI::Option *AddScheduleOption(CLI::App &app, runtime::lsh::Schedule &schedule,
+                               const std::string &description) {
+  return app
+      .add_option_function<std::string>(
+          "--schedule",
+          [&schedule](const std::string &text) {
+            std::string err;
+            const auto s = runtime::lsh::Schedule::parse(text, &err);
+            if (!s)
+              throw CLI::ValidationError("--schedule", err);
+            schedule = *s;
+          },
+          description.empty()
+              ? "magicpig: the LSH kernels' schedule, e.g. 'block=32 gqa=union' (docs/SCHEDULES.md)"
+              : description)
+      ->type_name("KNOBS")
       ->group(kAttentionGroup);
 }
 

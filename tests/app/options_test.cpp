@@ -351,4 +351,24 @@ TEST(AppOptions, HelpListsTheGroups) {
     EXPECT_NE(help.find(s), std::string::npos) << s << "\n" << help;
 }
 
+// --schedule alone (pig-bench-attention's): the knobs parsed, an illegal one refused naming the
+// flag, in both spellings (--schedule KNOBS and --schedule=KNOBS).
+void ParseScheduleIn(std::initializer_list<std::string> args) {
+  CLI::App app{"a test tool", "tool"};
+  pig::app::Init(app);
+  pig::runtime::lsh::Schedule s;
+  pig::app::AddScheduleOption(app, s);
+  const Argv a(args);
+  Parse(app, a.argc(), a.argv());
+  std::exit(s.block == 32 && s.parts == 1 ? 0 : 1);
+}
+
+TEST(AppOptions, ScheduleOption) {
+  EXPECT_EXIT(ParseScheduleIn({"--schedule", "block=32 parts=1"}), ExitedWithCode(0), "");
+  EXPECT_EXIT(ParseScheduleIn({"--schedule=block=32,parts=1"}), ExitedWithCode(0), "");
+  EXPECT_EXIT(ParseScheduleIn({"--schedule=block=48"}), ExitedWithCode(2),
+              "tool: --schedule: schedule knob 'block' = 48 is illegal");
+  EXPECT_EXIT(ParseScheduleIn({"--schedule"}), ExitedWithCode(2), "tool: --schedule needs a value");
+}
+
 } // namespace

@@ -90,6 +90,11 @@ AttentionFlags AddAttentionOptions(CLI::App &app, runtime::AttentionSpec &spec);
 CLI::Option *AddTransformOption(CLI::App &app, ref::TransformSpec &transform,
                                 const std::string &description = {});
 
+/// --schedule KNOBS alone (AddAttentionOptions adds it): spec::Schedule::parse into `schedule`;
+/// an illegal knob is an error naming --schedule.
+CLI::Option *AddScheduleOption(CLI::App &app, runtime::lsh::Schedule &schedule,
+                               const std::string &description = {});
+
 /// One configuration in the one spelling (or an alias, with the warning) over `lsh`'s values,
 /// e.g. pig-bench-context's --transform-lsh.
 CLI::Option *AddLshOption(CLI::App &app, const std::string &name, spec::LshParams &lsh,

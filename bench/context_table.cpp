@@ -1,0 +1,227 @@
+#include "context_table.h"
+
+#include <cmath>
+#include <cstdio>
+
+#include "pig/app/text.h"
+
+namespace pig::bench {
+namespace {
+
+namespace lsh = pig::runtime::lsh;
+using Run = pig::app::DecodeRun;
+
+std::string Fmt(const char *f, double v) { return pig::app::Format(f, v); }
+
+} // namespace
+
+ContextTable::ContextTable(const ContextMethods &m, lsh::DType kv, std::optional<lsh::DType> kv2,
+                           std::string out)
+    : ti_(m.tuned), xi_(m.transform), d2i_(m.kv2), xl_(m.transform_name), kv_(kv), kv2_(kv2),
+      out_(std::move(out)), xcol_(11 + (ti_ ? 4 : 0)) {
+  std::vector<std::string> head{"context", "dense tok/s", "LSH tok/s", "speed-up"};
+  if (ti_)
+    head.insert(head.end(), {"tuned tok/s", "tuned vs LSH"});
+  if (xi_)
+    head.insert(head.end(), {xl_ + " tok/s", xl_ + " vs LSH", xl_ + " vs dense"});
+  head.push_back(std::string("attention share (dense / LSH") + (ti_ ? " / tuned" : "") +
+                 (xi_ ? " / " + xl_ : "") + ")");
+  head.push_back("cost2");
+  if (ti_)
+    head.push_back("tuned cost2");
+  if (xi_)
+    head.push_back(xl_ + " cost2");
+  head.push_back("index build (s)");
+  if (xi_)
+    head.push_back(xl_ + " first step (s)");
+  head.insert(head.end(), {"KV MiB", "index MiB"});
+  if (xi_)
+    head.push_back(xl_ + " hash MiB");
+  std::printf("\n%s\n", pig::app::MarkdownRow(head).c_str());
+  std::printf("%s\n", pig::app::MarkdownSeparator(head.size()).c_str());
+  if (!out_.empty()) {
+    pig::eval::MakeDirs(out_);
+    std::vector<std::string> columns{"context",  "dense_tok_s",           "lsh_tok_s",
+                                     "speedup",  "dense_attention_share", "lsh_attention_share",
+                                     "cost2",    "index_build_s",         "kv_mib",
+                                     "index_mib"};
+    if (ti_)
+      columns.insert(columns.end(),
+                     {"tuned_tok_s", "tuned_vs_lsh", "tuned_attention_share", "tuned_cost2"});
+    if (xi_)
+      columns.insert(columns.end(), {"transform_tok_s", "transform_vs_lsh", "transform_vs_dense",
+                                     "transform_attention_share", "transform_cost2",
+                                     "transform_first_step_s", "transform_hash_mib"});
+    csv_ = std::make_unique<pig::eval::Csv>(out_ + "/speed.csv", columns);
+  }
+  if (!out_.empty() && kv2_)
+    csv_kv_ = std::make_unique<pig::eval::Csv>(
+        out_ + "/kv.csv",
+        std::vector<std::string>{"context", "dense_tok_s", "dense2_tok_s", "lsh_tok_s",
+                                 "lsh2_tok_s", "lsh2_vs_dense", "lsh2_vs_dense2", "dense2_vs_dense",
+                                 "lsh2_vs_lsh", "kv_mib", "kv2_mib"});
+}
+
+void ContextTable::Add(size_t ctx, const std::vector<Run> &runs,
+                       const std::vector<std::unique_ptr<runtime::KvCache>> &tiled) {
+  const Run &d = runs[0], &l = runs[1];
+  const double kv_mib = double(tiled[0]->MemoryBytes()) / 1048576.0;
+  if (d2i_) {
+    const Run &d2 = runs[d2i_], &l2 = runs[d2i_ + 1];
+    kv_rows_.push_back(pig::app::MarkdownRow(
+        {std::to_string(ctx), Fmt("%.1f", d.tokens_per_s), Fmt("%.1f", d2.tokens_per_s),
+         Fmt("%.1f", l.tokens_per_s), Fmt("%.1f", l2.tokens_per_s),
+         Fmt("%.2fx", l2.tokens_per_s / d.tokens_per_s),
+         Fmt("%.2fx", l2.tokens_per_s / d2.tokens_per_s),
+         Fmt("%.2fx", d2.tokens_per_s / d.tokens_per_s),
+         Fmt("%.2fx", l2.tokens_per_s / l.tokens_per_s), Fmt("%.0f", kv_mib),
+         Fmt("%.0f", double(tiled[1]->MemoryBytes()) / 1048576.0),
+         Fmt("%.0f", double(l2.stats.index_bytes) / 1048576.0)}));
+    if (csv_kv_)
+      csv_kv_->row({std::to_string(ctx), Fmt("%.2f", d.tokens_per_s), Fmt("%.2f", d2.tokens_per_s),
+                    Fmt("%.2f", l.tokens_per_s), Fmt("%.2f", l2.tokens_per_s),
+                    Fmt("%.3f", l2.tokens_per_s / d.tokens_per_s),
+                    Fmt("%.3f", l2.tokens_per_s / d2.tokens_per_s),
+                    Fmt("%.3f", d2.tokens_per_s / d.tokens_per_s),
+                    Fmt("%.3f", l2.tokens_per_s / l.tokens_per_s), Fmt("%.1f", kv_mib),
+                    Fmt("%.1f", double(tiled[1]->MemoryBytes()) / 1048576.0)});
+  }
+  const double index_mib = double(l.stats.index_bytes) / 1048576.0;
+  std::vector<std::string> cells{std::to_string(ctx), Fmt("%.1f", d.tokens_per_s),
+                                 Fmt("%.1f", l.tokens_per_s),
+                                 Fmt("%.2fx", l.tokens_per_s / d.tokens_per_s)};
+  std::string share =
+      Fmt("%.0f %%", 100 * d.attention_share) + " / " + Fmt("%.0f %%", 100 * l.attention_share);
+  if (ti_) {
+    const Run &t = runs[ti_];
+    cells.insert(cells.end(),
+                 {Fmt("%.1f", t.tokens_per_s), Fmt("%.2fx", t.tokens_per_s / l.tokens_per_s)});
+    share += " / " + Fmt("%.0f %%", 100 * t.attention_share);
+  }
+  if (xi_) {
+    const Run &x = runs[xi_];
+    cells.insert(cells.end(),
+                 {Fmt("%.1f", x.tokens_per_s), Fmt("%.3fx", x.tokens_per_s / l.tokens_per_s),
+                  Fmt("%.2fx", x.tokens_per_s / d.tokens_per_s)});
+    share += " / " + Fmt("%.0f %%", 100 * x.attention_share);
+    x_vs_lsh_.push_back({ctx, x.tokens_per_s / l.tokens_per_s});
+  }
+  cells.push_back(share);
+  cells.push_back(Fmt("%.2f %%", 100 * l.stats.cost2()));
+  if (ti_)
+    cells.push_back(Fmt("%.2f %%", 100 * runs[ti_].stats.cost2()));
+  if (xi_)
+    cells.push_back(Fmt("%.2f %%", 100 * runs[xi_].stats.cost2()));
+  cells.push_back(Fmt("%.2f", l.first_step_s));
+  if (xi_)
+    cells.push_back(Fmt("%.2f", runs[xi_].first_step_s));
+  cells.insert(cells.end(), {Fmt("%.0f", kv_mib), Fmt("%.0f", index_mib)});
+  if (xi_)
+    cells.push_back(Fmt("%.1f", double(runs[xi_].stats.hash_bytes) / 1048576.0));
+  std::printf("%s\n", pig::app::MarkdownRow(cells).c_str());
+  std::fflush(stdout);
+  if (csv_) {
+    std::vector<std::string> row{std::to_string(ctx),
+                                 Fmt("%.2f", d.tokens_per_s),
+                                 Fmt("%.2f", l.tokens_per_s),
+                                 Fmt("%.3f", l.tokens_per_s / d.tokens_per_s),
+                                 Fmt("%.3f", d.attention_share),
+                                 Fmt("%.3f", l.attention_share),
+                                 Fmt("%.4f", l.stats.cost2()),
+                                 Fmt("%.2f", l.first_step_s),
+                                 Fmt("%.1f", kv_mib),
+                                 Fmt("%.1f", index_mib)};
+    if (ti_) {
+      const Run &t = runs[ti_];
+      row.insert(row.end(),
+                 {Fmt("%.2f", t.tokens_per_s), Fmt("%.3f", t.tokens_per_s / l.tokens_per_s),
+                  Fmt("%.3f", t.attention_share), Fmt("%.4f", t.stats.cost2())});
+    }
+    if (xi_) {
+      const Run &x = runs[xi_];
+      row.insert(row.end(),
+                 {Fmt("%.2f", x.tokens_per_s), Fmt("%.4f", x.tokens_per_s / l.tokens_per_s),
+                  Fmt("%.3f", x.tokens_per_s / d.tokens_per_s), Fmt("%.3f", x.attention_share),
+                  Fmt("%.4f", x.stats.cost2()), Fmt("%.2f", x.first_step_s),
+                  Fmt("%.2f", double(x.stats.hash_bytes) / 1048576.0)});
+    }
+    csv_->row(row);
+  }
+}
+
+void ContextTable::Finish(size_t threads) {
+  if (d2i_) {
+    const std::string a = lsh::to_string(kv_), b = lsh::to_string(*kv2_);
+    std::vector<std::string> head{"context",
+                                  "dense " + a + " tok/s",
+                                  "dense " + b + " tok/s",
+                                  "LSH " + a + " tok/s",
+                                  "LSH " + b + " tok/s",
+                                  "LSH " + b + " vs dense " + a,
+                                  "LSH " + b + " vs dense " + b,
+                                  "dense " + b + " vs " + a,
+                                  "LSH " + b + " vs " + a,
+                                  "KV MiB " + a,
+                                  "KV MiB " + b,
+                                  "index MiB"};
+    const std::string sep = pig::app::MarkdownSeparator(head.size());
+    std::printf(
+        "\nKV element types (--kv %s,%s), the same steps alternated with the above:\n%s\n%s\n",
+        a.c_str(), b.c_str(), pig::app::MarkdownRow(head).c_str(), sep.c_str());
+    for (const std::string &r : kv_rows_)
+      std::printf("%s\n", r.c_str());
+    csv_kv_.reset();
+  }
+  if (xi_ && !x_vs_lsh_.empty()) {
+    // The target: hashing in the fitted space within 5 % of plain magicpig's speed.
+    std::string per;
+    double log_sum = 0;
+    for (const auto &[ctx, r] : x_vs_lsh_) {
+      per += (per.empty() ? "" : ", ") + std::to_string(ctx) + ": " + Fmt("%.3fx", r);
+      log_sum += std::log(r);
+    }
+    const double geo = std::exp(log_sum / double(x_vs_lsh_.size()));
+    std::printf("\n%s vs magicpig (LSH), decode tok/s: %s; geometric mean %.3fx (%s 5 %% of "
+                "magicpig's speed)\n",
+                xl_.c_str(), per.c_str(), geo, geo >= 0.95 ? "within" : "NOT within");
+  }
+  if (csv_) {
+    csv_.reset(); // flushed before gnuplot reads it
+    const std::string data = "'" + out_ + "/speed.csv' every ::1 using 1:";
+    const std::string xtitle = xl_ + " (--transform)";
+    pig::eval::WriteFile(
+        out_ + "/speed.gp",
+        "set datafile separator ','\n"
+        "set terminal pngcairo size 1000,420 noenhanced font ',10'\n"
+        "set output '" +
+            out_ +
+            "/speed.png'\n"
+            "set multiplot layout 1,2 title 'SmolLM2-135M decode, bf16 KV, " +
+            std::to_string(threads) +
+            " threads (pig-bench-context)'\n"
+            "set logscale x 2\nset grid\nset key top right\nset xlabel 'context (tokens)'\n"
+            "set ylabel 'decode tokens/s'\nset title 'speed'\n"
+            "plot " +
+            data + "2 with linespoints title 'dense', " + data +
+            "3 with linespoints title 'LSH sampling (10,150)'" +
+            (ti_ ? ", " + data + "11 with linespoints title 'tuned (--tuning)'" : "") +
+            (xi_ ? ", " + data + std::to_string(xcol_) + " with linespoints title '" + xtitle + "'"
+                 : "") +
+            "\n"
+            "set ylabel 'share of a step in attention'\nset title 'attention share'\n"
+            "set yrange [0:1]\n"
+            "plot " +
+            data + "5 with linespoints title 'dense', " + data +
+            "6 with linespoints title 'LSH sampling (10,150)'" +
+            (ti_ ? ", " + data + "13 with linespoints title 'tuned (--tuning)'" : "") +
+            (xi_ ? ", " + data + std::to_string(xcol_ + 3) + " with linespoints title '" + xtitle +
+                       "'"
+                 : "") +
+            "\n"
+            "unset multiplot\n");
+    if (pig::eval::RunGnuplot(out_ + "/speed.gp"))
+      std::printf("\nwrote %s/speed.csv and %s/speed.png\n", out_.c_str(), out_.c_str());
+  }
+}
+
+} // namespace pig::bench

@@ -1,0 +1,53 @@
+// pig-bench-context's report: the table of each context's figures (dense, LSH and the optional
+// methods), the --kv A,B table, the transform's speed against LSH, and with --out DIR speed.csv,
+// kv.csv and speed.png (gnuplot).
+#pragma once
+
+#include <cstddef>
+#include <memory>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "pig/app/tiled_decode.h"
+#include "pig/eval/report.h"
+#include "pig/runtime/kv_cache.h"
+
+namespace pig::bench {
+
+// Where each method's run is among DecodeAlternated's: dense 0, LSH 1, then those given (0 when
+// absent).
+struct ContextMethods {
+  size_t tuned = 0;     // --tuning: magicpig with pig-tune's operating point
+  size_t transform = 0; // --transform SPEC: "magicpig+SPEC"
+  std::string transform_name;
+  size_t kv2 = 0; // --kv A,B: dense and magicpig with B, at kv2 and kv2 + 1
+};
+
+class ContextTable {
+public:
+  // Prints the table's header; with `out` (a directory) opens speed.csv there, and kv.csv with
+  // kv2.
+  ContextTable(const ContextMethods &m, runtime::lsh::DType kv,
+               std::optional<runtime::lsh::DType> kv2, std::string out);
+  // One context's row: the runs of DecodeAlternated, the tiled caches (the second: KV type B's).
+  void Add(size_t ctx, const std::vector<app::DecodeRun> &runs,
+           const std::vector<std::unique_ptr<runtime::KvCache>> &tiled);
+  // After the last context: the --kv A,B table, the transform's line and speed.png (`threads`
+  // for its title).
+  void Finish(size_t threads);
+
+private:
+  size_t ti_, xi_, d2i_;
+  std::string xl_;
+  runtime::lsh::DType kv_;
+  std::optional<runtime::lsh::DType> kv2_;
+  std::string out_;
+  size_t xcol_; // column (1-based) of the transform's first CSV column, for the plot
+  std::unique_ptr<eval::Csv> csv_, csv_kv_;
+  std::vector<std::string> kv_rows_; // the --kv A,B table, printed after the main one
+  std::vector<std::pair<size_t, double>> x_vs_lsh_; // per context: transform tok/s over LSH's
+};
+
+} // namespace pig::bench
