@@ -196,10 +196,12 @@ BudgetAttention::BudgetAttention(const AttentionSpec &spec, const AttentionShape
       head_count_(shape.n_heads) {
   for (size_t l : spec.DenseLayers(shape.n_layers))
     dense_layer_[l] = true;
-  static const char *const kNames[] = {"topk baseline", "oracle sampling baseline",
-                                       "quest baseline"};
-  stats_.kernels = std::string(kNames[int(method_)]) +
-                   " (scalar, f64 scores); dense: " + lsh::KernelRegistry::describe(set_);
+  // By name, not by index: method_ is spec::Method now (dense and magicpig come first).
+  const char *const what = method_ == Method::topk     ? "topk baseline"
+                           : method_ == Method::oracle ? "oracle sampling baseline"
+                                                       : "quest baseline";
+  stats_.kernels =
+      std::string(what) + " (scalar, f64 scores); dense: " + lsh::KernelRegistry::describe(set_);
 }
 
 BudgetAttention::~BudgetAttention() = default;
