@@ -398,7 +398,7 @@ void AddTuningOptions(CLI::App &app, TuningOptions &o) {
          "--max-error", [&o](double e) { o.max_error = e; },
          "with --tuning RECORDS: the cheapest point whose predicted mean attention error is at "
          "most E")
-      ->check(Number(0, std::numeric_limits<double>::infinity()))
+      ->check(Number(0, std::numeric_limits<double>::infinity(), true))
       ->type_name("E")
       ->group(kTuningGroup);
 }

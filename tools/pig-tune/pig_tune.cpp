@@ -146,10 +146,10 @@ int main(int argc, char **argv) {
   auto *sel = app.add_subcommand("select", "an operating point from the records (no measuring)");
   auto *me = sel->add_option("--max-error", so.max_error,
                              "cheapest point whose mean attention error is at most E")
-                 ->check(pig::app::Number(0, kInf));
+                 ->check(pig::app::Number(0, kInf, true));
   auto *mc = sel->add_option("--max-cost2", so.max_cost2,
                              "most accurate point whose mean cost2 is at most C")
-                 ->check(pig::app::Number(0, 1));
+                 ->check(pig::app::Number(0, 1, true));
   auto *ms = sel->add_option("--min-speedup", so.min_speedup,
                              "most accurate measured point at least S x the default's speed")
                  ->check(pig::app::Number(0, kInf, true));
