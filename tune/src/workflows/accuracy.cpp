@@ -101,7 +101,9 @@ int RunAccuracy(const CommonOptions &common, const AccuracyOptions &o) {
       for (int t : o.ts) {
         if (t > L)
           continue;
-        pig::ref::LshConfig{K, L, t, 1}.validate();
+        // A value outside its limits is a bad --K, --L or --t (exit 2), before the model loads.
+        if (const std::string why = spec::LshParams{K, L, t}.validate(); !why.empty())
+          throw UsageError(std::string("--") + why[0], why);
         cands.push_back({K, L, t});
       }
   if (cands.empty())
