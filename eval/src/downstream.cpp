@@ -437,7 +437,9 @@ void Downstream::Markdown(double seconds, double prefill_seconds) const {
           row += " |";
           continue;
         }
-        row += " " + Fmt("%.2f", it->second.score.mean) + " |";
+        // append, not " " + Fmt(): GCC 12's -Wrestrict false positive on operator+(const char *,
+        // string &&) here.
+        row.append(" ").append(Fmt("%.2f", it->second.score.mean)).append(" |");
         c1.add(it->second.cost1.mean);
         c2.add(it->second.cost2.mean);
       }

@@ -128,6 +128,7 @@ std::optional<OperatingPoint> PointOfSpeedRecord(const Record &r, const QualityT
       return std::nullopt;
     OperatingPoint p;
     p.data_hash = t.data_hash;
+    p.model_hash = t.model_hash;
     p.kernel_tail = t.kernel_tail;
     double e = 0, k = 0;
     for (size_t l = 0; l < layers.size(); ++l) {
