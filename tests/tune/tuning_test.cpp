@@ -197,4 +197,35 @@ TEST(Tuning, SelectionFromRecordsCarriesTheModelHash) {
   EXPECT_THROW(LoadTuning(theirs, 0.15, f.target), TuningMismatch);
 }
 
+TEST(Tuning, ALayerWithoutMeasurementsIsAnErrorNamingIt) {
+  Fixture f;
+  const std::string file = Records("missing.jsonl", 1, ModelHash(f.model));
+  try {
+    LoadTuning(file, 0.15, f.target);
+    FAIL() << "layer 1 became dense silently";
+  } catch (const TuningMismatch &) {
+    FAIL() << "not a mismatch";
+  } catch (const std::runtime_error &e) {
+    EXPECT_NE(std::string(e.what()).find("measure no candidate on layer 1 of 3"), std::string::npos)
+        << e.what();
+  }
+  // RequireEveryLayer names runs of layers.
+  QualityTable t;
+  t.data_hash = "h";
+  t.layers.resize(6);
+  t.layers[2].candidates = {{8, 75, 2}};
+  t.layers[4].candidates = {{8, 75, 2}};
+  try {
+    RequireEveryLayer(t);
+    FAIL();
+  } catch (const std::runtime_error &e) {
+    EXPECT_NE(std::string(e.what()).find("measure no candidate on layers 0-1, 3, 5 of 6"),
+              std::string::npos)
+        << e.what();
+  }
+  for (auto &l : t.layers)
+    l.candidates = {{8, 75, 2}};
+  EXPECT_NO_THROW(RequireEveryLayer(t));
+}
+
 } // namespace

@@ -59,6 +59,29 @@ std::string ModelHash(const std::string &path) {
   return hex;
 }
 
+void RequireEveryLayer(const QualityTable &t) {
+  std::string missing; // runs: "3, 7-9"
+  size_t n = 0;
+  for (size_t l = 0; l < t.layers.size(); ++l) {
+    if (!t.layers[l].candidates.empty())
+      continue;
+    size_t e = l;
+    while (e + 1 < t.layers.size() && t.layers[e + 1].candidates.empty())
+      ++e;
+    missing.append(missing.empty() ? "" : ", ").append(std::to_string(l));
+    if (e > l) // append: GCC 12's -Wrestrict false positive on "-" + std::string
+      missing.append("-").append(std::to_string(e));
+    n += e - l + 1;
+    l = e;
+  }
+  if (n)
+    throw std::runtime_error("the quality records (data hash " + t.data_hash +
+                             ") measure no candidate on layer" + (n > 1 ? "s " : " ") + missing +
+                             " of " + std::to_string(t.layers.size()) +
+                             ": a point would make them dense (rerun pig-tune accuracy to "
+                             "measure them; the records so far are kept)");
+}
+
 namespace {
 
 // What the point was made for against the target: each difference refused (TuningMismatch), or
@@ -140,6 +163,7 @@ Tuning LoadTuning(const std::string &file, std::optional<double> max_error,
       for (const std::string &p : loaded.problems)
         t.warnings.push_back(file + ": skipped " + p);
       const QualityTable table = build_quality_table(loaded.records, n_layers);
+      RequireEveryLayer(table);
       auto p = select_per_layer_max_error(table, *max_error);
       if (!p)
         throw std::runtime_error("no point of " + file + " meets --max-error");

@@ -12,6 +12,7 @@
 #include "pig/tune/frontier.h"
 #include "pig/tune/point.h"
 #include "pig/tune/record.h"
+#include "pig/tune/tuning.h"
 #include "pig/tune/workflows.h"
 #include "replay.h"
 
@@ -36,6 +37,7 @@ int RunSelect(const CommonOptions &common, const SelectOptions &o) {
   const auto loaded = LoadRecords(records);
   const size_t n_layers = LayersOf(loaded.records);
   const QualityTable t = QualityTableOf(loaded.records, n_layers, o.data_hash);
+  RequireEveryLayer(t);
   std::optional<OperatingPoint> p;
   const auto dense = DefaultDense(n_layers);
   std::optional<LayerTimes> times;

@@ -54,6 +54,11 @@ Tuning LoadTuning(const std::string &file, std::optional<double> max_error,
 /// The layer count alone (callers that do not know more): no head dim, KV type or model check.
 Tuning LoadTuning(const std::string &file, std::optional<double> max_error, size_t n_layers);
 
+/// Every layer of `t` has a measured LSH candidate, else throws std::runtime_error naming the
+/// layers without one (selection would silently make them dense: an interrupted or partial
+/// pig-tune accuracy). Selection from records (pig-tune select, --tuning RECORDS) checks first.
+void RequireEveryLayer(const QualityTable &t);
+
 /// The model file's identity in points and quality records: FNV-1a's step (64 bits, hex; the
 /// offset basis pig-tune accuracy has always used, so data hashes stay) over its bytes (not
 /// cryptographic: it tells different files apart). Throws std::runtime_error when the file
