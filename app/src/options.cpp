@@ -405,14 +405,20 @@ void AddTuningOptions(CLI::App &app, TuningOptions &o) {
          "--max-error", [&o](double e) { o.max_error = e; },
          "with --tuning RECORDS: the cheapest point whose predicted mean attention error is at "
          "most E")
-      ->check(Number(0, std::numeric_limits<double>::infinity()))
+      ->check(Number(0, std::numeric_limits<double>::infinity(), true))
       ->type_name("E")
+      ->group(kTuningGroup);
+  app.add_flag("--force-tuning", o.force,
+               "use a point made for another model, head dim or KV type (a warning, not an "
+               "error)")
       ->group(kTuningGroup);
 }
 
 void CheckTuningOptions(const CLI::App &app, const TuningOptions &o) {
   if (o.max_error && o.file.empty())
     UsageError(app, "--max-error selects a point from --tuning FILE's records: give --tuning FILE");
+  if (o.force && o.file.empty())
+    UsageError(app, "--force-tuning applies to --tuning FILE: give --tuning FILE");
 }
 
 } // namespace pig::app

@@ -108,7 +108,17 @@ void Run(const EvalOptions &e, const AttentionErrorOptions *error, const Downstr
   // --tuning: loaded (and refused) before any prefill.
   std::optional<pig::tools::Tuning> tuning;
   if (part2 && !down->tuning.empty()) {
-    tuning = pig::tools::LoadTuning(down->tuning, down->max_error, cfg.n_layers);
+    pig::tune::TuningTarget target; // this model and --kv (a point made for others: exit 2)
+    target.n_layers = cfg.n_layers;
+    target.head_dim = cfg.head_dim;
+    target.kv = e.kv;
+    target.model_path = e.model;
+    target.force = down->force_tuning;
+    try {
+      tuning = pig::tune::LoadTuning(down->tuning, down->max_error, target);
+    } catch (const pig::tune::TuningMismatch &err) {
+      throw UsageError(err.what());
+    }
     for (const std::string &w : tuning->warnings)
       std::fprintf(stderr, "pig-eval: warning: %s\n", w.c_str());
     AttentionSpec probe;

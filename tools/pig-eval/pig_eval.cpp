@@ -302,6 +302,7 @@ int main(int argc, char **argv) {
   pig::app::CheckTuningOptions(app, tuning);
   o.down.tuning = tuning.file;
   o.down.max_error = tuning.max_error;
+  o.down.force_tuning = tuning.force;
   Check(app, o, transform_flag);
 
   try {

@@ -58,6 +58,20 @@ void AddContexts(CLI::App &sub, std::vector<size_t> &contexts, const std::string
       ->default_str(def);
 }
 
+// --drop-ratio R: a number >= 1, or inf (never drop); nan and ratios below 1 are usage errors
+// (the harness refused them only after the model had loaded).
+CLI::Validator DropRatio() {
+  const CLI::Validator number = pig::app::Number(1, kInf);
+  return CLI::Validator(
+      [number](std::string &s) -> std::string {
+        if (s == "inf")
+          return "";
+        std::string copy = s;
+        return number(copy).empty() ? "" : "expects a number >= 1 or inf, got '" + s + "'";
+      },
+      ">= 1 or inf");
+}
+
 } // namespace
 
 int main(int argc, char **argv) {
@@ -137,6 +151,7 @@ int main(int argc, char **argv) {
       ->capture_default_str();
   spd->add_option("--drop-ratio", sc.harness.drop_ratio,
                   "drop a candidate slower than this times the best (inf: never)")
+      ->check(DropRatio())
       ->capture_default_str();
   spd->add_option("--time-limit", sc.harness.time_limit_s, "seconds per context (0: none)")
       ->check(pig::app::Number(0, 1e9))
@@ -146,10 +161,10 @@ int main(int argc, char **argv) {
   auto *sel = app.add_subcommand("select", "an operating point from the records (no measuring)");
   auto *me = sel->add_option("--max-error", so.max_error,
                              "cheapest point whose mean attention error is at most E")
-                 ->check(pig::app::Number(0, kInf));
+                 ->check(pig::app::Number(0, kInf, true));
   auto *mc = sel->add_option("--max-cost2", so.max_cost2,
                              "most accurate point whose mean cost2 is at most C")
-                 ->check(pig::app::Number(0, 1));
+                 ->check(pig::app::Number(0, 1, true));
   auto *ms = sel->add_option("--min-speedup", so.min_speedup,
                              "most accurate measured point at least S x the default's speed")
                  ->check(pig::app::Number(0, kInf, true));

@@ -145,6 +145,7 @@ OperatingPoint make_point(const QualityTable &t, const std::vector<std::vector<O
                           const std::vector<std::size_t> &pick, std::string criterion) {
   OperatingPoint p;
   p.data_hash = t.data_hash;
+  p.model_hash = t.model_hash;
   p.kernel_tail = t.kernel_tail;
   p.criterion = std::move(criterion);
   bool timed = false;
@@ -390,6 +391,8 @@ std::string to_json(const OperatingPoint &p) {
             {"attention_s", p.attention_s},
             {"pig_version", p.pig_version},
             {"timestamp", p.timestamp}};
+  if (!p.model_hash.empty())
+    j["model_hash"] = p.model_hash;
   return j.dump(1) + "\n";
 }
 
@@ -410,6 +413,8 @@ OperatingPoint parse_point(std::string_view s) {
     throw RecordError(where + "kind is '" + text(j, "kind", where) +
                       "', not 'operating_point' (a records file? give --max-error to select)");
   p.data_hash = text(j, "data_hash", where);
+  if (j.contains("model_hash")) // optional: points of older records lack it
+    p.model_hash = text(j, "model_hash", where);
   if (j.contains("kernel")) // optional: a hand-written point may omit it (emit-manifest needs it)
     p.kernel_tail = text(j, "kernel", where);
   p.schedule = text(j, "schedule", where);
@@ -536,6 +541,8 @@ QualityTable build_quality_table(const std::vector<Record> &records, std::size_t
     c.t = r.t;
     if (t.kernel_tail.empty())
       t.kernel_tail = tail;
+    if (t.model_hash.empty())
+      t.model_hash = r.quality->model_hash;
     contexts.insert(r.workload.context);
     LayerTable &lt = t.layers[std::size_t(r.layer)];
     auto it = std::find(lt.candidates.begin(), lt.candidates.end(), c);

@@ -69,6 +69,8 @@ std::string to_json_line(const Record &r) {
                       {f::kSpread, r.quality->spread},     {f::kP90, r.quality->p90},
                       {f::kCost2, r.quality->cost2},       {f::kSeeds, r.quality->seeds},
                       {f::kDataHash, r.quality->data_hash}};
+  if (r.quality && !r.quality->model_hash.empty())
+    o[f::kQuality][f::kModelHash] = r.quality->model_hash;
   if (r.time)
     o[f::kTime] = {{f::kMedianS, r.time->median_s},
                    {f::kMadS, r.time->mad_s},
@@ -128,6 +130,8 @@ Record parse_record(std::string_view line) {
     x.cost2 = get_number(q, f::kCost2, "quality: ");
     x.seeds = get<std::vector<std::uint64_t>>(q, f::kSeeds, "quality: ");
     x.data_hash = get<std::string>(q, f::kDataHash, "quality: ");
+    if (q.contains(f::kModelHash)) // optional: older records lack it
+      x.model_hash = get<std::string>(q, f::kModelHash, "quality: ");
     r.quality = x;
   }
   if (o.contains(f::kTime)) {

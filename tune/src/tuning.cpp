@@ -1,8 +1,13 @@
 #include "pig/tune/tuning.h"
 
+#include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <fstream>
 #include <stdexcept>
+#include <vector>
+
+#include "pig/spec/kernel_key.h"
 
 namespace pig::tune {
 
@@ -37,7 +42,104 @@ runtime::AttentionSpec ApplyTuning(runtime::AttentionSpec spec, const OperatingP
   return spec;
 }
 
+std::string ModelHash(const std::string &path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in)
+    throw std::runtime_error("cannot read " + path);
+  std::uint64_t h = 1469598103934665603ull;
+  std::vector<char> buf(1 << 20);
+  while (in) {
+    in.read(buf.data(), std::streamsize(buf.size()));
+    const size_t n = size_t(in.gcount());
+    for (size_t i = 0; i < n; ++i)
+      h = (h ^ static_cast<unsigned char>(buf[i])) * 1099511628211ull;
+  }
+  char hex[20];
+  std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(h));
+  return hex;
+}
+
+void RequireEveryLayer(const QualityTable &t) {
+  std::string missing; // runs: "3, 7-9"
+  size_t n = 0;
+  for (size_t l = 0; l < t.layers.size(); ++l) {
+    if (!t.layers[l].candidates.empty())
+      continue;
+    size_t e = l;
+    while (e + 1 < t.layers.size() && t.layers[e + 1].candidates.empty())
+      ++e;
+    missing.append(missing.empty() ? "" : ", ").append(std::to_string(l));
+    if (e > l) // append: GCC 12's -Wrestrict false positive on "-" + std::string
+      missing.append("-").append(std::to_string(e));
+    n += e - l + 1;
+    l = e;
+  }
+  if (n)
+    throw std::runtime_error("the quality records (data hash " + t.data_hash +
+                             ") measure no candidate on layer" + (n > 1 ? "s " : " ") + missing +
+                             " of " + std::to_string(t.layers.size()) +
+                             ": a point would make them dense (rerun pig-tune accuracy to "
+                             "measure them; the records so far are kept)");
+}
+
+namespace {
+
+// What the point was made for against the target: each difference refused (TuningMismatch), or
+// a warning with force; what the point does not say, a warning.
+void CheckTarget(const std::string &file, const OperatingPoint &p, const TuningTarget &target,
+                 std::vector<std::string> &warnings) {
+  std::vector<std::string> mismatches;
+  if (p.kernel_tail.empty()) {
+    if (target.head_dim || target.kv)
+      warnings.push_back(file + " does not say its head dim and KV type (no \"kernel\"): not "
+                                "checked");
+  } else {
+    std::string err;
+    const auto key = spec::KernelKey::parse("K=1 L=1 " + p.kernel_tail, &err);
+    if (!key)
+      throw TuningMismatch(target.flag + " " + file + ": field 'kernel' '" + p.kernel_tail +
+                           "' cannot be read (expected e.g. 'd=64 bf16'): " + err);
+    if (target.head_dim && size_t(key->d) != target.head_dim)
+      mismatches.push_back("head dim " + std::to_string(key->d) +
+                           " (field 'kernel'), the model's is " + std::to_string(target.head_dim));
+    if (target.kv && key->dtype != *target.kv)
+      mismatches.push_back(std::string("a ") + spec::name(key->dtype) +
+                           " KV cache (field 'kernel'), this run's is " + spec::name(*target.kv) +
+                           " (--kv)");
+  }
+  if (!target.model_path.empty()) {
+    if (p.model_hash.empty())
+      warnings.push_back(file + " does not name the model it was made for (no \"model_hash\": "
+                                "selected from older records): not checked");
+    else {
+      const std::string here = ModelHash(target.model_path);
+      if (here != p.model_hash)
+        mismatches.push_back("another model (field 'model_hash' " + p.model_hash + ", " +
+                             target.model_path + " hashes to " + here + ")");
+    }
+  }
+  if (mismatches.empty())
+    return;
+  std::string all;
+  for (const std::string &m : mismatches)
+    all += (all.empty() ? "" : "; ") + m;
+  if (!target.force)
+    throw TuningMismatch(target.flag + " " + file + ": the point was made for " + all +
+                         " (--force-tuning uses it anyway)");
+  warnings.push_back(file + ": the point was made for " + all + "; used anyway (--force-tuning)");
+}
+
+} // namespace
+
 Tuning LoadTuning(const std::string &file, std::optional<double> max_error, size_t n_layers) {
+  TuningTarget target;
+  target.n_layers = n_layers;
+  return LoadTuning(file, max_error, target);
+}
+
+Tuning LoadTuning(const std::string &file, std::optional<double> max_error,
+                  const TuningTarget &target) {
+  const size_t n_layers = target.n_layers;
   std::ifstream in(file, std::ios::binary);
   if (!in)
     throw std::runtime_error("--tuning " + file + ": cannot be read");
@@ -61,6 +163,7 @@ Tuning LoadTuning(const std::string &file, std::optional<double> max_error, size
       for (const std::string &p : loaded.problems)
         t.warnings.push_back(file + ": skipped " + p);
       const QualityTable table = build_quality_table(loaded.records, n_layers);
+      RequireEveryLayer(table);
       auto p = select_per_layer_max_error(table, *max_error);
       if (!p)
         throw std::runtime_error("no point of " + file + " meets --max-error");
@@ -74,6 +177,7 @@ Tuning LoadTuning(const std::string &file, std::optional<double> max_error, size
     throw std::runtime_error("--tuning " + file + ": the point has " +
                              std::to_string(t.point.layers.size()) + " layers, the model " +
                              std::to_string(n_layers));
+  CheckTarget(file, t.point, target, t.warnings);
   return t;
 }
 

@@ -5,7 +5,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
-#include <fstream>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -25,6 +24,7 @@
 #include "pig/tune/frontier.h"
 #include "pig/tune/quality.h"
 #include "pig/tune/record.h"
+#include "pig/tune/tuning.h"
 #include "pig/tune/workflows.h"
 
 namespace pig::tune {
@@ -54,19 +54,6 @@ struct Hash {
     return buf;
   }
 };
-
-std::string HashFile(const std::string &path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in)
-    throw std::runtime_error("cannot read " + path);
-  Hash h;
-  std::vector<char> buf(1 << 20);
-  while (in) {
-    in.read(buf.data(), std::streamsize(buf.size()));
-    h.Add(buf.data(), size_t(in.gcount()));
-  }
-  return h.Hex();
-}
 
 struct Stat {
   double mean = 0, sd = 0, p90 = 0, cost = 0;
@@ -101,7 +88,9 @@ int RunAccuracy(const CommonOptions &common, const AccuracyOptions &o) {
       for (int t : o.ts) {
         if (t > L)
           continue;
-        pig::ref::LshConfig{K, L, t, 1}.validate();
+        // A value outside its limits is a bad --K, --L or --t (exit 2), before the model loads.
+        if (const std::string why = spec::LshParams{K, L, t}.validate(); !why.empty())
+          throw UsageError(std::string("--") + why[0], why);
         cands.push_back({K, L, t});
       }
   if (cands.empty())
@@ -131,8 +120,10 @@ int RunAccuracy(const CommonOptions &common, const AccuracyOptions &o) {
 
   // What the values depend on: the model file, the text, the contexts and positions, the static
   // window, W's seed, the KV type and pig's version (not the candidates: one record each).
+  // The model's hash is also each record's model_hash (--tuning checks a point's model with it).
+  const std::string model_hash = ModelHash(model_path);
   Hash h;
-  h.Add(HashFile(model_path));
+  h.Add(model_hash);
   h.Add(text);
   for (size_t c : contexts)
     h.AddValue(std::uint64_t(c));
@@ -299,6 +290,7 @@ int RunAccuracy(const CommonOptions &common, const AccuracyOptions &o) {
           q.cost2 = s.cost;
           q.seeds = {seed};
           q.data_hash = data_hash;
+          q.model_hash = model_hash;
           r.quality = q;
           r.pig_version = PIG_VERSION;
           r.timestamp = ts;

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cstdio>
 #include <ctime>
+#include <set>
+#include <string>
 
 namespace pig::tune::workflow {
 
@@ -51,6 +53,26 @@ size_t LayersOf(const std::vector<Record> &rs) {
   if (m < 0)
     throw std::runtime_error("the records hold no quality measurement (run pig-tune accuracy)");
   return size_t(m) + 1;
+}
+
+QualityTable QualityTableOf(const std::vector<Record> &rs, size_t n_layers,
+                            const std::string &data_hash) {
+  std::set<std::string> hashes; // as build_quality_table counts them
+  for (const Record &r : rs)
+    if (r.kind == RecordKind::quality && r.ok() && r.quality && !r.dense)
+      hashes.insert(r.quality->data_hash);
+  std::string held;
+  for (const std::string &h : hashes)
+    held += (held.empty() ? "" : ", ") + h;
+  if (!data_hash.empty() && !hashes.count(data_hash))
+    throw UsageError("--data-hash", "no quality record has data hash '" + data_hash +
+                                        "' (the records hold " + (held.empty() ? "none" : held) +
+                                        ")");
+  if (data_hash.empty() && hashes.size() > 1)
+    throw UsageError("--data-hash",
+                     "the records hold quality measurements of " + std::to_string(hashes.size()) +
+                         " different (model, text, contexts): name one (" + held + ")");
+  return build_quality_table(rs, n_layers, data_hash);
 }
 
 LoadedRecords LoadRecords(const std::string &path) {

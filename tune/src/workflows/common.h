@@ -9,6 +9,7 @@
 
 #include "pig/runtime/attention.h"
 #include "pig/tune/frontier.h"
+#include "pig/tune/point.h"
 #include "pig/tune/record.h"
 #include "pig/tune/workflows.h"
 
@@ -48,6 +49,11 @@ Candidate DefaultCandidate();
 /// The layer count the quality records describe (no model needed for replay); throws when they
 /// hold no quality record.
 std::size_t LayersOf(const std::vector<Record> &rs);
+
+/// The quality table of --data-hash (pig::tune::build_quality_table): an unknown hash, or none
+/// given where the records hold several, is a UsageError naming --data-hash and the hashes held.
+QualityTable QualityTableOf(const std::vector<Record> &rs, std::size_t n_layers,
+                            const std::string &data_hash);
 
 /// The records of path, a warning on stderr for each line skipped.
 LoadedRecords LoadRecords(const std::string &path);

@@ -29,6 +29,8 @@ std::string ManifestKey(const std::string &line) {
 int RunEmitManifest(const EmitManifestOptions &o) {
   const std::string &point_file = o.point, &out = o.out, &manifest = o.manifest;
   const bool append = o.append;
+  if (append && manifest.empty()) // before the point is read
+    throw UsageError("--append", "needs --manifest FILE");
   const OperatingPoint p = load_point(point_file);
   if (p.kernel_tail.empty())
     throw std::runtime_error(point_file + " does not name its head dim and KV type (\"kernel\")");
@@ -61,8 +63,6 @@ int RunEmitManifest(const EmitManifestOptions &o) {
     ++added;
   }
   if (append) {
-    if (manifest.empty())
-      throw UsageError("--append", "needs --manifest FILE");
     if (added) {
       std::ofstream f(manifest, std::ios::app);
       f << "\n" << s.str();

@@ -1,6 +1,8 @@
 #include "replay.h"
 
 #include <algorithm>
+#include <charconv>
+#include <cstdint>
 #include <cstdio>
 #include <map>
 #include <sstream>
@@ -19,9 +21,25 @@ Fingerprint HereFingerprint(const CommonOptions &common, const SelectOptions &o)
     std::stringstream ss(o.as_machine);
     for (std::string x; std::getline(ss, x, '|');)
       f.push_back(x);
-    if (f.size() != 5)
-      throw UsageError("--as-machine", "expects cpu|target|cores|threads|l3_bytes");
-    return Fingerprint{f[0], f[1], std::stoi(f[2]), std::stoi(f[3]), std::stoull(f[4])};
+    // cores and threads in [1, 1 << 20], l3_bytes a whole number (no stoi: "x" threw).
+    auto number = [&](size_t i, std::uint64_t lo,
+                      std::uint64_t hi) -> std::optional<std::uint64_t> {
+      std::uint64_t v = 0;
+      if (i >= f.size())
+        return std::nullopt;
+      const char *b = f[i].data(), *e = b + f[i].size();
+      const auto r = std::from_chars(b, e, v);
+      if (f[i].empty() || r.ec != std::errc() || r.ptr != e || v < lo || v > hi)
+        return std::nullopt;
+      return v;
+    };
+    const auto cores = number(2, 1, 1u << 20), threads = number(3, 1, 1u << 20),
+               l3 = number(4, 0, UINT64_MAX);
+    if (f.size() != 5 || !cores || !threads || !l3)
+      throw UsageError("--as-machine", "expects cpu|target|cores|threads|l3_bytes (cores and "
+                                       "threads in [1, 1048576], l3_bytes a whole number), got '" +
+                                           o.as_machine + "'");
+    return Fingerprint{f[0], f[1], int(*cores), int(*threads), *l3};
   }
   const int threads =
       common.threads ? int(common.threads) : int(std::thread::hardware_concurrency());
@@ -110,6 +128,7 @@ std::optional<OperatingPoint> PointOfSpeedRecord(const Record &r, const QualityT
       return std::nullopt;
     OperatingPoint p;
     p.data_hash = t.data_hash;
+    p.model_hash = t.model_hash;
     p.kernel_tail = t.kernel_tail;
     double e = 0, k = 0;
     for (size_t l = 0; l < layers.size(); ++l) {

@@ -12,6 +12,7 @@
 #include "pig/tune/frontier.h"
 #include "pig/tune/point.h"
 #include "pig/tune/record.h"
+#include "pig/tune/tuning.h"
 #include "pig/tune/workflows.h"
 #include "replay.h"
 
@@ -35,7 +36,8 @@ int RunSelect(const CommonOptions &common, const SelectOptions &o) {
   const std::string &records = common.records;
   const auto loaded = LoadRecords(records);
   const size_t n_layers = LayersOf(loaded.records);
-  const QualityTable t = build_quality_table(loaded.records, n_layers, o.data_hash);
+  const QualityTable t = QualityTableOf(loaded.records, n_layers, o.data_hash);
+  RequireEveryLayer(t);
   std::optional<OperatingPoint> p;
   const auto dense = DefaultDense(n_layers);
   std::optional<LayerTimes> times;

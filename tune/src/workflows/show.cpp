@@ -23,7 +23,7 @@ int RunShow(const CommonOptions &common, const ShowOptions &so) {
   const SelectOptions &o = so.select;
   const auto loaded = LoadRecords(records);
   const size_t n_layers = LayersOf(loaded.records);
-  const QualityTable t = build_quality_table(loaded.records, n_layers, o.data_hash);
+  const QualityTable t = QualityTableOf(loaded.records, n_layers, o.data_hash);
   const auto dense = DefaultDense(n_layers);
   std::vector<Measured> ms;
   for (const auto &c : t.common())

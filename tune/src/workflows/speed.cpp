@@ -254,6 +254,28 @@ int ComparePointLayers(const LlamaModel &model, ThreadPool &pool, const Fingerpr
   return 0;
 }
 
+// --point FILE: a point made for this model, head dim and KV type (else a usage error naming
+// --point); the loader's warnings printed.
+OperatingPoint LoadPoint(const std::string &file, const std::string &model_path,
+                         const LlamaConfig &c, lsh::DType kv) {
+  TuningTarget target;
+  target.n_layers = c.n_layers;
+  target.head_dim = c.head_dim;
+  target.kv = kv;
+  target.model_path = model_path;
+  target.flag = "--point";
+  try {
+    Tuning t = LoadTuning(file, std::nullopt, target);
+    for (const std::string &w : t.warnings)
+      std::fprintf(stderr, "pig-tune: warning: %s\n", w.c_str());
+    return t.point;
+  } catch (const TuningMismatch &e) { // "--point FILE: why"
+    const std::string what = e.what(), prefix = "--point " + file + ": ";
+    throw UsageError("--point " + file,
+                     what.rfind(prefix, 0) == 0 ? what.substr(prefix.size()) : what);
+  }
+}
+
 } // namespace
 
 int RunSpeed(const CommonOptions &common, SpeedRunOptions o) {
@@ -307,13 +329,12 @@ int RunSpeed(const CommonOptions &common, SpeedRunOptions o) {
     sc.spec.Validate(c.n_layers);
     cands.push_back(sc);
   };
-  for (const std::string &f : o.points) {
-    const auto t = LoadTuning(f, std::nullopt, c.n_layers);
-    add_point(t.point, "point " + f);
-  }
+  for (const std::string &f : o.points)
+    add_point(LoadPoint(f, model_path, c, kv), "point " + f);
   for (double e : o.max_errors) {
     if (!table)
       throw std::runtime_error("--max-errors needs quality records in " + records);
+    RequireEveryLayer(*table);
     const auto p = select_per_layer_max_error(*table, e);
     add_point(*p, "tuned " + p->criterion);
   }
@@ -381,9 +402,9 @@ int RunSpeed(const CommonOptions &common, SpeedRunOptions o) {
     // A point's layers timed in the mix, against what the uniform runs predict for them.
     for (const std::string &f : o.points)
       for (size_t ctx : o.contexts)
-        if (int rc = ComparePointLayers(*model, pool, fp, common, o,
-                                        LoadTuning(f, std::nullopt, c.n_layers).point, f, tokens,
-                                        pre.attention().cache(), ctx))
+        if (int rc =
+                ComparePointLayers(*model, pool, fp, common, o, LoadPoint(f, model_path, c, kv), f,
+                                   tokens, pre.attention().cache(), ctx))
           return rc;
     return 0;
   }

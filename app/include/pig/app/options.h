@@ -119,10 +119,11 @@ std::vector<spec::LshParams> ParseLsh(const std::string &flag, const std::string
 struct TuningOptions {
   std::string file;                ///< --tuning FILE: an operating point or records of pig-tune
   std::optional<double> max_error; ///< --max-error E: selects the point from a records file
+  bool force = false; ///< --force-tuning: a point made for another model or KV type only warns
 };
-/// --tuning FILE, --max-error E. After Parse, CheckTuningOptions.
+/// --tuning FILE, --max-error E, --force-tuning. After Parse, CheckTuningOptions.
 void AddTuningOptions(CLI::App &app, TuningOptions &o);
-/// --max-error without --tuning: a usage error.
+/// --max-error or --force-tuning without --tuning: a usage error.
 void CheckTuningOptions(const CLI::App &app, const TuningOptions &o);
 
 } // namespace pig::app

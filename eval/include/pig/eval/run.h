@@ -71,6 +71,7 @@ struct DownstreamOptions {
   /// empty: none. max_error selects the point from a records file.
   std::string tuning;
   std::optional<double> max_error;
+  bool force_tuning = false; ///< a point made for another model or KV type only warns
   /// The method "magicpig+SPEC": every lsh configuration hashing in this fitted space.
   std::optional<ref::TransformSpec> lsh_transform;
 };

@@ -17,7 +17,8 @@
 //    "fingerprint": {"cpu": "...", "target": "AVX3_DL", "cores": 2, "threads": 2,
 //                    "l3_bytes": 272629760},      a MachineFingerprint (machine.h)
 //    "quality": {"metric": "rel_l2", "value": 0.1, "spread": 0.02, "p90": 0.2, "cost2": 0.03,
-//                "seeds": [1], "data_hash": "..."},
+//                "seeds": [1], "data_hash": "...", "model_hash": "..."},   model_hash:
+//                                                 optional (records before issue 28 lack it)
 //    "time": {"median_s": 0.012, "mad_s": 0.0003, "rounds": 9, "method": "..."},
 //    "status": "ok" | "failed: <why>", "pig_version": "...", "timestamp": "2026-12-02T03:40:00Z"}
 //
@@ -53,7 +54,7 @@ inline constexpr const char *kCpu = "cpu", *kTarget = "target", *kCores = "cores
 // quality
 inline constexpr const char *kMetric = "metric", *kValue = "value", *kSpread = "spread",
                             *kP90 = "p90", *kCost2 = "cost2", *kSeeds = "seeds",
-                            *kDataHash = "data_hash";
+                            *kDataHash = "data_hash", *kModelHash = "model_hash";
 // time
 inline constexpr const char *kMedianS = "median_s", *kMadS = "mad_s", *kRounds = "rounds",
                             *kMethod = "method";
@@ -73,7 +74,8 @@ struct Quality {
   double p90 = 0;                ///< 90th percentile
   double cost2 = 0;              ///< sampled fraction of the indexed tokens
   std::vector<std::uint64_t> seeds;
-  std::string data_hash; ///< of (model file, text, contexts): what the value was measured on
+  std::string data_hash;  ///< of (model file, text, contexts): what the value was measured on
+  std::string model_hash; ///< of the model file alone (empty: a record that predates it)
   friend bool operator==(const Quality &, const Quality &) = default;
 };
 

@@ -20,11 +20,14 @@
 // deterministic.
 //
 // Point file, schema 1 (one JSON object):
-//   {"schema": 1, "kind": "operating_point", "data_hash": "...", "kernel": "d=64 bf16", "layers": [
+//   {"schema": 1, "kind": "operating_point", "data_hash": "...", "model_hash": "...",
+//    "kernel": "d=64 bf16", "layers": [
 //      {"layer": 0, "dense": true, "error": 0, "cost2": 1},
 //      {"layer": 1, "K": 8, "L": 75, "t": 2, "error": 0.11, "cost2": 0.02}, ...],
 //    "schedule": "", "criterion": "max-error 0.12", "error": 0.1, "cost2": 0.08,
 //    "pig_version": "...", "timestamp": "..."}
+// model_hash (the model file's, pig::tune::ModelHash) is optional: points selected from records
+// that lack it (before issue 28) omit it, and --tuning then warns instead of checking the model.
 #pragma once
 
 #include <cstddef>
@@ -51,6 +54,7 @@ struct LayerChoice {
 struct OperatingPoint {
   int schema = kPointSchema;
   std::string data_hash;   ///< of the quality records it was selected from
+  std::string model_hash;  ///< of the model file the records measured ("": unknown)
   std::string kernel_tail; ///< "d=64 bf16": head dim and KV type of the records (manifest lines)
   std::vector<LayerChoice> layers;
   std::string schedule;  ///< lsh::Schedule::str(); empty: the default
@@ -95,6 +99,7 @@ struct LayerTable {
 };
 struct QualityTable {
   std::string data_hash;
+  std::string model_hash;         ///< the records' (of data_hash); "": records that lack it
   std::string kernel_tail;        ///< "d=64 bf16": the rest of the kernel key
   std::vector<LayerTable> layers; ///< [layer]
   std::vector<std::size_t> contexts;

@@ -6,11 +6,19 @@
 // Lines); from a records file the point is selected here with max_error (the same selection as
 // `pig-tune select --max-error`). What cannot be used is an error with a message (the caller exits
 // non-zero): a missing or corrupt file, a records file without --max-error, a point for another
-// layer count or head dim, a point whose schedule is illegal. Corrupt lines of a records file are
-// warnings (the loader skips them), as pig-tune does.
+// layer count, a point whose schedule is illegal. Corrupt lines of a records file are warnings
+// (the loader skips them), as pig-tune does.
+//
+// A point made for something else is refused with a TuningMismatch (the tools exit 2): another
+// head dim or KV type than the target's (the point's "kernel", e.g. "d=64 bf16"), another model
+// (its "model_hash", the model file's ModelHash). With TuningTarget::force (--force-tuning) each
+// of these is a warning instead; a point without a model hash (selected from records older than
+// the field) or without "kernel" is a warning (what it lacks is not checked).
 #pragma once
 
+#include <cstddef>
 #include <optional>
+#include <stdexcept>
 #include <string>
 
 #include "pig/runtime/attention.h"
@@ -24,9 +32,38 @@ struct Tuning {
   std::vector<std::string> warnings;
 };
 
-/// Loads FILE (see above) for a model of n_layers layers; throws std::runtime_error with a
-/// message naming the file and the problem.
+/// What a point must have been made for. A field left at its default is not checked.
+struct TuningTarget {
+  size_t n_layers = 0;                   ///< always checked
+  size_t head_dim = 0;                   ///< the model's; 0: not checked
+  std::optional<runtime::lsh::DType> kv; ///< the run's KV type (AttentionSpec::kv_dtype)
+  std::string model_path;                ///< the model file (its ModelHash); "": not checked
+  bool force = false;                    ///< --force-tuning: a mismatch is a warning
+  std::string flag = "--tuning";         ///< the option messages name
+};
+
+/// A point made for another model, head dim or KV type (see above): a bad --tuning value.
+struct TuningMismatch : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+/// Loads FILE (see above) for `target`; throws TuningMismatch for a point made for something
+/// else, std::runtime_error (a message naming the file and the problem) for anything else.
+Tuning LoadTuning(const std::string &file, std::optional<double> max_error,
+                  const TuningTarget &target);
+/// The layer count alone (callers that do not know more): no head dim, KV type or model check.
 Tuning LoadTuning(const std::string &file, std::optional<double> max_error, size_t n_layers);
+
+/// Every layer of `t` has a measured LSH candidate, else throws std::runtime_error naming the
+/// layers without one (selection would silently make them dense: an interrupted or partial
+/// pig-tune accuracy). Selection from records (pig-tune select, --tuning RECORDS) checks first.
+void RequireEveryLayer(const QualityTable &t);
+
+/// The model file's identity in points and quality records: FNV-1a's step (64 bits, hex; the
+/// offset basis pig-tune accuracy has always used, so data hashes stay) over its bytes (not
+/// cryptographic: it tells different files apart). Throws std::runtime_error when the file
+/// cannot be read.
+std::string ModelHash(const std::string &path);
 
 /// spec with the point applied: method magicpig, spec.layers from the point, its schedule.
 runtime::AttentionSpec ApplyTuning(runtime::AttentionSpec spec, const OperatingPoint &p);
