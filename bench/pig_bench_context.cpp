@@ -147,14 +147,15 @@ int main(int argc, char **argv) {
     auto model = LlamaModel::Load(o.model.path);
     const LlamaConfig &c = model->config();
     // --tuning: loaded (and refused) before the prefill.
-    std::optional<pig::tools::Tuning> tuning;
+    std::optional<pig::tune::Tuning> tuning;
     if (!o.tuning.file.empty()) {
-      tuning = pig::tools::LoadTuning(o.tuning.file, o.tuning.max_error, c.n_layers);
+      tuning = pig::tune::LoadTuning(o.tuning.file, o.tuning.max_error,
+                                     pig::app::TuningTargetOf(o.tuning, o.model.path, c, o.kv));
       for (const std::string &w : tuning->warnings)
         std::fprintf(stderr, "pig-bench-context: warning: %s\n", w.c_str());
       AttentionSpec probe;
       probe.kv_dtype = o.kv;
-      pig::tools::ApplyTuning(probe, tuning->point).Validate(c.n_layers);
+      pig::tune::ApplyTuning(probe, tuning->point).Validate(c.n_layers);
     }
     std::vector<int32_t> tokens = model->tokenizer().Encode(pig::app::ReadFile(o.text));
     while (tokens.size() < o.prefill + o.steps) // short text: repeat it
@@ -187,7 +188,7 @@ int main(int argc, char **argv) {
     size_t ti = 0, xi = 0;
     if (tuning) {
       ti = specs.size();
-      specs.push_back(pig::tools::ApplyTuning(dense, tuning->point));
+      specs.push_back(pig::tune::ApplyTuning(dense, tuning->point));
       std::printf("tuning: %s\n", pig::app::DescribePoint(tuning->source, tuning->point).c_str());
     }
     const std::string xl = o.transform ? "magicpig+" + o.transform->str() : "";
@@ -230,6 +231,9 @@ int main(int argc, char **argv) {
     if (xi)
       std::printf("%s kernels: %s\n", xl.c_str(),
                   MakeAttention(specs[xi], probe_shape)->stats().kernels.c_str());
+  } catch (const pig::tune::TuningMismatch &e) { // a point made for another model: bad --tuning
+    std::fprintf(stderr, "pig-bench-context: error: %s\n", e.what());
+    return 2;
   } catch (const std::exception &e) {
     std::fprintf(stderr, "pig-bench-context: error: %s\n", e.what());
     return 1;

@@ -123,7 +123,7 @@ public:
   // shared_prefill: the long text's prefill also served attention-error (command all).
   Downstream(const EvalOptions &e, const DownstreamOptions &o, bool shared_prefill,
              const runtime::LlamaModel &model, runtime::ThreadPool &pool,
-             const pig::tools::Tuning *tuning);
+             const pig::tune::Tuning *tuning);
 
   // Perplexity of tokens [n + 1, n + M] given a dense prefix of n positions held by `prefix`,
   // `logits0` being the prediction of token n (from the dense prefill).

@@ -106,7 +106,7 @@ void Run(const EvalOptions &e, const AttentionErrorOptions *error, const Downstr
   }
   double transforms_s = 0;
   // --tuning: loaded (and refused) before any prefill.
-  std::optional<pig::tools::Tuning> tuning;
+  std::optional<pig::tune::Tuning> tuning;
   if (part2 && !down->tuning.empty()) {
     pig::tune::TuningTarget target; // this model and --kv (a point made for others: exit 2)
     target.n_layers = cfg.n_layers;
@@ -123,7 +123,7 @@ void Run(const EvalOptions &e, const AttentionErrorOptions *error, const Downstr
       std::fprintf(stderr, "pig-eval: warning: %s\n", w.c_str());
     AttentionSpec probe;
     probe.kv_dtype = e.kv;
-    pig::tools::ApplyTuning(probe, tuning->point).Validate(cfg.n_layers);
+    pig::tune::ApplyTuning(probe, tuning->point).Validate(cfg.n_layers);
     const pig::tune::OperatingPoint &p = tuning->point;
     std::fprintf(stderr,
                  "pig-eval: tuning: %s: layers %s (predicted attention error %.3f, cost2 %.1f "

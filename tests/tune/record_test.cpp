@@ -32,7 +32,7 @@ Record quality_record() {
   r.kernel = "K=8 L=75 d=64 bf16";
   r.layer = -1;
   r.workload = {8192, 3, 1};
-  r.quality = Quality{"rel_l2", 0.1, 0.02, 0.2, 0.031, {1, 2}, "sha256:abc"};
+  r.quality = Quality{"rel_l2", 0.1, 0.02, 0.2, 0.031, {1, 2}, "sha256:abc", "0123456789abcdef"};
   r.pig_version = "ef8f2d7";
   r.timestamp = "2026-12-02T03:41:00Z";
   return r;

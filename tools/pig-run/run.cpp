@@ -33,7 +33,9 @@ Prepared Prepare(const Options &o) {
   p.model = LlamaModel::Load(o.model.path);
   p.attention = o.attention;
   if (!o.tuning.file.empty()) {
-    p.tuning = pig::tune::LoadTuning(o.tuning.file, o.tuning.max_error, p.model->config().n_layers);
+    p.tuning = pig::tune::LoadTuning(
+        o.tuning.file, o.tuning.max_error,
+        pig::app::TuningTargetOf(o.tuning, o.model.path, p.model->config(), o.attention.kv_dtype));
     p.attention = pig::tune::ApplyTuning(o.attention, p.tuning->point);
     if (o.schedule_set)
       p.attention.schedule = o.attention.schedule;

@@ -2,7 +2,6 @@
 
 #include <cstdint>
 #include <cstdio>
-#include <cstdlib>
 #include <fstream>
 #include <stdexcept>
 #include <vector>
@@ -17,14 +16,6 @@ std::vector<runtime::LayerLsh> LayerChoices(const OperatingPoint &p) {
     out.push_back(l.c.dense ? runtime::LayerLsh{true}
                             : runtime::LayerLsh{false, l.c.K, l.c.L, l.c.t});
   return out;
-}
-
-std::optional<double> ParseMaxError(const std::string &text) {
-  char *end = nullptr;
-  const double e = std::strtod(text.c_str(), &end);
-  if (text.empty() || *end != '\0' || !(e >= 0))
-    return std::nullopt;
-  return e;
 }
 
 runtime::AttentionSpec ApplyTuning(runtime::AttentionSpec spec, const OperatingPoint &p) {

@@ -68,20 +68,8 @@ std::string ModelHash(const std::string &path);
 /// spec with the point applied: method magicpig, spec.layers from the point, its schedule.
 runtime::AttentionSpec ApplyTuning(runtime::AttentionSpec spec, const OperatingPoint &p);
 
-/// --max-error's value: a number >= 0 (nullopt for anything else: the caller's usage error).
-std::optional<double> ParseMaxError(const std::string &text);
 
 /// AttentionSpec::layers <-> the point's layer choices.
 std::vector<runtime::LayerLsh> LayerChoices(const OperatingPoint &p);
 
 } // namespace pig::tune
-
-// The names the tools' mains use today (pig::tools::LoadTuning, ...): until those mains move to
-// app/'s option groups (issue 27), after which these go.
-namespace pig::tools {
-using tune::ApplyTuning;
-using tune::LayerChoices;
-using tune::LoadTuning;
-using tune::ParseMaxError;
-using tune::Tuning;
-} // namespace pig::tools
