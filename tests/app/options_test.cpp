@@ -148,7 +148,7 @@ TEST(AppOptions, MalformedNumberIsAUsageErrorNamingTheFlag) {
   EXPECT_EXIT(ParseIn({"--budget", "0.1.2"}), ExitedWithCode(2),
               "tool: --budget expects a number in \\(0, 1\\], got '0.1.2'");
   EXPECT_EXIT(ParseIn({"--max-error", "nan"}), ExitedWithCode(2),
-              "tool: --max-error expects a number >= 0, got 'nan'");
+              "tool: --max-error expects a number > 0, got 'nan'");
   EXPECT_EXIT(ParseIn({"--dense-layers", "0,x"}), ExitedWithCode(2),
               "tool: --dense-layers expects integers in \\[0, 65536\\] separated by commas");
   EXPECT_EXIT(ParseIn({"--lsh", "K=ten"}), ExitedWithCode(2),
