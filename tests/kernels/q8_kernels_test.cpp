@@ -304,6 +304,84 @@ TEST(Q8DenseAttention, RangesAndAdversarialRows) {
   });
 }
 
+// A NaN and an infinity in a q8 block (rows 9 and 10 of adversarial_rows): the block's scale is
+// NaN (kv_quant.h), so all 32 elements of it read back NaN, in the kernels and in the dequantised
+// rows the reference sees alike. In the keys, a range that holds such a row gives NaN (both sides,
+// Nan::expected); in the values, exactly the columns of those blocks are NaN; a range that holds
+// neither row is a number near the reference's.
+TEST(Q8DenseAttention, NonFiniteBlocksGiveNaNWhereTheReferenceDoes) {
+  for_each_target([](const char *) {
+    for (std::size_t d : {std::size_t(64), std::size_t(128)}) {
+      const std::size_t n = 40;
+      ref::OwnedMatrix clean = adversarial_rows(n, d, 80 + d, false);
+      for (std::size_t j = 0; j < d; ++j)
+        clean.at(2, j) = clean.at(11, j); // no infinite logits from the 1e30 row
+      for (std::size_t j = 32; j < d; ++j)
+        clean.at(6, j) *= 1e-18f;
+      const ref::OwnedMatrix bad = adversarial_rows(n, d, 80 + d, true);
+      ref::OwnedMatrix bad_rows = clean;
+      for (std::size_t j = 0; j < d; ++j) {
+        bad_rows.at(9, j) = bad.at(9, j);
+        bad_rows.at(10, j) = bad.at(10, j);
+      }
+      const std::vector<float> q = gaussian(1, 3 * d, 92).data;
+      const float scale = float(1.0 / std::sqrt(double(d)));
+      for (bool in_keys : {true, false}) {
+        const Q8Rows K(in_keys ? bad_rows : clean), V(in_keys ? clean : bad_rows);
+        for (auto [b, e] : {std::pair<std::size_t, std::size_t>{0, 40}, {17, 33}, {9, 10}})
+          for (const LshKernelSet &s : sets_for(q8_key(10, 150, int(d)))) {
+            std::vector<float> out(3 * d), lse(3);
+            lsh::DenseAttentionArgs a;
+            a.q = q.data();
+            a.G = 3;
+            a.d = d;
+            a.scale = scale;
+            a.k = K.data();
+            a.v = V.data();
+            a.dtype = DType::q8;
+            a.begin = b;
+            a.end = e;
+            a.out = out.data();
+            a.lse = lse.data();
+            s.dense_attention(a);
+            const bool holds = b <= 9 && 9 < e;
+            for (std::size_t h = 0; h < 3; ++h) {
+              std::vector<std::size_t> ids;
+              for (std::size_t i = b; i < e; ++i)
+                ids.push_back(i);
+              const ref::Attention want =
+                  ref::attention_over({q.data() + h * d, d}, K.f32, V.f32, ids, {}, double(scale));
+              const std::string what = KernelRegistry::describe(s) +
+                                       (in_keys ? " keys" : " values") + " [" + std::to_string(b) +
+                                       ", " + std::to_string(e) + ") head " + std::to_string(h);
+              if (in_keys || !holds) {
+                expect_attention_near(out.data() + h * d, lse[h], want, 1e-5, what,
+                                      in_keys && holds ? Nan::expected : Nan::refused);
+                continue;
+              }
+              // Values: the NaN blocks' columns are NaN on both sides, every other column and
+              // the lse are numbers near the reference's.
+              EXPECT_FALSE(std::isnan(want.lse)) << what;
+              EXPECT_NEAR(lse[h], want.lse, 1e-5 * std::max(1.0, std::abs(want.lse))) << what;
+              std::size_t nan_columns = 0;
+              for (std::size_t j = 0; j < d; ++j) {
+                const double w = want.out[j], g = out[h * d + j];
+                if (std::isnan(w)) {
+                  ++nan_columns;
+                  EXPECT_TRUE(std::isnan(g)) << what << " column " << j;
+                } else {
+                  EXPECT_NEAR(g, w, 1e-4 * std::max(1.0, std::abs(w))) << what << " column " << j;
+                }
+              }
+              // Row 9's NaN (column 3) and row 10's infinity (column d - 1) each spoil one block.
+              EXPECT_EQ(nan_columns, e > 10 ? std::size_t(64) : std::size_t(32)) << what;
+            }
+          }
+      }
+    }
+  });
+}
+
 // Builds the reference once, then checks every (target, set): codes, split, sample sets (per
 // head and their union, in order) and each head's output and lse, as lsh_test_util.cpp's
 // check_magicpig does for f32 and bf16 rows.
