@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "pig/reference/transform.h"
+#include "schedules.h"
 #include "test_util.h"
 
 namespace pig::test {
@@ -22,10 +23,7 @@ struct Config {
 // The paper's two main configurations at both head dims, plus odd shapes for the generic path.
 inline constexpr Config kConfigs[] = {{10, 150, 64}, {10, 150, 128}, {8, 75, 64}, {8, 75, 128}};
 
-// The sets to test for one key on the current target: the generic one, the specialised one
-// when the test binary registered it, and the generic sets compiled with other schedules
-// (schedules.cpp: every value of the tested ranges of every knob).
-std::vector<lsh::LshKernelSet> sets_for(const lsh::KernelKey &key);
+// sets_for(key): schedules.h.
 
 // One problem shaped like real attention, in both dtypes.
 struct Problem {

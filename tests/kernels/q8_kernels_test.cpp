@@ -54,24 +54,6 @@ struct Q8Rows {
   const void *data() const { return q8.data(); }
 };
 
-// The sets to test for a q8 key on the current target: the generic one, the specialised one
-// where registered, and the generic sets compiled with other schedules (schedules.cpp).
-std::vector<LshKernelSet> sets_for(const KernelKey &key) {
-  std::vector<LshKernelSet> out;
-  LshKernelSet g = lsh::generic_kernel_set();
-  g.key = key;
-  out.push_back(g);
-  if (KernelRegistry::global().has_specialised(key))
-    out.push_back(KernelRegistry::global().resolve(key));
-  for (LshKernelSet s : scheduled_generic_sets()) {
-    const lsh::Schedule sched = s.key.schedule;
-    s.key = key;
-    s.key.schedule = sched;
-    out.push_back(s);
-  }
-  return out;
-}
-
 KernelKey q8_key(int K, int L, int d) { return {K, L, d, DType::q8, lsh::Target::cpu}; }
 
 TEST(Q8Registry, ResolvesAndRejectsHeadDims) {
@@ -257,6 +239,28 @@ TEST(Q8DenseAttention, MatchesReferenceOnDequantisedRows) {
   });
 }
 
+// One set's dense pass over rows [b, e) of q8 keys and values for the 3 query heads of q:
+// each head's output (d floats) and lse.
+void dense_q8(const LshKernelSet &s, const std::vector<float> &q, std::size_t d, float scale,
+              const Q8Rows &K, const Q8Rows &V, std::size_t b, std::size_t e,
+              std::vector<float> &out, std::vector<float> &lse) {
+  out.assign(3 * d, 0.0f);
+  lse.assign(3, 0.0f);
+  lsh::DenseAttentionArgs a;
+  a.q = q.data();
+  a.G = 3;
+  a.d = d;
+  a.scale = scale;
+  a.k = K.data();
+  a.v = V.data();
+  a.dtype = DType::q8;
+  a.begin = b;
+  a.end = e;
+  a.out = out.data();
+  a.lse = lse.data();
+  s.dense_attention(a);
+}
+
 // A range that starts inside the rows (begin > 0), over adversarial keys and values (outlier
 // channel, zeros, huge and tiny blocks): the row addressing of q8 rows past the first.
 TEST(Q8DenseAttention, RangesAndAdversarialRows) {
@@ -275,20 +279,8 @@ TEST(Q8DenseAttention, RangesAndAdversarialRows) {
       const float scale = float(1.0 / std::sqrt(double(d)));
       for (auto [b, e] : {std::pair<std::size_t, std::size_t>{0, 40}, {3, 40}, {17, 33}, {9, 10}})
         for (const LshKernelSet &s : sets_for(q8_key(10, 150, int(d)))) {
-          std::vector<float> out(3 * d), lse(3);
-          lsh::DenseAttentionArgs a;
-          a.q = q.data();
-          a.G = 3;
-          a.d = d;
-          a.scale = scale;
-          a.k = K.data();
-          a.v = V.data();
-          a.dtype = DType::q8;
-          a.begin = b;
-          a.end = e;
-          a.out = out.data();
-          a.lse = lse.data();
-          s.dense_attention(a);
+          std::vector<float> out, lse;
+          dense_q8(s, q, d, scale, K, V, b, e, out, lse);
           for (std::size_t h = 0; h < 3; ++h) {
             std::vector<std::size_t> ids;
             for (std::size_t i = b; i < e; ++i)
@@ -330,20 +322,8 @@ TEST(Q8DenseAttention, NonFiniteBlocksGiveNaNWhereTheReferenceDoes) {
         const Q8Rows K(in_keys ? bad_rows : clean), V(in_keys ? clean : bad_rows);
         for (auto [b, e] : {std::pair<std::size_t, std::size_t>{0, 40}, {17, 33}, {9, 10}})
           for (const LshKernelSet &s : sets_for(q8_key(10, 150, int(d)))) {
-            std::vector<float> out(3 * d), lse(3);
-            lsh::DenseAttentionArgs a;
-            a.q = q.data();
-            a.G = 3;
-            a.d = d;
-            a.scale = scale;
-            a.k = K.data();
-            a.v = V.data();
-            a.dtype = DType::q8;
-            a.begin = b;
-            a.end = e;
-            a.out = out.data();
-            a.lse = lse.data();
-            s.dense_attention(a);
+            std::vector<float> out, lse;
+            dense_q8(s, q, d, scale, K, V, b, e, out, lse);
             const bool holds = b <= 9 && 9 < e;
             for (std::size_t h = 0; h < 3; ++h) {
               std::vector<std::size_t> ids;
