@@ -4,7 +4,8 @@
 // explicit schedule, else a tuning record for its kernel key and this machine, else the default
 // heuristic. The knobs (names, ranges, defaults, messages) and the kernel key's spelling are
 // pig::spec's (spec/include/pig/spec/schedule.h, kernel_key.h); the records are pig-tune's (the
-// format, the machine fingerprint and the choice among records: spec/include/pig/spec/tuning_record.h).
+// format, the machine fingerprint and the choice among records:
+// spec/include/pig/spec/tuning_record.h).
 //
 //===----------------------------------------------------------------------===//
 

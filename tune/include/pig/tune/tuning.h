@@ -68,7 +68,6 @@ std::string ModelHash(const std::string &path);
 /// spec with the point applied: method magicpig, spec.layers from the point, its schedule.
 runtime::AttentionSpec ApplyTuning(runtime::AttentionSpec spec, const OperatingPoint &p);
 
-
 /// AttentionSpec::layers <-> the point's layer choices.
 std::vector<runtime::LayerLsh> LayerChoices(const OperatingPoint &p);
 
