@@ -236,6 +236,22 @@ HWY_INLINE void Dot4Impl(const float *HWY_RESTRICT w, size_t stride, const float
   }
 }
 
+// One row against one vector with the per-row arithmetic of Dot4Impl and Dot4x3Impl (one
+// accumulator, then the scalar tail): whichever micro-kernel a (row, token) pair falls into, its
+// result is the same, so the f32 matrix-matrix path does not depend on how tokens are grouped.
+HWY_INLINE float Dot1Impl(const float *HWY_RESTRICT w, const float *HWY_RESTRICT x, size_t n) {
+  const DF df;
+  const size_t N = hn::Lanes(df);
+  auto s0 = hn::Zero(df);
+  size_t i = 0;
+  for (; i + N <= n; i += N)
+    s0 = hn::MulAdd(hn::LoadU(df, w + i), hn::LoadU(df, x + i), s0);
+  float out = hn::GetLane(hn::SumOfLanes(df, s0));
+  for (; i < n; ++i)
+    out += w[i] * x[i];
+  return out;
+}
+
 // Four rows x three vectors: 12 accumulators share each weight load and each x load (the
 // prefill micro-kernel; register-bound on AVX2's 16 vector registers).
 HWY_INLINE void Dot4x3Impl(const float *HWY_RESTRICT w, size_t stride, const float *HWY_RESTRICT x,
@@ -358,7 +374,8 @@ HWY_INLINE void SoftmaxImpl(float *x, size_t n) {
 // conversion per element. Capped at 16 lanes of int16 so a block is a whole number of vectors.
 using D16 = hn::CappedTag<int16_t, 16>;
 
-// Reference of QuantizeI16Impl (also its fallback).
+// Reference of QuantizeI16Impl (also its fallback). A block holding a NaN or an infinity (its sum
+// is not finite) gets a NaN scale.
 HWY_INLINE void QuantizeI16Scalar(const float *HWY_RESTRICT x, size_t n, int16_t *HWY_RESTRICT xq,
                                   float *HWY_RESTRICT scale, float *HWY_RESTRICT sum) {
   for (size_t b = 0; b < n / 32; ++b) {
@@ -371,8 +388,8 @@ HWY_INLINE void QuantizeI16Scalar(const float *HWY_RESTRICT x, size_t n, int16_t
     const float d = amax / 32767.0f;
     const float inv = d > 0 ? 1.0f / d : 0.0f;
     for (size_t j = 0; j < 32; ++j)
-      xq[32 * b + j] = int16_t(std::lrintf(xb[j] * inv));
-    scale[b] = d;
+      xq[32 * b + j] = std::isfinite(s) ? int16_t(std::lrintf(xb[j] * inv)) : 0;
+    scale[b] = std::isfinite(s) ? d : std::numeric_limits<float>::quiet_NaN();
     sum[b] = s;
   }
 }
@@ -401,8 +418,11 @@ HWY_INLINE void QuantizeI16Impl(const float *HWY_RESTRICT x, size_t n, int16_t *
       const auto q = hn::NearestInt(hn::Mul(hn::LoadU(df, xb + j), vinv));
       hn::StoreU(hn::DemoteTo(d16, q), d16, xq + 32 * b + j);
     }
-    scale[b] = d;
-    sum[b] = hn::GetLane(hn::SumOfLanes(df, vsum));
+    const float s = hn::GetLane(hn::SumOfLanes(df, vsum));
+    // A NaN or infinity in the block (its sum is not finite): the codes would silently saturate,
+    // so the block's scale is NaN and every product with it is NaN, as in f32.
+    scale[b] = std::isfinite(s) ? d : std::numeric_limits<float>::quiet_NaN();
+    sum[b] = s;
   }
 }
 
@@ -427,79 +447,110 @@ HWY_INLINE float BlockF16(const uint8_t *p) {
 #endif
 }
 
-// <q, xq> of one block as int32 lanes converted to float (only their sum matters).
-template <QKind kKind, class DF8>
-HWY_INLINE hn::Vec<DF8> BlockDotI16(DF8 df, const uint8_t *HWY_RESTRICT blk,
-                                    const int16_t *HWY_RESTRICT xb) {
+// The f32 scales of one weight row's blocks (d), and the per-block offsets the activation sums
+// are multiplied by (Q4_1: m; Q4_0: -8 d; Q8_0: none). Converted once per weight row, shared by
+// every activation row multiplied with it.
+template <QKind kKind>
+HWY_INLINE void RowScales(const uint8_t *HWY_RESTRICT row, size_t n_blocks, float *HWY_RESTRICT d,
+                          float *HWY_RESTRICT m) {
+  constexpr size_t kBytes = QBlockBytes<kKind>();
+  for (size_t b = 0; b < n_blocks; ++b) {
+    d[b] = BlockF16(row + b * kBytes);
+    if (kKind == QKind::kQ4_1)
+      m[b] = BlockF16(row + b * kBytes + 2);
+    else if (kKind == QKind::kQ4_0)
+      m[b] = -8.0f * d[b];
+  }
+}
+
+// One weight row against G activation rows: for each activation row g, the sum over blocks of
+// d_w * (d_x[g] * <q, xq[g]>), plus sum_b m_b * sum(x_b) (Q4_1's minimum; Q4_0's nibble offset
+// folded the same way as -8 d_b, with sum(x_b) the exact float sum) instead of subtracting the
+// offset from every nibble. Blocks go in pairs into two accumulators per activation row; d and m
+// come from RowScales.
+//
+// Every activation row takes exactly the operations it takes when G == 1, in the same order; the
+// weight block is only unpacked once for all G. So a row's result does not depend on G or on the
+// other rows (what LlamaForward relies on for batch-independent logits).
+template <QKind kKind, size_t G>
+HWY_INLINE void DotQI16Rows(const uint8_t *HWY_RESTRICT row, size_t n_blocks,
+                            const float *HWY_RESTRICT dw, const float *HWY_RESTRICT mw,
+                            const int16_t *const *HWY_RESTRICT xq,
+                            const float *const *HWY_RESTRICT xscale,
+                            const float *const *HWY_RESTRICT xsum, float *HWY_RESTRICT out) {
+  constexpr size_t kBytes = QBlockBytes<kKind>();
   const D16 d16;
   const hn::Repartition<int32_t, D16> d32;
+  const hn::Repartition<float, D16> df;
   const hn::Rebind<uint8_t, D16> du8;
   const hn::Rebind<int8_t, D16> di8;
   const size_t N = hn::Lanes(d16);
-  auto acc0 = hn::Zero(d32), acc1 = hn::Zero(d32), unused = hn::Zero(d32);
-  if (kKind == QKind::kQ8_0) {
-    const int8_t *qs = reinterpret_cast<const int8_t *>(blk + 2);
-    for (size_t j = 0; j < 32; j += 2 * N) {
-      const auto v0 = hn::PromoteTo(d16, hn::LoadU(di8, qs + j));
-      const auto v1 = hn::PromoteTo(d16, hn::LoadU(di8, qs + j + N));
-      acc0 = hn::ReorderWidenMulAccumulate(d32, v0, hn::LoadU(d16, xb + j), acc0, unused);
-      acc1 = hn::ReorderWidenMulAccumulate(d32, v1, hn::LoadU(d16, xb + j + N), acc1, unused);
+  // A block as int16 vectors in the order they are multiplied: Q8_0 32 codes, Q4 low then high
+  // nibbles.
+  constexpr size_t kVecs = 32 / hn::MaxLanes(D16());
+  using V16 = hn::Vec<D16>;
+  auto unpack = [&](const uint8_t *blk, V16 *v) {
+    if (kKind == QKind::kQ8_0) {
+      const int8_t *qs = reinterpret_cast<const int8_t *>(blk + 2);
+      for (size_t j = 0, i = 0; j < 32; j += N, ++i)
+        v[i] = hn::PromoteTo(d16, hn::LoadU(di8, qs + j));
+    } else {
+      const auto mask = hn::Set(d16, int16_t(0xF));
+      const uint8_t *qs = blk + (kKind == QKind::kQ4_1 ? 4 : 2);
+      const size_t half = 16 / N;
+      for (size_t j = 0, i = 0; j < 16; j += N, ++i) {
+        const auto q = hn::PromoteTo(d16, hn::LoadU(du8, qs + j));
+        v[i] = hn::And(q, mask);
+        v[half + i] = hn::ShiftRight<4>(q);
+      }
     }
-  } else {
-    const auto mask = hn::Set(d16, int16_t(0xF));
-    const uint8_t *qs = blk + (kKind == QKind::kQ4_1 ? 4 : 2);
-    for (size_t j = 0; j < 16; j += N) {
-      const auto v = hn::PromoteTo(d16, hn::LoadU(du8, qs + j));
-      acc0 = hn::ReorderWidenMulAccumulate(d32, hn::And(v, mask), hn::LoadU(d16, xb + j), acc0,
+  };
+  // <q, xq> of one unpacked block and one activation block: alternate vectors of the block into
+  // two int32 accumulators (pairwise multiply-adds, vpmaddwd), added, converted to float lanes
+  // (only their sum matters).
+  auto block_dot = [&](const V16 *v, const int16_t *HWY_RESTRICT xb) {
+    auto acc0 = hn::Zero(d32), acc1 = hn::Zero(d32), unused = hn::Zero(d32);
+    for (size_t i = 0; i < kVecs; i += 2) {
+      acc0 = hn::ReorderWidenMulAccumulate(d32, v[i], hn::LoadU(d16, xb + i * N), acc0, unused);
+      acc1 = hn::ReorderWidenMulAccumulate(d32, v[i + 1], hn::LoadU(d16, xb + (i + 1) * N), acc1,
                                            unused);
-      acc1 = hn::ReorderWidenMulAccumulate(d32, hn::ShiftRight<4>(v), hn::LoadU(d16, xb + 16 + j),
-                                           acc1, unused);
     }
-  }
-  acc0 = hn::RearrangeToOddPlusEven(acc0, unused);
-  acc1 = hn::RearrangeToOddPlusEven(acc1, unused);
-  return hn::ConvertTo(df, hn::Add(acc0, acc1));
-}
-
-// One row: sum over blocks of d_w * d_x * <q, xq>, plus sum_b m_b * sum(x_b) for Q4_1; Q4_0's
-// nibble offset is folded the same way (-8 d_b * sum(x_b), sum(x_b) the exact float sum)
-// instead of being subtracted from every nibble. Two blocks per iteration, two accumulators.
-template <QKind kKind>
-HWY_INLINE float DotQI16Row(const uint8_t *HWY_RESTRICT row, size_t n_blocks,
-                            const int16_t *HWY_RESTRICT xq, const float *HWY_RESTRICT xscale,
-                            const float *HWY_RESTRICT xsum) {
-  constexpr size_t kBytes = QBlockBytes<kKind>();
-  const hn::Repartition<float, D16> df;
-  auto total0 = hn::Zero(df), total1 = hn::Zero(df);
-  float bias0 = 0, bias1 = 0;
+    acc0 = hn::RearrangeToOddPlusEven(acc0, unused);
+    acc1 = hn::RearrangeToOddPlusEven(acc1, unused);
+    return hn::ConvertTo(df, hn::Add(acc0, acc1));
+  };
+  hn::Vec<decltype(df)> total0[G], total1[G];
+  for (size_t g = 0; g < G; ++g)
+    total0[g] = total1[g] = hn::Zero(df);
+  V16 v[kVecs];
   size_t b = 0;
   for (; b + 2 <= n_blocks; b += 2) {
     const uint8_t *blk = row + b * kBytes;
-    const float d0 = BlockF16(blk), d1 = BlockF16(blk + kBytes);
-    total0 =
-        hn::MulAdd(BlockDotI16<kKind>(df, blk, xq + 32 * b), hn::Set(df, d0 * xscale[b]), total0);
-    total1 = hn::MulAdd(BlockDotI16<kKind>(df, blk + kBytes, xq + 32 * b + 32),
-                        hn::Set(df, d1 * xscale[b + 1]), total1);
-    if (kKind == QKind::kQ4_1) {
-      bias0 += BlockF16(blk + 2) * xsum[b];
-      bias1 += BlockF16(blk + kBytes + 2) * xsum[b + 1];
-    } else if (kKind == QKind::kQ4_0) {
-      bias0 += d0 * xsum[b];
-      bias1 += d1 * xsum[b + 1];
+    unpack(blk, v);
+    const auto d0 = hn::Set(df, dw[b]);
+    for (size_t g = 0; g < G; ++g) {
+      const auto p = hn::Mul(block_dot(v, xq[g] + 32 * b), hn::Set(df, xscale[g][b]));
+      total0[g] = hn::MulAdd(p, d0, total0[g]);
+    }
+    unpack(blk + kBytes, v);
+    const auto d1 = hn::Set(df, dw[b + 1]);
+    for (size_t g = 0; g < G; ++g) {
+      const auto p = hn::Mul(block_dot(v, xq[g] + 32 * b + 32), hn::Set(df, xscale[g][b + 1]));
+      total1[g] = hn::MulAdd(p, d1, total1[g]);
     }
   }
-  for (; b < n_blocks; ++b) {
-    const uint8_t *blk = row + b * kBytes;
-    const float d = BlockF16(blk);
-    total0 =
-        hn::MulAdd(BlockDotI16<kKind>(df, blk, xq + 32 * b), hn::Set(df, d * xscale[b]), total0);
-    if (kKind == QKind::kQ4_1)
-      bias0 += BlockF16(blk + 2) * xsum[b];
-    else if (kKind == QKind::kQ4_0)
-      bias0 += d * xsum[b];
+  if (b < n_blocks) {
+    unpack(row + b * kBytes, v);
+    const auto d0 = hn::Set(df, dw[b]);
+    for (size_t g = 0; g < G; ++g) {
+      const auto p = hn::Mul(block_dot(v, xq[g] + 32 * b), hn::Set(df, xscale[g][b]));
+      total0[g] = hn::MulAdd(p, d0, total0[g]);
+    }
   }
-  const float bias = kKind == QKind::kQ4_0 ? -8.0f * (bias0 + bias1) : bias0 + bias1;
-  return hn::GetLane(hn::SumOfLanes(df, hn::Add(total0, total1))) + bias;
+  for (size_t g = 0; g < G; ++g) {
+    const float bias = kKind == QKind::kQ8_0 ? 0.0f : DotImpl(mw, xsum[g], n_blocks);
+    out[g] = hn::GetLane(hn::SumOfLanes(df, hn::Add(total0[g], total1[g]))) + bias;
+  }
 }
 
 } // namespace pig::runtime::HWY_NAMESPACE

@@ -95,6 +95,15 @@ size_t LshAttention::MemoryBytes() const {
   return bytes;
 }
 
+size_t LshAttention::ReservedBytes() const {
+  const AttentionShape &sh = cache_.shape();
+  size_t bytes = cache_.MemoryBytes();
+  for (const LayerLsh &c : spec_.LayerChoices(sh.n_layers))
+    if (!c.dense)
+      bytes += sh.n_kv_heads * lsh::IndexLayout::of(sh.capacity, c.K, c.L).bytes();
+  return std::max(bytes, MemoryBytes());
+}
+
 AttentionStats LshAttention::stats() const {
   AttentionStats s;
   static_cast<CostCounters &>(s) = total_;

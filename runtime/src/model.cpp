@@ -134,22 +134,6 @@ std::string LlamaModel::WeightTypesSummary() const {
   return s;
 }
 
-namespace {
-
-bool HasInt16Path(GgmlType t) {
-  return t == GgmlType::kQ4_0 || t == GgmlType::kQ4_1 || t == GgmlType::kQ8_0;
-}
-
-// Row blocks per matrix as MatMulShared cuts them: several per thread (dynamic balancing),
-// multiples of 16 rows.
-size_t RowBlock(const ThreadPool &pool, size_t rows) {
-  const size_t threads = pool.size();
-  const size_t block = (rows + threads * 4 - 1) / (threads * 4);
-  return std::max<size_t>(16, (block + 15) / 16 * 16);
-}
-
-} // namespace
-
 LlamaForward::LlamaForward(const LlamaModel &model, ThreadPool &pool, size_t max_rows)
     : model_(model), pool_(pool), kern_(BestKernels()), max_rows_(max_rows) {
   if (max_rows == 0)
@@ -163,6 +147,7 @@ LlamaForward::LlamaForward(const LlamaModel &model, ThreadPool &pool, size_t max
   }
   const size_t n = max_rows, kv = c.n_kv_heads * c.head_dim;
   rope_cs_.resize(n * inv_freq_.size() * 2);
+  decode_row_.resize(n);
   x_.resize(n * c.dim);
   xb_.resize(n * c.dim);
   q_.resize(n * c.dim);
@@ -175,9 +160,9 @@ LlamaForward::LlamaForward(const LlamaModel &model, ThreadPool &pool, size_t max
 
 size_t LlamaForward::ScratchBytes() const {
   return (rope_cs_.size() + x_.size() + xb_.size() + q_.size() + att_.size() + k_.size() +
-          v_.size() + hb_.size() + hb2_.size() + xs_.size() + xsum_.size()) *
+          v_.size() + hb_.size() + hb2_.size()) *
              sizeof(float) +
-         xq_.size() * sizeof(int16_t);
+         scratch_.bytes();
 }
 
 void LlamaForward::CheckTokens(const int32_t *tokens, size_t n) const {
@@ -207,53 +192,23 @@ void LlamaForward::Rope(float *x, size_t n_heads, size_t row) const {
   }
 }
 
-void LlamaForward::MatMulRows(const MatMulJob *jobs, size_t n_jobs, const float *x, size_t rows,
-                              bool rowwise) {
-  bool int16 = rowwise && rows > 1;
-  for (size_t j = 0; j < n_jobs; ++j)
-    int16 = int16 && HasInt16Path(jobs[j].w->type) && jobs[j].w->cols == jobs[0].w->cols;
-  if (!int16) { // one row: MatMulShared's own decode path; prefill rows: f32 matrix-matrix
-    MatMulShared(pool_, kern_, jobs, n_jobs, x, rows);
-    return;
-  }
-  // Every row quantised on its own, exactly as MatMulShared quantises a single decode vector, so
-  // each row's result is the one it would get alone. The rows of a weight block are read from
-  // memory once: the block (kBlockBytes, cache-resident) is multiplied with every row before
-  // the next block.
-  constexpr size_t kMaxJobs = 4, kBlockBytes = 16 << 10;
-  if (n_jobs > kMaxJobs) {
-    for (size_t j = 0; j < n_jobs; ++j)
-      MatMulRows(jobs + j, 1, x, rows, rowwise);
-    return;
-  }
-  const size_t cols = jobs[0].w->cols, nb = cols / 32;
-  xq_.resize(std::max(xq_.size(), rows * cols));
-  xs_.resize(std::max(xs_.size(), rows * nb));
-  xsum_.resize(std::max(xsum_.size(), rows * nb));
-  for (size_t r = 0; r < rows; ++r)
-    kern_.quantize_i16(x + r * cols, cols, &xq_[r * cols], &xs_[r * nb], &xsum_[r * nb]);
-  size_t block[kMaxJobs], first[kMaxJobs + 1] = {0};
-  for (size_t j = 0; j < n_jobs; ++j) {
-    block[j] = RowBlock(pool_, jobs[j].w->rows);
-    first[j + 1] = first[j] + (jobs[j].w->rows + block[j] - 1) / block[j];
-  }
-  const int16_t *xq = xq_.data();
-  const float *xs = xs_.data(), *xsum = xsum_.data();
-  pool_.ParallelFor(first[n_jobs], [&](size_t item, size_t) {
-    size_t j = 0;
-    while (item >= first[j + 1])
-      ++j;
-    const WeightMatrix &w = *jobs[j].w;
-    const size_t r0 = (item - first[j]) * block[j], r1 = std::min(w.rows, r0 + block[j]);
-    const size_t sub = std::max<size_t>(1, kBlockBytes / w.row_bytes);
-    for (size_t s0 = r0; s0 < r1; s0 += sub) {
-      const size_t s1 = std::min(r1, s0 + sub);
-      for (size_t r = 0; r < rows; ++r) {
-        kern_.matvec_i16(w, xq + r * cols, xs + r * nb, xsum + r * nb, jobs[j].y + r * w.rows, s0,
-                         s1);
-      }
+void LlamaForward::MatMulRows(const MatMulJob *jobs, size_t n_jobs, const float *x, size_t rows) {
+  // Runs of consecutive rows of one kind (decode rows, prefill rows) each take their path; a step
+  // that mixes them reads the weights once per run.
+  for (size_t r0 = 0; r0 < rows;) {
+    size_t r1 = r0 + 1;
+    while (r1 < rows && decode_row_[r1] == decode_row_[r0])
+      ++r1;
+    for (size_t j0 = 0; j0 < n_jobs; j0 += 4) {
+      MatMulJob run[4];
+      const size_t n = std::min<size_t>(n_jobs - j0, 4);
+      for (size_t j = 0; j < n; ++j)
+        run[j] = MatMulJob{jobs[j0 + j].w, jobs[j0 + j].y + r0 * jobs[j0 + j].w->rows};
+      MatMulShared(pool_, kern_, run, n, x + r0 * jobs[0].w->cols, r1 - r0, &scratch_,
+                   decode_row_[r0] ? MatMulPath::kInteger : MatMulPath::kFloat);
     }
-  });
+    r0 = r1;
+  }
 }
 
 void LlamaForward::Run(const int32_t *tokens, const Span *spans, size_t n_spans, Logits which,
@@ -261,15 +216,12 @@ void LlamaForward::Run(const int32_t *tokens, const Span *spans, size_t n_spans,
   const LlamaConfig &c = model_.config();
   const size_t dim = c.dim, kv = c.n_kv_heads * c.head_dim, ffn = c.ffn_dim;
   size_t n = 0;
-  bool rowwise = true;
   for (size_t s = 0; s < n_spans; ++s) {
     if (spans[s].n == 0 || !spans[s].attention)
       throw std::invalid_argument("LlamaForward: span " + std::to_string(s) +
                                   " has no rows or no Attention");
     n += spans[s].n;
-    rowwise = rowwise && spans[s].n == 1;
   }
-  rowwise = rowwise && n <= kRowwiseMaxRows;
   if (n == 0)
     return;
   if (n > max_rows_) {
@@ -279,6 +231,7 @@ void LlamaForward::Run(const int32_t *tokens, const Span *spans, size_t n_spans,
   const size_t pairs = inv_freq_.size();
   for (size_t s = 0, row = 0; s < n_spans; ++s) {
     for (size_t i = 0; i < spans[s].n; ++i, ++row) {
+      decode_row_[row] = spans[s].n == 1;
       const double pos = double(spans[s].pos + i);
       for (size_t p = 0; p < pairs; ++p) {
         const double angle = pos * double(inv_freq_[p]);
@@ -305,7 +258,7 @@ void LlamaForward::Run(const int32_t *tokens, const Span *spans, size_t n_spans,
       kern_.rms_norm(&x_[i * dim], w.attn_norm.data(), &xb_[i * dim], dim, c.rms_eps);
     }
     const MatMulJob qkv[] = {{&w.wq, q_.data()}, {&w.wk, k_.data()}, {&w.wv, v_.data()}};
-    MatMulRows(qkv, 3, xb_.data(), n, rowwise);
+    MatMulRows(qkv, 3, xb_.data(), n);
     add_bias(q_.data(), w.bq);
     add_bias(k_.data(), w.bk);
     add_bias(v_.data(), w.bv);
@@ -318,7 +271,7 @@ void LlamaForward::Run(const int32_t *tokens, const Span *spans, size_t n_spans,
                                   &v_[row * kv], &att_[row * dim], pool_);
     }
     const MatMulJob wo{&w.wo, xb_.data()};
-    MatMulRows(&wo, 1, att_.data(), n, rowwise);
+    MatMulRows(&wo, 1, att_.data(), n);
     for (size_t i = 0; i < n * dim; ++i)
       x_[i] += xb_[i];
 
@@ -326,11 +279,11 @@ void LlamaForward::Run(const int32_t *tokens, const Span *spans, size_t n_spans,
       kern_.rms_norm(&x_[i * dim], w.ffn_norm.data(), &xb_[i * dim], dim, c.rms_eps);
     }
     const MatMulJob gate_up[] = {{&w.w_gate, hb_.data()}, {&w.w_up, hb2_.data()}};
-    MatMulRows(gate_up, 2, xb_.data(), n, rowwise);
+    MatMulRows(gate_up, 2, xb_.data(), n);
     for (size_t i = 0; i < n; ++i)
       kern_.swiglu(&hb_[i * ffn], &hb2_[i * ffn], ffn);
     const MatMulJob down{&w.w_down, xb_.data()};
-    MatMulRows(&down, 1, hb_.data(), n, rowwise);
+    MatMulRows(&down, 1, hb_.data(), n);
     for (size_t i = 0; i < n * dim; ++i)
       x_[i] += xb_[i];
   }
@@ -339,13 +292,18 @@ void LlamaForward::Run(const int32_t *tokens, const Span *spans, size_t n_spans,
   // Only the rows whose logits are wanted go through the (large) output projection.
   size_t rows = 0;
   for (size_t s = 0, row = 0; s < n_spans; row += spans[s].n, ++s) {
+    if (which == Logits::kLastOfSpan && !spans[s].logits)
+      continue;
     const size_t first = which == Logits::kAll ? row : row + spans[s].n - 1;
     for (size_t i = first; i < row + spans[s].n; ++i, ++rows) {
       kern_.rms_norm(&x_[i * dim], model_.output_norm().data(), &xb_[rows * dim], dim, c.rms_eps);
+      decode_row_[rows] = spans[s].n == 1; // rows <= i: the kinds still to read are intact
     }
   }
+  if (rows == 0)
+    return;
   const MatMulJob out{&model_.output(), logits};
-  MatMulRows(&out, 1, xb_.data(), rows, rowwise);
+  MatMulRows(&out, 1, xb_.data(), rows);
 }
 
 void LlamaForward::RunSequence(Attention &attention, size_t pos, const int32_t *tokens, size_t n,
@@ -410,43 +368,88 @@ void LlamaSession::Forward(const int32_t *tokens, size_t n, float *logits, bool 
   });
 }
 
+LlamaBatch::LlamaBatch(const LlamaModel &model, ThreadPool &pool, Options options)
+    : model_(model), opts_(options), fwd_(model, pool, options.max_rows) {}
+
 LlamaBatch::LlamaBatch(const LlamaModel &model, ThreadPool &pool,
-                       std::vector<std::unique_ptr<Attention>> attentions)
-    : fwd_(model, pool, std::max(LlamaSession::kChunk, kMaxSequences)) {
-  if (attentions.empty() || attentions.size() > kMaxSequences) {
-    throw std::invalid_argument("LlamaBatch: " + std::to_string(attentions.size()) +
-                                " sequences (1 to " + std::to_string(kMaxSequences) +
-                                " supported)");
+                       std::vector<std::unique_ptr<Attention>> attentions, Options options)
+    : LlamaBatch(model, pool, options) {
+  if (attentions.empty())
+    throw std::invalid_argument("LlamaBatch: no sequences");
+  for (auto &a : attentions)
+    Add(std::move(a));
+}
+
+size_t LlamaBatch::AttentionBytes() const {
+  size_t total = 0;
+  for (const Sequence &s : seqs_)
+    total += s.attn ? s.attn->ReservedBytes() : 0;
+  return total;
+}
+
+size_t LlamaBatch::Add(std::unique_ptr<Attention> attention) {
+  const size_t id =
+      std::find_if(seqs_.begin(), seqs_.end(), [](const Sequence &s) { return !s.attn; }) -
+      seqs_.begin();
+  if (!attention)
+    throw std::invalid_argument("LlamaBatch: sequence " + std::to_string(id) + " has no Attention");
+  const LlamaConfig &c = model_.config();
+  const AttentionShape &s = attention->shape();
+  if (s.n_layers != c.n_layers || s.n_heads != c.n_heads || s.n_kv_heads != c.n_kv_heads ||
+      s.head_dim != c.head_dim) {
+    throw std::invalid_argument(
+        "LlamaBatch: sequence " + std::to_string(id) + "'s Attention has " +
+        std::to_string(s.n_layers) + " layers, " + std::to_string(s.n_heads) + "/" +
+        std::to_string(s.n_kv_heads) + " heads of " + std::to_string(s.head_dim) +
+        "; the model has " + std::to_string(c.n_layers) + ", " + std::to_string(c.n_heads) + "/" +
+        std::to_string(c.n_kv_heads) + " of " + std::to_string(c.head_dim));
   }
-  const LlamaConfig &c = model.config();
-  for (size_t i = 0; i < attentions.size(); ++i) {
-    if (!attentions[i])
-      throw std::invalid_argument("LlamaBatch: sequence " + std::to_string(i) +
-                                  " has no Attention");
-    const AttentionShape &s = attentions[i]->shape();
-    if (s.n_layers != c.n_layers || s.n_heads != c.n_heads || s.n_kv_heads != c.n_kv_heads ||
-        s.head_dim != c.head_dim) {
-      throw std::invalid_argument(
-          "LlamaBatch: sequence " + std::to_string(i) + "'s Attention has " +
-          std::to_string(s.n_layers) + " layers, " + std::to_string(s.n_heads) + "/" +
-          std::to_string(s.n_kv_heads) + " heads of " + std::to_string(s.head_dim) +
-          "; the model has " + std::to_string(c.n_layers) + ", " + std::to_string(c.n_heads) + "/" +
-          std::to_string(c.n_kv_heads) + " of " + std::to_string(c.head_dim));
+  if (opts_.memory_budget) {
+    const size_t used = AttentionBytes(), need = attention->ReservedBytes();
+    if (used + need > opts_.memory_budget) {
+      throw std::length_error("LlamaBatch: sequence " + std::to_string(id) + " needs " +
+                              std::to_string(need >> 20) + " MiB; " + std::to_string(used >> 20) +
+                              " of the " + std::to_string(opts_.memory_budget >> 20) +
+                              " MiB budget are reserved by " + std::to_string(live_) +
+                              (live_ == 1 ? " sequence" : " sequences"));
     }
-    Sequence seq;
-    seq.capacity = s.capacity;
-    seq.attn = std::move(attentions[i]);
-    seqs_.push_back(std::move(seq));
   }
-  spans_.resize(kMaxSequences);
+  if (id == seqs_.size())
+    seqs_.emplace_back();
+  Sequence &seq = seqs_[id];
+  seq.capacity = s.capacity;
+  seq.pos = 0;
+  seq.attn = std::move(attention);
+  ++live_;
+  return id;
+}
+
+std::unique_ptr<Attention> LlamaBatch::Remove(size_t seq) {
+  Sequence &s = At(seq);
+  std::unique_ptr<Attention> a = std::move(s.attn);
+  s = Sequence{};
+  --live_;
+  while (!seqs_.empty() && !seqs_.back().attn) // trailing free slots go
+    seqs_.pop_back();
+  return a;
 }
 
 const LlamaBatch::Sequence &LlamaBatch::At(size_t seq) const {
-  if (seq >= seqs_.size()) {
-    throw std::out_of_range("LlamaBatch: sequence " + std::to_string(seq) + " (batch of " +
-                            std::to_string(seqs_.size()) + ")");
+  if (!contains(seq)) {
+    throw std::out_of_range("LlamaBatch: no sequence " + std::to_string(seq) + " (" +
+                            std::to_string(live_) + " sequences in " +
+                            std::to_string(seqs_.size()) + " slots)");
   }
   return seqs_[seq];
+}
+
+void LlamaBatch::SetPosition(size_t seq, size_t pos) {
+  Sequence &s = At(seq);
+  if (pos > s.capacity)
+    throw std::runtime_error("sequence " + std::to_string(seq) + ": position " +
+                             std::to_string(pos) + " beyond the capacity " +
+                             std::to_string(s.capacity));
+  s.pos = pos;
 }
 
 void LlamaBatch::Reset(size_t seq) {
@@ -455,10 +458,16 @@ void LlamaBatch::Reset(size_t seq) {
   s.attn->Reset();
 }
 
+LlamaBatch::SequenceMemory LlamaBatch::Memory(size_t seq) const {
+  const Attention &a = *At(seq).attn;
+  const size_t kv = a.cache().MemoryBytes();
+  return SequenceMemory{kv, a.MemoryBytes() - std::min(kv, a.MemoryBytes())};
+}
+
 size_t LlamaBatch::MemoryBytes() const {
   size_t total = fwd_.ScratchBytes();
   for (const Sequence &s : seqs_)
-    total += s.attn->MemoryBytes();
+    total += s.attn ? s.attn->MemoryBytes() : 0;
   return total;
 }
 
@@ -475,33 +484,63 @@ void LlamaBatch::Prefill(size_t seq, const int32_t *tokens, size_t n, float *log
                    [&](size_t done, size_t) { s.pos = start + done; });
 }
 
-void LlamaBatch::Step(const int32_t *tokens, const size_t *seqs, size_t m, float *logits) {
-  if (m == 0 || m > seqs_.size()) {
-    throw std::invalid_argument("LlamaBatch::Step: " + std::to_string(m) + " sequences (1 to " +
-                                std::to_string(seqs_.size()) + ")");
-  }
-  bool named[kMaxSequences] = {};
-  for (size_t i = 0; i < m; ++i) {
-    const Sequence &s = At(seqs[i]);
-    if (named[seqs[i]]) {
-      throw std::invalid_argument("LlamaBatch::Step: sequence " + std::to_string(seqs[i]) +
+void LlamaBatch::Run(const Work *work, size_t n_work) {
+  if (n_work == 0)
+    throw std::invalid_argument("LlamaBatch::Run: no work");
+  named_.assign(seqs_.size(), 0);
+  size_t rows = 0, with_logits = 0;
+  for (size_t i = 0; i < n_work; ++i) {
+    const Work &w = work[i];
+    const Sequence &s = At(w.seq);
+    if (w.n == 0 || !w.tokens)
+      throw std::invalid_argument("LlamaBatch::Run: sequence " + std::to_string(w.seq) +
+                                  " has no tokens");
+    if (named_[w.seq])
+      throw std::invalid_argument("LlamaBatch::Run: sequence " + std::to_string(w.seq) +
                                   " named twice");
-    }
-    named[seqs[i]] = true;
-    if (s.pos >= s.capacity) {
-      throw std::runtime_error("sequence " + std::to_string(seqs[i]) +
-                               ": context full: " + std::to_string(s.pos + 1) +
+    named_[w.seq] = 1;
+    if (s.pos + w.n > s.capacity) {
+      throw std::runtime_error("sequence " + std::to_string(w.seq) +
+                               ": context full: " + std::to_string(s.pos + w.n) +
                                " tokens, capacity " + std::to_string(s.capacity));
     }
+    fwd_.CheckTokens(w.tokens, w.n);
+    rows += w.n;
+    with_logits += w.logits != nullptr;
   }
-  fwd_.CheckTokens(tokens, m);
-  for (size_t i = 0; i < m; ++i) {
-    Sequence &s = seqs_[seqs[i]];
-    spans_[i] = LlamaForward::Span{s.attn.get(), s.pos, 1};
+  if (rows > fwd_.max_rows()) {
+    throw std::invalid_argument("LlamaBatch::Run: " + std::to_string(rows) + " rows, at most " +
+                                std::to_string(fwd_.max_rows()) + " per step (Options::max_rows)");
   }
-  fwd_.Run(tokens, spans_.data(), m, LlamaForward::Logits::kLastOfSpan, logits);
+  const size_t vocab = model_.config().vocab;
+  spans_.resize(n_work);
+  tokens_.resize(rows);
+  logits_.resize(with_logits * vocab);
+  for (size_t i = 0, row = 0; i < n_work; row += work[i].n, ++i) {
+    const Work &w = work[i];
+    Sequence &s = seqs_[w.seq];
+    spans_[i] = LlamaForward::Span{s.attn.get(), s.pos, w.n, w.logits != nullptr};
+    std::copy(w.tokens, w.tokens + w.n, tokens_.begin() + row);
+  }
+  fwd_.Run(tokens_.data(), spans_.data(), n_work, LlamaForward::Logits::kLastOfSpan,
+           with_logits ? logits_.data() : nullptr);
+  for (size_t i = 0, k = 0; i < n_work; ++i) {
+    seqs_[work[i].seq].pos += work[i].n;
+    if (work[i].logits) {
+      std::copy(&logits_[k * vocab], &logits_[(k + 1) * vocab], work[i].logits);
+      ++k;
+    }
+  }
+}
+
+void LlamaBatch::Step(const int32_t *tokens, const size_t *seqs, size_t m, float *logits) {
+  if (m == 0)
+    throw std::invalid_argument("LlamaBatch::Step: no sequences");
+  const size_t vocab = model_.config().vocab;
+  work_.resize(m);
   for (size_t i = 0; i < m; ++i)
-    ++seqs_[seqs[i]].pos;
+    work_[i] = Work{seqs[i], tokens + i, 1, logits ? logits + i * vocab : nullptr};
+  Run(work_.data(), m);
 }
 
 } // namespace pig::runtime

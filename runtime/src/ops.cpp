@@ -27,7 +27,9 @@ void Softmax(float *x, size_t n) { SoftmaxImpl(x, n); }
 void Axpy(float a, const float *x, float *y, size_t n) { AxpyImpl(a, x, y, n); }
 
 // Rows are dequantised kRowBlock at a time into a per-thread buffer that stays in cache, then
-// multiplied with kTokenBlock activation rows at a time (4 weight rows share each x load).
+// multiplied with kTokenBlock activation rows at a time (4 weight rows share each x load). Every
+// (row, token) pair takes the same arithmetic in each micro-kernel (Dot1Impl), so a token's
+// results do not depend on the other tokens.
 void MatMulRows(const WeightMatrix &w, const float *x, size_t x_stride, size_t n_tokens, float *y,
                 size_t y_stride, size_t row_begin, size_t row_end) {
   constexpr size_t kRowBlock = 16, kTokenBlock = 64;
@@ -59,7 +61,7 @@ void MatMulRows(const WeightMatrix &w, const float *x, size_t x_stride, size_t n
         for (; r + 4 <= nr; r += 4)
           Dot4Impl(buf.data() + r * cols, cols, xt, cols, yt + r);
         for (; r < nr; ++r)
-          yt[r] = DotImpl(buf.data() + r * cols, xt, cols);
+          yt[r] = Dot1Impl(buf.data() + r * cols, xt, cols);
       }
     }
   }
@@ -71,31 +73,87 @@ void QuantizeI16(const float *x, size_t n, int16_t *xq, float *scale, float *sum
 
 constexpr size_t kPrefetchBytes = 4096;
 
-void MatVecI16(const WeightMatrix &w, const int16_t *xq, const float *xscale, const float *xsum,
-               float *y, size_t row_begin, size_t row_end) {
-  const size_t nb = w.cols / 32;
-  auto rows = [&](auto kind) {
-    for (size_t r = row_begin; r < row_end; ++r) {
-      const uint8_t *row = w.data + r * w.row_bytes;
-      // Software prefetch kPrefetchBytes ahead of the row being read: the hardware prefetcher
-      // alone stops at every 4 KiB page of the mapped file (measured: decode +25 %). Prefetches
-      // past the end of the matrix are harmless hints.
-      for (size_t off = 0; off < w.row_bytes; off += 64)
-        hwy::Prefetch(row + kPrefetchBytes + off);
-      y[r] = DotQI16Row<decltype(kind)::value>(row, nb, xq, xscale, xsum);
+// y[t][r] for activation rows t in [0, n_x) and weight rows r in [row_begin, row_end). The weight
+// rows go in sub-blocks of about kSubBytes (cache-resident), each multiplied with every activation
+// row, kTile rows at a time, before the next is read; within a tile, DotQI16Rows takes four
+// activation rows per weight row (the unpacked block is shared, each row's arithmetic is its own).
+template <QKind kKind>
+void MatMulI16Kind(const WeightMatrix &w, const int16_t *xq, const float *xscale, const float *xsum,
+                   size_t n_x, float *y, size_t y_stride, size_t row_begin, size_t row_end) {
+  constexpr size_t kSubBytes = 16 << 10, kTile = 16;
+  const size_t cols = w.cols, nb = cols / 32;
+  const size_t sub = std::max<size_t>(1, kSubBytes / w.row_bytes);
+  thread_local std::vector<float> scales;
+  if (scales.size() < 2 * nb)
+    scales.resize(2 * nb);
+  float *dw = scales.data(), *mw = scales.data() + nb;
+  for (size_t s0 = row_begin; s0 < row_end; s0 += sub) {
+    const size_t s1 = std::min(row_end, s0 + sub);
+    for (size_t t0 = 0; t0 < n_x; t0 += kTile) {
+      const size_t t1 = std::min(n_x, t0 + kTile);
+      for (size_t r = s0; r < s1; ++r) {
+        const uint8_t *row = w.data + r * w.row_bytes;
+        RowScales<kKind>(row, nb, dw, mw);
+        // Software prefetch kPrefetchBytes ahead of the row being read, on its first pass: the
+        // hardware prefetcher alone stops at every 4 KiB page of the mapped file (measured:
+        // decode +25 %). Prefetches past the end of the matrix are harmless hints.
+        if (t0 == 0) {
+          for (size_t off = 0; off < w.row_bytes; off += 64)
+            hwy::Prefetch(row + kPrefetchBytes + off);
+        }
+        const int16_t *xp[4];
+        const float *sp[4], *mp[4];
+        float out[4];
+        auto rows = [&](size_t t, auto g) {
+          constexpr size_t G = decltype(g)::value;
+          for (size_t i = 0; i < G; ++i) {
+            xp[i] = xq + (t + i) * cols;
+            sp[i] = xscale + (t + i) * nb;
+            mp[i] = xsum + (t + i) * nb;
+          }
+          DotQI16Rows<kKind, G>(row, nb, dw, mw, xp, sp, mp, out);
+          for (size_t i = 0; i < G; ++i)
+            y[(t + i) * y_stride + r] = out[i];
+        };
+        size_t t = t0;
+        for (; t + 4 <= t1; t += 4)
+          rows(t, std::integral_constant<size_t, 4>());
+        switch (t1 - t) {
+        case 3:
+          rows(t, std::integral_constant<size_t, 3>());
+          break;
+        case 2:
+          rows(t, std::integral_constant<size_t, 2>());
+          break;
+        case 1:
+          rows(t, std::integral_constant<size_t, 1>());
+          break;
+        default:
+          break;
+        }
+      }
     }
-  };
+  }
+}
+
+void MatMulI16(const WeightMatrix &w, const int16_t *xq, const float *xscale, const float *xsum,
+               size_t n_x, float *y, size_t y_stride, size_t row_begin, size_t row_end) {
   switch (w.type) {
   case GgmlType::kQ4_0:
-    rows(std::integral_constant<QKind, QKind::kQ4_0>());
+    MatMulI16Kind<QKind::kQ4_0>(w, xq, xscale, xsum, n_x, y, y_stride, row_begin, row_end);
     break;
   case GgmlType::kQ4_1:
-    rows(std::integral_constant<QKind, QKind::kQ4_1>());
+    MatMulI16Kind<QKind::kQ4_1>(w, xq, xscale, xsum, n_x, y, y_stride, row_begin, row_end);
     break;
   default:
-    rows(std::integral_constant<QKind, QKind::kQ8_0>());
+    MatMulI16Kind<QKind::kQ8_0>(w, xq, xscale, xsum, n_x, y, y_stride, row_begin, row_end);
     break;
   }
+}
+
+void MatVecI16(const WeightMatrix &w, const int16_t *xq, const float *xscale, const float *xsum,
+               float *y, size_t row_begin, size_t row_end) {
+  MatMulI16(w, xq, xscale, xsum, 1, y, 0, row_begin, row_end);
 }
 
 Kernels Make() {
@@ -109,6 +167,7 @@ Kernels Make() {
   k.axpy = &Axpy;
   k.quantize_i16 = &QuantizeI16;
   k.matvec_i16 = &MatVecI16;
+  k.matmul_i16 = &MatMulI16;
   k.matmul_rows = &MatMulRows;
   return k;
 }
@@ -136,7 +195,7 @@ std::vector<Kernels> AllKernels() {
   return out;
 }
 
-bool HasInt16MatVec(GgmlType t) {
+bool HasIntegerPath(GgmlType t) {
   return t == GgmlType::kQ4_0 || t == GgmlType::kQ4_1 || t == GgmlType::kQ8_0;
 }
 
@@ -152,52 +211,58 @@ size_t RowBlock(const ThreadPool &pool, size_t rows) {
 } // namespace
 
 void MatMul(ThreadPool &pool, const Kernels &k, const WeightMatrix &w, const float *x,
-            size_t n_tokens, float *y) {
+            size_t n_tokens, float *y, MatMulScratch *scratch, MatMulPath path) {
   const MatMulJob job{&w, y};
-  MatMulShared(pool, k, &job, 1, x, n_tokens);
+  MatMulShared(pool, k, &job, 1, x, n_tokens, scratch, path);
 }
 
 void MatMulShared(ThreadPool &pool, const Kernels &k, const MatMulJob *jobs, size_t n_jobs,
-                  const float *x, size_t n_tokens) {
-  bool int16 = n_tokens == 1;
+                  const float *x, size_t n_tokens, MatMulScratch *scratch, MatMulPath path) {
+  if (n_tokens == 0 || n_jobs == 0)
+    return;
+  if (path == MatMulPath::kAuto)
+    path = n_tokens <= kAutoIntegerTokens ? MatMulPath::kInteger : MatMulPath::kFloat;
+  bool integer = path == MatMulPath::kInteger;
   for (size_t j = 0; j < n_jobs; ++j)
-    int16 = int16 && HasInt16MatVec(jobs[j].w->type) && jobs[j].w->cols == jobs[0].w->cols;
-  if (!int16 && n_jobs > 1) { // each matrix on its own path (as MatMul would take it)
+    integer = integer && HasIntegerPath(jobs[j].w->type) && jobs[j].w->cols == jobs[0].w->cols;
+  if (!integer && n_jobs > 1) { // each matrix on its own path (as MatMul would take it)
     for (size_t j = 0; j < n_jobs; ++j)
-      MatMulShared(pool, k, jobs + j, 1, x, n_tokens);
+      MatMulShared(pool, k, jobs + j, 1, x, n_tokens, scratch, path);
     return;
   }
-  if (!int16) {
-    for (size_t j = 0; j < n_jobs; ++j) {
-      const WeightMatrix &w = *jobs[j].w;
-      float *y = jobs[j].y;
-      const size_t block = RowBlock(pool, w.rows);
-      pool.ParallelFor((w.rows + block - 1) / block, [&](size_t b, size_t) {
-        const size_t r0 = b * block, r1 = std::min(w.rows, r0 + block);
-        k.matmul_rows(w, x, w.cols, n_tokens, y, w.rows, r0, r1);
-      });
-    }
+  if (!integer) {
+    const WeightMatrix &w = *jobs[0].w;
+    float *y = jobs[0].y;
+    const size_t block = RowBlock(pool, w.rows);
+    pool.ParallelFor((w.rows + block - 1) / block, [&](size_t b, size_t) {
+      const size_t r0 = b * block, r1 = std::min(w.rows, r0 + block);
+      k.matmul_rows(w, x, w.cols, n_tokens, y, w.rows, r0, r1);
+    });
     return;
   }
-  // Decode: quantise the vector once for all the matrices, then integer dot products straight
-  // from the blocks; the row blocks of every matrix form one parallel loop (one hand-off).
-  // Buffers of the calling thread, passed by pointer: a thread_local named inside the lambda
-  // would resolve to each worker's own (empty) copy.
+  // Quantise every row once for all the matrices (each row on its own, so a row's result does
+  // not depend on the others), then integer dot products straight from the blocks; the row
+  // blocks of every matrix form one parallel loop (one hand-off). The scratch is the caller's or
+  // this thread's, passed by pointer: a thread_local named inside the lambda would resolve to
+  // each worker's own (empty) copy.
   constexpr size_t kMaxJobs = 4;
   if (n_jobs > kMaxJobs) {
     for (size_t j = 0; j < n_jobs; ++j)
-      MatMulShared(pool, k, jobs + j, 1, x, n_tokens);
+      MatMulShared(pool, k, jobs + j, 1, x, n_tokens, scratch, path);
     return;
   }
-  const size_t cols = jobs[0].w->cols;
-  thread_local std::vector<int16_t> xq_buf;
-  thread_local std::vector<float> scale_buf, sum_buf;
-  xq_buf.resize(cols);
-  scale_buf.resize(cols / 32);
-  sum_buf.resize(cols / 32);
-  const int16_t *xq = xq_buf.data();
-  const float *xscale = scale_buf.data(), *xsum = sum_buf.data();
-  k.quantize_i16(x, cols, xq_buf.data(), scale_buf.data(), sum_buf.data());
+  thread_local MatMulScratch own;
+  MatMulScratch &s = scratch ? *scratch : own;
+  const size_t cols = jobs[0].w->cols, nb = cols / 32;
+  if (s.xq.size() < n_tokens * cols) {
+    s.xq.resize(n_tokens * cols);
+    s.scale.resize(n_tokens * nb);
+    s.sum.resize(n_tokens * nb);
+  }
+  for (size_t t = 0; t < n_tokens; ++t)
+    k.quantize_i16(x + t * cols, cols, &s.xq[t * cols], &s.scale[t * nb], &s.sum[t * nb]);
+  const int16_t *xq = s.xq.data();
+  const float *xscale = s.scale.data(), *xsum = s.sum.data();
   size_t block[kMaxJobs], first[kMaxJobs + 1] = {0};
   for (size_t j = 0; j < n_jobs; ++j) {
     block[j] = RowBlock(pool, jobs[j].w->rows);
@@ -209,7 +274,7 @@ void MatMulShared(ThreadPool &pool, const Kernels &k, const MatMulJob *jobs, siz
       ++j;
     const WeightMatrix &w = *jobs[j].w;
     const size_t r0 = (item - first[j]) * block[j], r1 = std::min(w.rows, r0 + block[j]);
-    k.matvec_i16(w, xq, xscale, xsum, jobs[j].y, r0, r1);
+    k.matmul_i16(w, xq, xscale, xsum, n_tokens, jobs[j].y, w.rows, r0, r1);
   });
 }
 

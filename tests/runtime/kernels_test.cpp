@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <random>
 #include <utility>
 #include <vector>
@@ -296,10 +297,24 @@ TEST(Kernels, QuantizeI16MatchesScalar) {
   }
 }
 
+TEST(Kernels, QuantizeI16GivesNonFiniteBlocksANaNScale) {
+  std::vector<float> x(96, 0.5f);
+  x[40] = std::numeric_limits<float>::quiet_NaN();
+  x[70] = std::numeric_limits<float>::infinity();
+  for (const Kernels &k : AllKernels()) {
+    std::vector<int16_t> xq(96);
+    std::vector<float> scale(3), sum(3);
+    k.quantize_i16(x.data(), 96, xq.data(), scale.data(), sum.data());
+    EXPECT_EQ(scale[0], 0.5f / 32767.0f) << k.target;
+    EXPECT_TRUE(std::isnan(scale[1]) && std::isnan(scale[2])) << k.target;
+  }
+}
+
 TEST(Kernels, MatMulMatchesScalar) {
   std::mt19937 rng(11);
   ThreadPool pool(3);
-  // 70 tokens: the prefill micro-kernels; 1 token: the decode path (integer dots for Q4/Q8).
+  // 70 tokens: the multi-row kernels (integer for Q4_0/Q4_1/Q8_0, f32 for the rest); 1 token:
+  // the decode path.
   // 1 token x 288 columns: an odd number of blocks (the decode kernel's two-block loop tail).
   for (auto [tokens, cols] : {std::pair<size_t, size_t>{70, 256}, {1, 256}, {1, 288}})
     for (GgmlType t : {GgmlType::kQ4_0, GgmlType::kQ4_1, GgmlType::kQ8_0, GgmlType::kQ6_K,
@@ -320,13 +335,69 @@ TEST(Kernels, MatMulMatchesScalar) {
         MatMul(pool, k, w, x.data(), tokens, y.data());
         for (size_t tk = 0; tk < tokens; ++tk) {
           for (size_t r = 0; r < rows; ++r) {
-            double want = 0;
-            for (size_t c = 0; c < cols; ++c)
+            double want = 0, magnitude = 0;
+            for (size_t c = 0; c < cols; ++c) {
               want += double(wf[r * cols + c]) * x[tk * cols + c];
-            ASSERT_NEAR(y[tk * rows + r], want, 1e-3 * (1 + std::abs(want)))
+              magnitude += std::abs(double(wf[r * cols + c]) * x[tk * cols + c]);
+            }
+            // The integer path rounds each activation to 1/32767 of its block's largest one
+            // (half that per element at most): error bounded by the terms' magnitude, not by the
+            // (possibly cancelling) sum.
+            ASSERT_NEAR(y[tk * rows + r], want, 1e-3 * (1 + std::abs(want)) + 1e-4 * magnitude)
                 << k.target << " " << GgmlTypeName(t) << " tokens " << tokens;
           }
         }
+      }
+    }
+}
+
+// The property batched decode rests on: matmul_i16 gives every activation row exactly the bits
+// matvec_i16 gives it alone, for every row count 1..64 (the 4-row groups, their 1-3 row tails,
+// the 16-row tiles), every weight row range and every target; adversarial rows included (all
+// zero, huge, one hot, NaN).
+TEST(Kernels, MatMulI16RowsAreBitIdenticalToMatVec) {
+  std::mt19937 rng(17);
+  std::normal_distribution<float> g;
+  for (GgmlType t : {GgmlType::kQ4_0, GgmlType::kQ4_1, GgmlType::kQ8_0})
+    for (size_t cols : {32u, 96u, 288u}) {
+      const size_t rows = 41, nb = cols / 32, max_x = 64;
+      const auto bytes = RandomBlocks(t, rows * cols, rng);
+      const WeightMatrix w{t, bytes.data(), rows, cols, GgmlRowBytes(t, cols)};
+      std::vector<float> x(max_x * cols);
+      for (auto &v : x)
+        v = g(rng);
+      std::fill(x.begin() + 3 * cols, x.begin() + 4 * cols, 0.0f); // row 3 all zero
+      for (size_t c = 0; c < cols; ++c)                            // row 5 huge
+        x[5 * cols + c] *= 1e30f;
+      std::fill(x.begin() + 7 * cols, x.begin() + 8 * cols, 0.0f); // row 7 one hot
+      x[7 * cols + cols / 2] = 3.0f;
+      x[9 * cols + 1] = std::numeric_limits<float>::quiet_NaN(); // row 9 has a NaN
+      for (const Kernels &k : AllKernels()) {
+        std::vector<int16_t> xq(max_x * cols);
+        std::vector<float> scale(max_x * nb), sum(max_x * nb);
+        for (size_t r = 0; r < max_x; ++r)
+          k.quantize_i16(&x[r * cols], cols, &xq[r * cols], &scale[r * nb], &sum[r * nb]);
+        std::vector<float> alone(max_x * rows);
+        for (size_t r = 0; r < max_x; ++r)
+          k.matvec_i16(w, &xq[r * cols], &scale[r * nb], &sum[r * nb], &alone[r * rows], 0, rows);
+        for (size_t n_x : {1u, 2u, 3u, 4u, 5u, 7u, 15u, 16u, 17u, 33u, 64u}) {
+          for (auto [r0, r1] : {std::pair<size_t, size_t>{0, rows}, {5, 22}}) {
+            std::vector<float> y(n_x * rows, -7.0f);
+            k.matmul_i16(w, xq.data(), scale.data(), sum.data(), n_x, y.data(), rows, r0, r1);
+            for (size_t i = 0; i < n_x; ++i)
+              for (size_t r = 0; r < rows; ++r) {
+                const float want = r >= r0 && r < r1 ? alone[i * rows + r] : -7.0f;
+                const float got = y[i * rows + r];
+                ASSERT_TRUE(std::memcmp(&want, &got, sizeof got) == 0 ||
+                            (std::isnan(want) && std::isnan(got)))
+                    << k.target << " " << GgmlTypeName(t) << " cols " << cols << " n_x " << n_x
+                    << " row " << i << " weight row " << r << ": " << got << " vs " << want;
+              }
+          }
+        }
+        // Row 9 carries a NaN into every output; the finite rows stay finite.
+        ASSERT_TRUE(std::isnan(alone[9 * rows]));
+        ASSERT_TRUE(std::isfinite(alone[3 * rows]) && alone[3 * rows] == 0.0f) << k.target;
       }
     }
 }

@@ -383,6 +383,36 @@ TEST(LshAttention, ContextFullIsAnError) {
                std::runtime_error);
 }
 
+// What a memory budget reserves (LlamaBatch) bounds what the index grows to: decoded to its last
+// position, the Attention holds no more than ReservedBytes() said before the first token; and the
+// reservation is more than the KV store alone (it counts the tables).
+TEST(LshAttention, ReservedBytesBoundTheIndexAtFullCapacity) {
+  AttentionSpec s;
+  s.method = pig::spec::Method::magicpig;
+  s.dense_layers_set = true; // both layers sparse
+  const size_t prompt = 200, steps = 40, d = 64;
+  const AttentionShape shape{2, 2, 1, d, prompt + steps};
+  auto attn = MakeAttention(s, shape);
+  const size_t reserved = attn->ReservedBytes();
+  EXPECT_GT(reserved, attn->cache().MemoryBytes());
+  ThreadPool pool(2);
+  std::mt19937 rng(3);
+  std::normal_distribution<float> g;
+  std::vector<float> kv(prompt * d), q(prompt * 2 * d), out(prompt * 2 * d);
+  for (auto &x : kv)
+    x = g(rng);
+  for (auto &x : q)
+    x = g(rng);
+  for (size_t layer = 0; layer < 2; ++layer)
+    attn->Forward(layer, 0, prompt, q.data(), kv.data(), kv.data(), out.data(), pool);
+  for (size_t i = 0; i < steps; ++i)
+    for (size_t layer = 0; layer < 2; ++layer)
+      attn->Forward(layer, prompt + i, 1, q.data(), kv.data() + i * d, kv.data() + i * d,
+                    out.data(), pool);
+  EXPECT_GT(attn->stats().index_bytes, 0u);
+  EXPECT_LE(attn->MemoryBytes(), reserved);
+}
+
 // Dense decode over the same cache: the GQA group pass equals the reference per head.
 TEST(DenseAttention, DecodeMatchesReference) {
   const size_t heads = 4, kvh = 2, d = 32, n = 70;

@@ -160,8 +160,10 @@ Options Parse(int argc, char **argv) {
   o.max_new_set = max_new->count() > 0;
   o.rate_steps_set = rate->count() > 0;
   o.schedule_set = af.schedule->count() > 0;
-  if (app.count("--batch") && (o.batch == 0 || o.batch > LlamaBatch::kMaxSequences))
-    usage("--batch must be in [1, " + std::to_string(LlamaBatch::kMaxSequences) + "]");
+  // One decode row per sequence: a batch is bounded by the rows a step takes.
+  const size_t max_batch = LlamaBatch::Options{}.max_rows;
+  if (app.count("--batch") && (o.batch == 0 || o.batch > max_batch))
+    usage("--batch must be in [1, " + std::to_string(max_batch) + "]");
   if (app.count("--expect") && o.expect.empty())
     usage("--expect needs a non-empty answer");
   if (o.demo_opts.max_bytes == 0)

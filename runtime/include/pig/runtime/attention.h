@@ -73,6 +73,9 @@ public:
   virtual const AttentionShape &shape() const = 0;
   // KV store plus any index, in bytes.
   virtual size_t MemoryBytes() const = 0;
+  // What MemoryBytes() can grow to once every position is used (an index grows with the
+  // sequence; the KV store is allocated up front): what a memory budget reserves (LlamaBatch).
+  virtual size_t ReservedBytes() const { return MemoryBytes(); }
   virtual AttentionStats stats() const { return {}; }
   // The KV store every method keeps (never null).
   virtual const KvCache &cache() const = 0;
@@ -93,6 +96,7 @@ public:
   void Reset() override { inner_->Reset(); }
   const AttentionShape &shape() const override { return inner_->shape(); }
   size_t MemoryBytes() const override { return inner_->MemoryBytes(); }
+  size_t ReservedBytes() const override { return inner_->ReservedBytes(); }
   AttentionStats stats() const override { return inner_->stats(); }
   const KvCache &cache() const override { return inner_->cache(); }
   void LoadPrefix(const KvCache &src, size_t n) override { inner_->LoadPrefix(src, n); }

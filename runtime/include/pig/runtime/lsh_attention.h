@@ -39,6 +39,8 @@ public:
   void Reset() override;
   const AttentionShape &shape() const override { return cache_.shape(); }
   size_t MemoryBytes() const override;
+  // The KV store plus every sparse layer's tables over the whole capacity (IndexLayout).
+  size_t ReservedBytes() const override;
   AttentionStats stats() const override;
   const KvCache &cache() const override { return cache_; }
   void LoadPrefix(const KvCache &src, size_t n) override;

@@ -2,8 +2,8 @@
 // from metadata, weights as views into the mapping (never dequantised as a whole), and the
 // forward pass: RMSNorm, RoPE, grouped-query attention through an Attention, SwiGLU, tied or
 // separate output embedding. Prefill runs whole chunks of tokens through matrix-matrix
-// kernels; decode runs one token per sequence, for one sequence (LlamaSession) or up to 16
-// together (LlamaBatch).
+// kernels; decode runs one token per sequence, for one sequence (LlamaSession) or many together,
+// mixed with other sequences' prompt chunks (LlamaBatch).
 #pragma once
 
 #include <cstddef>
@@ -75,26 +75,24 @@ private:
 // through that sequence's Attention (one Attention::Forward call per span and layer). Each row
 // gets RoPE at its own position.
 //
-// Decode steps (every span a single row) of up to kRowwiseMaxRows rows take the decode path row
-// by row: each row's activations are quantised to int16 on their own and multiplied with the
-// Q4_0 / Q4_1 / Q8_0 blocks by integer dots while the block is in cache, so such a sequence's
-// logits do not depend on what it is batched with (bit-identical to decoding it alone). More rows,
-// and prefill, take the f32 matrix-matrix kernels, which dequantise each weight block once for all
-// rows: the integer dot costs about as much per row from cache as from memory (~10 of the 13.6
-// CPU ms of a 135M Q4_1 step on AVX2), so past ~6 rows the one-off dequantisation is cheaper
-// (CPU time per step, 1 thread, on the shared 2-core development machine: 4 rows 36 ms rowwise
-// vs 49 ms f32, 8 rows 79 vs 64 ms).
+// Decode rows (spans of one row) take the integer path of ops.h where the weight type has one
+// (Q4_0, Q4_1, Q8_0): each row's activations quantised on their own, each weight block read once
+// for all rows, no dequantisation. Rows of longer spans (prefill chunks) take the f32
+// matrix-matrix kernels, faster for many rows. Both paths give a row the same bits whatever the
+// other rows are, and the path depends only on the row's own span, so a sequence decoded in a
+// batch of any size, beside other sequences' prefill chunks, gets the logits bit for bit that it
+// gets alone, and a prefill chunk gets those it gets alone (batch_test).
 class LlamaForward {
 public:
   struct Span {
     Attention *attention = nullptr;
-    size_t pos = 0; // position of the span's first row
-    size_t n = 0;   // rows
+    size_t pos = 0;     // position of the span's first row
+    size_t n = 0;       // rows
+    bool logits = true; // kLastOfSpan: whether the span's last row goes through the output
   };
-  static constexpr size_t kRowwiseMaxRows = 4;
   enum class Logits {
     kNone,       // no output projection
-    kLastOfSpan, // the last row of every span, in span order
+    kLastOfSpan, // the last row of every span whose `logits` is set, in span order
     kAll,        // every row
   };
 
@@ -122,9 +120,8 @@ public:
   const Kernels &kernels() const { return kern_; }
 
 private:
-  // y_j (rows x w_j.rows) = x (rows x cols) * w_j^T for every job; `rowwise`: one quantised
-  // integer matrix-vector product per row (see the class comment).
-  void MatMulRows(const MatMulJob *jobs, size_t n_jobs, const float *x, size_t rows, bool rowwise);
+  // y_j (rows x w_j.rows) = x (rows x cols) * w_j^T for every job (MatMulShared on scratch_).
+  void MatMulRows(const MatMulJob *jobs, size_t n_jobs, const float *x, size_t rows);
   // Rotates the n_heads heads of x (one row) by the angles of row `row` (rope_cs_).
   void Rope(float *x, size_t n_heads, size_t row) const;
 
@@ -135,8 +132,8 @@ private:
   std::vector<float> inv_freq_;
   std::vector<float> rope_cs_; // per row of a Run: (cos, sin) of each rotary pair
   std::vector<float> x_, xb_, q_, k_, v_, att_, hb_, hb2_;
-  std::vector<int16_t> xq_;      // rowwise steps: int16 activations, rows x cols (grown on use)
-  std::vector<float> xs_, xsum_; // and their per-32-block scales and sums
+  MatMulScratch scratch_;           // the integer path's quantised activations
+  std::vector<uint8_t> decode_row_; // per row of a Run: 1 for a decode row (a span of one)
 };
 
 // One decoding state: position, KV store (via Attention), scratch buffers.
@@ -169,40 +166,76 @@ private:
   LlamaForward fwd_;
 };
 
-// B sequences (1 <= B <= kMaxSequences) of different lengths decoded together: each has its own
-// Attention (KV store) and position; Step runs the next token of any subset of them in one
-// forward pass, streaming the weights once for all of them. Every error (unknown sequence, full
-// context, bad token, malformed batch) throws before any state changes.
+// Sequences of different lengths decoded together, a serving loop's state: each has its own
+// Attention (KV store, LSH index) and position in a slot; slots are added and removed at any step
+// (freed slots are reused, lowest first) up to a memory budget. Run takes decode rows of some
+// sequences and prompt chunks of others in one forward pass, streaming the weights once for the
+// decode rows and once for the prompt chunks; every row's logits are bit-identical to running its
+// sequence alone (see LlamaForward). Every error (unknown sequence, full context, bad token,
+// budget, malformed step) throws before any state changes.
+struct LlamaBatchOptions {
+  size_t max_rows = 256;    // rows one Run takes (decode rows plus prompt tokens)
+  size_t memory_budget = 0; // bytes all sequences' Attentions may reserve (KV + index at full
+                            // capacity: Attention::ReservedBytes); 0: no limit
+};
+
 class LlamaBatch {
 public:
-  static constexpr size_t kMaxSequences = 16;
+  using Options = LlamaBatchOptions;
+  // One unit of a step: n tokens of sequence seq at its position (n == 1: a decode row; more: a
+  // prompt chunk), which then advances by n. logits: the last token's logits (vocab floats), or
+  // null when they are not wanted (a prompt chunk before the last: no output projection).
+  struct Work {
+    size_t seq = 0;
+    const int32_t *tokens = nullptr;
+    size_t n = 0;
+    float *logits = nullptr;
+  };
+  struct SequenceMemory {
+    size_t kv = 0, index = 0; // the KV store's bytes; the rest of the Attention (LSH tables)
+  };
 
-  // One Attention per sequence (e.g. MakeAttention(spec, shape) or DenseAttention); its shape
-  // must match the model's, and its capacity is the sequence's. Throws std::invalid_argument for 0
-  // or more than kMaxSequences attentions, a null one, or a shape that does not match the model.
+  LlamaBatch(const LlamaModel &model, ThreadPool &pool, Options options);
+  // Adds each attention in order (sequences 0 .. n-1), with default options unless given.
   LlamaBatch(const LlamaModel &model, ThreadPool &pool,
-             std::vector<std::unique_ptr<Attention>> attentions);
+             std::vector<std::unique_ptr<Attention>> attentions, Options options = {});
 
-  // Runs n tokens of sequence `seq` at positions [position(seq), position(seq) + n) (chunked
-  // like LlamaSession::Forward) and advances it. Writes the last token's logits (vocab floats)
-  // when `logits` is not null.
+  // Adds a sequence (e.g. MakeAttention(spec, shape)); its capacity is the Attention's. Returns
+  // its id, the lowest free slot. Throws std::invalid_argument for a null Attention or a shape
+  // that does not match the model, std::length_error when the budget would be exceeded.
+  size_t Add(std::unique_ptr<Attention> attention);
+  // Frees sequence seq's slot and returns its Attention; the others are untouched.
+  std::unique_ptr<Attention> Remove(size_t seq);
+
+  // One forward pass over n_work items of distinct sequences (decode rows and prompt chunks in
+  // any mix and order). Throws std::out_of_range for an unknown sequence or token id,
+  // std::invalid_argument for no items, an empty item, a sequence named twice or more than
+  // max_rows rows, std::runtime_error naming the sequence when it would exceed its capacity.
+  void Run(const Work *work, size_t n_work);
+
+  // Runs n tokens of sequence `seq` alone (chunked by max_rows) and advances it. Writes the last
+  // token's logits (vocab floats) when `logits` is not null.
   void Prefill(size_t seq, const int32_t *tokens, size_t n, float *logits);
-
-  // One decode step of m distinct sequences seqs[0..m): tokens[i] goes to sequence seqs[i] at
-  // its position, which then advances by one; logits row i (m x vocab) belongs to seqs[i]
-  // (not written when `logits` is null).
-  // Throws std::out_of_range for an unknown sequence or token id, std::invalid_argument for
-  // m == 0 or a sequence named twice, std::runtime_error when a sequence's context is full.
+  // One decode step of m distinct sequences seqs[0..m): tokens[i] goes to seqs[i]; logits row i
+  // (m x vocab) belongs to seqs[i] (not written when `logits` is null). Run's errors.
   void Step(const int32_t *tokens, const size_t *seqs, size_t m, float *logits);
 
-  size_t size() const { return seqs_.size(); }
+  size_t size() const { return live_; }         // sequences
+  size_t slots() const { return seqs_.size(); } // ids in use or free: ids are < slots()
+  bool contains(size_t seq) const { return seq < seqs_.size() && seqs_[seq].attn != nullptr; }
   size_t position(size_t seq) const { return At(seq).pos; }
   size_t capacity(size_t seq) const { return At(seq).capacity; }
   Attention &attention(size_t seq) { return *At(seq).attn; }
   const Attention &attention(size_t seq) const { return *At(seq).attn; }
-  // Forgets sequence `seq` (position 0, empty KV store).
+  SequenceMemory Memory(size_t seq) const;
+  // Continues sequence `seq` at `pos`: the caller has put positions [0, pos) into its
+  // attention() (LoadPrefix). Throws std::runtime_error beyond the capacity.
+  void SetPosition(size_t seq, size_t pos);
+  // Forgets sequence `seq`'s tokens (position 0, empty KV store); it keeps its slot.
   void Reset(size_t seq);
+  // Scratch plus every sequence's Attention.
   size_t MemoryBytes() const;
+  const Options &options() const { return opts_; }
   const Kernels &kernels() const { return fwd_.kernels(); }
 
 private:
@@ -212,10 +245,19 @@ private:
   };
   const Sequence &At(size_t seq) const;
   Sequence &At(size_t seq) { return const_cast<Sequence &>(std::as_const(*this).At(seq)); }
+  size_t AttentionBytes() const;
 
+  const LlamaModel &model_;
+  Options opts_;
   std::vector<Sequence> seqs_;
+  size_t live_ = 0;
   LlamaForward fwd_;
+  // Per-step buffers, grown on use (a steady serving loop allocates nothing per step).
   std::vector<LlamaForward::Span> spans_;
+  std::vector<int32_t> tokens_;
+  std::vector<float> logits_;
+  std::vector<uint8_t> named_;
+  std::vector<Work> work_;
 };
 
 } // namespace pig::runtime

@@ -35,6 +35,12 @@ struct Kernels {
   void (*quantize_i16)(const float *x, size_t n, int16_t *xq, float *scale, float *sum);
   void (*matvec_i16)(const WeightMatrix &w, const int16_t *xq, const float *xscale,
                      const float *xsum, float *y, size_t row_begin, size_t row_end);
+  // The same for n_x activation rows (xq rows w.cols apart, scales and sums w.cols / 32 apart):
+  // y[t * y_stride + r]. Each weight block is read once for all rows, and row t's results are
+  // bit-identical to matvec_i16 on row t alone, whatever n_x and the other rows are.
+  void (*matmul_i16)(const WeightMatrix &w, const int16_t *xq, const float *xscale,
+                     const float *xsum, size_t n_x, float *y, size_t y_stride, size_t row_begin,
+                     size_t row_end);
   void (*matmul_rows)(const WeightMatrix &w, const float *x, size_t x_stride, size_t n_tokens,
                       float *y, size_t y_stride, size_t row_begin, size_t row_end);
 };
@@ -44,18 +50,48 @@ const Kernels &BestKernels();
 // One entry per target compiled in and supported here (tests run each of them).
 std::vector<Kernels> AllKernels();
 
-// y (n_tokens x w.rows) = x (n_tokens x w.cols) * w^T, split over the pool by row blocks.
-// One token with a Q4_0 / Q4_1 / Q8_0 matrix takes the integer decode path.
-void MatMul(ThreadPool &pool, const Kernels &k, const WeightMatrix &w, const float *x,
-            size_t n_tokens, float *y);
+// Whether weights of type t have the integer path (activations quantised to int16 per row,
+// integer dots straight from the blocks): Q4_0, Q4_1, Q8_0. Other types always take the f32
+// matrix-matrix kernels (dequantise a few weight rows, then f32 FMAs).
+bool HasIntegerPath(GgmlType t);
 
-// Several matrices of the same width applied to the same x (y_j = x * w_j^T): at decode the
-// vector is quantised once and all row blocks share one parallel loop (Q/K/V, gate/up).
+// The integer path's quantised activations (grown on use, never shrunk): a caller that owns one
+// makes repeated calls allocation-free; without one the calling thread's own is used.
+struct MatMulScratch {
+  std::vector<int16_t> xq;
+  std::vector<float> scale, sum;
+  size_t bytes() const {
+    return xq.capacity() * sizeof(int16_t) + (scale.capacity() + sum.capacity()) * sizeof(float);
+  }
+};
+
+// Which kernels multiply the tokens. Both are batch-independent: a token's row of y is
+// bit-identical whatever the other tokens are, on a given path (kernels_test).
+//   kInteger: the integer path where the weight type has one (else the f32 kernels): reads each
+//             block once, no dequantisation; the fastest for a few tokens (decode rows).
+//   kFloat:   the f32 matrix-matrix kernels: dequantise a few weight rows once for up to 64
+//             tokens, then f32 FMAs; the fastest for many tokens (prefill chunks).
+//   kAuto:    kInteger for up to kAutoIntegerTokens tokens, else kFloat.
+// Measured on an AMD EPYC 7002 (Zen 2, AVX2), one thread, a 1536 x 576 Q4_1 matrix: integer 14 /
+// 19 / 21 GMAC/s at 1 / 4 / 16 tokens, f32 6 / 16 / 30 (37 at 64): Zen 2 issues the integer
+// multiply-adds on one pipe, the FMAs on two (docs/PERFORMANCE.md#batched-decode).
+enum class MatMulPath { kAuto, kInteger, kFloat };
+constexpr size_t kAutoIntegerTokens = 8;
+
+// y (n_tokens x w.rows) = x (n_tokens x w.cols) * w^T, split over the pool by row blocks.
+void MatMul(ThreadPool &pool, const Kernels &k, const WeightMatrix &w, const float *x,
+            size_t n_tokens, float *y, MatMulScratch *scratch = nullptr,
+            MatMulPath path = MatMulPath::kAuto);
+
+// Several matrices of the same width applied to the same x (y_j = x * w_j^T): on the integer
+// path the activations are quantised once and all row blocks share one parallel loop (Q/K/V,
+// gate/up).
 struct MatMulJob {
   const WeightMatrix *w;
   float *y;
 };
 void MatMulShared(ThreadPool &pool, const Kernels &k, const MatMulJob *jobs, size_t n_jobs,
-                  const float *x, size_t n_tokens);
+                  const float *x, size_t n_tokens, MatMulScratch *scratch = nullptr,
+                  MatMulPath path = MatMulPath::kAuto);
 
 } // namespace pig::runtime
