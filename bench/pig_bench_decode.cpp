@@ -15,6 +15,7 @@
 
 #include "pig/app/kernels.h"
 #include "pig/app/options.h"
+#include "pig/app/report.h"
 #include "pig/runtime/attention.h"
 #include "pig/runtime/model.h"
 #include "pig/runtime/ops.h"
@@ -26,29 +27,6 @@ using Clock = std::chrono::steady_clock;
 
 double Seconds(Clock::time_point t0) {
   return std::chrono::duration<double>(Clock::now() - t0).count();
-}
-
-// Streaming read bandwidth: every thread reads its share of a buffer much larger than the
-// caches (dot of a row with itself reads each byte once); best of several passes.
-double MeasureReadBandwidth(ThreadPool &pool, const Kernels &k) {
-  const size_t n = size_t(256) << 20 >> 2; // 256 MiB of floats
-  std::vector<float> buf(n, 1.0f);
-  const size_t chunk = size_t(1) << 20;
-  const size_t n_chunks = n / chunk;
-  double best = 0;
-  volatile float sink = 0;
-  for (int pass = 0; pass < 5; ++pass) {
-    std::vector<float> partial(n_chunks);
-    const auto t0 = Clock::now();
-    pool.ParallelFor(n_chunks, [&](size_t c, size_t) {
-      partial[c] = k.dot(&buf[c * chunk], &buf[c * chunk], chunk);
-    });
-    const double s = Seconds(t0);
-    for (float p : partial)
-      sink = sink + p;
-    best = std::max(best, double(n) * sizeof(float) / s);
-  }
-  return best;
 }
 
 double DecodeRate(LlamaSession &session, size_t context, size_t steps, size_t vocab) {
@@ -132,14 +110,14 @@ int main(int argc, char **argv) {
       ->check(pig::app::Integer(1, size_t(1) << 20))
       ->capture_default_str();
   app.add_option("--batch-max", batch_max, "largest batch of the batched table (0: no table)")
-      ->check(pig::app::Integer(0, LlamaBatch::kMaxSequences))
+      ->check(pig::app::Integer(0, LlamaBatch::Options{}.max_rows))
       ->capture_default_str();
   pig::app::Parse(app, argc, argv);
   const std::string &model_path = model_opts.path;
   try {
     ThreadPool pool(threads);
     const Kernels &k = BestKernels();
-    const double bw = MeasureReadBandwidth(pool, k);
+    const double bw = pig::app::MeasureReadBandwidth(pool);
     pig::app::RegisterKernels();
     auto model = LlamaModel::Load(model_path);
     const size_t vocab = model->config().vocab;

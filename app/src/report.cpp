@@ -2,12 +2,101 @@
 
 #include <sys/resource.h>
 
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "pig/runtime/ops.h"
+
 namespace pig::app {
 
 double PeakRssMiB() {
   rusage ru{};
   getrusage(RUSAGE_SELF, &ru);
   return double(ru.ru_maxrss) / 1024.0; // Linux reports KiB
+}
+
+namespace {
+using Clock = std::chrono::steady_clock;
+double Since(Clock::time_point t0) {
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+} // namespace
+
+double MeasureReadBandwidth(runtime::ThreadPool &pool) {
+  const runtime::Kernels &k = runtime::BestKernels();
+  const size_t n = size_t(256) << 20 >> 2; // 256 MiB of floats
+  std::vector<float> buf(n, 1.0f);
+  const size_t chunk = size_t(1) << 20;
+  const size_t n_chunks = n / chunk;
+  double best = 0;
+  volatile float sink = 0;
+  for (int pass = 0; pass < 5; ++pass) {
+    std::vector<float> partial(n_chunks);
+    const auto t0 = Clock::now();
+    pool.ParallelFor(n_chunks, [&](size_t c, size_t) {
+      partial[c] = k.dot(&buf[c * chunk], &buf[c * chunk], chunk);
+    });
+    const double s = Since(t0);
+    for (float p : partial)
+      sink = sink + p;
+    best = std::max(best, double(n) * sizeof(float) / s);
+  }
+  return best;
+}
+
+double MeasureWeightMacRate(runtime::ThreadPool &pool) {
+  using namespace pig::runtime;
+  const size_t rows = 256, cols = 576, threads = pool.size();
+  const GgmlType type = GgmlType::kQ4_1;
+  const size_t row_bytes = GgmlRowBytes(type, cols);
+  std::mt19937 rng(7);
+  std::vector<std::vector<uint8_t>> w(threads, std::vector<uint8_t>(rows * row_bytes));
+  for (auto &m : w) {
+    for (auto &b : m)
+      b = uint8_t(rng());
+    const uint16_t d = F32ToF16(0.01f);
+    for (size_t blk = 0; blk < rows * cols / 32; ++blk) { // finite scales and minima
+      std::memcpy(&m[blk * sizeof(BlockQ4_1)], &d, 2);
+      std::memcpy(&m[blk * sizeof(BlockQ4_1) + 2], &d, 2);
+    }
+  }
+  const Kernels &k = BestKernels();
+  double best = 0;
+  for (size_t tokens : {size_t(64), size_t(16)}) {
+    const MatMulPath path = tokens == 64 ? MatMulPath::kFloat : MatMulPath::kInteger;
+    std::vector<float> x(tokens * cols, 0.5f);
+    for (int pass = 0; pass < 5; ++pass) {
+      const size_t reps = 4;
+      const auto t0 = Clock::now();
+      pool.ParallelFor(threads, [&](size_t t, size_t) {
+        const WeightMatrix m{type, w[t].data(), rows, cols, row_bytes};
+        thread_local std::vector<float> y;
+        y.resize(tokens * rows);
+        MatMulScratch scratch;
+        for (size_t r = 0; r < reps; ++r) {
+          if (path == MatMulPath::kFloat) {
+            k.matmul_rows(m, x.data(), cols, tokens, y.data(), rows, 0, rows);
+          } else {
+            if (scratch.xq.empty()) {
+              scratch.xq.resize(tokens * cols);
+              scratch.scale.resize(tokens * cols / 32);
+              scratch.sum.resize(tokens * cols / 32);
+              for (size_t i = 0; i < tokens; ++i)
+                k.quantize_i16(&x[i * cols], cols, &scratch.xq[i * cols],
+                               &scratch.scale[i * cols / 32], &scratch.sum[i * cols / 32]);
+            }
+            k.matmul_i16(m, scratch.xq.data(), scratch.scale.data(), scratch.sum.data(), tokens,
+                         y.data(), rows, 0, rows);
+          }
+        }
+      });
+      best = std::max(best, double(threads * reps * rows * cols * tokens) / Since(t0));
+    }
+  }
+  return best;
 }
 
 void PrintAttentionSummary(const runtime::Attention &attn, const runtime::LlamaConfig &cfg,

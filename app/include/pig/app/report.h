@@ -13,6 +13,16 @@ namespace pig::app {
 /// The peak resident set of this process, MiB (memory-mapped weights count as they are read).
 double PeakRssMiB();
 
+/// The machine's limits as the benchmarks measure them in their own process, so a figure is
+/// printed beside what bounds it.
+/// Streaming read bandwidth, bytes/s: every thread of the pool reads its share of 256 MiB (far
+/// beyond the caches); best of five passes.
+double MeasureReadBandwidth(runtime::ThreadPool &pool);
+/// The weight kernels' best multiply-accumulate rate, MAC/s over the pool: each thread multiplies
+/// its own cache-resident 256 x 576 Q4_1 matrix by 64 tokens on the f32 path and 16 on the
+/// integer path (their best row counts, ops.h); the faster, best of several passes.
+double MeasureWeightMacRate(runtime::ThreadPool &pool);
+
 /// The attention's summary lines, to `out`: the kernels that served, cost2 and cost1 (or why
 /// nothing was indexed), the GQA sample sets' overlap, the KV cache's and the index's memory
 /// (`positions`: the sequence's length, for the index's bytes per token).

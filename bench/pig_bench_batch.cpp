@@ -1,0 +1,256 @@
+// pig-bench-batch: batched decode throughput of the real model (LlamaBatch), dense against LSH
+// sampling attention, at each batch size and context, every B's throughput as a ratio to B = 1
+// measured in the same run, beside the step's floors (bytes over the measured bandwidth, weight
+// multiply-accumulates over the measured kernel rate); then prefill tokens/s.
+//
+// The contexts are made like pig-bench-context's: one dense prefill of --prefill tokens of real
+// text, its keys and values tiled up to each context (speed depends on the rows read, not on their
+// positions). Every sequence of a batch loads the tiled cache and decodes the same tokens; a batch
+// whose Attentions do not fit --memory-budget is refused by LlamaBatch and the row says so. The
+// first step of each batch (which builds the LSH indexes) is reported apart; the next --steps are
+// timed.
+// Usage: pig-bench-batch [--model FILE] [--batches 1,2,4,8,16,32] [--contexts 1024,8192,16384]
+//                        [--steps N] [--prefill N] [--prompts 512,4096] [--memory-budget GIB]
+//                        [--threads N] [attention options: --attention magicpig --lsh ... --kv]
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "pig/app/kernels.h"
+#include "pig/app/options.h"
+#include "pig/app/report.h"
+#include "pig/app/text.h"
+#include "pig/app/tiled_decode.h"
+#include "pig/runtime/attention.h"
+#include "pig/runtime/model.h"
+
+namespace {
+
+using namespace pig::runtime;
+using Clock = std::chrono::steady_clock;
+
+double Since(Clock::time_point t0) {
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+struct Options {
+  pig::app::ModelOptions model;
+  std::string text = "/usr/share/common-licenses/GPL-3";
+  size_t prefill = 1024, steps = 4, threads = 0;
+  std::vector<size_t> batches{1, 2, 4, 8, 16, 32}, contexts{1024, 8192, 16384}, prompts{512, 4096};
+  double budget_gib = 12;
+  AttentionSpec lsh;
+};
+
+std::vector<size_t> *ListOption(CLI::App &app, const std::string &name, std::vector<size_t> &list,
+                                const std::string &what, size_t lo, size_t hi) {
+  std::string shown;
+  for (size_t v : list)
+    shown += (shown.empty() ? "" : ",") + std::to_string(v);
+  app.add_option_function<std::string>(
+         name,
+         [&list](const std::string &v) {
+           list.clear();
+           for (size_t x : pig::app::ParseList(v))
+             list.push_back(x);
+         },
+         what + " (default " + shown + ")")
+      ->check(pig::app::IntegerList(lo, hi))
+      ->type_name("LIST");
+  return &list;
+}
+
+Options ParseOptions(int argc, char **argv) {
+  Options o;
+  o.lsh.method = pig::spec::Method::magicpig;
+  CLI::App app{"Batched decode throughput (LlamaBatch), dense against LSH sampling attention, at "
+               "each batch size and context: each B as a ratio to B = 1 of the same run, beside "
+               "the step's byte and compute floors; then prefill tokens/s.",
+               "pig-bench-batch"};
+  pig::app::Init(app);
+  pig::app::AddModelOptions(app, o.model);
+  pig::app::AddThreadsOption(app, o.threads);
+  pig::app::AddAttentionOptions(app, o.lsh);
+  pig::app::AddKvOption(app, o.lsh.kv_dtype);
+  ListOption(app, "--batches", o.batches, "batch sizes", 1, LlamaBatch::Options{}.max_rows);
+  ListOption(app, "--contexts", o.contexts, "context lengths", 1, size_t(1) << 24);
+  ListOption(app, "--prompts", o.prompts, "prefill lengths measured at the end (0: none)", 0,
+             size_t(1) << 20);
+  app.add_option("--steps", o.steps, "timed decode steps per batch (after the first)")
+      ->check(pig::app::Integer(1, 1 << 16))
+      ->capture_default_str();
+  app.add_option("--prefill", o.prefill, "tokens of --text prefilled densely, then tiled")
+      ->check(pig::app::Integer(1, size_t(1) << 20))
+      ->capture_default_str();
+  app.add_option("--text", o.text, "the prefilled text")->capture_default_str();
+  app.add_option("--memory-budget", o.budget_gib,
+                 "GiB of KV caches and indexes a batch may hold (LlamaBatch::Options)")
+      ->check(pig::app::Number(0, 1 << 20, true))
+      ->capture_default_str();
+  pig::app::Parse(app, argc, argv);
+  if (o.lsh.method == pig::spec::Method::dense)
+    pig::app::UsageError(app, "--attention: dense is always measured; name the method beside it");
+  return o;
+}
+
+// One batch: B sequences at `context`, each loaded from the tiled cache.
+struct BatchRun {
+  bool refused = false;
+  std::string why;
+  double tokens_per_s = 0, first_step_s = 0, step_s = 0;
+  double kv_read = 0; // bytes of K, V and index read per step (all sequences)
+  size_t memory = 0;  // the batch's Attentions
+};
+
+BatchRun RunBatch(const LlamaModel &model, ThreadPool &pool, const AttentionSpec &spec,
+                  const KvCache &tiled, size_t context, size_t b, const std::vector<int32_t> &feed,
+                  size_t budget) {
+  const LlamaConfig &c = model.config();
+  const AttentionShape shape{c.n_layers, c.n_heads, c.n_kv_heads, c.head_dim,
+                             context + feed.size()};
+  BatchRun r;
+  LlamaBatch batch(model, pool, LlamaBatch::Options{std::max<size_t>(b, 1), budget});
+  std::vector<size_t> seqs;
+  try {
+    for (size_t i = 0; i < b; ++i) {
+      std::unique_ptr<Attention> a = MakeAttention(spec, shape);
+      a->LoadPrefix(tiled, context);
+      seqs.push_back(batch.Add(std::move(a)));
+      batch.SetPosition(seqs.back(), context);
+    }
+  } catch (const std::length_error &e) {
+    r.refused = true;
+    r.why = e.what();
+    return r;
+  }
+  std::vector<int32_t> tokens(b);
+  auto step = [&](size_t i) {
+    std::fill(tokens.begin(), tokens.end(), feed[i]);
+    const auto t0 = Clock::now();
+    batch.Step(tokens.data(), seqs.data(), b, nullptr);
+    return Since(t0);
+  };
+  r.first_step_s = step(0);
+  CostCounters before;
+  for (size_t s : seqs)
+    before += batch.attention(s).stats();
+  double total = 0;
+  for (size_t i = 1; i < feed.size(); ++i)
+    total += step(i);
+  CostCounters after;
+  for (size_t s : seqs)
+    after += batch.attention(s).stats();
+  const size_t timed = feed.size() - 1;
+  r.step_s = total / double(timed);
+  r.tokens_per_s = double(b * timed) / total;
+  // Bytes read per step: dense layers read every cached row; sampled layers their index traffic
+  // and the rows of the sample sets' unions (the static window's rows are not counted).
+  const size_t row = pig::spec::row_bytes(spec.kv_dtype, c.head_dim) * 2; // K and V
+  const size_t dense_layers =
+      spec.method == pig::spec::Method::dense ? c.n_layers : spec.DenseLayers(c.n_layers).size();
+  r.kv_read = double(b * dense_layers * c.n_kv_heads * context * row) +
+              (after.index_bytes_read - before.index_bytes_read +
+               (after.gathered - before.gathered) * double(row)) /
+                  double(timed);
+  r.memory = batch.MemoryBytes();
+  return r;
+}
+
+} // namespace
+
+int main(int argc, char **argv) {
+  const Options o = ParseOptions(argc, argv);
+  try {
+    pig::app::RegisterKernels();
+    auto model = LlamaModel::Load(o.model.path);
+    const LlamaConfig &c = model->config();
+    o.lsh.Validate(c.n_layers);
+    ThreadPool pool(o.threads);
+    const double bw = pig::app::MeasureReadBandwidth(pool);
+    const double macs = pig::app::MeasureWeightMacRate(pool);
+    const double weight_bytes = double(model->WeightBytesPerToken());
+    double params = 0; // multiply-accumulates of one token through every matrix
+    for (size_t l = 0; l < c.n_layers; ++l) {
+      const LayerWeights &w = model->layer(l);
+      for (const WeightMatrix *m : {&w.wq, &w.wk, &w.wv, &w.wo, &w.w_gate, &w.w_up, &w.w_down})
+        params += double(m->rows * m->cols);
+    }
+    params += double(model->output().rows * model->output().cols);
+
+    std::vector<int32_t> text = model->tokenizer().Encode(pig::app::ReadFile(o.text));
+    size_t need = o.prefill + o.steps + 1;
+    for (size_t n : o.prompts)
+      need = std::max(need, n);
+    while (text.size() < need)
+      text.insert(text.end(), text.begin(), text.end());
+    const std::vector<int32_t> feed(text.begin() + std::ptrdiff_t(o.prefill),
+                                    text.begin() + std::ptrdiff_t(o.prefill + o.steps + 1));
+    AttentionSpec dense;
+    dense.kv_dtype = o.lsh.kv_dtype;
+    LlamaSession pre(*model, pool, o.prefill,
+                     MakeAttention(dense, AttentionShape{c.n_layers, c.n_heads, c.n_kv_heads,
+                                                         c.head_dim, o.prefill}));
+    pre.Forward(text.data(), o.prefill, nullptr);
+
+    std::printf("pig-bench-batch: %s, %zu threads, kernels %s, KV %s\n", o.model.path.c_str(),
+                pool.size(), BestKernels().target, lsh::to_string(o.lsh.kv_dtype));
+    std::printf("machine: read bandwidth %.1f GB/s, weight kernels %.1f GMAC/s (measured here)\n",
+                bw / 1e9, macs / 1e9);
+    std::printf("weights: %.1f MB and %.1f M multiply-accumulates per token; %s\n",
+                weight_bytes / 1e6, params / 1e6, o.lsh.str(c.n_layers).c_str());
+    std::printf("floors per step: bytes = (weights + K/V/index read) / bandwidth, compute = "
+                "B x weight MACs / kernel rate; floor = the larger (attention compute not "
+                "counted)\n");
+    const size_t budget = size_t(o.budget_gib * double(1ull << 30));
+    const size_t max_ctx = *std::max_element(o.contexts.begin(), o.contexts.end());
+    auto tiled = pig::app::TileCache(pre.attention().cache(), o.prefill, max_ctx, o.lsh.kv_dtype);
+    for (size_t ctx : o.contexts) {
+      for (const AttentionSpec *spec : {static_cast<const AttentionSpec *>(&dense), &o.lsh}) {
+        std::printf("\ncontext %zu, %s\n", ctx, spec->method_name());
+        std::printf("%-4s %11s %7s %9s %11s %11s %8s %10s %9s\n", "B", "tokens/s", "vs B=1",
+                    "step ms", "bytes ms", "compute ms", "floor", "first s", "MiB");
+        double base = 0;
+        for (size_t b : o.batches) {
+          const BatchRun r = RunBatch(*model, pool, *spec, *tiled, ctx, b, feed, budget);
+          if (r.refused) {
+            std::printf("%-4zu refused: %s\n", b, r.why.c_str());
+            continue;
+          }
+          if (b == 1)
+            base = r.tokens_per_s;
+          const double bytes_ms = 1e3 * (weight_bytes + r.kv_read) / bw;
+          const double compute_ms = 1e3 * double(b) * params / macs;
+          const double floor_ms = std::max(bytes_ms, compute_ms);
+          const std::string ratio =
+              base > 0 ? pig::app::Format("%.2fx", r.tokens_per_s / base) : std::string("-");
+          std::printf("%-4zu %11.1f %7s %9.1f %11.1f %11.1f %7.0f%% %10.2f %9.0f\n", b,
+                      r.tokens_per_s, ratio.c_str(), 1e3 * r.step_s, bytes_ms, compute_ms,
+                      100 * floor_ms / (1e3 * r.step_s), r.first_step_s, pig::app::MiB(r.memory));
+        }
+      }
+    }
+    std::printf("\n(floor: the share of the step the larger floor accounts for; 100%% is the "
+                "machine's limit)\n");
+    for (size_t n : o.prompts) {
+      if (n == 0)
+        continue;
+      const std::vector<int32_t> prompt(text.begin(), text.begin() + std::ptrdiff_t(n));
+      LlamaSession s(
+          *model, pool, n,
+          MakeAttention(dense, AttentionShape{c.n_layers, c.n_heads, c.n_kv_heads, c.head_dim, n}));
+      const auto t0 = Clock::now();
+      s.Forward(prompt.data(), n, nullptr);
+      const double sec = Since(t0);
+      std::printf("prefill %zu tokens: %.1f tokens/s (%.2f s; compute floor %.1f tokens/s)\n", n,
+                  double(n) / sec, sec, macs / params);
+    }
+  } catch (const std::exception &e) {
+    std::fprintf(stderr, "pig-bench-batch: error: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}
