@@ -15,6 +15,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <map>
 #include <memory>
 #include <stdexcept>
 #include <string>
@@ -42,7 +43,8 @@ struct Options {
   std::string text = "/usr/share/common-licenses/GPL-3";
   size_t prefill = 1024, steps = 4, threads = 0;
   std::vector<size_t> batches{1, 2, 4, 8, 16, 32}, contexts{1024, 8192, 16384}, prompts{512, 4096};
-  double budget_gib = 12;
+  double budget_gib = 10;
+  MatMulPath decode_path = MatMulPath::kInteger;
   AttentionSpec lsh;
 };
 
@@ -91,6 +93,14 @@ Options ParseOptions(int argc, char **argv) {
                  "GiB of KV caches and indexes a batch may hold (LlamaBatch::Options)")
       ->check(pig::app::Number(0, 1 << 20, true))
       ->capture_default_str();
+  app.add_option("--decode-path", o.decode_path,
+                 "decode rows' weight kernels: integer (logits of decoding alone) or float "
+                 "(faster at large batches on AVX2; LlamaBatchOptions::decode_path)")
+      ->transform(CLI::CheckedTransformer(
+          std::map<std::string, MatMulPath>{{"integer", MatMulPath::kInteger},
+                                            {"float", MatMulPath::kFloat}},
+          CLI::ignore_case))
+      ->default_str("integer");
   pig::app::Parse(app, argc, argv);
   if (o.lsh.method == pig::spec::Method::dense)
     pig::app::UsageError(app, "--attention: dense is always measured; name the method beside it");
@@ -108,12 +118,12 @@ struct BatchRun {
 
 BatchRun RunBatch(const LlamaModel &model, ThreadPool &pool, const AttentionSpec &spec,
                   const KvCache &tiled, size_t context, size_t b, const std::vector<int32_t> &feed,
-                  size_t budget) {
+                  size_t budget, MatMulPath path) {
   const LlamaConfig &c = model.config();
   const AttentionShape shape{c.n_layers, c.n_heads, c.n_kv_heads, c.head_dim,
                              context + feed.size()};
   BatchRun r;
-  LlamaBatch batch(model, pool, LlamaBatch::Options{std::max<size_t>(b, 1), budget});
+  LlamaBatch batch(model, pool, LlamaBatch::Options{std::max<size_t>(b, 1), budget, path});
   std::vector<size_t> seqs;
   try {
     for (size_t i = 0; i < b; ++i) {
@@ -164,6 +174,7 @@ BatchRun RunBatch(const LlamaModel &model, ThreadPool &pool, const AttentionSpec
 
 int main(int argc, char **argv) {
   const Options o = ParseOptions(argc, argv);
+  std::setvbuf(stdout, nullptr, _IOLBF, 0); // each row as it is measured, into a file too
   try {
     pig::app::RegisterKernels();
     auto model = LlamaModel::Load(o.model.path);
@@ -196,10 +207,18 @@ int main(int argc, char **argv) {
                                                          c.head_dim, o.prefill}));
     pre.Forward(text.data(), o.prefill, nullptr);
 
-    std::printf("pig-bench-batch: %s, %zu threads, kernels %s, KV %s\n", o.model.path.c_str(),
-                pool.size(), BestKernels().target, lsh::to_string(o.lsh.kv_dtype));
+    std::printf("pig-bench-batch: %s, %zu threads, kernels %s, KV %s, decode path %s\n",
+                o.model.path.c_str(), pool.size(), BestKernels().target,
+                lsh::to_string(o.lsh.kv_dtype),
+                o.decode_path == MatMulPath::kFloat ? "float" : "integer");
     std::printf("machine: read bandwidth %.1f GB/s, weight kernels %.1f GMAC/s (measured here)\n",
                 bw / 1e9, macs / 1e9);
+    std::printf("weight kernels by rows (GMAC/s, cache-resident Q4_1 576 columns): ");
+    for (size_t rows : {1, 2, 4, 8, 16, 32, 64})
+      std::printf("%s%zu: integer %.1f f32 %.1f", rows == 1 ? "" : "; ", rows,
+                  pig::app::MeasureWeightMacRate(pool, MatMulPath::kInteger, rows) / 1e9,
+                  pig::app::MeasureWeightMacRate(pool, MatMulPath::kFloat, rows) / 1e9);
+    std::printf("\n");
     std::printf("weights: %.1f MB and %.1f M multiply-accumulates per token; %s\n",
                 weight_bytes / 1e6, params / 1e6, o.lsh.str(c.n_layers).c_str());
     std::printf("floors per step: bytes = (weights + K/V/index read) / bandwidth, compute = "
@@ -208,14 +227,27 @@ int main(int argc, char **argv) {
     const size_t budget = size_t(o.budget_gib * double(1ull << 30));
     const size_t max_ctx = *std::max_element(o.contexts.begin(), o.contexts.end());
     auto tiled = pig::app::TileCache(pre.attention().cache(), o.prefill, max_ctx, o.lsh.kv_dtype);
+    const AttentionSpec *specs[2] = {&dense, &o.lsh};
     for (size_t ctx : o.contexts) {
-      for (const AttentionSpec *spec : {static_cast<const AttentionSpec *>(&dense), &o.lsh}) {
-        std::printf("\ncontext %zu, %s\n", ctx, spec->method_name());
-        std::printf("%-4s %11s %7s %9s %11s %11s %8s %10s %9s\n", "B", "tokens/s", "vs B=1",
-                    "step ms", "bytes ms", "compute ms", "floor", "first s", "MiB");
+      // Each B runs dense, then the sampling method, before the next B: the two tables' rows of
+      // one B are measured minutes apart at most, and their ratio is printed with the second.
+      std::vector<BatchRun> runs[2];
+      for (size_t b : o.batches)
+        for (size_t m = 0; m < 2; ++m) {
+          std::fprintf(stderr, "pig-bench-batch: context %zu, %s, B = %zu\n", ctx,
+                       specs[m]->method_name(), b);
+          runs[m].push_back(
+              RunBatch(*model, pool, *specs[m], *tiled, ctx, b, feed, budget, o.decode_path));
+        }
+      for (size_t m = 0; m < 2; ++m) {
+        std::printf("\ncontext %zu, %s\n", ctx, specs[m]->method_name());
+        std::printf("%-4s %11s %7s %9s %11s %11s %8s %10s %9s%s\n", "B", "tokens/s", "vs B=1",
+                    "step ms", "bytes ms", "compute ms", "floor", "first s", "MiB",
+                    m ? "  vs dense" : "");
         double base = 0;
-        for (size_t b : o.batches) {
-          const BatchRun r = RunBatch(*model, pool, *spec, *tiled, ctx, b, feed, budget);
+        for (size_t i = 0; i < o.batches.size(); ++i) {
+          const size_t b = o.batches[i];
+          const BatchRun &r = runs[m][i];
           if (r.refused) {
             std::printf("%-4zu refused: %s\n", b, r.why.c_str());
             continue;
@@ -227,9 +259,13 @@ int main(int argc, char **argv) {
           const double floor_ms = std::max(bytes_ms, compute_ms);
           const std::string ratio =
               base > 0 ? pig::app::Format("%.2fx", r.tokens_per_s / base) : std::string("-");
-          std::printf("%-4zu %11.1f %7s %9.1f %11.1f %11.1f %7.0f%% %10.2f %9.0f\n", b,
+          const BatchRun &d = runs[0][i];
+          const std::string vs =
+              m && !d.refused ? pig::app::Format("  %.2fx", r.tokens_per_s / d.tokens_per_s) : "";
+          std::printf("%-4zu %11.1f %7s %9.1f %11.1f %11.1f %7.0f%% %10.2f %9.0f%s\n", b,
                       r.tokens_per_s, ratio.c_str(), 1e3 * r.step_s, bytes_ms, compute_ms,
-                      100 * floor_ms / (1e3 * r.step_s), r.first_step_s, pig::app::MiB(r.memory));
+                      100 * floor_ms / (1e3 * r.step_s), r.first_step_s, pig::app::MiB(r.memory),
+                      vs.c_str());
         }
       }
     }

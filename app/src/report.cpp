@@ -47,7 +47,7 @@ double MeasureReadBandwidth(runtime::ThreadPool &pool) {
   return best;
 }
 
-double MeasureWeightMacRate(runtime::ThreadPool &pool) {
+double MeasureWeightMacRate(runtime::ThreadPool &pool, runtime::MatMulPath path, size_t tokens) {
   using namespace pig::runtime;
   const size_t rows = 256, cols = 576, threads = pool.size();
   const GgmlType type = GgmlType::kQ4_1;
@@ -64,39 +64,33 @@ double MeasureWeightMacRate(runtime::ThreadPool &pool) {
     }
   }
   const Kernels &k = BestKernels();
+  std::vector<float> x(tokens * cols, 0.5f);
+  std::vector<int16_t> xq(tokens * cols);
+  std::vector<float> xs(tokens * cols / 32), xsum(tokens * cols / 32);
+  for (size_t i = 0; i < tokens; ++i)
+    k.quantize_i16(&x[i * cols], cols, &xq[i * cols], &xs[i * cols / 32], &xsum[i * cols / 32]);
+  std::vector<std::vector<float>> y(threads, std::vector<float>(tokens * rows));
+  const size_t reps = std::max<size_t>(1, 64 / tokens);
   double best = 0;
-  for (size_t tokens : {size_t(64), size_t(16)}) {
-    const MatMulPath path = tokens == 64 ? MatMulPath::kFloat : MatMulPath::kInteger;
-    std::vector<float> x(tokens * cols, 0.5f);
-    for (int pass = 0; pass < 5; ++pass) {
-      const size_t reps = 4;
-      const auto t0 = Clock::now();
-      pool.ParallelFor(threads, [&](size_t t, size_t) {
-        const WeightMatrix m{type, w[t].data(), rows, cols, row_bytes};
-        thread_local std::vector<float> y;
-        y.resize(tokens * rows);
-        MatMulScratch scratch;
-        for (size_t r = 0; r < reps; ++r) {
-          if (path == MatMulPath::kFloat) {
-            k.matmul_rows(m, x.data(), cols, tokens, y.data(), rows, 0, rows);
-          } else {
-            if (scratch.xq.empty()) {
-              scratch.xq.resize(tokens * cols);
-              scratch.scale.resize(tokens * cols / 32);
-              scratch.sum.resize(tokens * cols / 32);
-              for (size_t i = 0; i < tokens; ++i)
-                k.quantize_i16(&x[i * cols], cols, &scratch.xq[i * cols],
-                               &scratch.scale[i * cols / 32], &scratch.sum[i * cols / 32]);
-            }
-            k.matmul_i16(m, scratch.xq.data(), scratch.scale.data(), scratch.sum.data(), tokens,
-                         y.data(), rows, 0, rows);
-          }
-        }
-      });
-      best = std::max(best, double(threads * reps * rows * cols * tokens) / Since(t0));
-    }
+  for (int pass = 0; pass < 5; ++pass) {
+    const auto t0 = Clock::now();
+    pool.ParallelFor(threads, [&](size_t t, size_t) {
+      const WeightMatrix m{type, w[t].data(), rows, cols, row_bytes};
+      for (size_t r = 0; r < reps; ++r) {
+        if (path == MatMulPath::kInteger)
+          k.matmul_i16(m, xq.data(), xs.data(), xsum.data(), tokens, y[t].data(), rows, 0, rows);
+        else
+          k.matmul_rows(m, x.data(), cols, tokens, y[t].data(), rows, 0, rows);
+      }
+    });
+    best = std::max(best, double(threads * reps * rows * cols * tokens) / Since(t0));
   }
   return best;
+}
+
+double MeasureWeightMacRate(runtime::ThreadPool &pool) {
+  return std::max(MeasureWeightMacRate(pool, runtime::MatMulPath::kFloat, 64),
+                  MeasureWeightMacRate(pool, runtime::MatMulPath::kInteger, 16));
 }
 
 void PrintAttentionSummary(const runtime::Attention &attn, const runtime::LlamaConfig &cfg,

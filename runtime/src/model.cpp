@@ -158,6 +158,13 @@ LlamaForward::LlamaForward(const LlamaModel &model, ThreadPool &pool, size_t max
   hb2_.resize(n * c.ffn_dim);
 }
 
+void LlamaForward::set_decode_path(MatMulPath path) {
+  if (path == MatMulPath::kAuto)
+    throw std::invalid_argument("LlamaForward: the decode path must be integer or float, not auto "
+                                "(a row's logits would depend on its batch)");
+  decode_path_ = path;
+}
+
 size_t LlamaForward::ScratchBytes() const {
   return (rope_cs_.size() + x_.size() + xb_.size() + q_.size() + att_.size() + k_.size() +
           v_.size() + hb_.size() + hb2_.size()) *
@@ -205,7 +212,7 @@ void LlamaForward::MatMulRows(const MatMulJob *jobs, size_t n_jobs, const float 
       for (size_t j = 0; j < n; ++j)
         run[j] = MatMulJob{jobs[j0 + j].w, jobs[j0 + j].y + r0 * jobs[j0 + j].w->rows};
       MatMulShared(pool_, kern_, run, n, x + r0 * jobs[0].w->cols, r1 - r0, &scratch_,
-                   decode_row_[r0] ? MatMulPath::kInteger : MatMulPath::kFloat);
+                   decode_row_[r0] ? decode_path_ : MatMulPath::kFloat);
     }
     r0 = r1;
   }
@@ -369,7 +376,9 @@ void LlamaSession::Forward(const int32_t *tokens, size_t n, float *logits, bool 
 }
 
 LlamaBatch::LlamaBatch(const LlamaModel &model, ThreadPool &pool, Options options)
-    : model_(model), opts_(options), fwd_(model, pool, options.max_rows) {}
+    : model_(model), opts_(options), fwd_(model, pool, options.max_rows) {
+  fwd_.set_decode_path(options.decode_path);
+}
 
 LlamaBatch::LlamaBatch(const LlamaModel &model, ThreadPool &pool,
                        std::vector<std::unique_ptr<Attention>> attentions, Options options)

@@ -182,6 +182,64 @@ TEST(Batch, WideStepsAreBitIdenticalToDecodingAlone) {
   }
 }
 
+// With the float decode path (LlamaBatchOptions::decode_path) a sequence's logits are the same in
+// a batch of any size (its B = 1 run is the reference), and differ from the integer path's by
+// rounding only.
+TEST(Batch, FloatDecodePathIsBitIdenticalAcrossBatchSizes) {
+  PIG_REQUIRE_MODEL();
+  auto m = LoadModel();
+  const size_t vocab = m->config().vocab;
+  ThreadPool pool(2);
+  const size_t max_b = 17;
+  std::vector<std::vector<int32_t>> prompts(max_b);
+  for (size_t s = 0; s < max_b; ++s)
+    for (size_t i = 0; i < 2 + (s * 5) % 13; ++i)
+      prompts[s].push_back(int32_t(100 + (i * 7919 + s * 104729) % 20000));
+  // Logits of one decode step of the first b sequences (token 42 after each prompt).
+  auto step = [&](size_t b, MatMulPath path) {
+    LlamaBatchOptions opts;
+    opts.decode_path = path;
+    LlamaBatch batch(*m, pool, opts);
+    std::vector<size_t> seqs;
+    for (size_t s = 0; s < b; ++s) {
+      seqs.push_back(batch.Add(std::make_unique<DenseAttention>(Shape(*m, 32))));
+      batch.Prefill(seqs.back(), prompts[s].data(), prompts[s].size(), nullptr);
+    }
+    std::vector<int32_t> tokens(b, 42);
+    std::vector<float> logits(b * vocab);
+    batch.Step(tokens.data(), seqs.data(), b, logits.data());
+    return logits;
+  };
+  std::vector<std::vector<float>> alone;
+  for (size_t s = 0; s < max_b; ++s) {
+    // Sequence s alone: a batch holding it as its only sequence.
+    LlamaBatchOptions opts;
+    opts.decode_path = MatMulPath::kFloat;
+    LlamaBatch batch(*m, pool, opts);
+    const size_t id = batch.Add(std::make_unique<DenseAttention>(Shape(*m, 32)));
+    batch.Prefill(id, prompts[s].data(), prompts[s].size(), nullptr);
+    const int32_t t = 42;
+    std::vector<float> l(vocab);
+    batch.Step(&t, &id, 1, l.data());
+    alone.push_back(l);
+  }
+  for (size_t b : {3u, 17u}) {
+    const std::vector<float> f = step(b, MatMulPath::kFloat), i = step(b, MatMulPath::kInteger);
+    for (size_t s = 0; s < b; ++s) {
+      EXPECT_EQ(MaxAbsDiff(&f[s * vocab], alone[s].data(), vocab), 0.0f) << "B " << b << " " << s;
+      float scale = 0;
+      for (size_t j = 0; j < vocab; ++j)
+        scale = std::max(scale, std::abs(alone[s][j]));
+      const float diff = MaxAbsDiff(&i[s * vocab], alone[s].data(), vocab);
+      EXPECT_GT(diff, 0.0f) << "the two paths gave the same bits: is the float path taken?";
+      EXPECT_LT(diff / scale, 3e-3f) << "B " << b << " " << s;
+    }
+  }
+  LlamaBatchOptions bad;
+  bad.decode_path = MatMulPath::kAuto;
+  EXPECT_THROW(LlamaBatch(*m, pool, bad), std::invalid_argument);
+}
+
 // Mixed steps: decode rows of some sequences and prompt chunks of others in one Run give every
 // row the logits of running its span alone; the chunk's sequence then decodes as if prefilled
 // alone.

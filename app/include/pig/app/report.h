@@ -7,6 +7,7 @@
 
 #include "pig/runtime/attention.h"
 #include "pig/runtime/model.h"
+#include "pig/runtime/ops.h"
 
 namespace pig::app {
 
@@ -18,9 +19,10 @@ double PeakRssMiB();
 /// Streaming read bandwidth, bytes/s: every thread of the pool reads its share of 256 MiB (far
 /// beyond the caches); best of five passes.
 double MeasureReadBandwidth(runtime::ThreadPool &pool);
-/// The weight kernels' best multiply-accumulate rate, MAC/s over the pool: each thread multiplies
-/// its own cache-resident 256 x 576 Q4_1 matrix by 64 tokens on the f32 path and 16 on the
-/// integer path (their best row counts, ops.h); the faster, best of several passes.
+/// A weight kernel's multiply-accumulate rate, MAC/s over the pool: each thread multiplies its own
+/// cache-resident 256 x 576 Q4_1 matrix by `tokens` rows on `path` (ops.h); best of five passes.
+double MeasureWeightMacRate(runtime::ThreadPool &pool, runtime::MatMulPath path, size_t tokens);
+/// The better of the f32 path at 64 tokens and the integer path at 16 (their best row counts).
 double MeasureWeightMacRate(runtime::ThreadPool &pool);
 
 /// The attention's summary lines, to `out`: the kernels that served, cost2 and cost1 (or why

@@ -115,6 +115,13 @@ public:
   // Throws std::out_of_range naming the first token id outside [0, vocab).
   void CheckTokens(const int32_t *tokens, size_t n) const;
 
+  // The path of decode rows (ops.h): kInteger (the default: the fastest for a few rows, and
+  // what LlamaSession decodes with) or kFloat (faster past ~8 rows where the integer dot has half
+  // the FMA's throughput, e.g. AVX2 on Zen 2). Either way a row's result does not depend on the
+  // other rows; the two paths differ from each other by rounding. Throws std::invalid_argument for
+  // kAuto (it would pick by row count, and a row's logits would depend on its batch).
+  void set_decode_path(MatMulPath path);
+  MatMulPath decode_path() const { return decode_path_; }
   size_t max_rows() const { return max_rows_; }
   size_t ScratchBytes() const;
   const Kernels &kernels() const { return kern_; }
@@ -132,6 +139,7 @@ private:
   std::vector<float> inv_freq_;
   std::vector<float> rope_cs_; // per row of a Run: (cos, sin) of each rotary pair
   std::vector<float> x_, xb_, q_, k_, v_, att_, hb_, hb2_;
+  MatMulPath decode_path_ = MatMulPath::kInteger;
   MatMulScratch scratch_;           // the integer path's quantised activations
   std::vector<uint8_t> decode_row_; // per row of a Run: 1 for a decode row (a span of one)
 };
@@ -177,6 +185,10 @@ struct LlamaBatchOptions {
   size_t max_rows = 256;    // rows one Run takes (decode rows plus prompt tokens)
   size_t memory_budget = 0; // bytes all sequences' Attentions may reserve (KV + index at full
                             // capacity: Attention::ReservedBytes); 0: no limit
+  // Decode rows' weight path (LlamaForward::set_decode_path): kInteger gives every sequence the
+  // logits of decoding it alone with LlamaSession; kFloat the same logits in any batch of this
+  // engine, up to rounding from LlamaSession's, and more tokens/s at large batches on AVX2.
+  MatMulPath decode_path = MatMulPath::kInteger;
 };
 
 class LlamaBatch {
