@@ -359,7 +359,7 @@ TEST(Kernels, MatMulI16RowsAreBitIdenticalToMatVec) {
   std::mt19937 rng(17);
   std::normal_distribution<float> g;
   for (GgmlType t : {GgmlType::kQ4_0, GgmlType::kQ4_1, GgmlType::kQ8_0})
-    for (size_t cols : {32u, 96u, 288u}) {
+    for (size_t cols : {32u, 64u, 96u, 256u, 288u}) { // odd and even block counts
       const size_t rows = 41, nb = cols / 32, max_x = 64;
       const auto bytes = RandomBlocks(t, rows * cols, rng);
       const WeightMatrix w{t, bytes.data(), rows, cols, GgmlRowBytes(t, cols)};

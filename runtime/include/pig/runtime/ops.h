@@ -72,9 +72,10 @@ struct MatMulScratch {
 //   kFloat:   the f32 matrix-matrix kernels: dequantise a few weight rows once for up to 64
 //             tokens, then f32 FMAs; the fastest for many tokens (prefill chunks).
 //   kAuto:    kInteger for up to kAutoIntegerTokens tokens, else kFloat.
-// Measured on an AMD EPYC 7002 (Zen 2, AVX2), one thread, a 1536 x 576 Q4_1 matrix: integer 14 /
-// 19 / 21 GMAC/s at 1 / 4 / 16 tokens, f32 6 / 16 / 30 (37 at 64): Zen 2 issues the integer
-// multiply-adds on one pipe, the FMAs on two (docs/PERFORMANCE.md#batched-decode).
+// Measured on an AMD EPYC (Zen 2, AVX2), 2 threads, a cache-resident 576-column Q4_1 matrix
+// (pig-bench-batch prints this table): integer 34.8 / 43.5 / 45.8 / 42.4 GMAC/s at 1 / 4 / 8 / 16
+// tokens, f32 11.5 / 32.3 / 41.3 / 48.6 (60 at 64): Zen 2 issues the integer multiply-adds on one
+// pipe, the FMAs on two (docs/PERFORMANCE.md#batched-decode-pig-bench-batch).
 enum class MatMulPath { kAuto, kInteger, kFloat };
 constexpr size_t kAutoIntegerTokens = 8;
 
