@@ -427,7 +427,7 @@ HWY_INLINE void QuantizeI16Impl(const float *HWY_RESTRICT x, size_t n, int16_t *
 }
 
 // Block kinds of the integer decode path.
-enum class QKind { kQ4_0, kQ4_1, kQ8_0 };
+enum class QKind { kQ4_0, kQ4_1, kQ8_0, kQ4_K, kQ6_K };
 
 template <QKind kKind> constexpr size_t QBlockBytes() {
   return kKind == QKind::kQ4_0   ? sizeof(BlockQ4_0)
@@ -447,6 +447,19 @@ HWY_INLINE float BlockF16(const uint8_t *p) {
 #endif
 }
 
+// acc + the pairwise products of a and b, as int32 lanes (vpmaddwd then vpaddd). On AVX-512 VNNI
+// one vpdpwssd does both: the same integers (no saturation, no rounding), so the VNNI target's
+// results equal its pmaddwd ones bit for bit.
+template <class D32, class V16>
+HWY_INLINE hn::Vec<D32> DotPairsAdd(D32 d32, V16 a, V16 b, hn::Vec<D32> acc) {
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3_DL
+  if constexpr (sizeof(a.raw) == 32)
+    return hn::Vec<D32>{_mm256_dpwssd_epi32(acc.raw, a.raw, b.raw)};
+#endif
+  auto unused = hn::Zero(d32);
+  return hn::ReorderWidenMulAccumulate(d32, a, b, acc, unused);
+}
+
 // <q, xq> of one block as int32 lanes converted to float (only their sum matters).
 template <QKind kKind, class DF8>
 HWY_INLINE hn::Vec<DF8> BlockDotI16(DF8 df, const uint8_t *HWY_RESTRICT blk,
@@ -462,18 +475,16 @@ HWY_INLINE hn::Vec<DF8> BlockDotI16(DF8 df, const uint8_t *HWY_RESTRICT blk,
     for (size_t j = 0; j < 32; j += 2 * N) {
       const auto v0 = hn::PromoteTo(d16, hn::LoadU(di8, qs + j));
       const auto v1 = hn::PromoteTo(d16, hn::LoadU(di8, qs + j + N));
-      acc0 = hn::ReorderWidenMulAccumulate(d32, v0, hn::LoadU(d16, xb + j), acc0, unused);
-      acc1 = hn::ReorderWidenMulAccumulate(d32, v1, hn::LoadU(d16, xb + j + N), acc1, unused);
+      acc0 = DotPairsAdd(d32, v0, hn::LoadU(d16, xb + j), acc0);
+      acc1 = DotPairsAdd(d32, v1, hn::LoadU(d16, xb + j + N), acc1);
     }
   } else {
     const auto mask = hn::Set(d16, int16_t(0xF));
     const uint8_t *qs = blk + (kKind == QKind::kQ4_1 ? 4 : 2);
     for (size_t j = 0; j < 16; j += N) {
       const auto v = hn::PromoteTo(d16, hn::LoadU(du8, qs + j));
-      acc0 = hn::ReorderWidenMulAccumulate(d32, hn::And(v, mask), hn::LoadU(d16, xb + j), acc0,
-                                           unused);
-      acc1 = hn::ReorderWidenMulAccumulate(d32, hn::ShiftRight<4>(v), hn::LoadU(d16, xb + 16 + j),
-                                           acc1, unused);
+      acc0 = DotPairsAdd(d32, hn::And(v, mask), hn::LoadU(d16, xb + j), acc0);
+      acc1 = DotPairsAdd(d32, hn::ShiftRight<4>(v), hn::LoadU(d16, xb + 16 + j), acc1);
     }
   }
   acc0 = hn::RearrangeToOddPlusEven(acc0, unused);
@@ -573,9 +584,8 @@ HWY_INLINE void DotQI16Rows(const uint8_t *HWY_RESTRICT row, size_t n_blocks,
   auto block_dot = [&](const V16 *v, const int16_t *HWY_RESTRICT xb) {
     auto acc0 = hn::Zero(d32), acc1 = hn::Zero(d32), unused = hn::Zero(d32);
     for (size_t i = 0; i < kVecs; i += 2) {
-      acc0 = hn::ReorderWidenMulAccumulate(d32, v[i], hn::LoadU(d16, xb + i * N), acc0, unused);
-      acc1 = hn::ReorderWidenMulAccumulate(d32, v[i + 1], hn::LoadU(d16, xb + (i + 1) * N), acc1,
-                                           unused);
+      acc0 = DotPairsAdd(d32, v[i], hn::LoadU(d16, xb + i * N), acc0);
+      acc1 = DotPairsAdd(d32, v[i + 1], hn::LoadU(d16, xb + (i + 1) * N), acc1);
     }
     acc0 = hn::RearrangeToOddPlusEven(acc0, unused);
     acc1 = hn::RearrangeToOddPlusEven(acc1, unused);
@@ -624,6 +634,139 @@ HWY_INLINE void DotQI16Rows(const uint8_t *HWY_RESTRICT row, size_t n_blocks,
     const float bias = kKind == QKind::kQ4_0 ? -8.0f * (bias0[g] + bias1[g]) : bias0[g] + bias1[g];
     out[g] = hn::GetLane(hn::SumOfLanes(df, hn::Add(total0[g], total1[g]))) + bias;
   }
+}
+
+// Q4_K (super-blocks of 256: f16 d and dmin, 6-bit scale and minimum per 32-element sub-block,
+// two sub-blocks per 32 bytes of nibbles: low nibbles the first, high the second) against G
+// activation rows: a sub-block is one 32-element activation block, so the integer path is that of
+// Q4_1 with the sub-block's scale d * sc and minimum dmin * m: sum over sub-blocks of
+// (d sc * d_x[g]) * <q, xq[g]> - dmin m * sum(x_b). Even sub-blocks go into one accumulator, odd
+// ones into the other; every activation row takes the operations it takes alone (G == 1), so the
+// result does not depend on G (kernels_test).
+template <size_t G>
+HWY_INLINE void DotQ4KRows(const uint8_t *HWY_RESTRICT row, size_t n_super,
+                           const int16_t *const *HWY_RESTRICT xq,
+                           const float *const *HWY_RESTRICT xscale,
+                           const float *const *HWY_RESTRICT xsum, float *HWY_RESTRICT out) {
+  const D16 d16;
+  const hn::Repartition<int32_t, D16> d32;
+  const hn::Repartition<float, D16> df;
+  const hn::Rebind<uint8_t, D16> du8;
+  const size_t N = hn::Lanes(d16);
+  constexpr size_t kVecs = 32 / hn::MaxLanes(D16());
+  using V16 = hn::Vec<D16>;
+  const auto mask = hn::Set(d16, int16_t(0xF));
+  auto sub_dot = [&](const V16 *v, const int16_t *HWY_RESTRICT xb) {
+    auto acc0 = hn::Zero(d32), acc1 = hn::Zero(d32), unused = hn::Zero(d32);
+    for (size_t i = 0; i < kVecs; i += 2) {
+      acc0 = DotPairsAdd(d32, v[i], hn::LoadU(d16, xb + i * N), acc0);
+      acc1 = DotPairsAdd(d32, v[i + 1], hn::LoadU(d16, xb + (i + 1) * N), acc1);
+    }
+    acc0 = hn::RearrangeToOddPlusEven(acc0, unused);
+    acc1 = hn::RearrangeToOddPlusEven(acc1, unused);
+    return hn::ConvertTo(df, hn::Add(acc0, acc1));
+  };
+  hn::Vec<decltype(df)> total0[G], total1[G];
+  float bias0[G], bias1[G];
+  for (size_t g = 0; g < G; ++g) {
+    total0[g] = total1[g] = hn::Zero(df);
+    bias0[g] = bias1[g] = 0.0f;
+  }
+  V16 lo[kVecs], hi[kVecs];
+  for (size_t sb = 0; sb < n_super; ++sb) {
+    const uint8_t *blk = row + sb * sizeof(BlockQ4_K);
+    const float d = BlockF16(blk), dmin = BlockF16(blk + 2);
+    const uint8_t *scales = blk + 4, *qs = blk + 16;
+    // The 6-bit scales and minima of the 8 sub-blocks (Q4KScaleMin's unpacking, inline: a call
+    // per sub-block cost more than its dot products at one row).
+    float ds[8], dm[8];
+    for (int j = 0; j < 8; ++j) {
+      const int sc = j < 4 ? scales[j] & 63 : (scales[j + 4] & 0xF) | ((scales[j - 4] >> 6) << 4);
+      const int m = j < 4 ? scales[j + 4] & 63 : (scales[j + 4] >> 4) | ((scales[j] >> 6) << 4);
+      ds[j] = d * float(sc);
+      dm[j] = dmin * float(m);
+    }
+    for (int j = 0; j < 4; ++j) {
+      const float ds0 = ds[2 * j], ds1 = ds[2 * j + 1], dm0 = dm[2 * j], dm1 = dm[2 * j + 1];
+      for (size_t i = 0; i < kVecs; ++i) {
+        const auto q = hn::PromoteTo(d16, hn::LoadU(du8, qs + 32 * j + i * N));
+        lo[i] = hn::And(q, mask);
+        hi[i] = hn::ShiftRight<4>(q);
+      }
+      const size_t b = sb * 8 + 2 * size_t(j); // the activation block of sub-block 2j
+      for (size_t g = 0; g < G; ++g) {
+        total0[g] =
+            hn::MulAdd(sub_dot(lo, xq[g] + 32 * b), hn::Set(df, ds0 * xscale[g][b]), total0[g]);
+        total1[g] = hn::MulAdd(sub_dot(hi, xq[g] + 32 * b + 32),
+                               hn::Set(df, ds1 * xscale[g][b + 1]), total1[g]);
+        bias0[g] += dm0 * xsum[g][b];
+        bias1[g] += dm1 * xsum[g][b + 1];
+      }
+    }
+  }
+  for (size_t g = 0; g < G; ++g)
+    out[g] = hn::GetLane(hn::SumOfLanes(df, hn::Add(total0[g], total1[g]))) - (bias0[g] + bias1[g]);
+}
+
+// Q6_K (super-blocks of 256: 6-bit codes as 4 low bits in ql and 2 high bits in qh, an int8 scale
+// per 16 elements, one f16 d) against G activation rows. Activation block k of a super-block is
+// ggml's quarter k % 4 of half k / 4: codes - 32 as int16 (so no offset term), its two halves of
+// 16 elements with their own scales d * sc: sum over halves of (d sc * d_x[g]) * <q, xq[g]>, the
+// first halves into one accumulator, the second into the other. Every activation row takes the
+// operations it takes alone (G == 1): the result does not depend on G (kernels_test).
+template <size_t G>
+HWY_INLINE void DotQ6KRows(const uint8_t *HWY_RESTRICT row, size_t n_super,
+                           const int16_t *const *HWY_RESTRICT xq,
+                           const float *const *HWY_RESTRICT xscale, float *HWY_RESTRICT out) {
+  const D16 d16;
+  const hn::Repartition<int32_t, D16> d32;
+  const hn::Repartition<float, D16> df;
+  const hn::Rebind<uint8_t, D16> du8;
+  const size_t N = hn::Lanes(d16);
+  constexpr size_t kVecs = 32 / hn::MaxLanes(D16()), kHalf = kVecs / 2 > 0 ? kVecs / 2 : 1;
+  static_assert(kVecs >= 2, "a 16-element half must be a whole number of vectors");
+  using V16 = hn::Vec<D16>;
+  const auto low4 = hn::Set(d16, int16_t(0xF)), two = hn::Set(d16, int16_t(3));
+  const auto offset = hn::Set(d16, int16_t(32));
+  // <q, xq> of the vectors [i0, i0 + kHalf) of an activation block.
+  auto half_dot = [&](const V16 *v, size_t i0, const int16_t *HWY_RESTRICT xb) {
+    auto acc = hn::Zero(d32), unused = hn::Zero(d32);
+    for (size_t i = i0; i < i0 + kHalf; ++i)
+      acc = DotPairsAdd(d32, v[i], hn::LoadU(d16, xb + i * N), acc);
+    return hn::ConvertTo(df, hn::RearrangeToOddPlusEven(acc, unused));
+  };
+  hn::Vec<decltype(df)> total0[G], total1[G];
+  for (size_t g = 0; g < G; ++g)
+    total0[g] = total1[g] = hn::Zero(df);
+  V16 v[kVecs];
+  for (size_t sb = 0; sb < n_super; ++sb) {
+    const auto *blk = reinterpret_cast<const BlockQ6_K *>(row + sb * sizeof(BlockQ6_K));
+    uint16_t dh;
+    std::memcpy(&dh, &blk->d, 2);
+    const float d = BlockF16(reinterpret_cast<const uint8_t *>(&dh));
+    for (size_t k = 0; k < 8; ++k) {
+      const size_t half = k / 4, quarter = k % 4;
+      const uint8_t *ql = blk->ql + 64 * half + 32 * (quarter & 1), *qh = blk->qh + 32 * half;
+      const int8_t *sc = blk->scales + 8 * half + 2 * quarter;
+      for (size_t i = 0; i < kVecs; ++i) {
+        const auto l = hn::PromoteTo(d16, hn::LoadU(du8, ql + i * N));
+        const auto h = hn::PromoteTo(d16, hn::LoadU(du8, qh + i * N));
+        const auto lo = quarter < 2 ? hn::And(l, low4) : hn::ShiftRight<4>(l);
+        const auto hi = hn::And(hn::ShiftRightSame(h, int(2 * quarter)), two);
+        v[i] = hn::Sub(hn::Or(lo, hn::ShiftLeft<4>(hi)), offset);
+      }
+      const float ds0 = d * float(sc[0]), ds1 = d * float(sc[1]);
+      const size_t b = sb * 8 + k;
+      for (size_t g = 0; g < G; ++g) {
+        total0[g] =
+            hn::MulAdd(half_dot(v, 0, xq[g] + 32 * b), hn::Set(df, ds0 * xscale[g][b]), total0[g]);
+        total1[g] = hn::MulAdd(half_dot(v, kHalf, xq[g] + 32 * b), hn::Set(df, ds1 * xscale[g][b]),
+                               total1[g]);
+      }
+    }
+  }
+  for (size_t g = 0; g < G; ++g)
+    out[g] = hn::GetLane(hn::SumOfLanes(df, hn::Add(total0[g], total1[g])));
 }
 
 } // namespace pig::runtime::HWY_NAMESPACE

@@ -106,7 +106,12 @@ void MatMulI16Kind(const WeightMatrix &w, const int16_t *xq, const float *xscale
             sp[i] = xscale + (t + i) * nb;
             mp[i] = xsum + (t + i) * nb;
           }
-          DotQI16Rows<kKind, G>(row, nb, xp, sp, mp, out);
+          if constexpr (kKind == QKind::kQ4_K)
+            DotQ4KRows<G>(row, nb / 8, xp, sp, mp, out);
+          else if constexpr (kKind == QKind::kQ6_K)
+            DotQ6KRows<G>(row, nb / 8, xp, sp, out);
+          else
+            DotQI16Rows<kKind, G>(row, nb, xp, sp, mp, out);
           for (size_t i = 0; i < G; ++i)
             y[(t + i) * y_stride + r] = out[i];
         };
@@ -131,8 +136,15 @@ void MatMulI16Kind(const WeightMatrix &w, const int16_t *xq, const float *xscale
   }
 }
 
+void MatMulI16(const WeightMatrix &w, const int16_t *xq, const float *xscale, const float *xsum,
+               size_t n_x, float *y, size_t y_stride, size_t row_begin, size_t row_end);
+
 void MatVecI16(const WeightMatrix &w, const int16_t *xq, const float *xscale, const float *xsum,
                float *y, size_t row_begin, size_t row_end) {
+  if (w.type == GgmlType::kQ4_K || w.type == GgmlType::kQ6_K) { // one kernel for any row count
+    MatMulI16(w, xq, xscale, xsum, 1, y, 0, row_begin, row_end);
+    return;
+  }
   const size_t nb = w.cols / 32;
   auto rows = [&](auto kind) {
     for (size_t r = row_begin; r < row_end; ++r) {
@@ -160,11 +172,17 @@ void MatVecI16(const WeightMatrix &w, const int16_t *xq, const float *xscale, co
 
 void MatMulI16(const WeightMatrix &w, const int16_t *xq, const float *xscale, const float *xsum,
                size_t n_x, float *y, size_t y_stride, size_t row_begin, size_t row_end) {
-  if (n_x == 1) { // the single-row kernel (same bits, faster from memory)
+  if (n_x == 1 && w.type != GgmlType::kQ4_K && w.type != GgmlType::kQ6_K) { // same bits, faster
     MatVecI16(w, xq, xscale, xsum, y, row_begin, row_end);
     return;
   }
   switch (w.type) {
+  case GgmlType::kQ4_K:
+    MatMulI16Kind<QKind::kQ4_K>(w, xq, xscale, xsum, n_x, y, y_stride, row_begin, row_end);
+    break;
+  case GgmlType::kQ6_K:
+    MatMulI16Kind<QKind::kQ6_K>(w, xq, xscale, xsum, n_x, y, y_stride, row_begin, row_end);
+    break;
   case GgmlType::kQ4_0:
     MatMulI16Kind<QKind::kQ4_0>(w, xq, xscale, xsum, n_x, y, y_stride, row_begin, row_end);
     break;
@@ -217,7 +235,8 @@ std::vector<Kernels> AllKernels() {
 }
 
 bool HasIntegerPath(GgmlType t) {
-  return t == GgmlType::kQ4_0 || t == GgmlType::kQ4_1 || t == GgmlType::kQ8_0;
+  return t == GgmlType::kQ4_0 || t == GgmlType::kQ4_1 || t == GgmlType::kQ8_0 ||
+         t == GgmlType::kQ4_K || t == GgmlType::kQ6_K;
 }
 
 namespace {

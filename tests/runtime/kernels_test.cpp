@@ -358,8 +358,11 @@ TEST(Kernels, MatMulMatchesScalar) {
 TEST(Kernels, MatMulI16RowsAreBitIdenticalToMatVec) {
   std::mt19937 rng(17);
   std::normal_distribution<float> g;
-  for (GgmlType t : {GgmlType::kQ4_0, GgmlType::kQ4_1, GgmlType::kQ8_0})
-    for (size_t cols : {32u, 64u, 96u, 256u, 288u}) { // odd and even block counts
+  for (GgmlType t :
+       {GgmlType::kQ4_0, GgmlType::kQ4_1, GgmlType::kQ8_0, GgmlType::kQ4_K, GgmlType::kQ6_K})
+    for (size_t cols : {32u, 64u, 96u, 256u, 288u, 512u}) { // odd and even block counts
+      if (cols % GgmlInfo(t).block_elems)
+        continue;
       const size_t rows = 41, nb = cols / 32, max_x = 64;
       const auto bytes = RandomBlocks(t, rows * cols, rng);
       const WeightMatrix w{t, bytes.data(), rows, cols, GgmlRowBytes(t, cols)};

@@ -76,8 +76,8 @@ private:
 // gets RoPE at its own position.
 //
 // Decode rows (spans of one row) take the integer path of ops.h where the weight type has one
-// (Q4_0, Q4_1, Q8_0): each row's activations quantised on their own, each weight block read once
-// for all rows, no dequantisation. Rows of longer spans (prefill chunks) take the f32
+// (Q4_0, Q4_1, Q8_0, Q4_K): each row's activations quantised on their own, each weight block read
+// once for all rows, no dequantisation. Rows of longer spans (prefill chunks) take the f32
 // matrix-matrix kernels, faster for many rows. Both paths give a row the same bits whatever the
 // other rows are, and the path depends only on the row's own span, so a sequence decoded in a
 // batch of any size, beside other sequences' prefill chunks, gets the logits bit for bit that it

@@ -30,8 +30,9 @@ struct Kernels {
   void (*axpy)(float a, const float *x, float *y, size_t n);
   // y[t][r] = sum_c w[r][c] * x[t][c] for rows [row_begin, row_end) and t in [0, n_tokens);
   // x rows are x_stride floats apart, y rows y_stride. Dequantises a few rows at a time.
-  // Decode path for Q4_0 / Q4_1 / Q8_0: the vector quantised to int16 per 32-block (scale
-  // and exact float sum per block), then y[r] for rows [row_begin, row_end) by integer dots.
+  // Decode path for Q4_0 / Q4_1 / Q8_0 / Q4_K / Q6_K: the vector quantised to int16 per 32-block
+  // (scale and exact float sum per block), then y[r] for rows [row_begin, row_end) by integer
+  // dots.
   void (*quantize_i16)(const float *x, size_t n, int16_t *xq, float *scale, float *sum);
   void (*matvec_i16)(const WeightMatrix &w, const int16_t *xq, const float *xscale,
                      const float *xsum, float *y, size_t row_begin, size_t row_end);
@@ -51,8 +52,8 @@ const Kernels &BestKernels();
 std::vector<Kernels> AllKernels();
 
 // Whether weights of type t have the integer path (activations quantised to int16 per row,
-// integer dots straight from the blocks): Q4_0, Q4_1, Q8_0. Other types always take the f32
-// matrix-matrix kernels (dequantise a few weight rows, then f32 FMAs).
+// integer dots straight from the blocks): Q4_0, Q4_1, Q8_0, Q4_K, Q6_K. Other types (F16, BF16,
+// F32) always take the f32 matrix-matrix kernels (dequantise a few weight rows, then f32 FMAs).
 bool HasIntegerPath(GgmlType t);
 
 // The integer path's quantised activations (grown on use, never shrunk): a caller that owns one
