@@ -460,6 +460,26 @@ HWY_INLINE hn::Vec<D32> DotPairsAdd(D32 d32, V16 a, V16 b, hn::Vec<D32> acc) {
   return hn::ReorderWidenMulAccumulate(d32, a, b, acc, unused);
 }
 
+// <q, xq> of one 32-element block, given as int16 vectors in element order, and one activation
+// block: alternate vectors into two int32 accumulators (pairwise multiply-adds), added, converted
+// to float lanes (only their sum matters). DotQI16Rows and DotQ4KRows share it.
+HWY_INLINE hn::Vec<hn::Repartition<float, D16>> BlockDot32(const hn::Vec<D16> *v,
+                                                           const int16_t *HWY_RESTRICT xb) {
+  const D16 d16;
+  const hn::Repartition<int32_t, D16> d32;
+  const hn::Repartition<float, D16> df;
+  constexpr size_t kVecs = 32 / hn::MaxLanes(D16());
+  const size_t N = hn::Lanes(d16);
+  auto acc0 = hn::Zero(d32), acc1 = hn::Zero(d32), unused = hn::Zero(d32);
+  for (size_t i = 0; i < kVecs; i += 2) {
+    acc0 = DotPairsAdd(d32, v[i], hn::LoadU(d16, xb + i * N), acc0);
+    acc1 = DotPairsAdd(d32, v[i + 1], hn::LoadU(d16, xb + (i + 1) * N), acc1);
+  }
+  acc0 = hn::RearrangeToOddPlusEven(acc0, unused);
+  acc1 = hn::RearrangeToOddPlusEven(acc1, unused);
+  return hn::ConvertTo(df, hn::Add(acc0, acc1));
+}
+
 // <q, xq> of one block as int32 lanes converted to float (only their sum matters).
 template <QKind kKind, class DF8>
 HWY_INLINE hn::Vec<DF8> BlockDotI16(DF8 df, const uint8_t *HWY_RESTRICT blk,
@@ -553,7 +573,6 @@ HWY_INLINE void DotQI16Rows(const uint8_t *HWY_RESTRICT row, size_t n_blocks,
                             const float *const *HWY_RESTRICT xsum, float *HWY_RESTRICT out) {
   constexpr size_t kBytes = QBlockBytes<kKind>();
   const D16 d16;
-  const hn::Repartition<int32_t, D16> d32;
   const hn::Repartition<float, D16> df;
   const hn::Rebind<uint8_t, D16> du8;
   const hn::Rebind<int8_t, D16> di8;
@@ -578,19 +597,6 @@ HWY_INLINE void DotQI16Rows(const uint8_t *HWY_RESTRICT row, size_t n_blocks,
       }
     }
   };
-  // <q, xq> of one unpacked block and one activation block: alternate vectors of the block into
-  // two int32 accumulators (pairwise multiply-adds, vpmaddwd), added, converted to float lanes
-  // (only their sum matters).
-  auto block_dot = [&](const V16 *v, const int16_t *HWY_RESTRICT xb) {
-    auto acc0 = hn::Zero(d32), acc1 = hn::Zero(d32), unused = hn::Zero(d32);
-    for (size_t i = 0; i < kVecs; i += 2) {
-      acc0 = DotPairsAdd(d32, v[i], hn::LoadU(d16, xb + i * N), acc0);
-      acc1 = DotPairsAdd(d32, v[i + 1], hn::LoadU(d16, xb + (i + 1) * N), acc1);
-    }
-    acc0 = hn::RearrangeToOddPlusEven(acc0, unused);
-    acc1 = hn::RearrangeToOddPlusEven(acc1, unused);
-    return hn::ConvertTo(df, hn::Add(acc0, acc1));
-  };
   hn::Vec<decltype(df)> total0[G], total1[G];
   float bias0[G], bias1[G];
   for (size_t g = 0; g < G; ++g) {
@@ -607,10 +613,10 @@ HWY_INLINE void DotQI16Rows(const uint8_t *HWY_RESTRICT row, size_t n_blocks,
     unpack(blk, v);
     for (size_t g = 0; g < G; ++g)
       total0[g] =
-          hn::MulAdd(block_dot(v, xq[g] + 32 * b), hn::Set(df, d0 * xscale[g][b]), total0[g]);
+          hn::MulAdd(BlockDot32(v, xq[g] + 32 * b), hn::Set(df, d0 * xscale[g][b]), total0[g]);
     unpack(blk + kBytes, v);
     for (size_t g = 0; g < G; ++g) {
-      total1[g] = hn::MulAdd(block_dot(v, xq[g] + 32 * b + 32), hn::Set(df, d1 * xscale[g][b + 1]),
+      total1[g] = hn::MulAdd(BlockDot32(v, xq[g] + 32 * b + 32), hn::Set(df, d1 * xscale[g][b + 1]),
                              total1[g]);
       if (kKind != QKind::kQ8_0) {
         bias0[g] += m0 * xsum[g][b];
@@ -625,7 +631,7 @@ HWY_INLINE void DotQI16Rows(const uint8_t *HWY_RESTRICT row, size_t n_blocks,
     unpack(blk, v);
     for (size_t g = 0; g < G; ++g) {
       total0[g] =
-          hn::MulAdd(block_dot(v, xq[g] + 32 * b), hn::Set(df, d * xscale[g][b]), total0[g]);
+          hn::MulAdd(BlockDot32(v, xq[g] + 32 * b), hn::Set(df, d * xscale[g][b]), total0[g]);
       if (kKind != QKind::kQ8_0)
         bias0[g] += m * xsum[g][b];
     }
@@ -649,23 +655,12 @@ HWY_INLINE void DotQ4KRows(const uint8_t *HWY_RESTRICT row, size_t n_super,
                            const float *const *HWY_RESTRICT xscale,
                            const float *const *HWY_RESTRICT xsum, float *HWY_RESTRICT out) {
   const D16 d16;
-  const hn::Repartition<int32_t, D16> d32;
   const hn::Repartition<float, D16> df;
   const hn::Rebind<uint8_t, D16> du8;
   const size_t N = hn::Lanes(d16);
   constexpr size_t kVecs = 32 / hn::MaxLanes(D16());
   using V16 = hn::Vec<D16>;
   const auto mask = hn::Set(d16, int16_t(0xF));
-  auto sub_dot = [&](const V16 *v, const int16_t *HWY_RESTRICT xb) {
-    auto acc0 = hn::Zero(d32), acc1 = hn::Zero(d32), unused = hn::Zero(d32);
-    for (size_t i = 0; i < kVecs; i += 2) {
-      acc0 = DotPairsAdd(d32, v[i], hn::LoadU(d16, xb + i * N), acc0);
-      acc1 = DotPairsAdd(d32, v[i + 1], hn::LoadU(d16, xb + (i + 1) * N), acc1);
-    }
-    acc0 = hn::RearrangeToOddPlusEven(acc0, unused);
-    acc1 = hn::RearrangeToOddPlusEven(acc1, unused);
-    return hn::ConvertTo(df, hn::Add(acc0, acc1));
-  };
   hn::Vec<decltype(df)> total0[G], total1[G];
   float bias0[G], bias1[G];
   for (size_t g = 0; g < G; ++g) {
@@ -696,8 +691,8 @@ HWY_INLINE void DotQ4KRows(const uint8_t *HWY_RESTRICT row, size_t n_super,
       const size_t b = sb * 8 + 2 * size_t(j); // the activation block of sub-block 2j
       for (size_t g = 0; g < G; ++g) {
         total0[g] =
-            hn::MulAdd(sub_dot(lo, xq[g] + 32 * b), hn::Set(df, ds0 * xscale[g][b]), total0[g]);
-        total1[g] = hn::MulAdd(sub_dot(hi, xq[g] + 32 * b + 32),
+            hn::MulAdd(BlockDot32(lo, xq[g] + 32 * b), hn::Set(df, ds0 * xscale[g][b]), total0[g]);
+        total1[g] = hn::MulAdd(BlockDot32(hi, xq[g] + 32 * b + 32),
                                hn::Set(df, ds1 * xscale[g][b + 1]), total1[g]);
         bias0[g] += dm0 * xsum[g][b];
         bias1[g] += dm1 * xsum[g][b + 1];
