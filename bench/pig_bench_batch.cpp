@@ -48,8 +48,8 @@ struct Options {
   AttentionSpec lsh;
 };
 
-std::vector<size_t> *ListOption(CLI::App &app, const std::string &name, std::vector<size_t> &list,
-                                const std::string &what, size_t lo, size_t hi) {
+void ListOption(CLI::App &app, const std::string &name, std::vector<size_t> &list,
+                const std::string &what, size_t lo, size_t hi) {
   std::string shown;
   for (size_t v : list)
     shown += (shown.empty() ? "" : ",") + std::to_string(v);
@@ -63,7 +63,6 @@ std::vector<size_t> *ListOption(CLI::App &app, const std::string &name, std::vec
          what + " (default " + shown + ")")
       ->check(pig::app::IntegerList(lo, hi))
       ->type_name("LIST");
-  return &list;
 }
 
 Options ParseOptions(int argc, char **argv) {

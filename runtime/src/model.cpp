@@ -201,19 +201,19 @@ void LlamaForward::Rope(float *x, size_t n_heads, size_t row) const {
 
 void LlamaForward::MatMulRows(const MatMulJob *jobs, size_t n_jobs, const float *x, size_t rows) {
   // Runs of consecutive rows of one kind (decode rows, prefill rows) each take their path; a step
-  // that mixes them reads the weights once per run.
+  // that mixes them reads the weights once per run. (The callers pass Q/K/V at most.)
+  constexpr size_t kMaxJobs = 3;
+  if (n_jobs > kMaxJobs)
+    throw std::logic_error("LlamaForward::MatMulRows: more than 3 matrices");
   for (size_t r0 = 0; r0 < rows;) {
     size_t r1 = r0 + 1;
     while (r1 < rows && decode_row_[r1] == decode_row_[r0])
       ++r1;
-    for (size_t j0 = 0; j0 < n_jobs; j0 += 4) {
-      MatMulJob run[4];
-      const size_t n = std::min<size_t>(n_jobs - j0, 4);
-      for (size_t j = 0; j < n; ++j)
-        run[j] = MatMulJob{jobs[j0 + j].w, jobs[j0 + j].y + r0 * jobs[j0 + j].w->rows};
-      MatMulShared(pool_, kern_, run, n, x + r0 * jobs[0].w->cols, r1 - r0, &scratch_,
-                   decode_row_[r0] ? decode_path_ : MatMulPath::kFloat);
-    }
+    MatMulJob run[kMaxJobs];
+    for (size_t j = 0; j < n_jobs; ++j)
+      run[j] = MatMulJob{jobs[j].w, jobs[j].y + r0 * jobs[j].w->rows};
+    MatMulShared(pool_, kern_, run, n_jobs, x + r0 * jobs[0].w->cols, r1 - r0, &scratch_,
+                 decode_row_[r0] ? decode_path_ : MatMulPath::kFloat);
     r0 = r1;
   }
 }
@@ -389,7 +389,7 @@ LlamaBatch::LlamaBatch(const LlamaModel &model, ThreadPool &pool,
     Add(std::move(a));
 }
 
-size_t LlamaBatch::AttentionBytes() const {
+size_t LlamaBatch::ReservedAttentionBytes() const {
   size_t total = 0;
   for (const Sequence &s : seqs_)
     total += s.attn ? s.attn->ReservedBytes() : 0;
@@ -414,7 +414,7 @@ size_t LlamaBatch::Add(std::unique_ptr<Attention> attention) {
         std::to_string(c.n_kv_heads) + " of " + std::to_string(c.head_dim));
   }
   if (opts_.memory_budget) {
-    const size_t used = AttentionBytes(), need = attention->ReservedBytes();
+    const size_t used = ReservedAttentionBytes(), need = attention->ReservedBytes();
     if (used + need > opts_.memory_budget) {
       throw std::length_error("LlamaBatch: sequence " + std::to_string(id) + " needs " +
                               std::to_string(need >> 20) + " MiB; " + std::to_string(used >> 20) +

@@ -136,63 +136,51 @@ void MatMulI16Kind(const WeightMatrix &w, const int16_t *xq, const float *xscale
   }
 }
 
-void MatMulI16(const WeightMatrix &w, const int16_t *xq, const float *xscale, const float *xsum,
-               size_t n_x, float *y, size_t y_stride, size_t row_begin, size_t row_end);
-
-void MatVecI16(const WeightMatrix &w, const int16_t *xq, const float *xscale, const float *xsum,
-               float *y, size_t row_begin, size_t row_end) {
-  if (w.type == GgmlType::kQ4_K || w.type == GgmlType::kQ6_K) { // one kernel for any row count
-    MatMulI16(w, xq, xscale, xsum, 1, y, 0, row_begin, row_end);
-    return;
-  }
-  const size_t nb = w.cols / 32;
-  auto rows = [&](auto kind) {
-    for (size_t r = row_begin; r < row_end; ++r) {
-      const uint8_t *row = w.data + r * w.row_bytes;
-      // Software prefetch kPrefetchBytes ahead of the row being read: the hardware prefetcher
-      // alone stops at every 4 KiB page of the mapped file (measured: decode +25 %). Prefetches
-      // past the end of the matrix are harmless hints.
-      for (size_t off = 0; off < w.row_bytes; off += 64)
-        hwy::Prefetch(row + kPrefetchBytes + off);
-      y[r] = DotQI16Row<decltype(kind)::value>(row, nb, xq, xscale, xsum);
-    }
-  };
-  switch (w.type) {
+// f(std::integral_constant<QKind, kind>) for the integer path's weight type t.
+template <class F> void WithQKind(GgmlType t, F &&f) {
+  switch (t) {
   case GgmlType::kQ4_0:
-    rows(std::integral_constant<QKind, QKind::kQ4_0>());
-    break;
+    return f(std::integral_constant<QKind, QKind::kQ4_0>());
   case GgmlType::kQ4_1:
-    rows(std::integral_constant<QKind, QKind::kQ4_1>());
-    break;
+    return f(std::integral_constant<QKind, QKind::kQ4_1>());
+  case GgmlType::kQ4_K:
+    return f(std::integral_constant<QKind, QKind::kQ4_K>());
+  case GgmlType::kQ6_K:
+    return f(std::integral_constant<QKind, QKind::kQ6_K>());
   default:
-    rows(std::integral_constant<QKind, QKind::kQ8_0>());
-    break;
+    return f(std::integral_constant<QKind, QKind::kQ8_0>());
   }
 }
 
+void MatVecI16(const WeightMatrix &w, const int16_t *xq, const float *xscale, const float *xsum,
+               float *y, size_t row_begin, size_t row_end) {
+  WithQKind(w.type, [&](auto kind) {
+    constexpr QKind kKind = decltype(kind)::value;
+    if constexpr (kKind == QKind::kQ4_K || kKind == QKind::kQ6_K) {
+      MatMulI16Kind<kKind>(w, xq, xscale, xsum, 1, y, 0, row_begin, row_end);
+    } else {
+      const size_t nb = w.cols / 32;
+      for (size_t r = row_begin; r < row_end; ++r) {
+        const uint8_t *row = w.data + r * w.row_bytes;
+        // Software prefetch kPrefetchBytes ahead of the row being read: the hardware prefetcher
+        // alone stops at every 4 KiB page of the mapped file (measured: decode +25 %).
+        // Prefetches past the end of the matrix are harmless hints.
+        for (size_t off = 0; off < w.row_bytes; off += 64)
+          hwy::Prefetch(row + kPrefetchBytes + off);
+        y[r] = DotQI16Row<kKind>(row, nb, xq, xscale, xsum);
+      }
+    }
+  });
+}
+
+// One row: matvec_i16 (the same bits as MatMulI16Kind gives it, faster from memory).
 void MatMulI16(const WeightMatrix &w, const int16_t *xq, const float *xscale, const float *xsum,
                size_t n_x, float *y, size_t y_stride, size_t row_begin, size_t row_end) {
-  if (n_x == 1 && w.type != GgmlType::kQ4_K && w.type != GgmlType::kQ6_K) { // same bits, faster
-    MatVecI16(w, xq, xscale, xsum, y, row_begin, row_end);
-    return;
-  }
-  switch (w.type) {
-  case GgmlType::kQ4_K:
-    MatMulI16Kind<QKind::kQ4_K>(w, xq, xscale, xsum, n_x, y, y_stride, row_begin, row_end);
-    break;
-  case GgmlType::kQ6_K:
-    MatMulI16Kind<QKind::kQ6_K>(w, xq, xscale, xsum, n_x, y, y_stride, row_begin, row_end);
-    break;
-  case GgmlType::kQ4_0:
-    MatMulI16Kind<QKind::kQ4_0>(w, xq, xscale, xsum, n_x, y, y_stride, row_begin, row_end);
-    break;
-  case GgmlType::kQ4_1:
-    MatMulI16Kind<QKind::kQ4_1>(w, xq, xscale, xsum, n_x, y, y_stride, row_begin, row_end);
-    break;
-  default:
-    MatMulI16Kind<QKind::kQ8_0>(w, xq, xscale, xsum, n_x, y, y_stride, row_begin, row_end);
-    break;
-  }
+  if (n_x == 1)
+    return MatVecI16(w, xq, xscale, xsum, y, row_begin, row_end);
+  WithQKind(w.type, [&](auto kind) {
+    MatMulI16Kind<decltype(kind)::value>(w, xq, xscale, xsum, n_x, y, y_stride, row_begin, row_end);
+  });
 }
 
 Kernels Make() {

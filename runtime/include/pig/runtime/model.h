@@ -257,7 +257,7 @@ private:
   };
   const Sequence &At(size_t seq) const;
   Sequence &At(size_t seq) { return const_cast<Sequence &>(std::as_const(*this).At(seq)); }
-  size_t AttentionBytes() const;
+  size_t ReservedAttentionBytes() const; // what the budget counts
 
   const LlamaModel &model_;
   Options opts_;
