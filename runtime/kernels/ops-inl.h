@@ -450,11 +450,20 @@ HWY_INLINE float BlockF16(const uint8_t *p) {
 // acc + the pairwise products of a and b, as int32 lanes (vpmaddwd then vpaddd). On AVX-512 VNNI
 // one vpdpwssd does both: the same integers (no saturation, no rounding), so the VNNI target's
 // results equal its pmaddwd ones bit for bit.
+//
+// Written as inline assembly with an explicit {evex} prefix: Highway 1.0.3 compiles AVX3_DL with
+// -mavxvnni as well, and GCC then encodes _mm256_dpwssd_epi32 (and its masked forms, whose
+// all-ones mask it folds away) in the VEX form of AVX-VNNI, an ISA that AVX-512 VNNI CPUs such as
+// Zen 4 EPYCs and Ice Lake Xeons do not have: the VEX form dies there with SIGILL. The EVEX form
+// is AVX512_VNNI + AVX512VL, which every AVX3_DL CPU has.
 template <class D32, class V16>
 HWY_INLINE hn::Vec<D32> DotPairsAdd(D32 d32, V16 a, V16 b, hn::Vec<D32> acc) {
 #if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3_DL
-  if constexpr (sizeof(a.raw) == 32)
-    return hn::Vec<D32>{_mm256_dpwssd_epi32(acc.raw, a.raw, b.raw)};
+  if constexpr (sizeof(a.raw) == 32) {
+    auto r = acc.raw;
+    __asm__("%{evex%} vpdpwssd %2, %1, %0" : "+v"(r) : "v"(a.raw), "v"(b.raw));
+    return hn::Vec<D32>{r};
+  }
 #endif
   auto unused = hn::Zero(d32);
   return hn::ReorderWidenMulAccumulate(d32, a, b, acc, unused);
