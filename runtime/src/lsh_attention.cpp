@@ -7,6 +7,8 @@
 #include <string>
 #include <thread>
 
+#include "checked_size.h"
+
 namespace pig::runtime {
 namespace {
 // Validates before any member is built from the spec (W and the log u table need a valid K, L).
@@ -19,14 +21,45 @@ const AttentionSpec &Checked(const AttentionSpec &spec, const AttentionShape &sh
   }
   return spec;
 }
+
+// The kernels of one (K, L) (throws std::invalid_argument when none can serve the head dim).
+lsh::LshKernelSet Resolve(const AttentionSpec &spec, const AttentionShape &shape, int K, int L) {
+  return lsh::KernelRegistry::global().resolve(
+      lsh::KernelKey{K, L, int(shape.head_dim), spec.kv_dtype, lsh::Target::cpu, spec.schedule});
+}
+
+// Every sparse layer's tables over the whole capacity (IndexLayout).
+size_t TableBytes(const AttentionSpec &spec, const AttentionShape &shape) {
+  size_t bytes = 0;
+  for (const LayerLsh &c : spec.LayerChoices(shape.n_layers))
+    if (!c.dense)
+      bytes = detail::CheckedAdd(
+          bytes,
+          detail::CheckedMul(shape.n_kv_heads,
+                             lsh::IndexLayout::of(shape.capacity, c.K, c.L).bytes(), "LSH index"),
+          "LSH index");
+  return bytes;
+}
 } // namespace
+
+size_t LshAttention::ReservedBytesOf(const AttentionSpec &spec, const AttentionShape &shape) {
+  // The constructor's checks, in its order, without allocating.
+  Checked(spec, shape);
+  KvCache::Check(shape, spec.kv_dtype);
+  Resolve(spec, shape, spec.K, spec.L);
+  for (const LayerLsh &c : spec.LayerChoices(shape.n_layers))
+    if (!c.dense)
+      Resolve(spec, shape, c.K, c.L);
+  // What ReservedBytes() returns before the first Forward (no index, no scratch yet).
+  return detail::CheckedAdd(KvCache::BytesFor(shape, spec.kv_dtype), TableBytes(spec, shape),
+                            "magicpig");
+}
 
 LshAttention::LshAttention(const AttentionSpec &spec, const AttentionShape &shape)
     : spec_(Checked(spec, shape)), cache_(shape, spec.kv_dtype),
-      set_(lsh::KernelRegistry::global().resolve(lsh::KernelKey{
-          spec.K, spec.L, int(shape.head_dim), spec.kv_dtype, lsh::Target::cpu, spec.schedule})),
-      layer_cfg_(shape.n_layers, nullptr), index_(shape.n_layers * shape.n_kv_heads),
-      cached_(shape.n_layers, 0), per_kvh_(shape.n_kv_heads) {
+      set_(Resolve(spec, shape, spec.K, spec.L)), layer_cfg_(shape.n_layers, nullptr),
+      index_(shape.n_layers * shape.n_kv_heads), cached_(shape.n_layers, 0),
+      per_kvh_(shape.n_kv_heads) {
   const std::vector<LayerLsh> choices = spec.LayerChoices(shape.n_layers);
   // One W for every configuration: the widest (K, L)'s, the others as its column prefixes.
   const LayerLsh *widest = nullptr;
@@ -51,10 +84,7 @@ LshAttention::LshAttention(const AttentionSpec &spec, const AttentionShape &shap
     }
     if (!found) {
       const lsh::LshKernelSet set =
-          c.K == spec.K && c.L == spec.L
-              ? set_
-              : lsh::KernelRegistry::global().resolve(lsh::KernelKey{
-                    c.K, c.L, int(shape.head_dim), spec.kv_dtype, lsh::Target::cpu, spec.schedule});
+          c.K == spec.K && c.L == spec.L ? set_ : Resolve(spec, shape, c.K, c.L);
       if (!w)
         w = c.K == wide->K() && c.L == wide->L()
                 ? wide
@@ -147,12 +177,8 @@ size_t LshAttention::MemoryBytes() const {
 }
 
 size_t LshAttention::ReservedBytes() const {
-  const AttentionShape &sh = cache_.shape();
-  size_t bytes = cache_.MemoryBytes();
-  for (const LayerLsh &c : spec_.LayerChoices(sh.n_layers))
-    if (!c.dense)
-      bytes += sh.n_kv_heads * lsh::IndexLayout::of(sh.capacity, c.K, c.L).bytes();
-  return std::max(bytes, MemoryBytes());
+  const size_t tables = TableBytes(spec_, cache_.shape());
+  return std::max(detail::CheckedAdd(cache_.MemoryBytes(), tables, "magicpig"), MemoryBytes());
 }
 
 AttentionStats LshAttention::stats() const {

@@ -603,6 +603,114 @@ TEST(PrepareDecode, UnitsAreTheIndexesTheNextStepBuilds) {
   }
 }
 
+// ReservedBytesOf is what the constructed Attention reserves, for every method, KV element type
+// and capacity (short ones included: the tables are reserved for the capacity whatever is
+// indexed), and it refuses what MakeAttention refuses, with the same message.
+TEST(ReservedBytesOf, EqualsTheConstructedAttentionsReservedBytes) {
+  const size_t layers = 4, heads = 6, kvh = 2, d = 64;
+  std::vector<std::pair<std::string, AttentionSpec>> specs;
+  for (const char *m : {"dense", "magicpig", "topk", "oracle", "quest"}) {
+    AttentionSpec s;
+    s.method = *pig::spec::parse_method(m);
+    specs.emplace_back(m, s);
+  }
+  AttentionSpec per;
+  per.method = pig::spec::Method::magicpig;
+  per.layers = {{true}, {false, 8, 75, 2}, {false, 10, 150, 1}, {false, 12, 40, 2}};
+  specs.emplace_back("magicpig per-layer", per);
+  AttentionSpec fitted;
+  fitted.method = pig::spec::Method::magicpig;
+  fitted.transform = ref::TransformSpec::parse("whiten:a=0.15");
+  fitted.dense_layers_set = true; // every layer sparse
+  specs.emplace_back("magicpig whiten, no dense layer", fitted);
+  for (auto [name, spec] : specs)
+    for (lsh::DType dt : {lsh::DType::f32, lsh::DType::bf16, lsh::DType::q8})
+      for (size_t cap : {size_t(10), size_t(50), size_t(5000)}) {
+        spec.kv_dtype = dt;
+        const AttentionShape shape{layers, heads, kvh, d, cap};
+        const size_t want = MakeAttention(spec, shape)->ReservedBytes();
+        EXPECT_EQ(ReservedBytesOf(spec, shape), want)
+            << name << " " << lsh::to_string(dt) << " capacity " << cap;
+        EXPECT_GE(want, KvCache::BytesFor(shape, dt));
+      }
+}
+
+TEST(ReservedBytesOf, RefusesWhatMakeAttentionRefuses) {
+  const AttentionShape ok{4, 6, 2, 64, 128};
+  auto message = [](auto &&f) -> std::string {
+    try {
+      f();
+    } catch (const std::invalid_argument &e) {
+      return e.what();
+    }
+    return "no std::invalid_argument";
+  };
+  std::vector<std::pair<AttentionSpec, AttentionShape>> cases;
+  AttentionSpec s;
+  s.method = pig::spec::Method::magicpig;
+  s.K = 0;
+  cases.emplace_back(s, ok);
+  s = {};
+  s.method = pig::spec::Method::quest;
+  s.budget = 2;
+  cases.emplace_back(s, ok);
+  s = {};
+  s.method = pig::spec::Method::topk;
+  s.dense_layers = {9};
+  s.dense_layers_set = true;
+  cases.emplace_back(s, ok);
+  s = {};
+  s.method = pig::spec::Method::magicpig;
+  s.transform = ref::TransformSpec::parse("pca:r=8");
+  cases.emplace_back(s, ok);
+  s = {};
+  s.method = pig::spec::Method::magicpig;
+  cases.emplace_back(s, AttentionShape{2, 18, 1, 64, 64}); // a GQA group over the kernels' limit
+  for (const char *m : {"dense", "magicpig", "oracle"}) {
+    s = {};
+    s.method = *pig::spec::parse_method(m);
+    cases.emplace_back(s, AttentionShape{2, 6, 2, 63, 64}); // odd head dim
+    cases.emplace_back(s, AttentionShape{2, 5, 2, 64, 64}); // heads not in whole groups
+    s.kv_dtype = lsh::DType::q8;
+    cases.emplace_back(s, AttentionShape{2, 6, 2, 80, 64}); // q8 needs a multiple of 32
+  }
+  for (const auto &[spec, shape] : cases) {
+    const std::string want = message([&] { MakeAttention(spec, shape); });
+    EXPECT_NE(want, "no std::invalid_argument") << spec.str(shape.n_layers);
+    EXPECT_EQ(message([&] { ReservedBytesOf(spec, shape); }), want);
+  }
+}
+
+// A huge capacity is counted without wrapping: the exact size when it fits in a size_t, else
+// std::length_error, never a small number; and the KV store refuses to allocate a wrapped size.
+TEST(ReservedBytesOf, HugeCapacitiesNeverWrap) {
+  const size_t layers = 30, heads = 9, kvh = 3, d = 64;
+  for (const char *m : {"dense", "magicpig", "quest"}) {
+    AttentionSpec spec;
+    spec.method = *pig::spec::parse_method(m);
+    const bool lsh = spec.method == pig::spec::Method::magicpig;
+    for (size_t cap : {size_t(10'000'000'000'000), size_t(1'000'000'000'000'000), size_t(1) << 60,
+                       SIZE_MAX / 2, SIZE_MAX}) {
+      // Exact in long double (64-bit mantissa): K and V of bf16 rows (128 bytes), and for
+      // magicpig the 28 sparse layers' tables (u16 ids and bucket offsets per segment).
+      const long double n = (long double)cap;
+      long double want = 2.0L * layers * kvh * 128 * n;
+      if (lsh) {
+        const long double segments = std::ceil(n / lsh::kSegmentTokens);
+        want += 28.0L * kvh * 2 * (segments * 150 * 1025 + n * 150);
+      }
+      const AttentionShape shape{layers, heads, kvh, d, cap};
+      if (want <= (long double)SIZE_MAX)
+        EXPECT_EQ((long double)ReservedBytesOf(spec, shape), want) << m << " " << cap;
+      else
+        EXPECT_THROW(ReservedBytesOf(spec, shape), std::length_error) << m << " " << cap;
+    }
+  }
+  EXPECT_THROW(KvCache(AttentionShape{layers, heads, kvh, d, size_t(1) << 60}, lsh::DType::bf16),
+               std::length_error);
+  EXPECT_THROW(lsh::IndexLayout::of(SIZE_MAX / 2, 10, 150), std::length_error);
+}
+
 // Dense decode over the same cache: the GQA group pass equals the reference per head.
 TEST(DenseAttention, DecodeMatchesReference) {
   const size_t heads = 4, kvh = 2, d = 32, n = 70;

@@ -216,4 +216,11 @@ ref::TransformSpec ParseServedTransform(std::string_view text);
 /// AttentionSpec::Validate, and when no kernel serves the head dim.
 std::unique_ptr<Attention> MakeAttention(const AttentionSpec &spec, const AttentionShape &shape);
 
+/// MakeAttention(spec, shape)->ReservedBytes() right after construction, without allocating
+/// anything: what admitting a sequence costs a memory budget, decided before its KV store exists
+/// (a request for 10^9 tokens is refused, not allocated). Throws std::invalid_argument as
+/// MakeAttention does, and std::length_error when the size does not fit in a size_t (it never
+/// wraps).
+size_t ReservedBytesOf(const AttentionSpec &spec, const AttentionShape &shape);
+
 } // namespace pig::runtime

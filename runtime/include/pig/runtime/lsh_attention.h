@@ -35,6 +35,10 @@ public:
   /// Throws std::invalid_argument for an invalid spec, a head dim no kernel serves or a GQA
   /// group larger than lsh::kMaxGroup.
   LshAttention(const AttentionSpec &spec, const AttentionShape &shape);
+  /// ReservedBytes() of LshAttention(spec, shape) right after construction, without allocating:
+  /// throws what the constructor throws for an invalid spec or shape (std::invalid_argument), and
+  /// std::length_error when the size does not fit in a size_t.
+  static size_t ReservedBytesOf(const AttentionSpec &spec, const AttentionShape &shape);
 
   void Forward(size_t layer, size_t pos, size_t n, const float *q, const float *k, const float *v,
                float *out, ThreadPool &pool) override;
