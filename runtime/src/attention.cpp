@@ -196,6 +196,18 @@ std::string AttentionSpec::str(size_t n_layers) const {
   return s.str();
 }
 
+size_t ReservedBytesOf(const AttentionSpec &spec, const AttentionShape &shape) {
+  spec.Validate(shape.n_layers);
+  if (spec.method == spec::Method::dense) {
+    KvCache::Check(shape, spec.kv_dtype); // DenseAttention's checks, in its order
+    DenseSet(shape, spec.kv_dtype);
+    return KvCache::BytesFor(shape, spec.kv_dtype);
+  }
+  if (spec.method == spec::Method::magicpig)
+    return LshAttention::ReservedBytesOf(spec, shape);
+  return BudgetAttention::ReservedBytesOf(spec, shape);
+}
+
 std::unique_ptr<Attention> MakeAttention(const AttentionSpec &spec, const AttentionShape &shape) {
   spec.Validate(shape.n_layers);
   if (spec.method == spec::Method::dense)

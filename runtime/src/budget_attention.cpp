@@ -187,13 +187,27 @@ struct BudgetAttention::Scratch {
   std::vector<float> part;          // head_dim: oracle's sampled part
 };
 
+namespace {
+// The dense kernels (throws std::invalid_argument when none can serve the head dim).
+lsh::LshKernelSet Resolve(const AttentionSpec &spec, const AttentionShape &shape) {
+  return lsh::KernelRegistry::global().resolve(
+      lsh::KernelKey{spec.K, spec.L, int(shape.head_dim), spec.kv_dtype});
+}
+} // namespace
+
+size_t BudgetAttention::ReservedBytesOf(const AttentionSpec &spec, const AttentionShape &shape) {
+  // The constructor's checks, in its order, without allocating.
+  Checked(spec, shape);
+  KvCache::Check(shape, spec.kv_dtype);
+  Resolve(spec, shape);
+  return KvCache::BytesFor(shape, spec.kv_dtype); // Quest's pages: none yet
+}
+
 BudgetAttention::BudgetAttention(const AttentionSpec &spec, const AttentionShape &shape)
     : spec_(Checked(spec, shape)), method_(ParseMethod(spec.method)), cache_(shape, spec.kv_dtype),
-      set_(lsh::KernelRegistry::global().resolve(
-          lsh::KernelKey{spec.K, spec.L, int(shape.head_dim), spec.kv_dtype})),
-      dense_layer_(shape.n_layers, false), qmin_(shape.n_layers * shape.n_kv_heads),
-      qmax_(shape.n_layers * shape.n_kv_heads), quest_end_(shape.n_layers, spec.sink),
-      head_count_(shape.n_heads) {
+      set_(Resolve(spec, shape)), dense_layer_(shape.n_layers, false),
+      qmin_(shape.n_layers * shape.n_kv_heads), qmax_(shape.n_layers * shape.n_kv_heads),
+      quest_end_(shape.n_layers, spec.sink), head_count_(shape.n_heads) {
   for (size_t l : spec.DenseLayers(shape.n_layers))
     dense_layer_[l] = true;
   // By name, not by index: method_ is spec::Method now (dense and magicpig come first).

@@ -6,11 +6,12 @@
 #include <string>
 #include <vector>
 
+#include "checked_size.h"
 #include "pig/reference/kv_quant.h"
 
 namespace pig::runtime {
 
-KvCache::KvCache(const AttentionShape &shape, DType dtype) : shape_(shape), dtype_(dtype) {
+void KvCache::Check(const AttentionShape &shape, DType dtype) {
   if (shape.head_dim == 0 || shape.head_dim % 2 || shape.n_kv_heads == 0 ||
       shape.n_heads % shape.n_kv_heads != 0) {
     throw std::invalid_argument("KV cache: head dim " + std::to_string(shape.head_dim) + ", " +
@@ -20,7 +21,19 @@ KvCache::KvCache(const AttentionShape &shape, DType dtype) : shape_(shape), dtyp
   }
   if (const std::string e = lsh::dtype_unsupported(dtype, shape.head_dim); !e.empty())
     throw std::invalid_argument(std::string("KV cache: ") + e);
-  const size_t bytes = shape.n_layers * shape.n_kv_heads * shape.capacity * RowBytes();
+}
+
+size_t KvCache::BytesFor(const AttentionShape &shape, DType dtype) {
+  using detail::CheckedMul;
+  Check(shape, dtype);
+  const char *what = "KV cache";
+  const size_t rows =
+      CheckedMul(CheckedMul(shape.n_layers, shape.n_kv_heads, what), shape.capacity, what);
+  return CheckedMul(2, CheckedMul(rows, lsh::row_bytes(dtype, shape.head_dim), what), what);
+}
+
+KvCache::KvCache(const AttentionShape &shape, DType dtype) : shape_(shape), dtype_(dtype) {
+  const size_t bytes = BytesFor(shape, dtype) / 2; // K, then V: checked first, never wrapped
   k_.resize(bytes);
   v_.resize(bytes);
 }

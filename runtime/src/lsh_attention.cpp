@@ -7,6 +7,8 @@
 #include <string>
 #include <thread>
 
+#include "checked_size.h"
+
 namespace pig::runtime {
 namespace {
 // Validates before any member is built from the spec (W and the log u table need a valid K, L).
@@ -19,13 +21,44 @@ const AttentionSpec &Checked(const AttentionSpec &spec, const AttentionShape &sh
   }
   return spec;
 }
+
+// The kernels of one (K, L) (throws std::invalid_argument when none can serve the head dim).
+lsh::LshKernelSet Resolve(const AttentionSpec &spec, const AttentionShape &shape, int K, int L) {
+  return lsh::KernelRegistry::global().resolve(
+      lsh::KernelKey{K, L, int(shape.head_dim), spec.kv_dtype, lsh::Target::cpu, spec.schedule});
+}
+
+// Every sparse layer's tables over the whole capacity (IndexLayout).
+size_t TableBytes(const AttentionSpec &spec, const AttentionShape &shape) {
+  size_t bytes = 0;
+  for (const LayerLsh &c : spec.LayerChoices(shape.n_layers))
+    if (!c.dense)
+      bytes = detail::CheckedAdd(
+          bytes,
+          detail::CheckedMul(shape.n_kv_heads,
+                             lsh::IndexLayout::of(shape.capacity, c.K, c.L).bytes(), "LSH index"),
+          "LSH index");
+  return bytes;
+}
 } // namespace
+
+size_t LshAttention::ReservedBytesOf(const AttentionSpec &spec, const AttentionShape &shape) {
+  // The constructor's checks, in its order, without allocating.
+  Checked(spec, shape);
+  KvCache::Check(shape, spec.kv_dtype);
+  Resolve(spec, shape, spec.K, spec.L);
+  for (const LayerLsh &c : spec.LayerChoices(shape.n_layers))
+    if (!c.dense)
+      Resolve(spec, shape, c.K, c.L);
+  // What ReservedBytes() returns before the first Forward (no index, no scratch yet).
+  return detail::CheckedAdd(KvCache::BytesFor(shape, spec.kv_dtype), TableBytes(spec, shape),
+                            "magicpig");
+}
 
 LshAttention::LshAttention(const AttentionSpec &spec, const AttentionShape &shape)
     : spec_(Checked(spec, shape)), cache_(shape, spec.kv_dtype),
-      set_(lsh::KernelRegistry::global().resolve(lsh::KernelKey{
-          spec.K, spec.L, int(shape.head_dim), spec.kv_dtype, lsh::Target::cpu, spec.schedule})),
-      layer_cfg_(shape.n_layers, nullptr), index_(shape.n_layers * shape.n_kv_heads),
+      set_(Resolve(spec, shape, spec.K, spec.L)), layer_cfg_(shape.n_layers, nullptr),
+      index_(shape.n_layers * shape.n_kv_heads), cached_(shape.n_layers, 0),
       per_kvh_(shape.n_kv_heads) {
   const std::vector<LayerLsh> choices = spec.LayerChoices(shape.n_layers);
   // One W for every configuration: the widest (K, L)'s, the others as its column prefixes.
@@ -51,10 +84,7 @@ LshAttention::LshAttention(const AttentionSpec &spec, const AttentionShape &shap
     }
     if (!found) {
       const lsh::LshKernelSet set =
-          c.K == spec.K && c.L == spec.L
-              ? set_
-              : lsh::KernelRegistry::global().resolve(lsh::KernelKey{
-                    c.K, c.L, int(shape.head_dim), spec.kv_dtype, lsh::Target::cpu, spec.schedule});
+          c.K == spec.K && c.L == spec.L ? set_ : Resolve(spec, shape, c.K, c.L);
       if (!w)
         w = c.K == wide->K() && c.L == wide->L()
                 ? wide
@@ -70,6 +100,7 @@ LshAttention::LshAttention(const AttentionSpec &spec, const AttentionShape &shap
 void LshAttention::Reset() {
   for (auto &ix : index_)
     ix.reset();
+  std::fill(cached_.begin(), cached_.end(), 0);
   total_ = {};
   decode_steps_ = 0;
 }
@@ -77,6 +108,56 @@ void LshAttention::Reset() {
 void LshAttention::LoadPrefix(const KvCache &src, size_t n) {
   Reset();
   cache_.CopyPrefix(src, n);
+  std::fill(cached_.begin(), cached_.end(), n);
+}
+
+size_t LshAttention::Indexable(size_t n_tokens) const {
+  return n_tokens > spec_.sink + spec_.local ? n_tokens - spec_.sink - spec_.local : 0;
+}
+
+// The index of a sequence of n tokens, with the hash transform fitted to its keys (both kept as
+// the index grows, like the centring mean). The slots built have Indexable(n + 1) >=
+// kMinIndexed, so n has indexed tokens (the mean and the fit see at least kMinIndexed - 1 keys).
+void LshAttention::BuildSlot(size_t layer, size_t kvh, size_t n) {
+  const AttentionShape &sh = cache_.shape();
+  const Config &cfg = *layer_cfg_[layer];
+  auto &slot = index_[layer * sh.n_kv_heads + kvh];
+  slot = lsh::LshIndex::build(cfg.set, cache_.Keys(layer, kvh), cache_.dtype(), n, *cfg.W,
+                              lsh::StaticTokens{spec_.sink, spec_.local}, spec_.transform);
+  slot->drop_codes();
+  slot->reserve(sh.capacity);
+}
+
+void LshAttention::PendingUnits(std::vector<size_t> &units) const {
+  const AttentionShape &sh = cache_.shape();
+  units.clear();
+  for (size_t l = 0; l < sh.n_layers; ++l) {
+    // What the next decode step of layer l (at position cached_[l]) builds: PrepareGroup's
+    // condition with n_tokens = cached_[l] + 1. A full cache has no next step.
+    if (!layer_cfg_[l] || cached_[l] >= sh.capacity || Indexable(cached_[l] + 1) < kMinIndexed)
+      continue;
+    for (size_t kvh = 0; kvh < sh.n_kv_heads; ++kvh)
+      if (!index_[l * sh.n_kv_heads + kvh])
+        units.push_back(l * sh.n_kv_heads + kvh);
+  }
+}
+
+size_t LshAttention::DecodeUnitsPending() const {
+  std::vector<size_t> units;
+  PendingUnits(units);
+  return units.size();
+}
+
+size_t LshAttention::PrepareDecode(ThreadPool &pool, size_t max_units) {
+  std::vector<size_t> units;
+  PendingUnits(units);
+  const size_t todo = std::min(max_units, units.size()), H = cache_.shape().n_kv_heads;
+  if (todo > 0)
+    pool.ParallelFor(todo, [&](size_t i, size_t) {
+      const size_t layer = units[i] / H;
+      BuildSlot(layer, units[i] % H, cached_[layer]);
+    });
+  return units.size() - todo;
 }
 
 const lsh::LshIndex *LshAttention::index(size_t layer, size_t kvh) const {
@@ -96,12 +177,8 @@ size_t LshAttention::MemoryBytes() const {
 }
 
 size_t LshAttention::ReservedBytes() const {
-  const AttentionShape &sh = cache_.shape();
-  size_t bytes = cache_.MemoryBytes();
-  for (const LayerLsh &c : spec_.LayerChoices(sh.n_layers))
-    if (!c.dense)
-      bytes += sh.n_kv_heads * lsh::IndexLayout::of(sh.capacity, c.K, c.L).bytes();
-  return std::max(bytes, MemoryBytes());
+  const size_t tables = TableBytes(spec_, cache_.shape());
+  return std::max(detail::CheckedAdd(cache_.MemoryBytes(), tables, "magicpig"), MemoryBytes());
 }
 
 AttentionStats LshAttention::stats() const {
@@ -132,10 +209,8 @@ void LshAttention::PrepareGroup(size_t layer, size_t kvh, size_t n_tokens, const
   const void *keys = cache_.Keys(layer, kvh);
   g.sampled = false;
   auto &slot = index_[layer * sh.n_kv_heads + kvh];
-  const size_t indexable =
-      n_tokens > spec_.sink + spec_.local ? n_tokens - spec_.sink - spec_.local : 0;
   const Config *cfg = layer_cfg_[layer];
-  if (!cfg || (!slot && indexable < kMinIndexed)) {
+  if (!cfg || (!slot && Indexable(n_tokens) < kMinIndexed)) {
     pt.lse.resize(G);
     lsh::DenseAttentionArgs a;
     a.q = q;
@@ -152,16 +227,12 @@ void LshAttention::PrepareGroup(size_t layer, size_t kvh, size_t n_tokens, const
     set_.dense_attention(a);
     return;
   }
-  if (!slot) {
-    // The first decode step of this (layer, kv-head): the index is built, and with a hash
-    // transform fitted to its keys (kept as the index grows, like the centring mean).
-    slot = lsh::LshIndex::build(cfg->set, keys, cache_.dtype(), n_tokens, *cfg->W,
-                                lsh::StaticTokens{spec_.sink, spec_.local}, spec_.transform);
-    slot->drop_codes();
-    slot->reserve(sh.capacity);
-  } else {
-    slot->extend(cfg->set, keys, cache_.dtype(), n_tokens, *cfg->W);
-  }
+  // The first decode step of this (layer, kv-head) builds the index over the positions cached
+  // before it, unless PrepareDecode did so ahead; then every step, the first included, extends it
+  // by its token. Built either way from the same positions, the index is the same.
+  if (!slot)
+    BuildSlot(layer, kvh, n_tokens - 1);
+  slot->extend(cfg->set, keys, cache_.dtype(), n_tokens, *cfg->W);
   lsh::StepStats st;
   g.n_union =
       lsh::retrieve_step(cfg->set, *slot, *cfg->W, cfg->t, pt.scratch, g.buf, q, int(G), &st);
@@ -192,6 +263,7 @@ void LshAttention::AttendGroup(size_t layer, size_t kvh, const float *q, float *
 void LshAttention::Forward(size_t layer, size_t pos, size_t n, const float *q, const float *k,
                            const float *v, float *out, ThreadPool &pool) {
   cache_.Append(layer, pos, n, k, v);
+  cached_.at(layer) = pos + n;
   if (n != 1) {
     CausalDense(cache_, set_, layer, pos, n, q, out, pool);
     return;

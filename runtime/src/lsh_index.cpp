@@ -7,19 +7,25 @@
 #include <stdexcept>
 #include <string>
 
+#include "checked_size.h"
 #include "pig/reference/lsh.h"
 #include "pig/reference/random.h"
 
 namespace pig::runtime::lsh {
 
 IndexLayout IndexLayout::of(std::size_t count, int K, int L) {
+  using runtime::detail::CheckedAdd;
+  using runtime::detail::CheckedMul;
+  const char *what = "LSH index";
   IndexLayout lay;
   lay.count = count;
   lay.K = K;
   lay.L = L;
-  lay.segments = (count + kSegmentTokens - 1) / kSegmentTokens;
-  lay.offset_entries = lay.segments * std::size_t(L) * ((std::size_t(1) << K) + 1);
-  lay.id_entries = count * std::size_t(L);
+  lay.segments = count / kSegmentTokens + (count % kSegmentTokens != 0);
+  lay.offset_entries =
+      CheckedMul(CheckedMul(lay.segments, std::size_t(L), what), (std::size_t(1) << K) + 1, what);
+  lay.id_entries = CheckedMul(count, std::size_t(L), what);
+  CheckedMul(2, CheckedAdd(lay.offset_entries, lay.id_entries, what), what); // bytes() fits
   return lay;
 }
 

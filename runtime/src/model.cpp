@@ -134,6 +134,13 @@ std::string LlamaModel::WeightTypesSummary() const {
   return s;
 }
 
+size_t PrefillChunk(size_t remaining, size_t max_rows) {
+  if (remaining <= max_rows)
+    return remaining;
+  // remaining - max_rows == 1 would leave one token: take one fewer, leaving two.
+  return remaining - max_rows == 1 && max_rows >= 3 ? max_rows - 1 : max_rows;
+}
+
 LlamaForward::LlamaForward(const LlamaModel &model, ThreadPool &pool, size_t max_rows)
     : model_(model), pool_(pool), kern_(BestKernels()), max_rows_(max_rows) {
   if (max_rows == 0)
@@ -317,16 +324,17 @@ void LlamaForward::RunSequence(Attention &attention, size_t pos, const int32_t *
                                float *logits, bool all_logits,
                                const std::function<void(size_t, size_t)> &progress) {
   const size_t vocab = model_.config().vocab;
-  for (size_t done = 0; done < n; done += max_rows_) {
-    const Span span{&attention, pos + done, std::min(max_rows_, n - done)};
+  for (size_t done = 0; done < n;) {
+    const Span span{&attention, pos + done, PrefillChunk(n - done, max_rows_)};
     const bool last = done + span.n == n;
     if (all_logits) {
       Run(tokens + done, &span, 1, Logits::kAll, logits ? logits + done * vocab : nullptr);
     } else {
       Run(tokens + done, &span, 1, last ? Logits::kLastOfSpan : Logits::kNone, logits);
     }
+    done += span.n;
     if (progress)
-      progress(done + span.n, n);
+      progress(done, n);
   }
 }
 

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <climits>
 #include <stdexcept>
+#include <string>
 
 #include "pig/runtime/gguf.h"
 
@@ -548,31 +549,141 @@ bool Tokenizer::IsControl(int32_t id) const {
   return id >= 0 && size_t(id) < data_.token_types.size() && data_.token_types[id] == 3;
 }
 
-std::string Tokenizer::ApplyChatTemplate(std::string_view msg) const {
-  std::string s;
+std::vector<Tokenizer::ChatPiece> Tokenizer::RenderChat(const std::vector<ChatMessage> &messages,
+                                                        bool add_generation_prompt) const {
+  if (chat_format_ == ChatFormat::kNone)
+    throw std::runtime_error("this model has no chat template that pig recognises "
+                             "(ChatML, Llama 3 or Llama 2)");
+  if (messages.empty())
+    throw std::invalid_argument("chat: no messages");
+  for (size_t i = 0; i < messages.size(); ++i) {
+    const std::string &r = messages[i].role;
+    if (r != "system" && r != "user" && r != "assistant")
+      throw std::invalid_argument("chat: message " + std::to_string(i) + " has role '" + r +
+                                  "' (system, user or assistant)");
+  }
+  std::vector<ChatPiece> p;
+  auto text = [&](std::string_view t) { p.push_back({ChatPiece::kText, t}); };
+  auto content = [&](const std::string &c) { p.push_back({ChatPiece::kContent, c}); };
+  auto special = [&](std::string_view t) { p.push_back({ChatPiece::kSpecial, t}); };
   switch (chat_format_) {
   case ChatFormat::kChatML:
-    if (!default_system_.empty())
-      s += "<|im_start|>system\n" + default_system_ + "<|im_end|>\n";
-    s += "<|im_start|>user\n";
-    s += msg;
-    s += "<|im_end|>\n<|im_start|>assistant\n";
-    return s;
+    if (messages[0].role != "system" && !default_system_.empty()) {
+      special("<|im_start|>");
+      text("system\n");
+      text(default_system_);
+      special("<|im_end|>");
+      text("\n");
+    }
+    for (const ChatMessage &m : messages) {
+      special("<|im_start|>");
+      text(m.role);
+      text("\n");
+      content(m.content);
+      special("<|im_end|>");
+      text("\n");
+    }
+    if (add_generation_prompt) {
+      special("<|im_start|>");
+      text("assistant\n");
+    }
+    return p;
   case ChatFormat::kLlama3:
-    s += "<|start_header_id|>user<|end_header_id|>\n\n";
-    s += msg;
-    s += "<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n";
-    return s;
-  case ChatFormat::kLlama2:
-    s += "[INST] ";
-    s += msg;
-    s += " [/INST]";
-    return s;
+    for (const ChatMessage &m : messages) {
+      special("<|start_header_id|>");
+      text(m.role);
+      special("<|end_header_id|>");
+      text("\n\n");
+      content(m.content);
+      special("<|eot_id|>");
+    }
+    if (add_generation_prompt) {
+      special("<|start_header_id|>");
+      text("assistant");
+      special("<|end_header_id|>");
+      text("\n\n");
+    }
+    return p;
+  case ChatFormat::kLlama2: {
+    // [INST] (system folded into the first turn) user [/INST] assistant </s><s>[INST] ...; the
+    // first turn's BOS is the one Encode adds.
+    size_t i = 0;
+    const std::string *system = nullptr;
+    if (messages[0].role == "system")
+      system = &messages[i++].content;
+    if (i == messages.size())
+      throw std::invalid_argument("chat (Llama 2 template): a system message needs a user message "
+                                  "after it");
+    for (bool first = true; i < messages.size(); first = false) {
+      if (messages[i].role != "user")
+        throw std::invalid_argument(
+            "chat (Llama 2 template): message " + std::to_string(i) + " is a " + messages[i].role +
+            " message where a user message must be (an optional system message first, then user "
+            "and assistant alternating)");
+      if (!first)
+        special("<s>");
+      text("[INST] ");
+      if (first && system) {
+        text("<<SYS>>\n");
+        content(*system);
+        text("\n<</SYS>>\n\n");
+      }
+      content(messages[i++].content);
+      text(" [/INST]");
+      if (i == messages.size())
+        break;
+      if (messages[i].role != "assistant")
+        throw std::invalid_argument("chat (Llama 2 template): message " + std::to_string(i) +
+                                    " is a " + messages[i].role +
+                                    " message where an assistant message must be (user and "
+                                    "assistant alternate)");
+      text(" ");
+      content(messages[i++].content);
+      text(" ");
+      special("</s>");
+    }
+    return p;
+  }
   case ChatFormat::kNone:
     break;
   }
-  throw std::runtime_error("this model has no chat template that pig recognises "
-                           "(ChatML, Llama 3 or Llama 2)");
+  return p;
+}
+
+std::string Tokenizer::ApplyChatTemplate(std::string_view msg) const {
+  const std::vector<ChatMessage> messages{{"user", std::string(msg)}}; // outlives the pieces
+  std::string s;
+  for (const ChatPiece &piece : RenderChat(messages, true))
+    s += piece.text;
+  return s;
+}
+
+std::vector<int32_t> Tokenizer::EncodeChat(const std::vector<ChatMessage> &messages,
+                                           bool add_generation_prompt) const {
+  const std::vector<ChatPiece> pieces = RenderChat(messages, add_generation_prompt);
+  std::vector<int32_t> out;
+  if (data_.add_bos && data_.bos_id >= 0)
+    out.push_back(data_.bos_id);
+  // Text and contents between two markup tokens are one segment, encoded without looking for
+  // special tokens (Encode would split the segment at one).
+  std::string segment;
+  for (const ChatPiece &piece : pieces) {
+    if (piece.kind != ChatPiece::kSpecial) {
+      segment += piece.text;
+      continue;
+    }
+    if (!segment.empty())
+      EncodeSegment(segment, out);
+    segment.clear();
+    const auto it = vocab_.find(std::string(piece.text));
+    if (it == vocab_.end())
+      throw std::runtime_error("the chat template's token " + std::string(piece.text) +
+                               " is not in the vocabulary");
+    out.push_back(it->second);
+  }
+  if (!segment.empty())
+    EncodeSegment(segment, out);
+  return out;
 }
 
 } // namespace pig::runtime

@@ -132,10 +132,12 @@ TEST_P(LshAttentionTest, MatchesReferenceThroughIncrementalIndexing) {
       const size_t indexable = n > spec.sink + spec.local ? n - spec.sink - spec.local : 0;
       const bool lsh_step = sparse && (built || indexable >= LshAttention::kMinIndexed);
       if (lsh_step && !built) {
+        // Built over the positions cached before this step (the prompt and earlier steps' tokens:
+        // n - 1), then extended by this step's token like every later step.
         built = true;
         for (size_t h = 0; h < kvh; ++h) {
-          mean[h] = ref::mean_of_rows(ref::Matrix{K[kvh + h].data.data(), n, d}, spec.sink,
-                                      n - spec.local);
+          mean[h] = ref::mean_of_rows(ref::Matrix{K[kvh + h].data.data(), n - 1, d}, spec.sink,
+                                      n - 1 - spec.local);
           EXPECT_EQ(attn.index(1, h)->mean(), mean[h]) << c.name;
         }
         coded = spec.sink;
@@ -411,6 +413,302 @@ TEST(LshAttention, ReservedBytesBoundTheIndexAtFullCapacity) {
                     out.data(), pool);
   EXPECT_GT(attn->stats().index_bytes, 0u);
   EXPECT_LE(attn->MemoryBytes(), reserved);
+}
+
+// One sequence's projected rows for every layer: prefill, then decode steps (PrepareDecode tests).
+struct Rows {
+  size_t layers, heads, kvh, d;
+  std::vector<std::vector<float>> q, k, v; // [layer]: positions x (heads | kvh) x d
+  Rows(size_t layers_, size_t heads_, size_t kvh_, size_t d_, size_t n)
+      : layers(layers_), heads(heads_), kvh(kvh_), d(d_), q(layers_), k(layers_), v(layers_) {
+    Stream s(d);
+    Case c{"rows", 0, 0, 1.0, false, lsh::DType::f32};
+    for (size_t l = 0; l < layers; ++l) {
+      k[l].resize(n * kvh * d);
+      v[l].resize(n * kvh * d);
+      q[l].resize(n * heads * d);
+      s.Keys(k[l].data(), k[l].size(), c);
+      s.Fill(v[l].data(), v[l].size());
+      s.Fill(q[l].data(), q[l].size(), 0.3f);
+    }
+  }
+  void Prefill(Attention &a, size_t n, ThreadPool &pool) const {
+    std::vector<float> out(n * heads * d);
+    for (size_t l = 0; l < layers; ++l)
+      a.Forward(l, 0, n, q[l].data(), k[l].data(), v[l].data(), out.data(), pool);
+  }
+  // The outputs of decode steps at positions [from, to), every layer.
+  std::vector<std::vector<float>> Decode(Attention &a, size_t from, size_t to,
+                                         ThreadPool &pool) const {
+    std::vector<std::vector<float>> outs;
+    for (size_t pos = from; pos < to; ++pos)
+      for (size_t l = 0; l < layers; ++l) {
+        outs.emplace_back(heads * d);
+        a.Forward(l, pos, 1, &q[l][pos * heads * d], &k[l][pos * kvh * d], &v[l][pos * kvh * d],
+                  outs.back().data(), pool);
+      }
+    return outs;
+  }
+};
+
+struct PrepareCase {
+  const char *name;
+  const char *transform; // ref::TransformSpec::parse
+  lsh::DType dtype;
+};
+
+class PrepareDecodeTest : public ::testing::TestWithParam<PrepareCase> {};
+
+// The index built ahead of the first decode step (PrepareDecode, in slices of any size) is the
+// one that step would build: every decode output equals the lazy path's bit for bit.
+TEST_P(PrepareDecodeTest, DecodesBitIdenticalToTheLazyBuild) {
+  const PrepareCase c = GetParam();
+  const size_t layers = 3, kvh = 3, heads = 9, d = 64, prompt = 200, steps = 40;
+  const AttentionShape shape{layers, heads, kvh, d, prompt + steps};
+  AttentionSpec spec;
+  spec.method = pig::spec::Method::magicpig;
+  spec.K = 8;
+  spec.L = 75;
+  spec.kv_dtype = c.dtype;
+  spec.dense_layers = {1};
+  spec.dense_layers_set = true;
+  spec.transform = ref::TransformSpec::parse(c.transform);
+  const Rows rows(layers, heads, kvh, d, prompt + steps);
+  ThreadPool pool(2);
+  const size_t units = 2 * kvh; // sparse layers 0 and 2
+
+  LshAttention lazy(spec, shape);
+  rows.Prefill(lazy, prompt, pool);
+  EXPECT_EQ(lazy.DecodeUnitsPending(), units);
+  const auto want = rows.Decode(lazy, prompt, prompt + steps, pool);
+  EXPECT_EQ(lazy.DecodeUnitsPending(), 0u); // the first step built them all
+  EXPECT_GT(lazy.stats().cost2(), 0.0);     // the steps sampled
+  EXPECT_EQ(lazy.stats().hash_bytes > 0, !spec.transform.identity());
+
+  for (size_t slice : {size_t(1), size_t(2), units}) {
+    LshAttention ahead(spec, shape);
+    rows.Prefill(ahead, prompt, pool);
+    EXPECT_EQ(ahead.PrepareDecode(pool, 0), units) << "0 units: a report, nothing built";
+    EXPECT_EQ(ahead.index(0, 0), nullptr);
+    size_t left = units, calls = 0;
+    while (left > 0) {
+      const size_t next = ahead.PrepareDecode(pool, slice);
+      ASSERT_EQ(next, left - std::min(slice, left)) << c.name << " slice " << slice;
+      EXPECT_EQ(ahead.DecodeUnitsPending(), next);
+      left = next;
+      ++calls;
+    }
+    EXPECT_EQ(calls, (units + slice - 1) / slice);
+    for (size_t l : {0, 2})
+      for (size_t h = 0; h < kvh; ++h) {
+        ASSERT_NE(ahead.index(l, h), nullptr) << l << "," << h;
+        EXPECT_EQ(ahead.index(l, h)->n(), prompt); // over the cached positions
+      }
+    EXPECT_EQ(ahead.index(1, 0), nullptr); // the dense layer: not a unit
+    // Done: a second call finds nothing and changes nothing.
+    const lsh::LshIndex *built = ahead.index(2, 1);
+    EXPECT_EQ(ahead.PrepareDecode(pool, 100), 0u);
+    EXPECT_EQ(ahead.index(2, 1), built);
+    EXPECT_EQ(ahead.index(2, 1)->n(), prompt);
+    const auto got = rows.Decode(ahead, prompt, prompt + steps, pool);
+    ASSERT_EQ(got.size(), want.size());
+    for (size_t i = 0; i < got.size(); ++i)
+      ASSERT_EQ(got[i], want[i]) << c.name << " slice " << slice << " step " << i / layers
+                                 << " layer " << i % layers;
+    EXPECT_EQ(ahead.stats().sampled, lazy.stats().sampled);
+    EXPECT_EQ(ahead.stats().index_bytes, lazy.stats().index_bytes);
+    EXPECT_EQ(ahead.stats().hash_bytes, lazy.stats().hash_bytes);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Cases, PrepareDecodeTest,
+    ::testing::Values(PrepareCase{"plain_bf16", "plain", lsh::DType::bf16},
+                      PrepareCase{"plain_q8", "plain", lsh::DType::q8},
+                      PrepareCase{"whiten_bf16", "whiten:a=0.15", lsh::DType::bf16},
+                      PrepareCase{"whiten_q8", "whiten:a=0.15", lsh::DType::q8}),
+    [](const auto &info) { return std::string(info.param.name); });
+
+// A unit is an index the next decode step would build: none while that step would still attend
+// densely (fewer than kMinIndexed indexed tokens), none for dense layers or dense attention;
+// LoadPrefix and Reset set what is cached; a forwarding Attention forwards.
+TEST(PrepareDecode, UnitsAreTheIndexesTheNextStepBuilds) {
+  const size_t layers = 4, kvh = 2, heads = 6, d = 64;
+  AttentionSpec spec;
+  spec.method = pig::spec::Method::magicpig;
+  spec.K = 8;
+  spec.L = 75;
+  spec.dense_layers = {0, 3};
+  spec.dense_layers_set = true;
+  // The next step (n_tokens = prompt + 1) indexes prompt + 1 - sink - local tokens.
+  const size_t first = spec.sink + spec.local + LshAttention::kMinIndexed - 1;
+  const AttentionShape shape{layers, heads, kvh, d, first + 8};
+  const Rows rows(layers, heads, kvh, d, first + 8);
+  ThreadPool pool(2);
+  {
+    LshAttention a(spec, shape);
+    EXPECT_EQ(a.DecodeUnitsPending(), 0u); // nothing cached
+    rows.Prefill(a, first - 1, pool);
+    EXPECT_EQ(a.PrepareDecode(pool, 10), 0u); // too short: the next step is dense
+    EXPECT_EQ(a.index(1, 0), nullptr);
+    rows.Decode(a, first - 1, first, pool);
+    EXPECT_EQ(a.index(1, 0), nullptr); // and it was
+    EXPECT_EQ(a.DecodeUnitsPending(), 2 * kvh);
+    EXPECT_EQ(a.PrepareDecode(pool, 3), 1u);
+    EXPECT_EQ(a.index(1, 0)->n(), first); // built over what is cached, 15 indexed tokens
+    EXPECT_EQ(a.index(1, 0)->count(), LshAttention::kMinIndexed - 1);
+    a.Reset();
+    EXPECT_EQ(a.DecodeUnitsPending(), 0u);
+    EXPECT_EQ(a.index(1, 0), nullptr);
+  }
+  {
+    // The lazy build at the threshold: built over the n - 1 cached positions, then extended.
+    LshAttention a(spec, shape);
+    rows.Prefill(a, first, pool);
+    rows.Decode(a, first, first + 1, pool);
+    ASSERT_NE(a.index(2, 1), nullptr);
+    EXPECT_EQ(a.index(2, 1)->n(), first + 1);
+    EXPECT_EQ(a.index(2, 1)->count(), LshAttention::kMinIndexed);
+  }
+  {
+    DenseAttention dense(shape, lsh::DType::bf16);
+    rows.Prefill(dense, first + 4, pool);
+    EXPECT_EQ(dense.PrepareDecode(pool, 10), 0u);
+    EXPECT_EQ(dense.DecodeUnitsPending(), 0u);
+    AttentionSpec topk = spec;
+    topk.method = pig::spec::Method::topk;
+    auto budget = MakeAttention(topk, shape);
+    budget->LoadPrefix(dense.cache(), first + 4);
+    EXPECT_EQ(budget->PrepareDecode(pool, 10), 0u);
+
+    // LoadPrefix: what it loads is cached; through a ForwardingAttention.
+    ForwardingAttention fwd(std::make_unique<LshAttention>(spec, shape));
+    fwd.LoadPrefix(dense.cache(), first + 4);
+    EXPECT_EQ(fwd.DecodeUnitsPending(), 2 * kvh);
+    EXPECT_EQ(fwd.PrepareDecode(pool, 10), 0u);
+    EXPECT_EQ(fwd.DecodeUnitsPending(), 0u);
+    // A full cache has no next step, so nothing to build for it.
+    auto full = std::make_unique<LshAttention>(spec, shape);
+    full->LoadPrefix(dense.cache(), shape.capacity);
+    EXPECT_EQ(full->DecodeUnitsPending(), 0u);
+  }
+  {
+    // Per-layer choices: each sparse layer's kv-heads are units, whatever its (K, L).
+    AttentionSpec per;
+    per.method = pig::spec::Method::magicpig;
+    per.layers = {{true}, {false, 8, 75, 2}, {false, 6, 40, 1}, {false, 8, 75, 2}};
+    LshAttention a(per, shape);
+    rows.Prefill(a, first + 2, pool);
+    EXPECT_EQ(a.DecodeUnitsPending(), 3 * kvh);
+  }
+}
+
+// ReservedBytesOf is what the constructed Attention reserves, for every method, KV element type
+// and capacity (short ones included: the tables are reserved for the capacity whatever is
+// indexed), and it refuses what MakeAttention refuses, with the same message.
+TEST(ReservedBytesOf, EqualsTheConstructedAttentionsReservedBytes) {
+  const size_t layers = 4, heads = 6, kvh = 2, d = 64;
+  std::vector<std::pair<std::string, AttentionSpec>> specs;
+  for (const char *m : {"dense", "magicpig", "topk", "oracle", "quest"}) {
+    AttentionSpec s;
+    s.method = *pig::spec::parse_method(m);
+    specs.emplace_back(m, s);
+  }
+  AttentionSpec per;
+  per.method = pig::spec::Method::magicpig;
+  per.layers = {{true}, {false, 8, 75, 2}, {false, 10, 150, 1}, {false, 12, 40, 2}};
+  specs.emplace_back("magicpig per-layer", per);
+  AttentionSpec fitted;
+  fitted.method = pig::spec::Method::magicpig;
+  fitted.transform = ref::TransformSpec::parse("whiten:a=0.15");
+  fitted.dense_layers_set = true; // every layer sparse
+  specs.emplace_back("magicpig whiten, no dense layer", fitted);
+  for (auto [name, spec] : specs)
+    for (lsh::DType dt : {lsh::DType::f32, lsh::DType::bf16, lsh::DType::q8})
+      for (size_t cap : {size_t(10), size_t(50), size_t(5000)}) {
+        spec.kv_dtype = dt;
+        const AttentionShape shape{layers, heads, kvh, d, cap};
+        const size_t want = MakeAttention(spec, shape)->ReservedBytes();
+        EXPECT_EQ(ReservedBytesOf(spec, shape), want)
+            << name << " " << lsh::to_string(dt) << " capacity " << cap;
+        EXPECT_GE(want, KvCache::BytesFor(shape, dt));
+      }
+}
+
+TEST(ReservedBytesOf, RefusesWhatMakeAttentionRefuses) {
+  const AttentionShape ok{4, 6, 2, 64, 128};
+  auto message = [](auto &&f) -> std::string {
+    try {
+      f();
+    } catch (const std::invalid_argument &e) {
+      return e.what();
+    }
+    return "no std::invalid_argument";
+  };
+  std::vector<std::pair<AttentionSpec, AttentionShape>> cases;
+  AttentionSpec s;
+  s.method = pig::spec::Method::magicpig;
+  s.K = 0;
+  cases.emplace_back(s, ok);
+  s = {};
+  s.method = pig::spec::Method::quest;
+  s.budget = 2;
+  cases.emplace_back(s, ok);
+  s = {};
+  s.method = pig::spec::Method::topk;
+  s.dense_layers = {9};
+  s.dense_layers_set = true;
+  cases.emplace_back(s, ok);
+  s = {};
+  s.method = pig::spec::Method::magicpig;
+  s.transform = ref::TransformSpec::parse("pca:r=8");
+  cases.emplace_back(s, ok);
+  s = {};
+  s.method = pig::spec::Method::magicpig;
+  cases.emplace_back(s, AttentionShape{2, 18, 1, 64, 64}); // a GQA group over the kernels' limit
+  for (const char *m : {"dense", "magicpig", "oracle"}) {
+    s = {};
+    s.method = *pig::spec::parse_method(m);
+    cases.emplace_back(s, AttentionShape{2, 6, 2, 63, 64}); // odd head dim
+    cases.emplace_back(s, AttentionShape{2, 5, 2, 64, 64}); // heads not in whole groups
+    s.kv_dtype = lsh::DType::q8;
+    cases.emplace_back(s, AttentionShape{2, 6, 2, 80, 64}); // q8 needs a multiple of 32
+  }
+  for (const auto &[spec, shape] : cases) {
+    const std::string want = message([&] { MakeAttention(spec, shape); });
+    EXPECT_NE(want, "no std::invalid_argument") << spec.str(shape.n_layers);
+    EXPECT_EQ(message([&] { ReservedBytesOf(spec, shape); }), want);
+  }
+}
+
+// A huge capacity is counted without wrapping: the exact size when it fits in a size_t, else
+// std::length_error, never a small number; and the KV store refuses to allocate a wrapped size.
+TEST(ReservedBytesOf, HugeCapacitiesNeverWrap) {
+  const size_t layers = 30, heads = 9, kvh = 3, d = 64;
+  for (const char *m : {"dense", "magicpig", "quest"}) {
+    AttentionSpec spec;
+    spec.method = *pig::spec::parse_method(m);
+    const bool lsh = spec.method == pig::spec::Method::magicpig;
+    for (size_t cap : {size_t(10'000'000'000'000), size_t(1'000'000'000'000'000), size_t(1) << 60,
+                       SIZE_MAX / 2, SIZE_MAX}) {
+      // Exact in long double (64-bit mantissa): K and V of bf16 rows (128 bytes), and for
+      // magicpig the 28 sparse layers' tables (u16 ids and bucket offsets per segment).
+      const long double n = (long double)cap;
+      long double want = 2.0L * layers * kvh * 128 * n;
+      if (lsh) {
+        const long double segments = std::ceil(n / lsh::kSegmentTokens);
+        want += 28.0L * kvh * 2 * (segments * 150 * 1025 + n * 150);
+      }
+      const AttentionShape shape{layers, heads, kvh, d, cap};
+      if (want <= (long double)SIZE_MAX)
+        EXPECT_EQ((long double)ReservedBytesOf(spec, shape), want) << m << " " << cap;
+      else
+        EXPECT_THROW(ReservedBytesOf(spec, shape), std::length_error) << m << " " << cap;
+    }
+  }
+  EXPECT_THROW(KvCache(AttentionShape{layers, heads, kvh, d, size_t(1) << 60}, lsh::DType::bf16),
+               std::length_error);
+  EXPECT_THROW(lsh::IndexLayout::of(SIZE_MAX / 2, 10, 150), std::length_error);
 }
 
 // Dense decode over the same cache: the GQA group pass equals the reference per head.

@@ -59,6 +59,77 @@ TEST(Model, PrefillMatchesTokenByTokenDecode) {
   EXPECT_THROW(stepped.Forward(&bad, 1, b.data()), std::out_of_range);
 }
 
+// Prompt chunks never leave one token behind: a chunk of one row runs as a decode row.
+TEST(PrefillChunk, NeverLeavesOneTokenBehind) {
+  EXPECT_EQ(PrefillChunk(0, 128), 0u);
+  EXPECT_EQ(PrefillChunk(1, 128), 1u); // a one-token prompt: unavoidable
+  EXPECT_EQ(PrefillChunk(2, 128), 2u);
+  EXPECT_EQ(PrefillChunk(128, 128), 128u);
+  EXPECT_EQ(PrefillChunk(129, 128), 127u); // leaves 2, not 1
+  EXPECT_EQ(PrefillChunk(130, 128), 128u);
+  EXPECT_EQ(PrefillChunk(1000, 128), 128u);
+  EXPECT_EQ(PrefillChunk(4, 3), 2u);
+  EXPECT_EQ(PrefillChunk(3, 2), 2u); // max_rows < 3: no split avoids a one-row chunk
+  EXPECT_EQ(PrefillChunk(5, 1), 1u);
+  // Every prompt of 2..600 tokens, chunks of 3..70: chunks of 2..max_rows rows that add up.
+  for (size_t max_rows = 3; max_rows <= 70; ++max_rows)
+    for (size_t n = 2; n <= 600; ++n) {
+      size_t done = 0;
+      while (done < n) {
+        const size_t c = PrefillChunk(n - done, max_rows);
+        ASSERT_GE(c, 2u) << n << " tokens, max_rows " << max_rows << ", at " << done;
+        ASSERT_LE(c, max_rows);
+        done += c;
+      }
+      ASSERT_EQ(done, n);
+    }
+}
+
+AttentionShape ShapeOf(const LlamaModel &m, size_t capacity) {
+  const LlamaConfig &c = m.config();
+  return AttentionShape{c.n_layers, c.n_heads, c.n_kv_heads, c.head_dim, capacity};
+}
+
+// A prompt's logits (every position's) through LlamaForward::RunSequence in chunks of at most
+// max_rows, into a fresh Attention of `spec`.
+std::vector<float> PrefillLogits(const LlamaModel &m, ThreadPool &pool, const AttentionSpec &spec,
+                                 const std::vector<int32_t> &prompt, size_t max_rows) {
+  auto attn = MakeAttention(spec, ShapeOf(m, prompt.size()));
+  LlamaForward fwd(m, pool, max_rows);
+  std::vector<float> logits(prompt.size() * m.config().vocab);
+  fwd.RunSequence(*attn, 0, prompt.data(), prompt.size(), logits.data(), true, nullptr);
+  EXPECT_EQ(attn->stats().decode_steps, 0u) << "a prompt token ran as a decode step";
+  return logits;
+}
+
+// Prefill gives every position the same logits, bit for bit, whatever the chunk size (as long as
+// no chunk has one row, which PrefillChunk sees to): a server may cut prompts as its steps
+// allow. A prompt of max_rows + 1 tokens (which used to end in a one-row chunk: the integer
+// weight path, and for magicpig a sparse decode step) equals one unchunked run. Dense and
+// magicpig (past sink + local + 16 tokens, where a one-row chunk would sample).
+TEST(Model, PrefillLogitsDoNotDependOnTheChunkSize) {
+  PIG_REQUIRE_MODEL();
+  auto m = LoadModel();
+  ThreadPool pool(2);
+  const size_t vocab = m->config().vocab;
+  std::vector<int32_t> prompt;
+  for (size_t i = 0; i < 257; ++i)
+    prompt.push_back(int32_t(100 + (i * 7919) % 20000));
+  for (const char *method : {"dense", "magicpig"}) {
+    AttentionSpec spec;
+    spec.method = *pig::spec::parse_method(method);
+    const std::vector<float> whole = PrefillLogits(*m, pool, spec, prompt, 512);
+    for (size_t max_rows : {16, 64, 256}) {
+      const std::vector<float> chunked = PrefillLogits(*m, pool, spec, prompt, max_rows);
+      for (size_t i = 0; i < prompt.size(); ++i) {
+        const float *a = &chunked[i * vocab], *b = &whole[i * vocab];
+        ASSERT_TRUE(std::equal(a, a + vocab, b))
+            << method << ", chunks of " << max_rows << ": position " << i << " differs";
+      }
+    }
+  }
+}
+
 // The distribution Sample draws from, derived from its definition: softmax(logits / T), then
 // the nucleus (the smallest set of most likely tokens whose probability reaches top_p),
 // renormalised. Zero outside the nucleus.

@@ -46,8 +46,8 @@ Prepared Prepare(const Options &o) {
     p.ForMethod(o, m).Validate(p.model->config().n_layers);
   const Tokenizer &tok = p.model->tokenizer();
   const LlamaConfig &cfg = p.model->config();
-  const std::string text = o.chat ? tok.ApplyChatTemplate(o.prompt) : o.prompt;
-  p.prompt = tok.Encode(text);
+  // --chat: the prompt is a message's content, never markup (EncodeChat).
+  p.prompt = o.chat ? tok.EncodeChat({{"user", o.prompt}}) : tok.Encode(o.prompt);
   if (p.prompt.empty())
     throw std::runtime_error("the prompt encodes to no tokens");
   const size_t steps = pig::app::StepsNeeded(o.generate);

@@ -82,6 +82,22 @@ public:
   // Takes positions [0, n) of every layer from `src` (same shape and dtype) as if they had been
   // prefilled here: lets several methods decode from one dense prefill. Forgets anything else.
   virtual void LoadPrefix(const KvCache &src, size_t n) = 0;
+
+  // Work the next decode step (Forward with n == 1 on every layer, at the position after the
+  // cached ones) would do for the first time and that can be done ahead, between steps, in
+  // units (magicpig: one unit builds one (layer, kv-head) index over the positions cached now).
+  // Does at most max_units of them (across the pool) and returns how many remain: 0 when the
+  // next step has nothing left to build. A server spreads a long prompt's index build over
+  // several steps this way instead of stalling every stream's next step. Call it once the prompt
+  // is complete: decoding gives the same output bit for bit with or without it, however the
+  // units are sliced. Default: nothing to do ahead.
+  virtual size_t PrepareDecode(ThreadPool &pool, size_t max_units) {
+    (void)pool;
+    (void)max_units;
+    return 0;
+  }
+  // What PrepareDecode(pool, 0) returns, without a pool: the units still to do.
+  virtual size_t DecodeUnitsPending() const { return 0; }
 };
 
 /// An Attention that forwards every call to another. Tools derive from it to observe Forward
@@ -100,6 +116,10 @@ public:
   AttentionStats stats() const override { return inner_->stats(); }
   const KvCache &cache() const override { return inner_->cache(); }
   void LoadPrefix(const KvCache &src, size_t n) override { inner_->LoadPrefix(src, n); }
+  size_t PrepareDecode(ThreadPool &pool, size_t max_units) override {
+    return inner_->PrepareDecode(pool, max_units);
+  }
+  size_t DecodeUnitsPending() const override { return inner_->DecodeUnitsPending(); }
 
 private:
   std::unique_ptr<Attention> inner_;
@@ -195,5 +215,12 @@ ref::TransformSpec ParseServedTransform(std::string_view text);
 /// Builds the Attention a spec names for a model shape; throws std::invalid_argument as
 /// AttentionSpec::Validate, and when no kernel serves the head dim.
 std::unique_ptr<Attention> MakeAttention(const AttentionSpec &spec, const AttentionShape &shape);
+
+/// MakeAttention(spec, shape)->ReservedBytes() right after construction, without allocating
+/// anything: what admitting a sequence costs a memory budget, decided before its KV store exists
+/// (a request for 10^9 tokens is refused, not allocated). Throws std::invalid_argument as
+/// MakeAttention does, and std::length_error when the size does not fit in a size_t (it never
+/// wraps).
+size_t ReservedBytesOf(const AttentionSpec &spec, const AttentionShape &shape);
 
 } // namespace pig::runtime

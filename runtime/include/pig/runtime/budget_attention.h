@@ -42,6 +42,9 @@ public:
   /// spec that AttentionSpec::Validate rejects, for quest_page == 0, and when no dense kernel
   /// serves the head dim.
   BudgetAttention(const AttentionSpec &spec, const AttentionShape &shape);
+  /// ReservedBytes() of BudgetAttention(spec, shape) right after construction, without
+  /// allocating: the constructor's std::invalid_argument, std::length_error past a size_t.
+  static size_t ReservedBytesOf(const AttentionSpec &spec, const AttentionShape &shape);
   ~BudgetAttention() override;
 
   void Forward(size_t layer, size_t pos, size_t n, const float *q, const float *k, const float *v,

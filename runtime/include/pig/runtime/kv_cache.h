@@ -35,6 +35,12 @@ public:
   /// dim the element type cannot store (q8: a multiple of 32).
   KvCache(const AttentionShape &shape, DType dtype);
 
+  /// What the constructor refuses (std::invalid_argument), without allocating.
+  static void Check(const AttentionShape &shape, DType dtype);
+  /// The bytes the constructor allocates (MemoryBytes() of the new cache: K and V), without
+  /// allocating; std::length_error when that does not fit in a size_t.
+  static size_t BytesFor(const AttentionShape &shape, DType dtype);
+
   /// Stores the keys and values of positions [pos, pos + n) of `layer`: k, v are n x
   /// (n_kv_heads * head_dim) f32, row-major. Throws std::runtime_error past the capacity.
   void Append(size_t layer, size_t pos, size_t n, const float *k, const float *v);

@@ -1,8 +1,10 @@
 // MagicPIG decoding (ALGORITHM.md section 1) as an Attention: the runtime's main job.
 //
-// Per (layer, kv-head), at the first decode step after prefill: the keys of the indexed tokens
+// Per (layer, kv-head), at the first decode step after prefill (or ahead of it, between steps:
+// PrepareDecode): the keys of the indexed tokens of the positions cached before that step
 // (everything but `sink` first and `local` last) are centered on their mean, hashed with W and
-// sorted into the bucket tables (lsh_index.h). Each decode step, for each kv-head:
+// sorted into the bucket tables (lsh_index.h). Each decode step, for each kv-head, the first
+// included:
 //   1. the index grows by the token that just left the local window (incremental indexing: the
 //      window slides and generation length is bounded only by the capacity);
 //   2. the G query heads of the group are hashed, and retrieval returns the union of their
@@ -33,6 +35,10 @@ public:
   /// Throws std::invalid_argument for an invalid spec, a head dim no kernel serves or a GQA
   /// group larger than lsh::kMaxGroup.
   LshAttention(const AttentionSpec &spec, const AttentionShape &shape);
+  /// ReservedBytes() of LshAttention(spec, shape) right after construction, without allocating:
+  /// throws what the constructor throws for an invalid spec or shape (std::invalid_argument), and
+  /// std::length_error when the size does not fit in a size_t.
+  static size_t ReservedBytesOf(const AttentionSpec &spec, const AttentionShape &shape);
 
   void Forward(size_t layer, size_t pos, size_t n, const float *q, const float *k, const float *v,
                float *out, ThreadPool &pool) override;
@@ -44,6 +50,11 @@ public:
   AttentionStats stats() const override;
   const KvCache &cache() const override { return cache_; }
   void LoadPrefix(const KvCache &src, size_t n) override;
+  /// Units: the (layer, kv-head) indexes the next decode step would build (sparse layers whose
+  /// next step has at least kMinIndexed indexed tokens), built here over the cached positions,
+  /// as that step would build them.
+  size_t PrepareDecode(ThreadPool &pool, size_t max_units) override;
+  size_t DecodeUnitsPending() const override;
 
   /// The index of one (layer, kv-head), or null before it is built (tests, tools).
   const lsh::LshIndex *index(size_t layer, size_t kvh) const;
@@ -70,6 +81,12 @@ private:
                     PerThread &pt, Group &g, CostCounters &c);
   void AttendGroup(size_t layer, size_t kvh, const float *q, float *out, Group &g, size_t part,
                    size_t parts);
+  // Tokens a sequence of n_tokens indexes (neither sink nor local).
+  size_t Indexable(size_t n_tokens) const;
+  // Builds the index of (layer, kv-head) over positions [0, n).
+  void BuildSlot(size_t layer, size_t kvh, size_t n);
+  // The slots (layer * n_kv_heads + kvh) the next decode step would build, in that order.
+  void PendingUnits(std::vector<size_t> &units) const;
 
   // What the layers that chose one (K, L, t) share.
   struct Config {
@@ -85,6 +102,7 @@ private:
   std::vector<std::unique_ptr<Config>> configs_;
   std::vector<const Config *> layer_cfg_;           // [layer]: null for a dense layer
   std::vector<std::optional<lsh::LshIndex>> index_; // [layer][kv-head]
+  std::vector<size_t> cached_; // [layer]: positions the cache holds (the last Forward's pos + n)
   std::vector<std::unique_ptr<PerThread>> threads_;
   std::vector<CostCounters> per_kvh_;
   std::vector<Group> groups_;                     // [kv-head]

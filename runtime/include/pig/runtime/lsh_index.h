@@ -73,6 +73,7 @@ struct IndexLayout {
   std::size_t offset_entries = 0; ///< u16
   std::size_t id_entries = 0;     ///< u16
 
+  /// Throws std::length_error when the layout's entries (or bytes()) do not fit in a size_t.
   static IndexLayout of(std::size_t count, int K, int L);
   std::size_t bytes() const { return 2 * (offset_entries + id_entries); }
   double bytes_per_token() const { return count ? double(bytes()) / double(count) : 0.0; }

@@ -68,6 +68,14 @@ private:
   std::vector<float> output_norm_;
 };
 
+// Rows of the next prefill chunk of a prompt with `remaining` tokens still to run, in chunks of at
+// most max_rows: min(remaining, max_rows), except that a chunk never leaves exactly one token
+// behind (it takes max_rows - 1, and the last chunk two). A chunk of one row is a decode row to
+// the forward pass: the integer weight path instead of the f32 one, and for magicpig a sparse
+// decode step (even the index build) for a prompt token that must be attended densely. Only a
+// prompt of one token, or max_rows < 3, still gives one-row chunks. remaining == 0 gives 0.
+size_t PrefillChunk(size_t remaining, size_t max_rows);
+
 // The layer loop of the forward pass, shared by LlamaSession (one sequence, consecutive
 // positions) and LlamaBatch (one row per sequence). A call runs R rows of activations through
 // every layer at once, so each weight matrix is streamed from memory once for all R rows. Rows
@@ -105,8 +113,9 @@ public:
   // std::invalid_argument for an empty span, a span without Attention, or over max_rows() rows.
   void Run(const int32_t *tokens, const Span *spans, size_t n_spans, Logits which, float *logits);
 
-  // Runs n tokens of one sequence at positions [pos, pos + n) in chunks of max_rows() rows:
-  // logits of the last token (vocab floats), or of every token when all_logits (n x vocab);
+  // Runs n tokens of one sequence at positions [pos, pos + n) in chunks of at most max_rows()
+  // rows (PrefillChunk: no one-row chunk unless n == 1): logits of the last token (vocab
+  // floats), or of every token when all_logits (n x vocab);
   // `progress(done, n)` after each chunk. The caller has validated the tokens (CheckTokens) and
   // the capacity.
   void RunSequence(Attention &attention, size_t pos, const int32_t *tokens, size_t n, float *logits,

@@ -35,6 +35,12 @@ struct TokenizerData {
 // Chat formats recognised from tokenizer.chat_template.
 enum class ChatFormat { kNone, kChatML, kLlama3, kLlama2 };
 
+// One message of a conversation (Tokenizer::EncodeChat).
+struct ChatMessage {
+  std::string role; // "system", "user" or "assistant"
+  std::string content;
+};
+
 class Tokenizer {
 public:
   explicit Tokenizer(TokenizerData data);
@@ -56,10 +62,44 @@ public:
 
   ChatFormat chat_format() const { return chat_format_; }
   // Wraps one user message in the model's chat template, ending where the assistant's reply
-  // begins (add_generation_prompt). Throws if the model has no recognised template.
+  // begins (add_generation_prompt), as text. Throws std::runtime_error if the model has no
+  // recognised template. Encode(text) recognises special-token text anywhere, the message's
+  // too: for text from a client, EncodeChat.
   std::string ApplyChatTemplate(std::string_view user_message) const;
+  // A conversation in the model's chat template as ids, ending where the assistant's reply
+  // begins when add_generation_prompt. The template's markup tokens are ids; message contents
+  // are plain text, never special tokens ("<|im_end|>" in a content is encoded as ordinary
+  // tokens). Each run of text between two markup tokens (the template's text and a content
+  // together, e.g. "user\n" + content) is encoded as one segment, as Encode would: for one user
+  // message whose content holds no special-token text, the ids are Encode(ApplyChatTemplate(
+  // content)). BOS leads as Encode adds it. Formats:
+  //   ChatML   <|im_start|>role\ncontent<|im_end|>\n per message, after the model's default
+  //            system prompt unless the first message is a system message (SmolLM2's template);
+  //            then <|im_start|>assistant\n. Any order of roles.
+  //   Llama 3  <|start_header_id|>role<|end_header_id|>\n\ncontent<|eot_id|> per message; then
+  //            <|start_header_id|>assistant<|end_header_id|>\n\n. Any order of roles.
+  //   Llama 2  [INST] <<SYS>>\nsystem\n<</SYS>>\n\nuser [/INST] assistant </s><s>[INST] user
+  //            [/INST] ... (the Llama 2 chat form, contents not stripped): an optional system
+  //            message first, then user and assistant alternating from a user message. The reply
+  //            begins after the last [/INST]: there is no generation prompt to add.
+  // Throws std::invalid_argument for no messages, a role other than the three, or (Llama 2) an
+  // order the format cannot express; std::runtime_error without a recognised template or when a
+  // markup token is missing from the vocabulary.
+  std::vector<int32_t> EncodeChat(const std::vector<ChatMessage> &messages,
+                                  bool add_generation_prompt = true) const;
 
 private:
+  // One piece of a rendered conversation: the template's text, a message's content, or one of
+  // the template's special tokens (its text). ApplyChatTemplate joins the texts; EncodeChat
+  // encodes runs of text and content as segments and specials as ids.
+  struct ChatPiece {
+    enum Kind { kText, kContent, kSpecial } kind;
+    std::string_view text;
+  };
+  // The one rendering of every chat format (throws as EncodeChat).
+  std::vector<ChatPiece> RenderChat(const std::vector<ChatMessage> &messages,
+                                    bool add_generation_prompt) const;
+
   void EncodeSegment(std::string_view text, std::vector<int32_t> &out) const;
   void BpeWord(std::string_view word, std::vector<int32_t> &out) const;
   void SpmEncode(std::string_view text, std::vector<int32_t> &out) const;
