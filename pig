@@ -5,6 +5,8 @@
 #                          ~2.6k tokens of real text, answered with dense and with LSH sampling
 #                          attention side by side, each answer checked; with args, they go to
 #                          build/bin/pig-run as they are (./pig run --help)
+#   ./pig serve [args]     pig-serve, the OpenAI-compatible server, on 127.0.0.1:8080 with the
+#                          default model (./pig serve --help; README's "Serving")
 #   ./pig compare [args]   accuracy vs cost of every algorithm on synthetic attention
 #   ./pig test             the whole test suite: sanitizer build + tests, then the full build + ctest
 #   ./pig build            set up and build only
@@ -31,7 +33,7 @@ APT_PACKAGES=(
   cmake ninja-build g++ python3-venv ccache lld pkg-config
   llvm-19-dev libmlir-19-dev mlir-19-tools libzstd-dev libedit-dev
   libhwy-dev libgtest-dev libgmock-dev libbenchmark-dev gnuplot-nox debian-faq
-  nlohmann-json3-dev libcli11-dev
+  nlohmann-json3-dev libcli11-dev libcpp-httplib-dev
 )
 
 log() { printf '\033[1m[pig]\033[0m %s\n' "$*" >&2; }
@@ -154,6 +156,11 @@ case "$cmd" in
     [ $# -eq 0 ] && set -- --demo
     exec "$BUILD/bin/pig-run" "$@"
     ;;
+  serve)
+    setup
+    build_main
+    exec "$BUILD/bin/pig-serve" "$@"
+    ;;
   compare)
     setup
     build_main
@@ -173,7 +180,7 @@ case "$cmd" in
     ctest --test-dir "$BUILD" --output-on-failure -j "$JOBS" "$@"
     ;;
   help | -h | --help)
-    sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//'
+    sed -n '2,19p' "$0" | sed 's/^# \{0,1\}//'
     ;;
   *) die "unknown command '$cmd' (try ./pig help)" ;;
 esac

@@ -14,6 +14,7 @@ CMakeLists.txt's layer comment):
     tune       reference, spec, runtime
     app        everything above
     eval       app and everything above it
+    serve      app and everything above it (pig-serve's engine, protocol and HTTP front)
     tune workflows  eval and everything above it (see below)
     tools, bench, tests, examples: anything (not checked)
 
@@ -51,6 +52,7 @@ ALLOWED = {
 }
 ALLOWED["app"] = set(ALLOWED)
 ALLOWED["eval"] = ALLOWED["app"] | {"app"}
+ALLOWED["serve"] = ALLOWED["app"] | {"app"}
 GENERATED = "generated kernels"
 GENERATED_HEADERS = re.compile(r"^codegen/include/pig/Codegen/Generated[^/]*\.h$")
 ALLOWED_GENERATED = {"codegen", "runtime", "spec"}

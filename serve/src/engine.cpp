@@ -1,0 +1,528 @@
+#include "pig/serve/engine.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+namespace pig::serve {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double Seconds(Clock::time_point a, Clock::time_point b) {
+  return std::chrono::duration<double>(b - a).count();
+}
+
+std::string MiB(size_t bytes) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.1f MiB", double(bytes) / 1048576.0);
+  return buf;
+}
+
+// log-softmax of the chosen token and the `top` most likely ones (the model's distribution, not
+// the sampler's: temperature and top-p do not change it, as in OpenAI's and vLLM's servers).
+TokenLogprob LogProbs(const float *logits, size_t n, int32_t token, int top) {
+  float mx = -std::numeric_limits<float>::infinity();
+  for (size_t i = 0; i < n; ++i)
+    mx = std::max(mx, logits[i]);
+  double sum = 0;
+  for (size_t i = 0; i < n; ++i)
+    sum += std::exp(double(logits[i]) - double(mx));
+  const float lse = mx + float(std::log(sum));
+  TokenLogprob lp;
+  lp.id = token;
+  lp.logprob = logits[token] - lse;
+  if (top > 0) {
+    std::vector<int32_t> ids(n);
+    for (size_t i = 0; i < n; ++i)
+      ids[i] = int32_t(i);
+    const size_t k = std::min(size_t(top), n);
+    std::partial_sort(ids.begin(), ids.begin() + std::ptrdiff_t(k), ids.end(),
+                      [&](int32_t a, int32_t b) {
+                        return logits[a] > logits[b] || (logits[a] == logits[b] && a < b);
+                      });
+    for (size_t i = 0; i < k; ++i)
+      lp.top.emplace_back(ids[i], logits[ids[i]] - lse);
+  }
+  return lp;
+}
+
+} // namespace
+
+const char *FinishReason(Finish f) {
+  switch (f) {
+  case Finish::kStop:
+    return "stop";
+  case Finish::kLength:
+    return "length";
+  case Finish::kCancelled:
+    return "cancelled";
+  case Finish::kError:
+    return "error";
+  case Finish::kNone:
+    break;
+  }
+  return "none";
+}
+
+// --- Request -------------------------------------------------------------------------------------
+
+Request::Request(GenerationParams params, std::string method)
+    : params_(std::move(params)), method_(std::move(method)) {}
+
+RequestUpdate Request::Take(std::chrono::milliseconds wait) {
+  std::unique_lock lock(mu_);
+  if (delivered_)
+    return {};
+  cv_.wait_for(lock, wait,
+               [&] { return closed_ || !pending_.text.empty() || !pending_.tokens.empty(); });
+  RequestUpdate out;
+  std::swap(out, pending_);
+  if (closed_)
+    delivered_ = true;
+  return out;
+}
+
+bool Request::finished() const {
+  std::lock_guard lock(mu_);
+  return closed_;
+}
+
+RequestSummary Request::summary() const {
+  std::lock_guard lock(mu_);
+  return summary_;
+}
+
+void Request::Publish(const std::string &text, int32_t token, const TokenLogprob *lp) {
+  {
+    std::lock_guard lock(mu_);
+    pending_.text += text;
+    pending_.tokens.push_back(token);
+    if (lp)
+      pending_.logprobs.push_back(*lp);
+  }
+  cv_.notify_all();
+}
+
+void Request::Flush(const std::string &text) {
+  if (text.empty())
+    return;
+  {
+    std::lock_guard lock(mu_);
+    pending_.text += text;
+  }
+  cv_.notify_all();
+}
+
+void Request::Close(Finish f, RequestSummary s, std::string error, int status) {
+  {
+    std::lock_guard lock(mu_);
+    pending_.finish = f;
+    pending_.error = std::move(error);
+    pending_.error_status = status;
+    summary_ = std::move(s);
+    closed_ = true;
+  }
+  cv_.notify_all();
+}
+
+// --- Engine --------------------------------------------------------------------------------------
+
+Engine::Engine(const runtime::LlamaModel &model, EngineOptions options)
+    : model_(model), opts_(options), pool_(options.threads),
+      batch_(model, pool_,
+             runtime::LlamaBatch::Options{
+                 options.max_running + std::max(options.prefill_chunk, options.prefill_chunk_alone),
+                 0, runtime::MatMulPath::kInteger}) {
+  if (opts_.max_running == 0)
+    throw std::invalid_argument("the engine needs at least one running slot");
+  if (opts_.prefill_chunk < 2 || opts_.prefill_chunk_alone < 2)
+    throw std::invalid_argument("a prefill chunk has at least 2 tokens");
+  if (opts_.context == 0)
+    opts_.context = model.config().context_length;
+  logits_.resize((opts_.max_running + 1) * model.config().vocab);
+  metrics_.memory_budget = opts_.memory_budget;
+  thread_ = std::thread([this] { Loop(); });
+}
+
+Engine::~Engine() {
+  if (thread_.joinable())
+    Drain(std::chrono::milliseconds(0));
+}
+
+size_t Engine::ReservedBytes(const GenerationParams &p) const {
+  const runtime::LlamaConfig &c = model_.config();
+  const runtime::AttentionShape shape{c.n_layers, c.n_heads, c.n_kv_heads, c.head_dim,
+                                      p.prompt.size() + p.max_tokens};
+  try {
+    return runtime::ReservedBytesOf(p.attention, shape);
+  } catch (const std::invalid_argument &e) {
+    throw ApiError(400, std::string("pig: ") + e.what(), "invalid_request_error", "pig");
+  } catch (const std::length_error &e) {
+    throw ApiError(400, std::string("the request's memory: ") + e.what(), "invalid_request_error",
+                   "max_tokens");
+  }
+}
+
+std::shared_ptr<Request> Engine::Submit(GenerationParams p) {
+  const std::string method = spec::name(p.attention.method);
+  auto reject = [&](const char *reason, ApiError e) -> ApiError {
+    std::lock_guard lock(mu_);
+    ++metrics_.rejected[reason];
+    return e;
+  };
+  if (p.prompt.empty())
+    throw reject("invalid",
+                 ApiError(400, "the prompt is empty", "invalid_request_error", "prompt"));
+  if (p.max_tokens == 0)
+    throw reject("invalid", ApiError(400, "max_tokens must be at least 1", "invalid_request_error",
+                                     "max_tokens"));
+  if (p.prompt.size() > opts_.context || p.max_tokens > opts_.context - p.prompt.size()) {
+    throw reject("invalid", ApiError(400,
+                                     "the prompt (" + std::to_string(p.prompt.size()) +
+                                         " tokens) + max_tokens (" + std::to_string(p.max_tokens) +
+                                         ") exceeds the context of " +
+                                         std::to_string(opts_.context) + " tokens",
+                                     "invalid_request_error",
+                                     p.prompt.size() >= opts_.context ? "prompt" : "max_tokens"));
+  }
+  const size_t vocab = model_.config().vocab;
+  for (const int32_t t : p.prompt)
+    if (t < 0 || size_t(t) >= vocab)
+      throw reject("invalid",
+                   ApiError(400,
+                            "token id " + std::to_string(t) + " is outside the vocabulary [0, " +
+                                std::to_string(vocab) + ")",
+                            "invalid_request_error", "prompt"));
+  size_t reserved = 0;
+  try {
+    reserved = ReservedBytes(p);
+  } catch (const ApiError &e) {
+    throw reject("invalid", e);
+  }
+  if (opts_.memory_budget && reserved > opts_.memory_budget) {
+    throw reject("too_large",
+                 ApiError(400,
+                          "the request needs " + MiB(reserved) + " (KV cache and index for " +
+                              std::to_string(p.prompt.size() + p.max_tokens) +
+                              " tokens), more than the server's memory budget of " +
+                              MiB(opts_.memory_budget),
+                          "invalid_request_error", "max_tokens"));
+  }
+  auto req = std::make_shared<Request>(std::move(p), method);
+  {
+    std::lock_guard lock(mu_);
+    if (draining_) {
+      ++metrics_.rejected["draining"];
+      ApiError e(503, "the server is shutting down", "server_error");
+      throw e;
+    }
+    if (waiting_.size() >= opts_.max_queue) {
+      ++metrics_.rejected["queue_full"];
+      ApiError e(503,
+                 "the server is busy: " + std::to_string(waiting_.size()) +
+                     " requests are waiting (--max-queue); retry later",
+                 "server_error");
+      e.retry_after = 1;
+      throw e;
+    }
+    waiting_.push_back(Waiting{req, reserved, Clock::now()});
+    ++metrics_.methods[method].waiting;
+  }
+  cv_.notify_all();
+  return req;
+}
+
+void Engine::Drain(std::chrono::milliseconds grace) {
+  const auto deadline = Clock::now() + grace;
+  {
+    std::unique_lock lock(mu_);
+    draining_ = true;
+    stop_ = true; // the loop ends once nothing is left
+    cv_.notify_all();
+    cv_.wait_until(lock, deadline, [&] { return !thread_.joinable() || done_; });
+    cancel_all_ = true;
+  }
+  cv_.notify_all();
+  if (thread_.joinable())
+    thread_.join();
+}
+
+ServerMetrics Engine::Metrics() const {
+  std::lock_guard lock(mu_);
+  ServerMetrics m = metrics_;
+  m.memory_reserved = reserved_;
+  return m;
+}
+
+void Engine::Admit() {
+  std::vector<Waiting> admit;
+  {
+    std::lock_guard lock(mu_);
+    while (!waiting_.empty()) {
+      Waiting &w = waiting_.front();
+      if (w.req->cancelled() || cancel_all_) {
+        --metrics_.methods[w.req->method()].waiting;
+        ++metrics_.methods[w.req->method()].finished["cancelled"];
+        RequestSummary s;
+        s.prompt_tokens = w.req->params().prompt.size();
+        s.queue_s = Seconds(w.arrival, Clock::now());
+        w.req->Close(Finish::kCancelled, s);
+        waiting_.pop_front();
+        continue;
+      }
+      if (active_.size() + admit.size() >= opts_.max_running)
+        break;
+      if (opts_.memory_budget && reserved_ + w.reserved > opts_.memory_budget)
+        break; // first come, first served: nothing overtakes the head of the queue
+      reserved_ += w.reserved;
+      MethodMetrics &mm = metrics_.methods[w.req->method()];
+      --mm.waiting;
+      ++mm.running;
+      mm.prompt_tokens += w.req->params().prompt.size();
+      admit.push_back(std::move(w));
+      waiting_.pop_front();
+    }
+  }
+  const runtime::LlamaConfig &c = model_.config();
+  for (Waiting &w : admit) {
+    const GenerationParams &p = w.req->params();
+    const runtime::AttentionShape shape{c.n_layers, c.n_heads, c.n_kv_heads, c.head_dim,
+                                        p.prompt.size() + p.max_tokens};
+    auto a = std::make_unique<Active>(Active{w.req,
+                                             0,
+                                             w.reserved,
+                                             0,
+                                             0,
+                                             Phase::kPrefill,
+                                             0,
+                                             runtime::Sampler(p.sampling),
+                                             TextStream(p.stop),
+                                             w.arrival,
+                                             Clock::now(),
+                                             {},
+                                             {}});
+    try {
+      a->seq = batch_.Add(runtime::MakeAttention(p.attention, shape));
+    } catch (const std::exception &e) {
+      // Submit validated the spec: what is left is a failed allocation or a kernel that is missing.
+      active_.push_back(std::move(a));
+      const bool memory = dynamic_cast<const std::bad_alloc *>(&e) != nullptr;
+      active_.back()->seq = std::numeric_limits<size_t>::max();
+      Retire(active_.size() - 1, Finish::kError,
+             std::string(memory ? "out of memory: " : "cannot start the request: ") + e.what(),
+             memory ? 503 : 400);
+      continue;
+    }
+    active_.push_back(std::move(a));
+  }
+}
+
+void Engine::Retire(size_t i, Finish f, const std::string &error, int status) {
+  Active &a = *active_[i];
+  if (f == Finish::kStop || f == Finish::kLength)
+    a.req->Flush(a.text.Finish());
+  const auto now = Clock::now();
+  RequestSummary s;
+  s.prompt_tokens = a.req->params().prompt.size();
+  s.completion_tokens = a.generated;
+  s.queue_s = Seconds(a.arrival, a.admitted);
+  s.ttft_s = a.generated ? Seconds(a.arrival, a.first) : 0;
+  s.total_s = Seconds(a.arrival, now);
+  s.decode_s = a.generated > 1 ? Seconds(a.first, a.last) : 0;
+  s.attention = a.req->params().attention.str(model_.config().n_layers);
+  if (a.seq != std::numeric_limits<size_t>::max() && batch_.contains(a.seq)) {
+    s.stats = batch_.attention(a.seq).stats();
+    batch_.Remove(a.seq); // frees the KV store and the index
+  }
+  {
+    std::lock_guard lock(mu_);
+    reserved_ -= a.reserved;
+    MethodMetrics &mm = metrics_.methods[a.req->method()];
+    --mm.running;
+    ++mm.finished[FinishReason(f)];
+    if (a.generated)
+      mm.e2e.Observe(s.total_s);
+  }
+  a.req->Close(f, std::move(s), error, status);
+  active_.erase(active_.begin() + std::ptrdiff_t(i));
+}
+
+Finish Engine::Emit(Active &a, int32_t token, const float *logits) {
+  const runtime::Tokenizer &tok = model_.tokenizer();
+  const auto now = Clock::now();
+  {
+    std::lock_guard lock(mu_);
+    MethodMetrics &mm = metrics_.methods[a.req->method()];
+    ++mm.generated_tokens;
+    if (a.generated == 0)
+      mm.ttft.Observe(Seconds(a.arrival, now));
+    else
+      mm.itl.Observe(Seconds(a.last, now));
+  }
+  if (a.generated == 0)
+    a.first = now;
+  a.last = now;
+  ++a.generated;
+  const GenerationParams &p = a.req->params();
+  std::optional<TokenLogprob> lp;
+  if (p.top_logprobs >= 0)
+    lp = LogProbs(logits, model_.config().vocab, token, p.top_logprobs);
+  const bool end = tok.IsEndOfGeneration(token) && !p.ignore_eos;
+  const std::string piece = end || tok.IsControl(token) ? std::string() : tok.Decode(token);
+  a.req->Publish(a.text.Push(piece), token, lp ? &*lp : nullptr);
+  a.next = token;
+  if (end || a.text.stopped())
+    return Finish::kStop;
+  return a.generated >= p.max_tokens ? Finish::kLength : Finish::kNone;
+}
+
+void Engine::UpdateMemoryGauges() {
+  std::map<std::string, std::pair<uint64_t, uint64_t>> bytes;
+  for (const auto &a : active_) {
+    const runtime::LlamaBatch::SequenceMemory m = batch_.Memory(a->seq);
+    auto &b = bytes[a->req->method()];
+    b.first += m.kv;
+    b.second += m.index;
+  }
+  std::lock_guard lock(mu_);
+  for (auto &[name, mm] : metrics_.methods) {
+    const auto it = bytes.find(name);
+    mm.kv_bytes = it == bytes.end() ? 0 : it->second.first;
+    mm.index_bytes = it == bytes.end() ? 0 : it->second.second;
+  }
+}
+
+bool Engine::Step() {
+  bool retired = false;
+  for (size_t i = active_.size(); i-- > 0;) {
+    if (active_[i]->req->cancelled()) {
+      Retire(i, Finish::kCancelled);
+      retired = true;
+    }
+  }
+  if (active_.empty()) {
+    if (retired)
+      UpdateMemoryGauges();
+    return false;
+  }
+  const auto t0 = Clock::now();
+  const size_t vocab = model_.config().vocab;
+  work_.clear();
+  work_owner_.clear();
+  Active *prefill = nullptr, *index = nullptr;
+  for (const auto &a : active_) {
+    if (a->phase == Phase::kDecode) {
+      work_.push_back({a->seq, &a->next, 1, &logits_[work_.size() * vocab]});
+      work_owner_.push_back(a.get());
+    } else if (a->phase == Phase::kPrefill && !prefill) {
+      prefill = a.get();
+    } else if (a->phase == Phase::kIndex && !index) {
+      index = a.get();
+    }
+  }
+  const size_t decode_rows = work_.size();
+  // Others wait on this step: keep the prefill chunk and the index slice small.
+  const bool others = decode_rows > 0;
+  bool last_chunk = false;
+  if (prefill) {
+    const size_t remaining = prefill->req->params().prompt.size() - prefill->prefilled;
+    const size_t chunk =
+        runtime::PrefillChunk(remaining, others ? opts_.prefill_chunk : opts_.prefill_chunk_alone);
+    last_chunk = chunk == remaining;
+    work_.push_back({prefill->seq, prefill->req->params().prompt.data() + prefill->prefilled, chunk,
+                     last_chunk ? &logits_[decode_rows * vocab] : nullptr});
+    work_owner_.push_back(prefill);
+  }
+  std::vector<std::pair<Active *, Finish>> done;
+  if (!work_.empty()) {
+    try {
+      batch_.Run(work_.data(), work_.size());
+    } catch (const std::exception &e) {
+      // LlamaBatch checks before it changes anything; a failure here is the server's fault.
+      for (Active *a : work_owner_)
+        done.emplace_back(a, Finish::kError);
+      for (auto &[a, f] : done) {
+        const auto it = std::find_if(active_.begin(), active_.end(),
+                                     [&](const auto &p) { return p.get() == a; });
+        Retire(size_t(it - active_.begin()), Finish::kError,
+               std::string("internal error: ") + e.what(), 500);
+      }
+      return true;
+    }
+    for (size_t r = 0; r < decode_rows; ++r) {
+      Active &a = *work_owner_[r];
+      const float *row = &logits_[r * vocab];
+      if (const Finish f = Emit(a, a.sampler.Sample(row, vocab), row); f != Finish::kNone)
+        done.emplace_back(&a, f);
+    }
+    if (prefill) {
+      prefill->prefilled += work_.back().n;
+      if (last_chunk) {
+        const float *row = &logits_[decode_rows * vocab];
+        if (const Finish f = Emit(*prefill, prefill->sampler.Sample(row, vocab), row);
+            f != Finish::kNone)
+          done.emplace_back(prefill, f);
+        else
+          prefill->phase = batch_.attention(prefill->seq).PrepareDecode(pool_, 0) > 0
+                               ? Phase::kIndex
+                               : Phase::kDecode;
+      }
+    }
+  }
+  if (index) {
+    // Build a time-boxed slice of its indexes while others decode, all of it otherwise.
+    size_t units = std::numeric_limits<size_t>::max();
+    if (others || prefill)
+      units = unit_s_ > 0 ? std::max(pool_.size(), size_t(opts_.index_slice_ms * 1e-3 / unit_s_))
+                          : pool_.size();
+    runtime::Attention &attn = batch_.attention(index->seq);
+    const size_t before = attn.PrepareDecode(pool_, 0);
+    const auto ti = Clock::now();
+    const size_t left = attn.PrepareDecode(pool_, units);
+    const double s = Seconds(ti, Clock::now());
+    if (before > left) {
+      const double per = s / double(before - left);
+      unit_s_ = unit_s_ > 0 ? 0.7 * unit_s_ + 0.3 * per : per;
+    }
+    if (left == 0)
+      index->phase = Phase::kDecode;
+  }
+  for (auto &[a, f] : done) {
+    const auto it =
+        std::find_if(active_.begin(), active_.end(), [&](const auto &p) { return p.get() == a; });
+    Retire(size_t(it - active_.begin()), f);
+  }
+  UpdateMemoryGauges();
+  std::lock_guard lock(mu_);
+  ++metrics_.steps;
+  metrics_.step_seconds += Seconds(t0, Clock::now());
+  return true;
+}
+
+void Engine::Loop() {
+  for (;;) {
+    Admit();
+    const bool did = Step();
+    std::unique_lock lock(mu_);
+    if (cancel_all_) {
+      for (const auto &a : active_)
+        a->req->Cancel();
+      for (const Waiting &w : waiting_)
+        w.req->Cancel();
+    }
+    if (stop_ && active_.empty() && waiting_.empty()) {
+      done_ = true;
+      break;
+    }
+    if (!did) {
+      cv_.wait_for(lock, std::chrono::milliseconds(100), [&] {
+        return cancel_all_ || (!waiting_.empty() && active_.size() < opts_.max_running) ||
+               (stop_ && waiting_.empty());
+      });
+    }
+  }
+  cv_.notify_all();
+}
+
+} // namespace pig::serve

@@ -1,0 +1,284 @@
+// pig-serve: an OpenAI-compatible HTTP server over pig's runtime, with continuous batching and
+// pig's attention methods per request (serve/: the engine, the HTTP front, the protocol).
+//   pig-serve [--model FILE] [--host 127.0.0.1] [--port 8080] [--parallel 8] [--max-queue 64]
+//             [--memory-budget 12G] [--prefill-chunk 64] [--api-key KEY] [pig-run's attention
+//             options: --attention, --lsh, --kv, --sink, --local, --dense-layers, --tuning FILE]
+// Binds first (GET /health answers 503 while the model loads), then loads the model and serves
+// until SIGINT or SIGTERM: it stops accepting, lets the running requests finish for --grace
+// seconds, cancels the rest and exits 0. README's "Serving" section shows the API.
+#include <signal.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <thread>
+
+#include "pig/app/kernels.h"
+#include "pig/app/options.h"
+#include "pig/runtime/model.h"
+#include "pig/serve/engine.h"
+#include "pig/serve/http.h"
+#include "pig/serve/openai.h"
+#include "pig/spec/method.h"
+#include "pig/tune/tuning.h"
+
+namespace {
+
+using namespace pig;
+
+constexpr const char *kAbout =
+    "pig-serve: an OpenAI-compatible HTTP server (POST /v1/completions, /v1/chat/completions,\n"
+    "GET /v1/models, /health, /metrics, POST /tokenize, /detokenize) over pig's runtime, with\n"
+    "continuous batching: every step decodes one token of every running request and prefills\n"
+    "one chunk of a new one. The attention options are pig-run's and give each request's\n"
+    "defaults; a request may choose its own in a \"pig\" object, e.g.\n"
+    "  {\"pig\": {\"attention\": \"magicpig\", \"lsh\": \"K=10,L=150,t=2\", \"kv\": \"q8\"}}\n"
+    "It binds loopback addresses only (127.0.0.1, ::1; put a proxy in front to expose it).\n"
+    "SIGINT or SIGTERM: stop accepting, finish (or after --grace seconds cancel) the running\n"
+    "requests, exit 0.";
+
+struct Options {
+  app::ModelOptions model;
+  size_t threads = 0;
+  runtime::AttentionSpec attention;
+  app::TuningOptions tuning;
+  bool schedule_set = false;
+  serve::HttpOptions http;
+  serve::EngineOptions engine;
+  double grace_s = 30;
+  std::string memory_budget = "auto";
+};
+
+bool IsLoopback(const std::string &host) {
+  return host == "localhost" || host == "::1" || host.rfind("127.", 0) == 0;
+}
+
+// "12G", "512M", "64K", "1000" (bytes), "0" (no limit), "auto" (half the physical memory).
+bool ParseBytes(const std::string &text, size_t &out) {
+  if (text == "auto") {
+    out = size_t(sysconf(_SC_PHYS_PAGES)) * size_t(sysconf(_SC_PAGE_SIZE)) / 2;
+    return true;
+  }
+  size_t i = 0;
+  unsigned long long v = 0;
+  while (i < text.size() && std::isdigit(static_cast<unsigned char>(text[i]))) {
+    if (v > (1ull << 50))
+      return false;
+    v = v * 10 + unsigned(text[i++] - '0');
+  }
+  if (i == 0)
+    return false;
+  const std::string unit = text.substr(i);
+  int shift = 0;
+  if (unit == "K" || unit == "KiB")
+    shift = 10;
+  else if (unit == "M" || unit == "MiB")
+    shift = 20;
+  else if (unit == "G" || unit == "GiB")
+    shift = 30;
+  else if (!unit.empty() && unit != "B")
+    return false;
+  if (v > (1ull << (60 - shift)))
+    return false;
+  out = size_t(v) << shift;
+  return true;
+}
+
+Options Parse(int argc, char **argv) {
+  Options o;
+  CLI::App app{kAbout, "pig-serve"};
+  app::Init(app);
+  app::AddModelOptions(app, o.model, true);
+  app::AddThreadsOption(app, o.threads);
+  const app::AttentionFlags af = app::AddAttentionOptions(app, o.attention);
+  app::AddKvOption(app, o.attention.kv_dtype);
+  app::AddTuningOptions(app, o.tuning);
+  const char *kServe = "Serving";
+  app.add_option("--host", o.http.host, "address to bind: loopback only (127.0.0.1, ::1)")
+      ->check(CLI::Validator(
+          [](std::string &h) {
+            return IsLoopback(h) ? std::string()
+                                 : "expects a loopback address (127.0.0.1, ::1 or localhost), "
+                                   "got '" +
+                                       h + "'";
+          },
+          "ADDRESS"))
+      ->capture_default_str()
+      ->group(kServe);
+  app.add_option("--port", o.http.port, "TCP port (0: any free one, printed at start)")
+      ->check(app::Integer(0, 65535))
+      ->capture_default_str()
+      ->group(kServe);
+  app.add_option("--api-key", o.http.api_key,
+                 "require 'Authorization: Bearer KEY' on /v1/*, /tokenize, /detokenize")
+      ->type_name("KEY")
+      ->group(kServe);
+  app.add_option("--alias", o.http.model_id, "the model's id in /v1/models and responses")
+      ->type_name("NAME")
+      ->group(kServe);
+  app.add_option("--parallel", o.engine.max_running, "requests decoded together (slots)")
+      ->check(app::Integer(1, 256))
+      ->capture_default_str()
+      ->group(kServe);
+  app.add_option("--max-queue", o.engine.max_queue,
+                 "requests waiting for a slot or memory; beyond, 503 with Retry-After")
+      ->check(app::Integer(0, 1u << 20))
+      ->capture_default_str()
+      ->group(kServe);
+  app.add_option("--memory-budget", o.memory_budget,
+                 "KV cache + LSH index bytes all running requests may reserve, e.g. 8G, 512M; "
+                 "0: no limit; auto: half the physical memory")
+      ->check(CLI::Validator(
+          [](std::string &t) {
+            size_t b = 0;
+            return ParseBytes(t, b) ? std::string()
+                                    : "expects a size like 8G, 512M, 4096 or auto, got '" + t + "'";
+          },
+          "SIZE"))
+      ->capture_default_str()
+      ->group(kServe);
+  app.add_option("--prefill-chunk", o.engine.prefill_chunk,
+                 "prompt tokens per step while other requests decode (smaller: steadier streams)")
+      ->check(app::Integer(2, 4096))
+      ->capture_default_str()
+      ->group(kServe);
+  app.add_option("--prefill-chunk-idle", o.engine.prefill_chunk_alone,
+                 "prompt tokens per step while no request decodes")
+      ->check(app::Integer(2, 4096))
+      ->capture_default_str()
+      ->group(kServe);
+  app.add_option("--index-slice-ms", o.engine.index_slice_ms,
+                 "magicpig: LSH index building per step while other requests decode (ms)")
+      ->check(app::Number(0.1, 1e6))
+      ->capture_default_str()
+      ->group(kServe);
+  app.add_option("--max-body", o.http.max_body, "request body bytes at most (beyond: 413)")
+      ->check(app::Integer(1024, size_t(1) << 30))
+      ->capture_default_str()
+      ->group(kServe);
+  app.add_option("--http-threads", o.http.threads,
+                 "HTTP worker threads (0: parallel + max-queue + 8, so that /health and "
+                 "/metrics answer under full load)")
+      ->check(app::Integer(0, 4096))
+      ->group(kServe);
+  app.add_option("--grace", o.grace_s, "seconds running requests get to finish at SIGTERM")
+      ->check(app::Number(0, 86400))
+      ->capture_default_str()
+      ->group(kServe);
+  bool quiet = false;
+  app.add_flag("--quiet", quiet, "no line per request on stderr")->group(kServe);
+  app::Parse(app, argc, argv);
+  o.http.log_requests = !quiet;
+  o.schedule_set = af.schedule->count() > 0;
+  app::CheckTuningOptions(app, o.tuning);
+  if (!o.tuning.file.empty()) {
+    if (af.lsh->count())
+      app::UsageError(app, "--tuning and --lsh conflict: the operating point gives each "
+                           "layer's K, L, t");
+    if (o.attention.dense_layers_set)
+      app::UsageError(app, "--tuning and --dense-layers conflict: the operating point gives "
+                           "the dense layers");
+  }
+  ParseBytes(o.memory_budget, o.engine.memory_budget);
+  if (o.http.threads == 0)
+    o.http.threads = o.engine.max_running + o.engine.max_queue + 8;
+  o.engine.threads = o.threads;
+  if (o.http.model_id.empty())
+    o.http.model_id = std::filesystem::path(o.model.path).stem().string();
+  return o;
+}
+
+} // namespace
+
+int main(int argc, char **argv) {
+  const Options o = Parse(argc, argv);
+  // Signals go to one thread (sigwait), which asks the main thread to drain; every thread started
+  // below inherits the mask.
+  sigset_t stop_signals;
+  sigemptyset(&stop_signals);
+  sigaddset(&stop_signals, SIGINT);
+  sigaddset(&stop_signals, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+  signal(SIGPIPE, SIG_IGN);
+
+  serve::HttpServer http(o.http);
+  try {
+    http.Bind();
+  } catch (const std::exception &e) {
+    std::fprintf(stderr, "pig-serve: error: %s\n", e.what());
+    return 1;
+  }
+  http.Start();
+  std::fprintf(stderr, "pig-serve: listening on http://%s:%d (loading the model)\n",
+               o.http.host.find(':') != std::string::npos ? ("[" + o.http.host + "]").c_str()
+                                                          : o.http.host.c_str(),
+               http.Port());
+
+  std::unique_ptr<runtime::LlamaModel> model;
+  std::unique_ptr<serve::Engine> engine;
+  try {
+    app::RegisterKernels();
+    model = runtime::LlamaModel::Load(o.model.path);
+    const runtime::LlamaConfig &cfg = model->config();
+    serve::Defaults d;
+    d.attention = o.attention;
+    if (!o.tuning.file.empty()) {
+      const tune::Tuning t =
+          tune::LoadTuning(o.tuning.file, o.tuning.max_error,
+                           app::TuningTargetOf(o.tuning, o.model.path, cfg, o.attention.kv_dtype));
+      for (const std::string &w : t.warnings)
+        std::fprintf(stderr, "pig-serve: warning: %s\n", w.c_str());
+      runtime::AttentionSpec tuned = tune::ApplyTuning(o.attention, t.point);
+      if (o.schedule_set)
+        tuned.schedule = o.attention.schedule;
+      tuned.method = spec::Method::magicpig;
+      tuned.Validate(cfg.n_layers);
+      d.tuned = tuned;
+    }
+    d.attention.Validate(cfg.n_layers);
+    serve::EngineOptions eo = o.engine;
+    eo.context = o.model.ctx ? o.model.ctx : cfg.context_length;
+    if (eo.context > cfg.context_length && !o.model.long_context)
+      throw std::runtime_error("--ctx " + std::to_string(eo.context) +
+                               " exceeds the model's trained context of " +
+                               std::to_string(cfg.context_length) +
+                               " tokens (--long-context serves it anyway; quality degrades)");
+    // The default attention must be buildable for this model (kernels for its head dim).
+    runtime::MakeAttention(
+        d.tuned && d.attention.method == spec::Method::magicpig ? *d.tuned : d.attention,
+        runtime::AttentionShape{cfg.n_layers, cfg.n_heads, cfg.n_kv_heads, cfg.head_dim, 8});
+    engine = std::make_unique<serve::Engine>(*model, eo);
+    http.SetEngine(engine.get(), d);
+    char budget[64] = "no limit";
+    if (eo.memory_budget)
+      std::snprintf(budget, sizeof budget, "%.0f MiB", double(eo.memory_budget) / 1048576.0);
+    std::fprintf(stderr,
+                 "pig-serve: ready: %s (%s), %zu threads, %s kernels; %zu slots, queue %zu, "
+                 "memory budget %s, context %zu; attention %s%s\n",
+                 o.model.path.c_str(), model->WeightTypesSummary().c_str(), engine->threads(),
+                 engine->kernels().target, eo.max_running, eo.max_queue, budget, eo.context,
+                 d.attention.str(cfg.n_layers).c_str(),
+                 d.tuned ? " (magicpig requests: --tuning's point)" : "");
+  } catch (const tune::TuningMismatch &e) {
+    std::fprintf(stderr, "pig-serve: error: %s\n", e.what());
+    http.Stop();
+    return 2;
+  } catch (const std::exception &e) {
+    std::fprintf(stderr, "pig-serve: error: %s\n", e.what());
+    http.Stop();
+    return 1;
+  }
+
+  int sig = 0;
+  sigwait(&stop_signals, &sig);
+  std::fprintf(stderr, "pig-serve: %s: draining (grace %.0f s)\n",
+               sig == SIGINT ? "SIGINT" : "SIGTERM", o.grace_s);
+  http.BeginDrain();
+  engine->Drain(std::chrono::milliseconds(long(o.grace_s * 1000)));
+  http.Stop();
+  std::fprintf(stderr, "pig-serve: stopped\n");
+  return 0;
+}
