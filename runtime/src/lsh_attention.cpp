@@ -30,13 +30,26 @@ lsh::LshKernelSet Resolve(const AttentionSpec &spec, const AttentionShape &shape
 
 // Every sparse layer's tables over the whole capacity (IndexLayout).
 size_t TableBytes(const AttentionSpec &spec, const AttentionShape &shape) {
+  // Fitted hashing (lsh::FittedHash) adds, per (sparse layer, kv-head), its two d x m maps and a
+  // float norm per indexed token: at most `capacity` of them.
+  size_t fitted = 0;
+  if (!spec.transform.identity()) {
+    const size_t d = shape.head_dim, m = spec.transform.hashed_dim(d);
+    fitted = detail::CheckedMul(
+        4, detail::CheckedAdd(detail::CheckedMul(2 * d, m, "hash maps"), shape.capacity,
+                              "hash maps"),
+        "hash maps");
+  }
   size_t bytes = 0;
   for (const LayerLsh &c : spec.LayerChoices(shape.n_layers))
     if (!c.dense)
       bytes = detail::CheckedAdd(
           bytes,
           detail::CheckedMul(shape.n_kv_heads,
-                             lsh::IndexLayout::of(shape.capacity, c.K, c.L).bytes(), "LSH index"),
+                             detail::CheckedAdd(
+                                 lsh::IndexLayout::of(shape.capacity, c.K, c.L).bytes(), fitted,
+                                 "LSH index"),
+                             "LSH index"),
           "LSH index");
   return bytes;
 }

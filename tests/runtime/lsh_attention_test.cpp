@@ -388,31 +388,39 @@ TEST(LshAttention, ContextFullIsAnError) {
 // What a memory budget reserves (LlamaBatch) bounds what the index grows to: decoded to its last
 // position, the Attention holds no more than ReservedBytes() said before the first token; and the
 // reservation is more than the KV store alone (it counts the tables).
+// What a budget reserves bounds what the attention holds at full capacity: the KV store, the
+// index and, with fitted hashing, its maps and per-token norms.
 TEST(LshAttention, ReservedBytesBoundTheIndexAtFullCapacity) {
-  AttentionSpec s;
-  s.method = pig::spec::Method::magicpig;
-  s.dense_layers_set = true; // both layers sparse
-  const size_t prompt = 200, steps = 40, d = 64;
-  const AttentionShape shape{2, 2, 1, d, prompt + steps};
-  auto attn = MakeAttention(s, shape);
-  const size_t reserved = attn->ReservedBytes();
-  EXPECT_GT(reserved, attn->cache().MemoryBytes());
-  ThreadPool pool(2);
-  std::mt19937 rng(3);
-  std::normal_distribution<float> g;
-  std::vector<float> kv(prompt * d), q(prompt * 2 * d), out(prompt * 2 * d);
-  for (auto &x : kv)
-    x = g(rng);
-  for (auto &x : q)
-    x = g(rng);
-  for (size_t layer = 0; layer < 2; ++layer)
-    attn->Forward(layer, 0, prompt, q.data(), kv.data(), kv.data(), out.data(), pool);
-  for (size_t i = 0; i < steps; ++i)
+  for (const char *transform : {"plain", "whiten:a=0.15"}) {
+    SCOPED_TRACE(transform);
+    AttentionSpec s;
+    s.method = pig::spec::Method::magicpig;
+    s.dense_layers_set = true; // both layers sparse
+    s.transform = ParseServedTransform(transform);
+    const size_t prompt = 200, steps = 40, d = 64;
+    const AttentionShape shape{2, 2, 1, d, prompt + steps};
+    auto attn = MakeAttention(s, shape);
+    const size_t reserved = attn->ReservedBytes();
+    EXPECT_GT(reserved, attn->cache().MemoryBytes());
+    ThreadPool pool(2);
+    std::mt19937 rng(3);
+    std::normal_distribution<float> g;
+    std::vector<float> kv(prompt * d), q(prompt * 2 * d), out(prompt * 2 * d);
+    for (auto &x : kv)
+      x = g(rng);
+    for (auto &x : q)
+      x = g(rng);
     for (size_t layer = 0; layer < 2; ++layer)
-      attn->Forward(layer, prompt + i, 1, q.data(), kv.data() + i * d, kv.data() + i * d,
-                    out.data(), pool);
-  EXPECT_GT(attn->stats().index_bytes, 0u);
-  EXPECT_LE(attn->MemoryBytes(), reserved);
+      attn->Forward(layer, 0, prompt, q.data(), kv.data(), kv.data(), out.data(), pool);
+    for (size_t i = 0; i < steps; ++i)
+      for (size_t layer = 0; layer < 2; ++layer)
+        attn->Forward(layer, prompt + i, 1, q.data(), kv.data() + i * d, kv.data() + i * d,
+                      out.data(), pool);
+    const AttentionStats st = attn->stats();
+    EXPECT_GT(st.index_bytes, 0u);
+    EXPECT_EQ(st.hash_bytes > 0, std::string(transform) != "plain");
+    EXPECT_LE(attn->MemoryBytes(), reserved);
+  }
 }
 
 // One sequence's projected rows for every layer: prefill, then decode steps (PrepareDecode tests).
