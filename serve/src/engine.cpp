@@ -13,6 +13,14 @@ double Seconds(Clock::time_point a, Clock::time_point b) {
   return std::chrono::duration<double>(b - a).count();
 }
 
+// A running estimate that follows changes within a few steps (requests join and leave, contexts
+// grow).
+double Ema(double old, double sample) { return old > 0 ? 0.7 * old + 0.3 * sample : sample; }
+
+// The smallest prompt chunk a step takes while others decode (PrefillChunk needs 3 to avoid a
+// one-token tail; a few more rows cost little beside the decode rows' weight pass).
+constexpr size_t kMinChunk = 4;
+
 std::string MiB(size_t bytes) {
   char buf[32];
   std::snprintf(buf, sizeof buf, "%.1f MiB", double(bytes) / 1048576.0);
@@ -131,13 +139,13 @@ void Request::Close(Finish f, RequestSummary s, std::string error, int status) {
 Engine::Engine(const runtime::LlamaModel &model, EngineOptions options)
     : model_(model), opts_(options), pool_(options.threads),
       batch_(model, pool_,
-             runtime::LlamaBatch::Options{
-                 options.max_running + std::max(options.prefill_chunk, options.prefill_chunk_alone),
-                 0, runtime::MatMulPath::kInteger}) {
+             runtime::LlamaBatch::Options{std::max({options.max_running, options.prefill_chunk,
+                                                    options.prefill_chunk_alone}),
+                                          0, runtime::MatMulPath::kInteger}) {
   if (opts_.max_running == 0)
     throw std::invalid_argument("the engine needs at least one running slot");
-  if (opts_.prefill_chunk < 2 || opts_.prefill_chunk_alone < 2)
-    throw std::invalid_argument("a prefill chunk has at least 2 tokens");
+  if (opts_.prefill_chunk < 3 || opts_.prefill_chunk_alone < 3)
+    throw std::invalid_argument("a prefill chunk has at least 3 tokens (no one-token tail)");
   if (opts_.context == 0)
     opts_.context = model.config().context_length;
   logits_.resize((opts_.max_running + 1) * model.config().vocab);
@@ -319,7 +327,11 @@ void Engine::Admit() {
 }
 
 void Engine::Retire(size_t i, Finish f, const std::string &error, int status) {
-  Active &a = *active_[i];
+  // Out of the running set first, so that the metrics a client reads once its request closed
+  // already show the request's memory given back.
+  const std::unique_ptr<Active> owned = std::move(active_[i]);
+  active_.erase(active_.begin() + std::ptrdiff_t(i));
+  Active &a = *owned;
   if (f == Finish::kStop || f == Finish::kLength)
     a.req->Flush(a.text.Finish());
   const auto now = Clock::now();
@@ -344,8 +356,8 @@ void Engine::Retire(size_t i, Finish f, const std::string &error, int status) {
     if (a.generated)
       mm.e2e.Observe(s.total_s);
   }
+  UpdateMemoryGauges();
   a.req->Close(f, std::move(s), error, status);
-  active_.erase(active_.begin() + std::ptrdiff_t(i));
 }
 
 Finish Engine::Emit(Active &a, int32_t token, const float *logits) {
@@ -393,105 +405,112 @@ void Engine::UpdateMemoryGauges() {
   }
 }
 
-bool Engine::Step() {
-  bool retired = false;
-  for (size_t i = active_.size(); i-- > 0;) {
-    if (active_[i]->req->cancelled()) {
-      Retire(i, Finish::kCancelled);
-      retired = true;
+// Runs work_ (owned by work_owner_); on failure retires every owner with a 500 and returns false.
+bool Engine::RunWork() {
+  try {
+    batch_.Run(work_.data(), work_.size());
+    return true;
+  } catch (const std::exception &e) {
+    // LlamaBatch checks before it changes anything: a failure here is the server's fault.
+    const std::string error = std::string("internal error: ") + e.what();
+    for (Active *a : work_owner_) {
+      const auto it =
+          std::find_if(active_.begin(), active_.end(), [&](const auto &p) { return p.get() == a; });
+      Retire(size_t(it - active_.begin()), Finish::kError, error, 500);
     }
-  }
-  if (active_.empty()) {
-    if (retired)
-      UpdateMemoryGauges();
     return false;
   }
+}
+
+bool Engine::Step() {
+  for (size_t i = active_.size(); i-- > 0;)
+    if (active_[i]->req->cancelled())
+      Retire(i, Finish::kCancelled);
+  if (active_.empty())
+    return false;
   const auto t0 = Clock::now();
   const size_t vocab = model_.config().vocab;
-  work_.clear();
-  work_owner_.clear();
+  std::vector<Active *> decoding;
   Active *prefill = nullptr, *index = nullptr;
   for (const auto &a : active_) {
-    if (a->phase == Phase::kDecode) {
-      work_.push_back({a->seq, &a->next, 1, &logits_[work_.size() * vocab]});
-      work_owner_.push_back(a.get());
-    } else if (a->phase == Phase::kPrefill && !prefill) {
+    if (a->phase == Phase::kDecode)
+      decoding.push_back(a.get());
+    else if (a->phase == Phase::kPrefill && !prefill)
       prefill = a.get();
-    } else if (a->phase == Phase::kIndex && !index) {
+    else if (a->phase == Phase::kIndex && !index)
       index = a.get();
-    }
-  }
-  const size_t decode_rows = work_.size();
-  // Others wait on this step: keep the prefill chunk and the index slice small.
-  const bool others = decode_rows > 0;
-  bool last_chunk = false;
-  if (prefill) {
-    const size_t remaining = prefill->req->params().prompt.size() - prefill->prefilled;
-    const size_t chunk =
-        runtime::PrefillChunk(remaining, others ? opts_.prefill_chunk : opts_.prefill_chunk_alone);
-    last_chunk = chunk == remaining;
-    work_.push_back({prefill->seq, prefill->req->params().prompt.data() + prefill->prefilled, chunk,
-                     last_chunk ? &logits_[decode_rows * vocab] : nullptr});
-    work_owner_.push_back(prefill);
   }
   std::vector<std::pair<Active *, Finish>> done;
-  if (!work_.empty()) {
-    try {
-      batch_.Run(work_.data(), work_.size());
-    } catch (const std::exception &e) {
-      // LlamaBatch checks before it changes anything; a failure here is the server's fault.
-      for (Active *a : work_owner_)
-        done.emplace_back(a, Finish::kError);
-      for (auto &[a, f] : done) {
-        const auto it = std::find_if(active_.begin(), active_.end(),
-                                     [&](const auto &p) { return p.get() == a; });
-        Retire(size_t(it - active_.begin()), Finish::kError,
-               std::string("internal error: ") + e.what(), 500);
-      }
-      return true;
+  // 1. One decode row of every decoding request, timed: what the step's other work is sized by.
+  if (!decoding.empty()) {
+    work_.clear();
+    work_owner_.clear();
+    for (Active *a : decoding) {
+      work_.push_back({a->seq, &a->next, 1, &logits_[work_.size() * vocab]});
+      work_owner_.push_back(a);
     }
-    for (size_t r = 0; r < decode_rows; ++r) {
-      Active &a = *work_owner_[r];
+    const auto td = Clock::now();
+    if (!RunWork())
+      return true;
+    decode_s_ = Ema(decode_s_, Seconds(td, Clock::now()));
+    for (size_t r = 0; r < decoding.size(); ++r) {
+      Active &a = *decoding[r];
       const float *row = &logits_[r * vocab];
       if (const Finish f = Emit(a, a.sampler.Sample(row, vocab), row); f != Finish::kNone)
         done.emplace_back(&a, f);
     }
-    if (prefill) {
-      prefill->prefilled += work_.back().n;
-      if (last_chunk) {
-        const float *row = &logits_[decode_rows * vocab];
+  }
+  // 2. Then one piece of prefill work: a slice of a request's LSH index build (it is one step
+  // from decoding), else a chunk of a prompt. While others decode, the piece is sized to take about
+  // --prefill-share times their rows' time, so that their tokens keep coming; alone, it is as big
+  // as is efficient.
+  const bool others = !decoding.empty();
+  const double budget_s = others && opts_.prefill_share > 0 ? opts_.prefill_share * decode_s_ : 0;
+  if (index) {
+    runtime::Attention &attn = batch_.attention(index->seq);
+    const size_t before = attn.DecodeUnitsPending();
+    size_t units = before;
+    if (budget_s > 0)
+      units = unit_s_ > 0 ? std::clamp(size_t(budget_s / unit_s_), size_t(1), before) : 1;
+    const auto ti = Clock::now();
+    const size_t left = attn.PrepareDecode(pool_, units);
+    if (before > left)
+      unit_s_ = Ema(unit_s_, Seconds(ti, Clock::now()) / double(before - left));
+    if (left == 0)
+      index->phase = Phase::kDecode;
+  } else if (prefill) {
+    const size_t remaining = prefill->req->params().prompt.size() - prefill->prefilled;
+    size_t most = others ? opts_.prefill_chunk : opts_.prefill_chunk_alone;
+    if (budget_s > 0)
+      most = prefill_token_s_ > 0 ? std::clamp(size_t(budget_s / prefill_token_s_), kMinChunk, most)
+                                  : std::min(most, kMinChunk);
+    const size_t chunk = runtime::PrefillChunk(remaining, most);
+    const bool last = chunk == remaining;
+    work_.clear();
+    work_owner_.clear();
+    work_.push_back({prefill->seq, prefill->req->params().prompt.data() + prefill->prefilled, chunk,
+                     last ? logits_.data() : nullptr});
+    work_owner_.push_back(prefill);
+    const auto tp = Clock::now();
+    if (RunWork()) {
+      prefill_token_s_ = Ema(prefill_token_s_, Seconds(tp, Clock::now()) / double(chunk));
+      prefill->prefilled += chunk;
+      if (last) {
+        const float *row = logits_.data();
         if (const Finish f = Emit(*prefill, prefill->sampler.Sample(row, vocab), row);
             f != Finish::kNone)
           done.emplace_back(prefill, f);
         else
-          prefill->phase = batch_.attention(prefill->seq).PrepareDecode(pool_, 0) > 0
-                               ? Phase::kIndex
-                               : Phase::kDecode;
+          prefill->phase = batch_.attention(prefill->seq).DecodeUnitsPending() > 0 ? Phase::kIndex
+                                                                                   : Phase::kDecode;
       }
     }
-  }
-  if (index) {
-    // Build a time-boxed slice of its indexes while others decode, all of it otherwise.
-    size_t units = std::numeric_limits<size_t>::max();
-    if (others || prefill)
-      units = unit_s_ > 0 ? std::max(pool_.size(), size_t(opts_.index_slice_ms * 1e-3 / unit_s_))
-                          : pool_.size();
-    runtime::Attention &attn = batch_.attention(index->seq);
-    const size_t before = attn.PrepareDecode(pool_, 0);
-    const auto ti = Clock::now();
-    const size_t left = attn.PrepareDecode(pool_, units);
-    const double s = Seconds(ti, Clock::now());
-    if (before > left) {
-      const double per = s / double(before - left);
-      unit_s_ = unit_s_ > 0 ? 0.7 * unit_s_ + 0.3 * per : per;
-    }
-    if (left == 0)
-      index->phase = Phase::kDecode;
   }
   for (auto &[a, f] : done) {
     const auto it =
         std::find_if(active_.begin(), active_.end(), [&](const auto &p) { return p.get() == a; });
-    Retire(size_t(it - active_.begin()), f);
+    if (it != active_.end())
+      Retire(size_t(it - active_.begin()), f);
   }
   UpdateMemoryGauges();
   std::lock_guard lock(mu_);

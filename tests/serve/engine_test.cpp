@@ -81,7 +81,7 @@ protected:
     o.max_running = 3;
     o.prefill_chunk = 24; // many chunks beside decode rows
     o.prefill_chunk_alone = 40;
-    o.index_slice_ms = 0.1; // the index build in many slices
+    o.prefill_share = 0.05; // small chunks, the index build in many slices
     return o;
   }
 

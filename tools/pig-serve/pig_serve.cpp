@@ -141,18 +141,21 @@ Options Parse(int argc, char **argv) {
       ->capture_default_str()
       ->group(kServe);
   app.add_option("--prefill-chunk", o.engine.prefill_chunk,
-                 "prompt tokens per step while other requests decode (smaller: steadier streams)")
-      ->check(app::Integer(2, 4096))
+                 "prompt tokens per step at most while other requests decode")
+      ->check(app::Integer(3, 4096))
       ->capture_default_str()
       ->group(kServe);
   app.add_option("--prefill-chunk-idle", o.engine.prefill_chunk_alone,
                  "prompt tokens per step while no request decodes")
-      ->check(app::Integer(2, 4096))
+      ->check(app::Integer(3, 4096))
       ->capture_default_str()
       ->group(kServe);
-  app.add_option("--index-slice-ms", o.engine.index_slice_ms,
-                 "magicpig: LSH index building per step while other requests decode (ms)")
-      ->check(app::Number(0.1, 1e6))
+  app.add_option("--prefill-share", o.engine.prefill_share,
+                 "while others decode, a step's prefill work (a prompt chunk, a slice of an LSH "
+                 "index build) takes about F times their decode rows' time (0: no limit but "
+                 "--prefill-chunk)")
+      ->check(app::Number(0, 1e6))
+      ->type_name("F")
       ->capture_default_str()
       ->group(kServe);
   app.add_option("--max-body", o.http.max_body, "request body bytes at most (beyond: 413)")

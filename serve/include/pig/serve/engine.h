@@ -130,14 +130,17 @@ private:
 };
 
 struct EngineOptions {
-  size_t threads = 0;        ///< compute threads (0: every core)
-  size_t max_running = 8;    ///< requests admitted at once (rows of a decode step)
-  size_t max_queue = 64;     ///< requests waiting for admission; beyond: 503
-  size_t memory_budget = 0;  ///< bytes every admitted request's Attention may reserve; 0: none
-  size_t prefill_chunk = 64; ///< prompt tokens per step while other requests decode
+  size_t threads = 0;         ///< compute threads (0: every core)
+  size_t max_running = 8;     ///< requests admitted at once (rows of a decode step)
+  size_t max_queue = 64;      ///< requests waiting for admission; beyond: 503
+  size_t memory_budget = 0;   ///< bytes every admitted request's Attention may reserve; 0: none
+  size_t prefill_chunk = 256; ///< prompt tokens per step at most while others decode
   size_t prefill_chunk_alone = 512; ///< ... while none does (a bigger chunk is faster)
-  double index_slice_ms = 30;       ///< index build per step while other requests decode
-  size_t context = 0;               ///< the most positions a request may hold (prompt + max_tokens)
+  /// While others decode, a step's prefill work (a prompt chunk or a slice of an LSH index
+  /// build) is sized to take about this times their decode rows' time (measured); 0: no
+  /// time limit (the chunk is prefill_chunk).
+  double prefill_share = 1.0;
+  size_t context = 0; ///< the most positions a request may hold (prompt + max_tokens)
 };
 
 class Engine {
@@ -182,8 +185,9 @@ private:
   };
 
   void Loop();
-  void Admit(); // moves waiting requests into the batch while they fit
-  bool Step();  // one step; false when there was nothing to do
+  void Admit();   // moves waiting requests into the batch while they fit
+  bool Step();    // one step; false when there was nothing to do
+  bool RunWork(); // batch_.Run(work_); a failure retires the owners
   // Publishes a sampled token; returns how the request finished with it (kNone: it goes on).
   Finish Emit(Active &a, int32_t token, const float *logits);
   void Retire(size_t i, Finish f, const std::string &error = {}, int status = 0);
@@ -197,7 +201,9 @@ private:
   std::vector<float> logits_;
   std::vector<runtime::LlamaBatch::Work> work_;
   std::vector<Active *> work_owner_;
-  double unit_s_ = 0; // measured seconds per index-build unit (0: not yet measured)
+  // Measured (0: not yet): seconds per index-build unit, per prompt token of a chunk, and of the
+  // decode rows' pass.
+  double unit_s_ = 0, prefill_token_s_ = 0, decode_s_ = 0;
 
   mutable std::mutex mu_;
   std::condition_variable cv_;
