@@ -37,7 +37,10 @@ tokens per chunk has fewer, longer gaps). Latency: send to "data: [DONE]". TPOT:
 TTFT) / (output tokens - 1) per request with at least two output tokens (vLLM's definition).
 Output tokens: usage.completion_tokens of the last usage in the stream, else the number of text
 chunks (the report says when). Decode-phase output tok/s: output tokens / (last text chunk of
-any request - first text chunk of any request). Totals and throughputs count successful
+any request - first text chunk of any request). Steady output tok/s: text chunks stamped between
+the last request's first chunk and the first request's last chunk, over that span, when every
+request had begun decoding before any finished (all of them running at once: the batch's decode
+rate without the ramp; one chunk is one token for pig-serve, vLLM and llama-server). Totals and throughputs count successful
 requests; the duration runs from the first request sent to the last one finished. Percentiles
 are numpy's default (linear interpolation).
 
@@ -57,7 +60,8 @@ tokenize_shape, corpus_files, corpus_chars, corpus_tokens, offsets), the figures
 failed, not_sent, failure_reasons {reason: count}, first_failures, duration_s,
 total_input_tokens, mean_prompt_tokens, total_output_tokens, mean_output_tokens,
 request_throughput, output_throughput, total_token_throughput, decode_span_s,
-decode_output_throughput, deadline_s (the deadline, from the first request sent); ttft_ms,
+decode_output_throughput, steady_span_s, steady_output_throughput, deadline_s (the deadline,
+from the first request sent); ttft_ms,
 tpot_ms, itl_ms as {mean, median, p90, p99, count}) and records, one per request sent: index,
 client, ok, error, error_detail, start_s (from the first request sent), prompt_tokens,
 output_tokens, output_tokens_source ("usage" or "chunks"), text_chunks, ttft_s, latency_s,
@@ -662,6 +666,13 @@ def summarize(records, t_start):
     firsts = [r["chunk_times"][0] for r in sent if r["ok"] and r["chunk_times"]]
     lasts = [r["chunk_times"][-1] for r in sent if r["ok"] and r["chunk_times"]]
     decode_span = (max(lasts) - min(firsts)) if firsts else 0.0
+    # Steady state: from the last request's first token to the first request's last token, every
+    # request is decoding (meaningful when all requests run at once: --requests = --clients).
+    steady_span, steady_chunks = 0.0, 0
+    if len(firsts) == len(sent) and len(firsts) > 0 and max(firsts) < min(lasts):
+        lo, hi = max(firsts), min(lasts)
+        steady_span = hi - lo
+        steady_chunks = sum(1 for r in sent for t in r["chunk_times"] if lo < t <= hi)
 
     def rate(x, span):
         return x / span if span > 0 else None
@@ -682,6 +693,8 @@ def summarize(records, t_start):
         "total_token_throughput": rate(total_in + total_out, duration),
         "decode_span_s": decode_span,
         "decode_output_throughput": rate(total_out, decode_span),
+        "steady_span_s": steady_span,
+        "steady_output_throughput": rate(steady_chunks, steady_span),
         "ttft_ms": summary_ms([r["ttft_s"] for r in ok if r["ttft_s"] is not None]),
         "tpot_ms": summary_ms([r["tpot_s"] for r in ok if r["tpot_s"] is not None]),
         "itl_ms": summary_ms([gap for r in ok for gap in r["itl_s"]]),
@@ -746,6 +759,7 @@ def print_report(args, model, info, result):
     line("Output token throughput (tok/s)", fmt(result["output_throughput"]))
     line("Total token throughput (tok/s)", fmt(result["total_token_throughput"]))
     line("Decode-phase output tok/s", fmt(result["decode_output_throughput"]))
+    line("Steady output tok/s (all decoding)", fmt(result["steady_output_throughput"]))
     for key, name, heading in (("ttft_ms", "TTFT", "Time to First Token"),
                                ("tpot_ms", "TPOT", "Time per Output Token (excl. 1st token)"),
                                ("itl_ms", "ITL", "Inter-token Latency")):

@@ -143,6 +143,21 @@ def test_counts_timings_and_the_closed_loop(fake, tmp_path):
     assert len({body["prompt_head"][:32] for body in bodies}) == 10
 
 
+def test_steady_throughput_counts_only_while_every_request_decodes(fake, tmp_path):
+    # 4 requests at once, each F then 20 tokens D apart: while all decode, 4 tokens per D. A
+    # closed loop with more requests than clients has no such window (reported as n/a).
+    server = fake("--first-token-delay", str(F), "--token-delay", str(D))
+    result, run = run_json(tmp_path, "--url", server.url, "--clients", "4", "--requests", "4",
+                           "--prompt-tokens", "50", "--output-tokens", "20", "--ignore-eos")
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert run["steady_span_s"] > 10 * D
+    # 4 / D, within the ITL slack on each gap.
+    assert 4 / (D + ITL_SLACK_S) <= run["steady_output_throughput"] <= 4 / (D - ITL_SLACK_S), run
+    _, looped = run_json(tmp_path, "--url", server.url, "--clients", "2", "--requests", "4",
+                         "--prompt-tokens", "50", "--output-tokens", "5", "--ignore-eos")
+    assert looped["steady_output_throughput"] is None and looped["steady_span_s"] == 0
+
+
 def test_fields_sent_and_eos(fake, tmp_path):
     server = fake("--eos-after", "5")
     result, run = run_json(tmp_path, "--url", server.url + "/", "--model", "fake-model-b",
