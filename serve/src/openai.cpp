@@ -216,7 +216,10 @@ std::vector<std::string> Stops(const Json &body) {
 
 std::string NewId(const char *prefix) {
   static std::atomic<uint64_t> counter{0};
-  static const uint64_t salt = std::random_device{}();
+  static const uint64_t salt = [] {
+    std::random_device rd;
+    return (uint64_t(rd()) << 32) ^ rd();
+  }();
   char buf[64];
   std::snprintf(buf, sizeof buf, "%s-%016llx%06llx", prefix, (unsigned long long)salt,
                 (unsigned long long)(counter.fetch_add(1) & 0xffffff));

@@ -131,10 +131,18 @@ class Handler(BaseHTTPRequestHandler):
                           authorization=self.headers.get("Authorization"), arrival=n)
             state.log.append(logged)
         try:
+            self.counted = True
             self.answer(body, n)
         finally:
-            with state.lock:
-                state.in_flight -= 1
+            self.leave()
+
+    def leave(self):
+        # A request stops counting as in flight before its [DONE] is written: a closed-loop
+        # client sends its next request on [DONE], possibly before this handler has returned.
+        if getattr(self, "counted", False):
+            self.counted = False
+            with self.state.lock:
+                self.state.in_flight -= 1
 
     def answer(self, body, n):
         options = self.state.options
@@ -185,6 +193,7 @@ class Handler(BaseHTTPRequestHandler):
             self.event({"id": f"cmpl-{n}", "object": "text_completion", "choices": [],
                         "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": count,
                                   "total_tokens": prompt_tokens + count}})
+        self.leave()
         self.raw_event(b"data: [DONE]")
         self.chunk(b"")
 
