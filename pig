@@ -129,6 +129,10 @@ configure() {
 build_main() {
   configure "$BUILD" -DCMAKE_BUILD_TYPE=Release -DPIG_WERROR=ON
   cmake --build "$BUILD" -j "$JOBS"
+  # `import pig` in .venv: the module built into build/python (python/CMakeLists.txt).
+  local site
+  site=$("$VENV/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
+  [ "$(cat "$site/pig-build.pth" 2>/dev/null)" = "$BUILD/python" ] || echo "$BUILD/python" >"$site/pig-build.pth"
 }
 
 build_sanitize() {

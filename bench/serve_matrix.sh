@@ -3,13 +3,16 @@
 # build/bin/pig-serve on a loopback port, loads it with build/bin/pig-bench-serve and writes each
 # run's report (.txt) and records (.json) to OUT.
 #
-#   bench/serve_matrix.sh OUT [part...]      parts: batch, context, prefill (default: all three)
+#   bench/serve_matrix.sh OUT [part...]  parts: batch, context, long, prefill (default: all)
 #
-#   batch     8 concurrent short requests (1k-token prompts, 256 tokens out), dense and magicpig,
-#             beside pig-bench-batch's B = 8 and B = 1 at a 1k context in the same run: what the
-#             server adds to the batch engine
-#   context   dense vs magicpig at 8k and 16k-token prompts, 1, 4 and 8 concurrent clients
-#             (--ctx 16448 --long-context: past the model's trained 8k)
+#   batch     8 concurrent short requests (256-token prompts, 512 tokens out), dense and
+#             magicpig, beside pig-bench-batch's B = 8 and B = 1 at a 512-token context in the same
+#             run: what the server adds to the batch engine (compare the steady rate: all 8 rows
+#             decoding)
+#   context   dense vs magicpig at 8k and 16k-token prompts, 1, 4 and 8 concurrent clients, 64
+#             tokens out (--ctx 16448 --long-context: past the model's trained 8k)
+#   long      8 clients at 8k-token prompts with 1024 tokens out: decode at a long context once
+#             every prompt is in
 #   prefill   4 streams decoding (1k prompts) while one 16k-token prompt is prefilled beside
 #             them: their inter-token latency with --prefill-share 1 (the default) and 0 (fixed
 #             256-token chunks)
@@ -20,7 +23,7 @@ B="$ROOT/build/bin"
 OUT=${1:?usage: bench/serve_matrix.sh OUT [batch|context|prefill ...]}
 shift
 PARTS=("$@")
-[ ${#PARTS[@]} -eq 0 ] && PARTS=(batch context prefill)
+[ ${#PARTS[@]} -eq 0 ] && PARTS=(batch context long prefill)
 PORT=${PIG_BENCH_PORT:-8093}
 URL="http://127.0.0.1:$PORT"
 THREADS=${PIG_BENCH_THREADS:-2}
@@ -57,12 +60,20 @@ lsh() { echo "{\"attention\": \"$1\"}"; }
 for part in "${PARTS[@]}"; do
   case "$part" in
     batch)
-      "$B/pig-bench-batch" --threads "$THREADS" --batches 1,8 --contexts 1024 --prompts 0 \
-        --steps 32 --attention magicpig | tee "$OUT/batch-bench.txt"
+      "$B/pig-bench-batch" --threads "$THREADS" --batches 1,8 --contexts 512 --prefill 256 \
+        --prompts 0 --steps 32 --attention magicpig | tee "$OUT/batch-bench.txt"
       start batch --parallel 8
       for m in dense magicpig; do
-        load "batch-$m-c8" --clients 8 --requests 8 --prompt-tokens 1024 --output-tokens 256 \
+        load "batch-$m-c8" --clients 8 --requests 8 --prompt-tokens 256 --output-tokens 512 \
           --ignore-eos --pig-json "$(lsh $m)" --timeout 1200
+      done
+      stop
+      ;;
+    long)
+      start long --parallel 8
+      for m in dense magicpig; do
+        load "long-$m-p8192-c8" --clients 8 --requests 8 --prompt-tokens 8192 \
+          --output-tokens 1024 --ignore-eos --pig-json "$(lsh $m)" --timeout 3600
       done
       stop
       ;;
@@ -94,7 +105,7 @@ for part in "${PARTS[@]}"; do
       done
       ;;
     *)
-      echo "unknown part '$part' (batch, context, prefill)" >&2
+      echo "unknown part '$part' (batch, context, long, prefill)" >&2
       exit 2
       ;;
   esac

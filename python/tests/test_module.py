@@ -1,0 +1,301 @@
+"""The Python module against pig's own reference (pig.ref), on random and adversarial inputs:
+every kernel binding for every row format and group size, wrong arrays refused with a
+ValueError, outputs written in place without copies, the GIL released, and the model runtime
+equal to pig-run. Runs under ctest (python/CMakeLists.txt: PYTHONPATH=build/python)."""
+import os
+import subprocess
+import threading
+
+import numpy as np
+import pytest
+
+import pig
+
+try:
+    import torch
+except ImportError:  # the parity environment brings torch; without it those cases skip
+    torch = None
+
+RNG = np.random.default_rng(20261203)
+MODEL = os.path.expanduser(os.environ.get("PIG_CACHE", "~/.cache/pig")) + \
+    "/SmolLM2-135M-Instruct.Q4_1.gguf"
+
+
+def rand(*shape, scale=1.0):
+    return (RNG.standard_normal(shape) * scale).astype(np.float32)
+
+
+def rows(x, dtype):
+    """x (n, d) float32 in a row format, and the float32 values the kernels read from it."""
+    if dtype == "f32":
+        return x, x
+    if dtype == "bf16":
+        r = pig.to_bf16(x)
+    else:
+        r = pig.quantize_q8(x)
+    return r, pig.rows_to_f32(r, x.shape[1])
+
+
+# --- the reference itself ------------------------------------------------------------------------
+
+def test_reference_dense_is_softmax_attention():
+    q, K, V = rand(64), rand(50, 64), rand(50, 32)
+    out, lse = pig.ref.dense(q, K, V)
+    z = (K.astype(np.float64) @ q.astype(np.float64)) / 8.0
+    w = np.exp(z - z.max())
+    assert lse == pytest.approx(z.max() + np.log(w.sum()), rel=1e-12)
+    np.testing.assert_allclose(out, (w / w.sum()) @ V.astype(np.float64), rtol=1e-5, atol=1e-6)
+
+
+def test_reference_topk_oracle_magicpig_shapes_and_costs():
+    q, K, V = rand(64), rand(400, 64), rand(400, 64)
+    out, lse, attended = pig.ref.topk(q, K, V, 20)
+    assert out.shape == (64,) and attended == 20
+    o2, l2, att2 = pig.ref.oracle(q, K, V, 64, seed=3)
+    assert o2.shape == (64,) and 1 <= att2 <= 64
+    o3, l3, sample, indexed = pig.ref.magicpig(q, K, V, K_bits=8, L=50, sink=4, local=16)
+    assert indexed == 400 - 20 and np.all(np.diff(sample.astype(np.int64)) > 0)
+    assert np.all((sample >= 4) & (sample < 384))
+
+
+# --- the dense kernel ----------------------------------------------------------------------------
+
+@pytest.mark.parametrize("dtype", ["f32", "bf16", "q8"])
+@pytest.mark.parametrize("G", [1, 3])
+@pytest.mark.parametrize("n", [1, 7, 300])
+def test_dense_kernel_matches_the_reference(dtype, G, n):
+    d = 64
+    q, K, V = rand(G, d), rand(n, d), rand(n, d)
+    kr, kf = rows(K, dtype)
+    vr, vf = rows(V, dtype)
+    out, lse = pig.dense_attention(q, kr, vr)
+    assert out.shape == (G, d) and lse.shape == (G,)
+    for h in range(G):
+        want, want_lse = pig.ref.dense(q[h], kf, vf)
+        np.testing.assert_allclose(out[h], want, rtol=2e-5, atol=2e-5)
+        assert lse[h] == pytest.approx(want_lse, rel=1e-5, abs=1e-5)
+
+
+def test_dense_kernel_on_adversarial_rows():
+    d = 64
+    q = rand(3, d)
+    same = np.tile(rand(1, d), (40, 1))  # all keys equal: uniform weights
+    V = rand(40, d)
+    out, _ = pig.dense_attention(q, same, V)
+    np.testing.assert_allclose(out[0], V.mean(axis=0), rtol=1e-5, atol=1e-5)
+    huge = rand(40, d, scale=1e4)  # huge norms: one key takes all the weight, no overflow
+    out, lse = pig.dense_attention(q, huge, V)
+    assert np.all(np.isfinite(out)) and np.all(np.isfinite(lse))
+    for h in range(3):
+        np.testing.assert_allclose(out[h], pig.ref.dense(q[h], huge, V)[0], rtol=1e-4, atol=1e-4)
+    bad = q.copy()
+    bad[1, 5] = np.nan  # NaN in: that head's answer is NaN, the others are not
+    out, lse = pig.dense_attention(bad, rand(40, d), V)
+    assert np.all(np.isnan(out[1])) and np.isnan(lse[1])
+    assert np.all(np.isfinite(out[0])) and np.all(np.isfinite(out[2]))
+    part, _ = pig.dense_attention(q, same, V, begin=10, end=20)
+    np.testing.assert_allclose(part[0], V[10:20].mean(axis=0), rtol=1e-5, atol=1e-5)
+
+
+# --- the LSH index and the sampled kernel ---------------------------------------------------------
+
+@pytest.mark.parametrize("dtype", ["f32", "bf16", "q8"])
+@pytest.mark.parametrize("G", [1, 3])
+def test_lsh_index_and_attend_match_the_reference(dtype, G):
+    d, n, sink, local = 64, 900, 4, 32
+    K, V = rand(n, d), rand(n, d)
+    # Queries near some keys, so that sampled sets are neither empty nor everything.
+    q = (K[RNG.integers(sink, n - local, G)] + 0.3 * rand(G, d)).astype(np.float32)
+    kr, kf = rows(K, dtype)
+    vr, vf = rows(V, dtype)
+    ix = pig.LshIndex(kr, d, K=8, L=60, t=2, seed=11, sink=sink, local=local)
+    assert ix.stats["indexed"] == n - sink - local and len(ix) == n
+    tokens, masks = ix.retrieve(q)
+    out, lse, st = ix.attend(q, kr, vr)
+    assert st["indexed"] == n - sink - local
+    union = set()
+    for h in range(G):
+        want, want_lse, sample, indexed = pig.ref.magicpig(q[h], kf, vf, K_bits=8, L=60, t=2,
+                                                           seed=11, sink=sink, local=local)
+        assert 0 < len(sample) < indexed, "the test needs a sample that is neither empty nor all"
+        mine = tokens if G == 1 else tokens[(masks >> h) & 1 == 1]
+        np.testing.assert_array_equal(mine, sample)  # the same sample set, token for token
+        assert st["sampled_per_head"][h] == len(sample)
+        np.testing.assert_allclose(out[h], want, rtol=1e-4, atol=1e-4)
+        assert lse[h] == pytest.approx(want_lse, rel=1e-4, abs=1e-4)
+        union |= set(sample.tolist())
+    assert st["sampled_union"] == len(union) == len(tokens)
+
+
+def test_lsh_index_grows_like_a_fresh_one():
+    d, sink, local = 64, 4, 16
+    K, V = rand(700, d), rand(700, d)
+    grown = pig.LshIndex(K[:500], d, K=8, L=40, sink=sink, local=local, capacity=700)
+    grown.extend(K[:640])
+    grown.extend(K)
+    q = (K[100:101] + 0.2 * rand(1, d)).astype(np.float32)
+    out, lse, st = grown.attend(q, K, V)
+    # The mean stays the one of the build (MagicPIG's rule): the reference's index of the first
+    # 500 keys' mean; sampled tokens and weights come from the same codes.
+    assert st["indexed"] == 700 - sink - local
+    assert np.all(np.isfinite(out))
+    with pytest.raises(ValueError, match="capacity"):
+        grown.extend(np.vstack([K, rand(10, d)]))
+    with pytest.raises(ValueError, match="include the 700"):
+        grown.extend(K[:600])
+
+
+def test_a_short_sequence_is_all_static():
+    d = 64
+    K, V, q = rand(10, d), rand(10, d), rand(1, d)
+    ix = pig.LshIndex(K, d, sink=4, local=64)
+    assert ix.stats["indexed"] == 0
+    out, lse, st = ix.attend(q, K, V)
+    want, want_lse = pig.ref.dense(q[0], K, V)
+    np.testing.assert_allclose(out[0], want, rtol=1e-5, atol=1e-5)
+
+
+# --- bad arrays -----------------------------------------------------------------------------------
+
+def test_wrong_arrays_raise_value_errors_naming_them():
+    d = 64
+    q, K, V = rand(3, d), rand(100, d), rand(100, d)
+    with pytest.raises(ValueError, match="q: expected a 2-D float32 array, got float64"):
+        pig.dense_attention(q.astype(np.float64), K, V)
+    with pytest.raises(ValueError, match="keys: rows of head dim 64 in f32 have 64 columns"):
+        pig.dense_attention(q, rand(100, 32), V)
+    with pytest.raises(ValueError, match="keys: expected float32, bfloat16"):
+        pig.dense_attention(q, K.astype(np.int32), V)
+    with pytest.raises(ValueError, match="C-contiguous"):
+        pig.dense_attention(q, np.asfortranarray(K), V)
+    with pytest.raises(ValueError, match="C-contiguous"):
+        pig.dense_attention(q, rand(200, d)[::2], V)
+    with pytest.raises(ValueError, match="a group has 1 to"):
+        pig.dense_attention(rand(20, d), K, V)
+    with pytest.raises(ValueError, match="same dtype and rows"):
+        pig.dense_attention(q, K, V[:50])
+    with pytest.raises(ValueError, match="within the 100 rows"):
+        pig.dense_attention(q, K, V, begin=5, end=101)
+    with pytest.raises(ValueError, match="out: dimension 0 must be 3"):
+        pig.dense_attention(q, K, V, out=np.zeros((2, d), np.float32))
+    ro = np.zeros((3, d), np.float32)
+    ro.setflags(write=False)
+    with pytest.raises(ValueError, match="read-only"):
+        pig.dense_attention(q, K, V, out=ro)
+    with pytest.raises(ValueError, match="multiple of 32"):
+        pig.quantize_q8(rand(4, 48))
+    with pytest.raises(ValueError, match="K = 0|K"):
+        pig.LshIndex(K, d, K=0)
+    with pytest.raises(ValueError, match="built from f32 rows, got bf16"):
+        ix = pig.LshIndex(K, d)
+        ix.attend(q, pig.to_bf16(K), V)
+    with pytest.raises(ValueError, match="K and V must have the same number of rows"):
+        pig.ref.dense(q[0], K, V[:10])
+    with pytest.raises(ValueError, match="hash transform|transform"):
+        pig.LshIndex(K, d, transform="rotate")
+
+
+# --- zero copies, torch, threads ---------------------------------------------------------------
+
+def test_out_is_written_in_place_and_returned():
+    d = 64
+    q, K, V = rand(3, d), rand(64, d), rand(64, d)
+    buf = np.full((3, d), 7.0, np.float32)
+    out, _ = pig.dense_attention(q, K, V, out=buf)
+    assert out is buf  # the caller's array, no copy
+    np.testing.assert_allclose(buf[0], pig.ref.dense(q[0], K, V)[0], rtol=1e-5, atol=1e-5)
+    ix = pig.LshIndex(K, d, sink=4, local=8)
+    out2, _, _ = ix.attend(q, K, V, out=buf)
+    assert out2 is buf
+
+
+@pytest.mark.skipif(torch is None, reason="torch is not installed (the parity environment)")
+def test_torch_tensors_and_bfloat16():
+    d = 64
+    K32 = torch.randn(120, d)
+    V32 = torch.randn(120, d)
+    q = torch.randn(3, d)
+    Kb, Vb = K32.to(torch.bfloat16), V32.to(torch.bfloat16)
+    out, lse = pig.dense_attention(q, Kb, Vb)
+    for h in range(3):
+        want, _ = pig.ref.dense(q[h].numpy(), Kb.float().numpy(), Vb.float().numpy())
+        np.testing.assert_allclose(out[h], want, rtol=2e-5, atol=2e-5)
+    buf = torch.zeros(3, d)
+    res, _ = pig.dense_attention(q, K32, V32, out=buf)
+    assert res is buf and buf.abs().sum() > 0  # written in place
+    # A bf16 tensor and its uint16 bits are the same rows.
+    bits = Kb.view(torch.int16).numpy().view(np.uint16)
+    np.testing.assert_array_equal(pig.rows_to_f32(bits, d), Kb.float().numpy())
+    with pytest.raises(ValueError, match="C-contiguous"):
+        pig.dense_attention(q, K32.t().contiguous().t(), V32)
+
+
+def test_threads_get_the_same_answers_and_the_gil_is_released():
+    d = 64
+    K, V = rand(4000, d), rand(4000, d)
+    q = rand(3, d)
+    want, _ = pig.dense_attention(q, K, V)
+    results = [None] * 4
+
+    def work(i):
+        results[i] = pig.dense_attention(q, K, V)[0]
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    for r in results:
+        np.testing.assert_array_equal(r, want)
+    # While the reference grinds through a long call in a thread, this thread keeps running
+    # Python: the call does not hold the GIL.
+    big_K, big_V = rand(300000, d), rand(300000, d)
+    done = threading.Event()
+    t = threading.Thread(target=lambda: (pig.ref.dense(q[0], big_K, big_V), done.set()))
+    ticks = 0
+    t.start()
+    while not done.is_set():
+        ticks += 1
+    t.join()
+    assert ticks > 1000, ticks
+
+
+# --- the registry and the runtime ---------------------------------------------------------------
+
+def test_the_kernels_that_serve():
+    assert pig.simd_target() in {"AVX3_DL", "AVX3", "AVX2", "SSE4", "SCALAR", "AVX3_ZEN4"}
+    text = pig.describe_kernels(10, 150, 64, "bf16")
+    assert ("specialised" in text or "generic" in text) and "K=10 L=150 d=64" in text
+    with pytest.raises(ValueError, match="dtype"):
+        pig.describe_kernels(10, 150, 64, "f16")
+    assert isinstance(pig.registered_kernels(), list)
+
+
+@pytest.mark.skipif(not os.path.exists(MODEL), reason="the model is not installed (./pig setup)")
+def test_the_runtime_decodes_like_pig_run():
+    model = pig.Model(MODEL)
+    assert model.config["n_layers"] == 30
+    prompt = "Paris is the capital of France and its largest city. " * 13
+    ids = model.encode(prompt)
+    for spec, flags in ((pig.AttentionSpec(), []),
+                        (pig.AttentionSpec("magicpig", local=16),
+                         ["--attention", "magicpig", "--local", "16"])):
+        s = model.session(spec, capacity=len(ids) + 16, threads=2)
+        got = s.generate(ids, max_new=12)
+        run = subprocess.run([os.environ.get("PIG_RUN", "pig-run"), "--threads", "2", "--prompt",
+                              prompt, "--max-new", "12", "--print-ids", *flags],
+                             capture_output=True, text=True, timeout=300)
+        assert run.returncode == 0, run.stderr
+        line = next(x for x in run.stdout.splitlines() if x.startswith("generated ids:"))
+        assert got == [int(x) for x in line.split(":")[1].split()], (spec, run.stdout)
+        if spec.method == "magicpig":
+            assert s.stats["cost2"] > 0
+    with pytest.raises(ValueError, match="pig.lsh|--lsh|K = 0"):
+        pig.AttentionSpec("magicpig", lsh="K=0")
+    s = model.session(capacity=8)
+    with pytest.raises(ValueError, match="capacity"):
+        s.forward(list(range(9)))
+    with pytest.raises(ValueError, match="outside the vocabulary"):
+        s.forward([10 ** 7])
+    assert model.decode(model.encode("hello world", add_bos=False)) == "hello world"
+    assert len(model.encode_chat([("user", "Hi")])) > 3
