@@ -452,7 +452,15 @@ bool Engine::Step() {
     const auto td = Clock::now();
     if (!RunWork())
       return true;
-    decode_s_ = Ema(decode_s_, Seconds(td, Clock::now()));
+    const double pass_s = Seconds(td, Clock::now());
+    decode_s_ = Ema(decode_s_, pass_s);
+    {
+      std::lock_guard lock(mu_);
+      auto it = metrics_.decode_pass.find(decoding.size());
+      if (it == metrics_.decode_pass.end())
+        it = metrics_.decode_pass.emplace(decoding.size(), DecodePassHistogram()).first;
+      it->second.Observe(pass_s);
+    }
     for (size_t r = 0; r < decoding.size(); ++r) {
       Active &a = *decoding[r];
       const float *row = &logits_[r * vocab];

@@ -71,6 +71,10 @@ void Histogram::Render(std::string &out, const std::string &name, const std::str
 
 MethodMetrics::MethodMetrics() : ttft(kTtftBounds), itl(kItlBounds), e2e(kE2eBounds) {}
 
+ServerMetrics::ServerMetrics() = default;
+
+Histogram DecodePassHistogram() { return Histogram(kItlBounds); }
+
 std::string ServerMetrics::Render() const {
   std::string out;
   auto gauge = [&](const char *name, const char *help, auto field) {
@@ -121,6 +125,10 @@ std::string ServerMetrics::Render() const {
   out += "pig_engine_steps_total " + Num(steps) + "\n";
   Head(out, "pig_engine_step_seconds_total", "counter", "Time spent in scheduler steps.");
   out += "pig_engine_step_seconds_total " + Num(step_seconds) + "\n";
+  Head(out, "pig_engine_decode_pass_seconds", "histogram",
+       "The decode rows' forward pass of a step, by the number of rows in it.");
+  for (const auto &[rows, h] : decode_pass)
+    h.Render(out, "pig_engine_decode_pass_seconds", Label("rows", std::to_string(rows)));
   return out;
 }
 

@@ -27,6 +27,9 @@ private:
   double sum_ = 0;
 };
 
+/// The buckets of the inter-token latency, for the engine's decode pass too.
+Histogram DecodePassHistogram();
+
 /// Per attention method.
 struct MethodMetrics {
   MethodMetrics();
@@ -41,8 +44,12 @@ struct ServerMetrics {
   std::map<std::string, MethodMetrics> methods; ///< by method name
   std::map<std::string, uint64_t> rejected;     ///< requests refused before admission, by reason
   uint64_t memory_budget = 0, memory_reserved = 0;
+  ServerMetrics();
   uint64_t steps = 0;
   double step_seconds = 0;
+  /// The decode rows' forward pass of each step (the engine's own cost per token of a batch,
+  /// without the prefill work beside it, the HTTP threads or the clients), by rows in the pass.
+  std::map<size_t, Histogram> decode_pass;
   /// The whole exposition text.
   std::string Render() const;
 };
