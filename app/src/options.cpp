@@ -100,6 +100,23 @@ void Parse(CLI::App &app, int argc, const char *const *argv) {
     UsageError(app, "unknown argument '" + extra.front() + "' (see --help)");
 }
 
+runtime::AttentionSpec ParseAttentionArgs(const std::vector<std::string> &args,
+                                          runtime::AttentionSpec base) {
+  CLI::App app{"attention", "pig"};
+  Init(app);
+  AddAttentionOptions(app, base);
+  AddKvOption(app, base.kv_dtype);
+  std::vector<std::string> reversed(args.rbegin(), args.rend()); // CLI11 takes the last first
+  try {
+    app.parse(reversed);
+  } catch (const CLI::Error &e) {
+    throw std::invalid_argument(UsageMessage(e));
+  }
+  if (!app.remaining().empty())
+    throw std::invalid_argument("unknown argument '" + app.remaining().front() + "'");
+  return base;
+}
+
 CLI::Validator Integer(std::uint64_t lo, std::uint64_t hi) {
   const std::string range = "[" + std::to_string(lo) + ", " + std::to_string(hi) + "]";
   return CLI::Validator(

@@ -623,18 +623,11 @@ pig::runtime::AttentionSpec ParseSpec(const std::string &method, const std::stri
     std::snprintf(b, sizeof b, "%.17g", *budget);
     args.insert(args.end(), {"--budget", b});
   }
-  pig::runtime::AttentionSpec spec;
-  CLI::App app{"pig", "pig"};
-  pig::app::Init(app);
-  pig::app::AddAttentionOptions(app, spec);
-  pig::app::AddKvOption(app, spec.kv_dtype);
-  std::reverse(args.begin(), args.end());
   try {
-    app.parse(args);
-  } catch (const CLI::Error &e) {
-    Bad(pig::app::UsageMessage(e));
+    return pig::app::ParseAttentionArgs(args);
+  } catch (const std::invalid_argument &e) {
+    Bad(e.what());
   }
-  return spec;
 }
 
 class Session {

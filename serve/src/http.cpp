@@ -346,76 +346,74 @@ void HttpServer::Routes() {
   svr.Post("/v1/completions", generate(Endpoint::kCompletions));
   svr.Post("/v1/chat/completions", generate(Endpoint::kChat));
 
-  svr.Post("/tokenize", [this](const httplib::Request &http, httplib::Response &res) {
-    try {
-      Engine *engine = engine_.load();
-      if (!engine)
-        throw ApiError(503, "the model is loading", "server_error");
-      const runtime::Tokenizer &tok = engine->model().tokenizer();
-      const Json body = ParseBody(http);
-      if (!body.is_object())
-        throw ApiError(400, "the request body must be a JSON object");
-      std::vector<int32_t> ids;
-      if (body.contains("messages")) {
-        ids = ParseRequest(Json{{"messages", body["messages"]}}, Endpoint::kChat, tok, defaults_,
-                           engine->model().config().n_layers, engine->options().context)
-                  .params.prompt;
-      } else {
-        const char *key = body.contains("content") ? "content" : "prompt";
-        const auto it = body.find(key);
-        if (it == body.end() || !it->is_string())
-          throw ApiError(400, "give \"content\" (or \"prompt\") as a string, or \"messages\"",
-                         "invalid_request_error", key);
-        bool special = false;
-        if (const auto s = body.find("add_special"); s != body.end()) {
-          if (!s->is_boolean())
-            throw ApiError(400, "add_special must be a boolean", "invalid_request_error",
-                           "add_special");
-          special = s->get<bool>();
+  // The tokenizer endpoints: a loaded engine, a JSON body, an ApiError as its JSON answer.
+  auto tokenizer_endpoint = [this](auto handle) {
+    return [this, handle](const httplib::Request &http, httplib::Response &res) {
+      try {
+        Engine *engine = engine_.load();
+        if (!engine)
+          throw ApiError(503, "the model is loading", "server_error");
+        SendJson(res, 200, handle(*engine, ParseBody(http)));
+      } catch (const ApiError &e) {
+        SendError(res, e);
+      }
+    };
+  };
+  svr.Post(
+      "/tokenize", tokenizer_endpoint([this](Engine &engine, const Json &body) {
+        const runtime::Tokenizer &tok = engine.model().tokenizer();
+        if (!body.is_object())
+          throw ApiError(400, "the request body must be a JSON object");
+        std::vector<int32_t> ids;
+        if (body.contains("messages")) {
+          ids = ParseRequest(Json{{"messages", body["messages"]}}, Endpoint::kChat, tok, defaults_,
+                             engine.model().config().n_layers, engine.options().context)
+                    .params.prompt;
+        } else {
+          const char *key = body.contains("content") ? "content" : "prompt";
+          const auto it = body.find(key);
+          if (it == body.end() || !it->is_string())
+            throw ApiError(400, "give \"content\" (or \"prompt\") as a string, or \"messages\"",
+                           "invalid_request_error", key);
+          bool special = false;
+          if (const auto s = body.find("add_special"); s != body.end()) {
+            if (!s->is_boolean())
+              throw ApiError(400, "add_special must be a boolean", "invalid_request_error",
+                             "add_special");
+            special = s->get<bool>();
+          }
+          ids = tok.Encode(it->get<std::string>(), special);
         }
-        ids = tok.Encode(it->get<std::string>(), special);
-      }
-      Json j = {
-          {"tokens", ids}, {"count", ids.size()}, {"max_model_len", engine->options().context}};
-      if (const auto wp = body.find("with_pieces");
-          wp != body.end() && wp->is_boolean() && wp->get<bool>()) {
-        Json pieces = Json::array();
-        for (const int32_t id : ids)
-          pieces.push_back({{"id", id}, {"piece", tok.Decode(id)}});
-        j["tokens"] = pieces;
-      }
-      SendJson(res, 200, j);
-    } catch (const ApiError &e) {
-      SendError(res, e);
-    }
-  });
-  svr.Post("/detokenize", [this](const httplib::Request &http, httplib::Response &res) {
-    try {
-      Engine *engine = engine_.load();
-      if (!engine)
-        throw ApiError(503, "the model is loading", "server_error");
-      const runtime::Tokenizer &tok = engine->model().tokenizer();
-      const Json body = ParseBody(http);
-      const auto it = body.is_object() ? body.find("tokens") : body.end();
-      if (it == body.end() || !it->is_array())
-        throw ApiError(400, "tokens must be an array of token ids", "invalid_request_error",
-                       "tokens");
-      std::vector<int32_t> ids;
-      for (const Json &t : *it) {
-        if (!t.is_number_integer() || t.get<long long>() < 0 ||
-            t.get<long long>() >= (long long)tok.vocab_size())
-          throw ApiError(400,
-                         "tokens: every id must be an integer in [0, " +
-                             std::to_string(tok.vocab_size()) + ")",
-                         "invalid_request_error", "tokens");
-        ids.push_back(int32_t(t.get<long long>()));
-      }
-      const std::string text = tok.Decode(ids);
-      SendJson(res, 200, {{"content", text}, {"prompt", text}});
-    } catch (const ApiError &e) {
-      SendError(res, e);
-    }
-  });
+        Json j = {
+            {"tokens", ids}, {"count", ids.size()}, {"max_model_len", engine.options().context}};
+        if (const auto wp = body.find("with_pieces");
+            wp != body.end() && wp->is_boolean() && wp->get<bool>()) {
+          Json pieces = Json::array();
+          for (const int32_t id : ids)
+            pieces.push_back({{"id", id}, {"piece", tok.Decode(id)}});
+          j["tokens"] = pieces;
+        }
+        return j;
+      }));
+  svr.Post("/detokenize", tokenizer_endpoint([](Engine &engine, const Json &body) {
+             const runtime::Tokenizer &tok = engine.model().tokenizer();
+             const auto it = body.is_object() ? body.find("tokens") : body.end();
+             if (it == body.end() || !it->is_array())
+               throw ApiError(400, "tokens must be an array of token ids", "invalid_request_error",
+                              "tokens");
+             std::vector<int32_t> ids;
+             for (const Json &t : *it) {
+               if (!t.is_number_integer() || t.get<long long>() < 0 ||
+                   t.get<long long>() >= (long long)tok.vocab_size())
+                 throw ApiError(400,
+                                "tokens: every id must be an integer in [0, " +
+                                    std::to_string(tok.vocab_size()) + ")",
+                                "invalid_request_error", "tokens");
+               ids.push_back(int32_t(t.get<long long>()));
+             }
+             const std::string text = tok.Decode(ids);
+             return Json{{"content", text}, {"prompt", text}};
+           }));
 }
 
 } // namespace pig::serve

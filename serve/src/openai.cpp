@@ -1,7 +1,5 @@
 #include "pig/serve/openai.h"
 
-#include <CLI/CLI.hpp>
-
 #include <atomic>
 #include <chrono>
 #include <cmath>
@@ -262,7 +260,7 @@ runtime::AttentionSpec ParsePigExtension(const Json *pig, const Defaults &d, siz
                                                                  {"budget", "--budget"},
                                                                  {"transform", "--transform"},
                                                                  {"schedule", "--schedule"}};
-  std::vector<std::string> args; // CLI11 takes them last first
+  std::vector<std::string> args;
   bool replaces_point = false;
   for (const auto &[key, value] : pig->items()) {
     const char *flag = nullptr;
@@ -296,17 +294,11 @@ runtime::AttentionSpec ParsePigExtension(const Json *pig, const Defaults &d, siz
     args.push_back(flag);
     args.push_back(text);
   }
-  // A magicpig request that names no (K, L, t) or dense layers of its own gets the tuned point.
-  runtime::AttentionSpec spec = d.attention;
-  CLI::App app{"pig", "pig"};
-  pig::app::Init(app);
-  pig::app::AddAttentionOptions(app, spec);
-  pig::app::AddKvOption(app, spec.kv_dtype);
-  std::reverse(args.begin(), args.end());
+  runtime::AttentionSpec spec;
   try {
-    app.parse(args);
-  } catch (const CLI::Error &e) {
-    std::string msg = pig::app::UsageMessage(e);
+    spec = pig::app::ParseAttentionArgs(args, d.attention);
+  } catch (const std::invalid_argument &e) {
+    std::string msg = e.what();
     for (const auto &[k, f] : kFlags) { // name the JSON field, not the flag
       const std::string flag = f;
       for (size_t at = msg.find(flag); at != std::string::npos; at = msg.find(flag, at))
@@ -314,6 +306,7 @@ runtime::AttentionSpec ParsePigExtension(const Json *pig, const Defaults &d, siz
     }
     throw Bad("pig", msg);
   }
+  // A magicpig request that names no (K, L, t) or dense layers of its own gets the tuned point.
   if (d.tuned && spec.method == spec::Method::magicpig && !replaces_point) {
     runtime::AttentionSpec tuned = *d.tuned;
     tuned.kv_dtype = spec.kv_dtype;

@@ -8,7 +8,7 @@
 
 #include <thread>
 
-#include "../runtime/model_util.h"
+#include "model_fixture.h"
 #include "pig/spec/method.h"
 
 namespace pig::serve {
@@ -17,18 +17,8 @@ namespace {
 using runtime::AttentionSpec;
 using namespace std::chrono_literals;
 
-class EngineTest : public ::testing::Test {
+class EngineTest : public testing::ModelTest {
 protected:
-  static void SetUpTestSuite() {
-    if (runtime::testing::ModelExists())
-      model_ = runtime::testing::LoadModel().release();
-  }
-  static void TearDownTestSuite() {
-    delete model_;
-    model_ = nullptr;
-  }
-  void SetUp() override { PIG_REQUIRE_MODEL(); }
-
   // A prompt of about n tokens, different for each `which`.
   static std::vector<int32_t> Prompt(size_t n, int which) {
     std::string text;
@@ -85,9 +75,7 @@ protected:
     return o;
   }
 
-  static runtime::LlamaModel *model_;
 };
-runtime::LlamaModel *EngineTest::model_ = nullptr;
 
 TEST_F(EngineTest, ConcurrentRequestsGetTheTokensOfTheirSoloRuns) {
   AttentionSpec dense;

@@ -6,23 +6,14 @@
 
 #include <gtest/gtest.h>
 
-#include "../runtime/model_util.h"
+#include "model_fixture.h"
 #include "pig/spec/method.h"
 
 namespace pig::serve {
 namespace {
 
-class OpenAiTest : public ::testing::Test {
+class OpenAiTest : public testing::ModelTest {
 protected:
-  static void SetUpTestSuite() {
-    if (runtime::testing::ModelExists())
-      model_ = runtime::testing::LoadModel().release();
-  }
-  static void TearDownTestSuite() {
-    delete model_;
-    model_ = nullptr;
-  }
-  void SetUp() override { PIG_REQUIRE_MODEL(); }
   const runtime::Tokenizer &tok() const { return model_->tokenizer(); }
   size_t layers() const { return model_->config().n_layers; }
   ParsedRequest Parse(const Json &body, Endpoint e = Endpoint::kCompletions,
@@ -42,9 +33,7 @@ protected:
           << body.dump() << ": " << err.what();
     }
   }
-  static runtime::LlamaModel *model_;
 };
-runtime::LlamaModel *OpenAiTest::model_ = nullptr;
 
 TEST_F(OpenAiTest, ACompletionRequestWithDefaults) {
   const ParsedRequest r = Parse({{"model", "x"}, {"prompt", "The capital of France is"}});

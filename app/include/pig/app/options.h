@@ -86,6 +86,14 @@ struct AttentionFlags {
 /// (K:L), "10,150,2" (K,L,t) and a transform=SPEC item ("K=8,transform=whiten:a=0.25").
 AttentionFlags AddAttentionOptions(CLI::App &app, runtime::AttentionSpec &spec);
 
+/// Parses attention options given as arguments, e.g. {"--attention", "magicpig", "--lsh",
+/// "K=8,L=75", "--kv", "q8"}, over `base` with AddAttentionOptions and AddKvOption: the spellings
+/// and checks of the command line for what is not one (a server request's "pig" object, the
+/// Python module's AttentionSpec). Throws std::invalid_argument with UsageMessage's text
+/// ("--lsh: K = 0 is outside [1, 16]"), or for an argument that is not an attention option.
+runtime::AttentionSpec ParseAttentionArgs(const std::vector<std::string> &args,
+                                          runtime::AttentionSpec base = {});
+
 /// --transform SPEC alone (AddAttentionOptions adds it): runtime::ParseServedTransform into
 /// `transform`; a tool where it means something else passes its own description.
 CLI::Option *AddTransformOption(CLI::App &app, ref::TransformSpec &transform,
