@@ -304,7 +304,7 @@ struct SampledCall {
   void operator()() {
     const lsh::GroupQueries queries{ds.query(calls), ds.G, float(1.0 / std::sqrt(double(ds.d))),
                                     out.data(), lse.data()};
-    const lsh::KvRows rows{ds.keys(dtype, c), ds.values(dtype, c), dtype, ds.d};
+    const lsh::KvRows rows{ds.keys(dtype, c), ds.values(dtype, c), dtype, ds.d, {}};
     lsh::sampled_step(set, ds.idx(dtype, c), *ds.W, *ds.lut, kT, scratch, buf, queries, rows,
                       stats);
     benchmark::DoNotOptimize(out.data());

@@ -299,9 +299,8 @@ HWY_INLINE void AccumulateValues(Heads &st, const Row *const *rows, std::size_t 
 }
 
 template <int kG, int kD, typename Row, Schedule kS>
-HWY_INLINE void DenseRange(Heads &st, const Row *k, const Row *v, std::size_t begin,
-                           std::size_t end) {
-  const std::size_t d = kD ? std::size_t(kD) : st.d;
+HWY_INLINE void DenseRange(Heads &st, const sd::RowSource<Row> &k, const sd::RowSource<Row> &v,
+                           std::size_t begin, std::size_t end) {
   constexpr std::size_t kBlock = std::size_t(kS.block);
   constexpr std::size_t kAhead = std::size_t(kS.dense_prefetch);
   alignas(64) float z[kG * kBlock];
@@ -311,11 +310,11 @@ HWY_INLINE void DenseRange(Heads &st, const Row *k, const Row *v, std::size_t be
   for (std::size_t i0 = begin; i0 < end; i0 += kBlock) {
     const std::size_t nb = std::min(kBlock, end - i0);
     for (std::size_t i = 0; i < nb; ++i) {
-      krows[i] = sd::RowAt(k, i0 + i, d);
-      vrows[i] = sd::RowAt(v, i0 + i, d);
+      krows[i] = k(i0 + i);
+      vrows[i] = v(i0 + i);
       const std::size_t f = i0 + i + kAhead;
-      pf_k[i] = kAhead > 0 && f < end ? sd::RowAt(k, f, d) : nullptr;
-      pf_v[i] = kAhead > 0 && f < end ? sd::RowAt(v, f, d) : nullptr;
+      pf_k[i] = kAhead > 0 && f < end ? k(f) : nullptr;
+      pf_v[i] = kAhead > 0 && f < end ? v(f) : nullptr;
     }
     ScoreRows<kG, kD, Row, false, kS>(st, krows, nb, z, nullptr, nullptr, pf_k, pf_v);
     for (int h = 0; h < kG; ++h)
@@ -401,23 +400,22 @@ HWY_INLINE void SampledRange(Heads &st, const SampledAttentionArgs &a) {
   constexpr std::size_t kBlock = std::size_t(kS.block);
   constexpr std::size_t kPrefetchRows = std::size_t(kS.prefetch);
   const std::size_t d = kD ? std::size_t(kD) : st.d;
-  const Row *k = static_cast<const Row *>(a.k);
-  const Row *v = static_cast<const Row *>(a.v);
+  const sd::RowSource<Row> k(a.k, d, a.paged), v(a.v, d, a.paged);
   alignas(64) float z[kG * kBlock], c[kG * kBlock], nn[kBlock];
   const Row *krows[kBlock], *vrows[kBlock], *pf_k[kBlock], *pf_v[kBlock];
   const std::size_t row_bytes = sd::RowBytes<Row>(d);
   for (std::size_t i = 0; i < std::min(kPrefetchRows, a.count); ++i) {
-    sd::PrefetchRow(sd::RowAt(k, a.tokens[i], d), row_bytes);
-    sd::PrefetchRow(sd::RowAt(v, a.tokens[i], d), row_bytes);
+    sd::PrefetchRow(k(a.tokens[i]), row_bytes);
+    sd::PrefetchRow(v(a.tokens[i]), row_bytes);
   }
   for (std::size_t i0 = 0; i0 < a.count; i0 += kBlock) {
     const std::size_t nb = std::min(kBlock, a.count - i0);
     for (std::size_t i = 0; i < nb; ++i) {
-      krows[i] = sd::RowAt(k, a.tokens[i0 + i], d);
-      vrows[i] = sd::RowAt(v, a.tokens[i0 + i], d);
+      krows[i] = k(a.tokens[i0 + i]);
+      vrows[i] = v(a.tokens[i0 + i]);
       const std::size_t f = i0 + i + kPrefetchRows;
-      pf_k[i] = kPrefetchRows > 0 && f < a.count ? sd::RowAt(k, a.tokens[f], d) : nullptr;
-      pf_v[i] = kPrefetchRows > 0 && f < a.count ? sd::RowAt(v, a.tokens[f], d) : nullptr;
+      pf_k[i] = kPrefetchRows > 0 && f < a.count ? k(a.tokens[f]) : nullptr;
+      pf_v[i] = kPrefetchRows > 0 && f < a.count ? v(a.tokens[f]) : nullptr;
     }
     for (std::size_t i = nb; i < kBlock; ++i)
       nn[i] = 0;
@@ -497,8 +495,9 @@ template <int kG, int kD, typename Row, Schedule kS> void DenseG(const DenseAtte
   thread_local std::vector<float> buf;
   Heads st;
   InitHeads<Row>(st, a.q, kG, a.d, a.scale, nullptr, buf);
-  DenseRange<kG, kD, Row, kS>(st, static_cast<const Row *>(a.k), static_cast<const Row *>(a.v),
-                              a.begin, a.end);
+  const std::size_t d = kD ? std::size_t(kD) : a.d;
+  DenseRange<kG, kD, Row, kS>(st, sd::RowSource<Row>(a.k, d, a.paged),
+                              sd::RowSource<Row>(a.v, d, a.paged), a.begin, a.end);
   FinishHeads<Row>(st, kG, a.out, a.lse);
 }
 
@@ -511,8 +510,8 @@ void SampledG(const SampledAttentionArgs &a, int mask_shift) {
     for (int h = 0; h < kG; ++h)
       st.qnorm[h] = a.query_norms[h];
   st.mask_shift = mask_shift;
-  const Row *k = static_cast<const Row *>(a.k);
-  const Row *v = static_cast<const Row *>(a.v);
+  const std::size_t d = kD ? std::size_t(kD) : a.d;
+  const sd::RowSource<Row> k(a.k, d, a.paged), v(a.v, d, a.paged);
   DenseRange<kG, kD, Row, kS>(st, k, v, 0, a.sink_end);
   SampledRange<kG, kD, Row, kS>(st, a);
   DenseRange<kG, kD, Row, kS>(st, k, v, a.local_begin, a.n);

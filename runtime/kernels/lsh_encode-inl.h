@@ -176,11 +176,11 @@ template <int kK, int kL, int kD, typename Row> void EncodeTyped(const EncodeArg
   thread_local std::vector<float> xs, proj;
   xs.resize(R * d);
   proj.resize(R * cols_pad);
-  const Row *rows = static_cast<const Row *>(a.x);
+  const sd::RowSource<Row> rows(a.x, d, a.paged);
   for (std::size_t r0 = 0; r0 < a.rows; r0 += R) {
     const std::size_t nr = std::min(R, a.rows - r0);
     for (std::size_t r = 0; r < nr; ++r) {
-      const Row *src = sd::RowAt(rows, r0 + r, d);
+      const Row *src = rows(a.first + r0 + r);
       float *dst = xs.data() + r * d;
       for (std::size_t k = 0; k < d; ++k)
         dst[k] = a.mean ? sd::ScalarAt(src, k) - a.mean[k] : sd::ScalarAt(src, k);

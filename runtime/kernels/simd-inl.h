@@ -167,6 +167,48 @@ template <typename T> HWY_INLINE const T *RowAt(const T *base, std::size_t i, st
     return base + i * d;
 }
 
+// Rows back to back from a base, or in pages (lsh::PagedRows): row i of a paged sequence is row
+// i % page_rows of page pages[i / page_rows], page_stride bytes per page number from the base.
+// The branch on the table is the same for every row of a call (predicted); a power-of-two page
+// takes a shift and a mask instead of a division.
+template <typename T> struct RowSource {
+  const T *base = nullptr;
+  std::size_t d = 0;
+  const std::int32_t *pages = nullptr;
+  std::size_t page_rows = 1, page_stride = 0, mask = 0;
+  int shift = -1; // log2(page_rows) when it is a power of two
+
+  RowSource() = default;
+  RowSource(const void *b, std::size_t d_, const lsh::PagedRows &p)
+      : base(static_cast<const T *>(b)), d(d_), pages(p.pages) {
+    if (pages) {
+      page_rows = p.page_rows;
+      page_stride = p.page_stride;
+      if ((page_rows & (page_rows - 1)) == 0) {
+        shift = 0;
+        while ((std::size_t(1) << shift) < page_rows)
+          ++shift;
+        mask = page_rows - 1;
+      }
+    }
+  }
+  HWY_INLINE const T *operator()(std::size_t i) const {
+    if (!pages)
+      return RowAt(base, i, d);
+    std::size_t page, row;
+    if (shift >= 0) {
+      page = i >> shift;
+      row = i & mask;
+    } else {
+      page = i / page_rows;
+      row = i - page * page_rows;
+    }
+    const char *p =
+        reinterpret_cast<const char *>(base) + static_cast<std::size_t>(pages[page]) * page_stride;
+    return RowAt(reinterpret_cast<const T *>(p), row, d);
+  }
+};
+
 // ---- row loads in kernel order ---------------------------------------------------------------
 
 // Elements covered by whole vector pairs (2N elements, see LoadPair); the rest is a scalar tail.

@@ -36,8 +36,8 @@ size_t TableBytes(const AttentionSpec &spec, const AttentionShape &shape) {
   if (!spec.transform.identity()) {
     const size_t d = shape.head_dim, m = spec.transform.hashed_dim(d);
     fitted = detail::CheckedMul(
-        4, detail::CheckedAdd(detail::CheckedMul(2 * d, m, "hash maps"), shape.capacity,
-                              "hash maps"),
+        4,
+        detail::CheckedAdd(detail::CheckedMul(2 * d, m, "hash maps"), shape.capacity, "hash maps"),
         "hash maps");
   }
   size_t bytes = 0;
@@ -45,11 +45,11 @@ size_t TableBytes(const AttentionSpec &spec, const AttentionShape &shape) {
     if (!c.dense)
       bytes = detail::CheckedAdd(
           bytes,
-          detail::CheckedMul(shape.n_kv_heads,
-                             detail::CheckedAdd(
-                                 lsh::IndexLayout::of(shape.capacity, c.K, c.L).bytes(), fitted,
+          detail::CheckedMul(
+              shape.n_kv_heads,
+              detail::CheckedAdd(lsh::IndexLayout::of(shape.capacity, c.K, c.L).bytes(), fitted,
                                  "LSH index"),
-                             "LSH index"),
+              "LSH index"),
           "LSH index");
   return bytes;
 }
@@ -68,12 +68,11 @@ size_t LshAttention::ReservedBytesOf(const AttentionSpec &spec, const AttentionS
                             "magicpig");
 }
 
-LshAttention::LshAttention(const AttentionSpec &spec, const AttentionShape &shape)
-    : spec_(Checked(spec, shape)), cache_(shape, spec.kv_dtype),
-      set_(Resolve(spec, shape, spec.K, spec.L)), layer_cfg_(shape.n_layers, nullptr),
-      index_(shape.n_layers * shape.n_kv_heads), cached_(shape.n_layers, 0),
-      per_kvh_(shape.n_kv_heads) {
-  const std::vector<LayerLsh> choices = spec.LayerChoices(shape.n_layers);
+LshLayers::LshLayers(const AttentionSpec &spec, size_t n_layers, size_t head_dim)
+    : layer_cfg_(n_layers, nullptr) {
+  const AttentionShape shape{n_layers, 1, 1, head_dim, 0};
+  set_ = Resolve(spec, shape, spec.K, spec.L);
+  const std::vector<LayerLsh> choices = spec.LayerChoices(n_layers);
   // One W for every configuration: the widest (K, L)'s, the others as its column prefixes.
   const LayerLsh *widest = nullptr;
   for (const LayerLsh &c : choices)
@@ -81,7 +80,7 @@ LshAttention::LshAttention(const AttentionSpec &spec, const AttentionShape &shap
       widest = &c;
   std::shared_ptr<const lsh::SimHash> wide;
   if (widest)
-    wide = std::make_shared<const lsh::SimHash>(spec.seed, shape.head_dim, widest->K, widest->L);
+    wide = std::make_shared<const lsh::SimHash>(spec.seed, head_dim, widest->K, widest->L);
   for (size_t l = 0; l < choices.size(); ++l) {
     const LayerLsh &c = choices[l];
     if (c.dense)
@@ -110,6 +109,24 @@ LshAttention::LshAttention(const AttentionSpec &spec, const AttentionShape &shap
   }
 }
 
+std::string LshLayers::describe() const {
+  std::string s = lsh::KernelRegistry::describe(set_);
+  std::vector<std::pair<int, int>> seen{{set_.key.K, set_.key.L}};
+  for (const auto &c : configs_) {
+    if (std::find(seen.begin(), seen.end(), std::pair{c->K, c->L}) != seen.end())
+      continue;
+    seen.emplace_back(c->K, c->L);
+    s.append("; ").append(lsh::KernelRegistry::describe(c->set));
+  }
+  return s;
+}
+
+LshAttention::LshAttention(const AttentionSpec &spec, const AttentionShape &shape)
+    : spec_(Checked(spec, shape)), cache_(shape, spec.kv_dtype),
+      layers_(spec, shape.n_layers, shape.head_dim), set_(layers_.dense_set()),
+      index_(shape.n_layers * shape.n_kv_heads), cached_(shape.n_layers, 0),
+      per_kvh_(shape.n_kv_heads) {}
+
 void LshAttention::Reset() {
   for (auto &ix : index_)
     ix.reset();
@@ -133,7 +150,7 @@ size_t LshAttention::Indexable(size_t n_tokens) const {
 // kMinIndexed, so n has indexed tokens (the mean and the fit see at least kMinIndexed - 1 keys).
 void LshAttention::BuildSlot(size_t layer, size_t kvh, size_t n) {
   const AttentionShape &sh = cache_.shape();
-  const Config &cfg = *layer_cfg_[layer];
+  const Config &cfg = *layers_.layer(layer);
   auto &slot = index_[layer * sh.n_kv_heads + kvh];
   slot = lsh::LshIndex::build(cfg.set, cache_.Keys(layer, kvh), cache_.dtype(), n, *cfg.W,
                               lsh::StaticTokens{spec_.sink, spec_.local}, spec_.transform);
@@ -147,7 +164,7 @@ void LshAttention::PendingUnits(std::vector<size_t> &units) const {
   for (size_t l = 0; l < sh.n_layers; ++l) {
     // What the next decode step of layer l (at position cached_[l]) builds: PrepareGroup's
     // condition with n_tokens = cached_[l] + 1. A full cache has no next step.
-    if (!layer_cfg_[l] || cached_[l] >= sh.capacity || Indexable(cached_[l] + 1) < kMinIndexed)
+    if (!layers_.layer(l) || cached_[l] >= sh.capacity || Indexable(cached_[l] + 1) < kMinIndexed)
       continue;
     for (size_t kvh = 0; kvh < sh.n_kv_heads; ++kvh)
       if (!index_[l * sh.n_kv_heads + kvh])
@@ -203,15 +220,7 @@ AttentionStats LshAttention::stats() const {
       s.index_bytes += ix->bytes();
       s.hash_bytes += ix->fitted() ? ix->fitted()->bytes() : 0;
     }
-  // The dense layers' set, then each other (K, L) the sparse layers use.
-  s.kernels = lsh::KernelRegistry::describe(set_);
-  std::vector<std::pair<int, int>> seen{{spec_.K, spec_.L}};
-  for (const auto &c : configs_) {
-    if (std::find(seen.begin(), seen.end(), std::pair{c->K, c->L}) != seen.end())
-      continue;
-    seen.emplace_back(c->K, c->L);
-    s.kernels.append("; ").append(lsh::KernelRegistry::describe(c->set));
-  }
+  s.kernels = layers_.describe();
   return s;
 }
 
@@ -222,7 +231,7 @@ void LshAttention::PrepareGroup(size_t layer, size_t kvh, size_t n_tokens, const
   const void *keys = cache_.Keys(layer, kvh);
   g.sampled = false;
   auto &slot = index_[layer * sh.n_kv_heads + kvh];
-  const Config *cfg = layer_cfg_[layer];
+  const Config *cfg = layers_.layer(layer);
   if (!cfg || (!slot && Indexable(n_tokens) < kMinIndexed)) {
     pt.lse.resize(G);
     lsh::DenseAttentionArgs a;
@@ -265,10 +274,10 @@ void LshAttention::AttendGroup(size_t layer, size_t kvh, const float *q, float *
   const size_t begin = g.n_union * part / parts, end = g.n_union * (part + 1) / parts;
   // One part writes the group's output directly; several write partial results for the merge.
   float *o = parts == 1 ? out : g.out.data() + part * G * d;
-  const Config &cfg = *layer_cfg_[layer];
+  const Config &cfg = *layers_.layer(layer);
   const lsh::GroupQueries queries{q, int(G), 1.0f / std::sqrt(float(d)), o,
                                   g.lse.data() + part * G};
-  const lsh::KvRows rows{cache_.Keys(layer, kvh), cache_.Values(layer, kvh), cache_.dtype(), d};
+  const lsh::KvRows rows{cache_.Keys(layer, kvh), cache_.Values(layer, kvh), cache_.dtype(), d, {}};
   lsh::attend_step(cfg.set, *index_[layer * sh.n_kv_heads + kvh], cfg.log_u, g.buf, begin, end,
                    part == 0, queries, rows);
 }

@@ -52,8 +52,23 @@ void convert_to_bf16(const float *in, std::uint16_t *out, std::size_t n) {
 void convert_from_bf16(const std::uint16_t *in, float *out, std::size_t n) {
   HWY_DYNAMIC_DISPATCH(FromBf16)(in, out, n);
 }
+const void *row_address(const void *base, DType dtype, std::size_t d, const PagedRows &paged,
+                        std::size_t i) {
+  const char *b = static_cast<const char *>(base);
+  if (!paged.pages)
+    return b + i * row_bytes(dtype, d);
+  const std::size_t page = i / paged.page_rows;
+  return b + static_cast<std::size_t>(paged.pages[page]) * paged.page_stride +
+         (i - page * paged.page_rows) * row_bytes(dtype, d);
+}
+
 void row_to_f32(const void *rows, DType dtype, std::size_t i, std::size_t d, float *out) {
-  const char *src = static_cast<const char *>(rows) + i * row_bytes(dtype, d);
+  row_to_f32(rows, dtype, PagedRows{}, i, d, out);
+}
+
+void row_to_f32(const void *rows, DType dtype, const PagedRows &paged, std::size_t i, std::size_t d,
+                float *out) {
+  const char *src = static_cast<const char *>(row_address(rows, dtype, d, paged, i));
   if (dtype == DType::f32)
     std::memcpy(out, src, d * sizeof(float));
   else if (dtype == DType::q8)

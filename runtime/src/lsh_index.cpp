@@ -64,6 +64,12 @@ SimHashView SimHash::view() const { return SimHashView{data(), norms(), d_, cols
 
 LshIndex LshIndex::build(const LshKernelSet &set, const void *keys, DType dtype, std::size_t n,
                          const SimHash &W, StaticTokens st, const ref::TransformSpec &transform) {
+  return build(set, keys, dtype, PagedRows{}, n, W, st, transform);
+}
+
+LshIndex LshIndex::build(const LshKernelSet &set, const void *keys, DType dtype,
+                         const PagedRows &paged, std::size_t n, const SimHash &W, StaticTokens st,
+                         const ref::TransformSpec &transform) {
   const std::size_t d = W.d();
   LshIndex ix;
   ix.n_ = n;
@@ -75,12 +81,11 @@ LshIndex LshIndex::build(const LshKernelSet &set, const void *keys, DType dtype,
   const std::size_t count = all_static ? 0 : n - st.sink - st.local;
   ix.layout_ = IndexLayout::of(count, W.K(), W.L());
   ix.mean_.assign(d, 0.0f);
-  const char *first = static_cast<const char *>(keys) + ix.begin_ * row_bytes(dtype, d);
   if (count > 0) {
     std::vector<double> acc(d, 0.0);
     std::vector<float> row(d);
     for (std::size_t i = 0; i < count; ++i) {
-      row_to_f32(keys, dtype, ix.begin_ + i, d, row.data());
+      row_to_f32(keys, dtype, paged, ix.begin_ + i, d, row.data());
       for (std::size_t j = 0; j < d; ++j)
         acc[j] += double(row[j]);
     }
@@ -90,12 +95,18 @@ LshIndex LshIndex::build(const LshKernelSet &set, const void *keys, DType dtype,
   ix.codes_.assign(count * std::size_t(W.L()), 0);
   std::vector<float> mapped; // fitted hashing: k' of the indexed keys, hashed instead
   if (!transform.identity() && count > 0) {
-    ix.fitted_.emplace(transform, keys, dtype, ix.begin_, count, ix.mean_);
+    ix.fitted_.emplace(transform, keys, dtype, ix.begin_, count, ix.mean_, paged);
     mapped.resize(count * d);
-    ix.fitted_->map_keys(keys, dtype, ix.begin_, count, ix.mean_, mapped.data());
+    ix.fitted_->map_keys(keys, dtype, ix.begin_, count, ix.mean_, mapped.data(), paged);
   }
   EncodeArgs ea;
-  ea.x = ix.fitted_ ? static_cast<const void *>(mapped.data()) : first;
+  if (ix.fitted_) {
+    ea.x = mapped.data();
+  } else {
+    ea.x = keys;
+    ea.first = ix.begin_;
+    ea.paged = paged;
+  }
   ea.dtype = ix.fitted_ ? DType::f32 : dtype;
   ea.rows = count;
   ea.mean = ix.fitted_ ? nullptr : ix.mean_.data();
@@ -123,7 +134,8 @@ namespace {
 // indexed key), centred in f32 as pig::ref::build_index centres them: the same rows, the same
 // maps.
 ref::HashTransform Fit(const ref::TransformSpec &spec, const void *keys, DType dtype,
-                       std::size_t begin, std::size_t count, const std::vector<float> &mean) {
+                       std::size_t begin, std::size_t count, const std::vector<float> &mean,
+                       const PagedRows &paged) {
   const std::size_t d = mean.size();
   if (spec.linear != ref::TransformSpec::Linear::whiten || spec.mips > 0)
     throw std::invalid_argument("hash transform " + spec.str() +
@@ -134,7 +146,7 @@ ref::HashTransform Fit(const ref::TransformSpec &spec, const void *keys, DType d
   ref::OwnedMatrix X((count + stride - 1) / stride, d);
   std::vector<float> row(d);
   for (std::size_t i = 0, r = 0; i < count; i += stride, ++r) {
-    row_to_f32(keys, dtype, begin + i, d, row.data());
+    row_to_f32(keys, dtype, paged, begin + i, d, row.data());
     for (std::size_t j = 0; j < d; ++j)
       X.at(r, j) = row[j] - mean[j];
   }
@@ -144,8 +156,9 @@ ref::HashTransform Fit(const ref::TransformSpec &spec, const void *keys, DType d
 } // namespace
 
 FittedHash::FittedHash(const ref::TransformSpec &spec, const void *keys, DType dtype,
-                       std::size_t begin, std::size_t count, const std::vector<float> &mean)
-    : T_(Fit(spec, keys, dtype, begin, count, mean)) {}
+                       std::size_t begin, std::size_t count, const std::vector<float> &mean,
+                       const PagedRows &paged)
+    : T_(Fit(spec, keys, dtype, begin, count, mean, paged)) {}
 
 namespace {
 
@@ -178,13 +191,13 @@ float FittedHash::map_query(const float *q, float *out) const {
 }
 
 void FittedHash::map_keys(const void *keys, DType dtype, std::size_t first, std::size_t rows,
-                          const std::vector<float> &mean, float *out) {
+                          const std::vector<float> &mean, float *out, const PagedRows &paged) {
   const std::size_t d = mean.size();
   std::vector<float> c(d);
   std::vector<double> acc(d);
   norms_.reserve(norms_.size() + rows);
   for (std::size_t i = 0; i < rows; ++i) {
-    row_to_f32(keys, dtype, first + i, d, c.data());
+    row_to_f32(keys, dtype, paged, first + i, d, c.data());
     for (std::size_t j = 0; j < d; ++j)
       c[j] -= mean[j];
     norms_.push_back(MapRow(T_.key_map.data.data(), c.data(), d, acc.data(), out + i * d));
@@ -217,6 +230,11 @@ std::size_t LshIndex::bytes() const {
 
 void LshIndex::extend(const LshKernelSet &set, const void *keys, DType dtype, std::size_t new_n,
                       const SimHash &W) {
+  extend(set, keys, dtype, PagedRows{}, new_n, W);
+}
+
+void LshIndex::extend(const LshKernelSet &set, const void *keys, DType dtype,
+                      const PagedRows &paged, std::size_t new_n, const SimHash &W) {
   if (new_n < n_)
     throw std::invalid_argument("LshIndex::extend: the sequence cannot shrink");
   if (W.K() != K_ || W.L() != L_ || W.d() != mean_.size())
@@ -230,15 +248,19 @@ void LshIndex::extend(const LshKernelSet &set, const void *keys, DType dtype, st
   const std::size_t old = tail_.size();
   tail_.resize(old + rows * L);
   EncodeArgs ea;
-  ea.x = static_cast<const char *>(keys) + first * row_bytes(dtype, d);
+  ea.x = keys;
+  ea.first = first;
+  ea.paged = paged;
   ea.dtype = dtype;
   ea.rows = rows;
   ea.mean = mean_.data();
   std::vector<float> mapped; // fitted hashing: k' of the joining keys, hashed instead
   if (fitted_) {
     mapped.resize(rows * d);
-    fitted_->map_keys(keys, dtype, first, rows, mean_, mapped.data());
+    fitted_->map_keys(keys, dtype, first, rows, mean_, mapped.data(), paged);
     ea.x = mapped.data();
+    ea.first = 0;
+    ea.paged = {};
     ea.dtype = DType::f32;
     ea.mean = nullptr;
   }

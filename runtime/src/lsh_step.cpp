@@ -105,6 +105,7 @@ void attend_step(const LshKernelSet &set, const LshIndex &index, const LogUTable
   sa.scale = queries.scale;
   sa.k = rows.k;
   sa.v = rows.v;
+  sa.paged = rows.paged;
   sa.dtype = rows.dtype;
   // Without the static tokens: an empty sink and a local window that starts at n.
   sa.n = index.n();

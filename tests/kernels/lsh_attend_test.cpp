@@ -163,7 +163,7 @@ TEST(SampledStep, RefusesRowsOfAnotherHeadDim) {
   lsh::StepBuffers buf;
   std::vector<float> out(pr.d), lse(1);
   const lsh::GroupQueries queries{pr.q.data(), 1, 0.125f, out.data(), lse.data()};
-  lsh::KvRows rows{pr.K.data(DType::f32), pr.V.data(DType::f32), DType::f32, pr.d / 2};
+  lsh::KvRows rows{pr.K.data(DType::f32), pr.V.data(DType::f32), DType::f32, pr.d / 2, {}};
   EXPECT_THROW(lsh::sampled_step(s, ix, W, lut, 2, scratch, buf, queries, rows),
                std::invalid_argument);
   rows.d = pr.d;

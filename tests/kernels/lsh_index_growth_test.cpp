@@ -64,7 +64,7 @@ TEST(LshIndexGrowth, RetrievalMatchesReferenceAcrossMergesAndSegments) {
         x = nd(rng);
       StepStats st;
       sampled_step(set, ix, W, log_u, t, scratch, buf, {q.data(), G, 0.3f, out.data(), lse.data()},
-                   {keys.data(), keys.data(), DType::f32, d}, &st);
+                   {keys.data(), keys.data(), DType::f32, d, {}}, &st);
       std::vector<std::uint32_t> expect_union;
       for (int h = 0; h < G; ++h) {
         const auto qc = ref::encode({&q[std::size_t(h) * d], d}, Wr.view(), cfg);
@@ -140,7 +140,7 @@ TEST(LshIndexGrowth, FittedHashingKeepsItsTransformAsTheIndexGrows) {
       x = nd(rng);
     StepStats st;
     sampled_step(set, ix, W, log_u, t, scratch, buf, {q.data(), 3, 0.3f, out.data(), lse.data()},
-                 {keys.data(), keys.data(), DType::f32, d}, &st);
+                 {keys.data(), keys.data(), DType::f32, d, {}}, &st);
     for (int h = 0; h < 3; ++h) {
       const auto qc = ref::encode(T.query({&q[std::size_t(h) * d], d}), Wr.view(), cfg);
       const auto s = ref::sample_set(qc, codes, cfg, 0, ix.count());

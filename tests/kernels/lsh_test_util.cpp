@@ -106,7 +106,7 @@ void check_magicpig(const Problem &pr, const Config &c, int G, int t, lsh::Stati
         for (int rep = 0; rep < 2; ++rep) { // the second step reuses the epoch-stamped scratch
           lsh::sampled_step(s, ix, W, lut, t, scratch, buf,
                             {pr.q.data(), G, scale, out.data(), lse.data()},
-                            {pr.K.data(dt), pr.V.data(dt), dt, pr.d}, &stats);
+                            {pr.K.data(dt), pr.V.data(dt), dt, pr.d, {}}, &stats);
           for (int h = 0; h < G; ++h) {
             EXPECT_EQ(stats.sampled_per_head[h], per_head[std::size_t(h)]) << what;
             expect_attention_near(out.data() + std::size_t(h) * pr.d, lse[std::size_t(h)],

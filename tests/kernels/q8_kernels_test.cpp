@@ -411,7 +411,7 @@ void check_magicpig(const Problem &pr, int K, int L, int G, int t, lsh::StaticTo
       for (int rep = 0; rep < 2; ++rep) {
         lsh::sampled_step(s, ix, W, lut, t, scratch, buf,
                           {pr.q.data(), G, scale, out.data(), lse.data()},
-                          {pr.K.data(), pr.V.data(), DType::q8, pr.d}, &stats);
+                          {pr.K.data(), pr.V.data(), DType::q8, pr.d, {}}, &stats);
         for (int h = 0; h < G; ++h) {
           EXPECT_EQ(stats.sampled_per_head[h], per_head[std::size_t(h)]) << what;
           expect_attention_near(out.data() + std::size_t(h) * pr.d, lse[std::size_t(h)],
@@ -562,7 +562,7 @@ void check_growth(const LshKernelSet &set, std::size_t d, int K, int L, std::siz
       lsh::StepStats st;
       lsh::sampled_step(set, ix, W, log_u, t, scratch, buf,
                         {q.data(), G, 0.3f, out.data(), lse.data()},
-                        {keys.data(), keys.data(), DType::q8, d}, &st);
+                        {keys.data(), keys.data(), DType::q8, d, {}}, &st);
       std::vector<std::uint32_t> expect_union;
       for (int h = 0; h < G; ++h) {
         const auto qc = ref::encode({&q[std::size_t(h) * d], d}, Wr.view(), cfg);

@@ -22,6 +22,7 @@
 #include <atomic>
 #include <memory>
 #include <optional>
+#include <string>
 #include <vector>
 
 #include "pig/runtime/attention.h"
@@ -29,6 +30,33 @@
 #include "pig/runtime/lsh_step.h"
 
 namespace pig::runtime {
+
+/// What the layers of a magicpig spec share, for LshAttention and PagedLshAttention: the kernel
+/// set of (spec.K, spec.L) (dense layers, short sequences, prefill) and, per sparse layer, its
+/// configuration: one per distinct (K, L, t), with its kernel set and log u table; one SimHash W
+/// for all, the widest (K, L)'s, the others as its column prefixes.
+class LshLayers {
+public:
+  struct Config {
+    int K, L, t;
+    lsh::LshKernelSet set;
+    std::shared_ptr<const lsh::SimHash> W; // shared by the configurations of one (K, L)
+    lsh::LogUTableData log_u;
+  };
+  /// Throws std::invalid_argument when no kernel serves a (K, L) at head_dim.
+  LshLayers(const AttentionSpec &spec, size_t n_layers, size_t head_dim);
+  /// Layer l's configuration, or null for a dense layer.
+  const Config *layer(size_t l) const { return layer_cfg_.at(l); }
+  /// The kernels of (spec.K, spec.L).
+  const lsh::LshKernelSet &dense_set() const { return set_; }
+  /// The kernels that serve: the dense set's, then each other (K, L) (KernelRegistry::describe).
+  std::string describe() const;
+
+private:
+  lsh::LshKernelSet set_;
+  std::vector<std::unique_ptr<Config>> configs_;
+  std::vector<const Config *> layer_cfg_;
+};
 
 class LshAttention final : public Attention {
 public:
@@ -88,19 +116,12 @@ private:
   // The slots (layer * n_kv_heads + kvh) the next decode step would build, in that order.
   void PendingUnits(std::vector<size_t> &units) const;
 
-  // What the layers that chose one (K, L, t) share.
-  struct Config {
-    int K, L, t;
-    lsh::LshKernelSet set;
-    std::shared_ptr<const lsh::SimHash> W; // shared by the configurations of one (K, L)
-    lsh::LogUTableData log_u;
-  };
+  using Config = LshLayers::Config;
 
   AttentionSpec spec_;
   KvCache cache_;
-  lsh::LshKernelSet set_; // (spec.K, spec.L): dense layers, short sequences, prefill
-  std::vector<std::unique_ptr<Config>> configs_;
-  std::vector<const Config *> layer_cfg_;           // [layer]: null for a dense layer
+  LshLayers layers_;
+  const lsh::LshKernelSet &set_; // layers_.dense_set(): dense layers, short sequences, prefill
   std::vector<std::optional<lsh::LshIndex>> index_; // [layer][kv-head]
   std::vector<size_t> cached_; // [layer]: positions the cache holds (the last Forward's pos + n)
   std::vector<std::unique_ptr<PerThread>> threads_;

@@ -126,7 +126,7 @@ public:
   /// Fits `spec` to keys [begin, begin + count) (n x d rows of dtype) centred by `mean`.
   /// Throws std::invalid_argument for a transform the runtime does not serve or count == 0.
   FittedHash(const ref::TransformSpec &spec, const void *keys, DType dtype, std::size_t begin,
-             std::size_t count, const std::vector<float> &mean);
+             std::size_t count, const std::vector<float> &mean, const PagedRows &paged = {});
 
   const ref::HashTransform &transform() const { return T_; }
   /// q' = the reference's HashTransform::query(q) (d floats, bit for bit); returns |q'|.
@@ -134,7 +134,7 @@ public:
   /// k' = the reference's HashTransform::key(k - mean) of keys [first, first + rows) into out
   /// (rows x d f32, bit for bit; k - mean in f32 like the encoder), and appends their |k'|.
   void map_keys(const void *keys, DType dtype, std::size_t first, std::size_t rows,
-                const std::vector<float> &mean, float *out);
+                const std::vector<float> &mean, float *out, const PagedRows &paged = {});
   /// |k'| of the index's i-th indexed token.
   const float *key_norms() const { return norms_.data(); }
   std::size_t norm_count() const { return norms_.size(); }
@@ -164,12 +164,19 @@ public:
   static LshIndex build(const LshKernelSet &set, const void *keys, DType dtype, std::size_t n,
                         const SimHash &W, StaticTokens st = {},
                         const ref::TransformSpec &transform = {});
+  /// The same over keys in pages (a paged KV cache, read in place; PagedRows): the same index.
+  static LshIndex build(const LshKernelSet &set, const void *keys, DType dtype,
+                        const PagedRows &paged, std::size_t n, const SimHash &W,
+                        StaticTokens st = {}, const ref::TransformSpec &transform = {});
 
   /// Room for `capacity` tokens in total, so that extend() never reallocates the tables.
   void reserve(std::size_t capacity);
   /// The sequence grew to new_n >= n() tokens; keys: the whole new_n x d matrix of `dtype`.
   void extend(const LshKernelSet &set, const void *keys, DType dtype, std::size_t new_n,
               const SimHash &W);
+  /// The same over keys in pages.
+  void extend(const LshKernelSet &set, const void *keys, DType dtype, const PagedRows &paged,
+              std::size_t new_n, const SimHash &W);
 
   /// The sorted part (what set.retrieve reads).
   IndexView view() const;
@@ -264,6 +271,9 @@ void convert_from_bf16(const std::uint16_t *in, float *out, std::size_t n);
 /// Row i of rows of d elements of dtype (row_bytes apart) as d floats (q8: pig::ref's dequantised
 /// values).
 void row_to_f32(const void *rows, DType dtype, std::size_t i, std::size_t d, float *out);
+/// The same for rows in pages (PagedRows).
+void row_to_f32(const void *rows, DType dtype, const PagedRows &paged, std::size_t i, std::size_t d,
+                float *out);
 /// The kernels' exp (<= 1e-6 relative, 0 below ln FLT_MIN) on n values: for tests.
 void exp_clamped(const float *in, float *out, std::size_t n);
 

@@ -9,8 +9,8 @@
 //
 // Conventions shared by every kernel:
 // - Keys and values are n rows of d elements, f32, bf16 (raw bits, round to nearest even when
-//   converting) or q8 (row_bytes below), rows back to back. Queries, W, means and outputs are
-//   f32.
+//   converting) or q8 (row_bytes below), rows back to back, or in pages (PagedRows: a paged KV
+//   cache, read in place through its page table). Queries, W, means and outputs are f32.
 // - Codes are uint16_t (K <= 16), token-major: the L codes of row i at [i*L, (i+1)*L).
 // - `lse` is the NATURAL-log log-sum-exp of the scaled logits, like pig::ref (the public
 //   MagicPIG kernels return base 2: lse2 = lse / ln 2). An empty attended set gives lse = -inf
@@ -53,6 +53,24 @@ struct Q8 {
 /// sample sets is a uint8_t bit mask).
 inline constexpr int kMaxGroup = 8;
 
+/// Rows kept in pages, as a paged KV cache keeps them (vLLM's: one page per (block, kv-head)): row
+/// i of a sequence is row i % page_rows of page pages[i / page_rows], which begins
+/// pages[i / page_rows] * page_stride bytes after the rows' base pointer; inside a page the rows
+/// lie back to back (row_bytes apart) like unpaged rows. Keys and values of one kv-head share the
+/// table and the stride (two base pointers). The kernels read every row in place through the
+/// table: nothing is gathered or copied. `pages` null: no paging, the rows are back to back.
+struct PagedRows {
+  const std::int32_t *pages = nullptr;
+  std::size_t page_rows = 0;   ///< rows per page (> 0 when pages is set)
+  std::size_t page_stride = 0; ///< bytes from one page number to the next
+  bool paged() const { return pages != nullptr; }
+};
+
+/// The address of row i of rows of d elements of dtype starting at base (paged or not): what the
+/// kernels compute, for host code (index build, tests).
+const void *row_address(const void *base, DType dtype, std::size_t d, const PagedRows &paged,
+                        std::size_t i);
+
 struct KernelKey {
   int K = 10;
   int L = 150;
@@ -82,12 +100,15 @@ struct SimHashView {
   int L = 0;
 };
 
-/// codes[r*L + l] = code of (x_r - mean) in table l, for rows r in [0, rows). The subtraction is
-/// done in f32 (as pig::ref::build_index does); a null mean hashes the rows as they are.
+/// codes[r*L + l] = code of (x_{first+r} - mean) in table l, for rows r in [0, rows). The
+/// subtraction is done in f32 (as pig::ref::build_index does); a null mean hashes the rows as they
+/// are.
 struct EncodeArgs {
   const void *x = nullptr;
   DType dtype = DType::f32;
   std::size_t rows = 0;
+  std::size_t first = 0;       ///< the rows are rows [first, first + rows) of x
+  PagedRows paged;             ///< x in pages (null table: back to back)
   const float *mean = nullptr; ///< d entries or null
   SimHashView W;
   std::uint16_t *codes = nullptr; ///< rows * L
@@ -178,6 +199,7 @@ struct SampledAttentionArgs {
   const void *k = nullptr;
   const void *v = nullptr;
   DType dtype = DType::bf16;
+  PagedRows paged; ///< k and v in pages (one table; null: back to back)
   std::size_t n = 0;
   std::size_t sink_end = 0;    ///< static tokens [0, sink_end)
   std::size_t local_begin = 0; ///< and [local_begin, n)
@@ -204,6 +226,7 @@ struct DenseAttentionArgs {
   const void *k = nullptr;
   const void *v = nullptr;
   DType dtype = DType::bf16;
+  PagedRows paged; ///< k and v in pages (one table; null: back to back)
   std::size_t begin = 0;
   std::size_t end = 0;
   float *out = nullptr; ///< G * d

@@ -15,12 +15,13 @@
 namespace pig::runtime::lsh {
 
 /// One kv-head's cached rows: K and V, n x d elements of `dtype` each, row_bytes(dtype, d) apart
-/// (n is the index's: LshIndex::n()).
+/// (n is the index's: LshIndex::n()), or in pages (`paged`: a paged KV cache read in place).
 struct KvRows {
   const void *k = nullptr;
   const void *v = nullptr;
   DType dtype = DType::bf16;
   std::size_t d = 0;
+  PagedRows paged; ///< null table: back to back
 };
 
 /// One group's queries: the G query heads sharing one kv-head, and where their results go.
