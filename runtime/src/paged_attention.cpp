@@ -1,0 +1,199 @@
+#include "pig/runtime/paged_attention.h"
+
+#include <algorithm>
+#include <stdexcept>
+#include <string>
+
+namespace pig::runtime {
+namespace {
+const AttentionSpec &Checked(const AttentionSpec &spec, const AttentionShape &shape,
+                             size_t block_size) {
+  if (spec.method != spec::Method::dense && spec.method != spec::Method::magicpig)
+    throw std::invalid_argument(std::string("paged attention serves dense and magicpig, not ") +
+                                spec.method_name());
+  if (spec.kv_dtype == lsh::DType::q8)
+    throw std::invalid_argument("paged attention reads bf16 or f32 caches, not q8");
+  spec.Validate(shape.n_layers);
+  if (shape.n_kv_heads == 0 || shape.n_heads % shape.n_kv_heads != 0)
+    throw std::invalid_argument("paged attention: " + std::to_string(shape.n_heads) +
+                                " query heads do not form groups of " +
+                                std::to_string(shape.n_kv_heads) + " kv-heads");
+  if (shape.group() > size_t(lsh::kMaxGroup))
+    throw std::invalid_argument("paged attention: a GQA group of " + std::to_string(shape.group()) +
+                                " query heads exceeds the kernels' limit of " +
+                                std::to_string(lsh::kMaxGroup));
+  KvCache::Check(shape, spec.kv_dtype); // an odd or zero head dim, heads not in whole groups
+  if (block_size == 0 || shape.capacity == 0)
+    throw std::invalid_argument("paged attention: block size and capacity must be positive");
+  return spec;
+}
+} // namespace
+
+struct PagedLshAttention::PerThread {
+  lsh::RetrievalScratch scratch;
+  lsh::StepBuffers buf;
+  std::vector<float> lse;
+  explicit PerThread(size_t capacity) : scratch(capacity) {}
+};
+
+PagedLshAttention::PagedLshAttention(const AttentionSpec &spec, const AttentionShape &shape,
+                                     size_t block_size)
+    : spec_(Checked(spec, shape, block_size)), shape_(shape), block_size_(block_size),
+      layers_(spec, shape.n_layers, shape.head_dim) {}
+
+PagedLshAttention::~PagedLshAttention() = default;
+
+size_t PagedLshAttention::Indexable(size_t n_tokens) const {
+  return n_tokens > spec_.sink + spec_.local ? n_tokens - spec_.sink - spec_.local : 0;
+}
+
+void PagedLshAttention::Decode(size_t layer, const PagedCache &cache,
+                               std::span<const PagedRow> rows, float scale, ThreadPool &pool) {
+  if (layer >= shape_.n_layers)
+    throw std::invalid_argument("paged attention: layer " + std::to_string(layer) +
+                                " is outside the model's " + std::to_string(shape_.n_layers));
+  if (cache.dtype != spec_.kv_dtype)
+    throw std::invalid_argument(std::string("paged attention: the cache holds ") +
+                                lsh::to_string(cache.dtype) + " rows, the spec says " +
+                                lsh::to_string(spec_.kv_dtype));
+  if (cache.block_size != block_size_)
+    throw std::invalid_argument("paged attention: the cache has blocks of " +
+                                std::to_string(cache.block_size) + " rows, not " +
+                                std::to_string(block_size_));
+  // Every check before any state changes.
+  for (const PagedRow &r : rows) {
+    if (r.n_tokens == 0 || r.n_tokens > shape_.capacity)
+      throw std::invalid_argument("paged attention: request " + std::string(r.request) + " has " +
+                                  std::to_string(r.n_tokens) + " tokens; 1 to " +
+                                  std::to_string(shape_.capacity) + " are served");
+    const size_t need = (r.n_tokens + block_size_ - 1) / block_size_;
+    if (r.blocks.size() < need)
+      throw std::invalid_argument("paged attention: request " + std::string(r.request) + " has " +
+                                  std::to_string(r.n_tokens) + " tokens in " +
+                                  std::to_string(r.blocks.size()) + " blocks");
+    for (size_t b = 0; b < need; ++b)
+      if (r.blocks[b] < 0 || size_t(r.blocks[b]) >= cache.num_blocks)
+        throw std::invalid_argument("paged attention: request " + std::string(r.request) +
+                                    " names block " + std::to_string(r.blocks[b]) +
+                                    " of a cache of " + std::to_string(cache.num_blocks));
+    if (!r.q || !r.out)
+      throw std::invalid_argument("paged attention: a row without query or output");
+  }
+  std::vector<std::string_view> ids;
+  for (const PagedRow &r : rows)
+    ids.push_back(r.request);
+  std::sort(ids.begin(), ids.end());
+  if (std::adjacent_find(ids.begin(), ids.end()) != ids.end())
+    throw std::invalid_argument("paged attention: a request has two rows in one call");
+  const size_t H = shape_.n_kv_heads;
+  std::vector<Request *> reqs(rows.size());
+  for (size_t i = 0; i < rows.size(); ++i) {
+    Request &req = requests_[std::string(rows[i].request)];
+    if (req.index.empty())
+      req.index.resize(shape_.n_layers * H);
+    reqs[i] = &req;
+  }
+  if (threads_.size() < pool.size())
+    threads_.resize(pool.size());
+  for (auto &t : threads_)
+    if (!t)
+      t = std::make_unique<PerThread>(shape_.capacity);
+  std::vector<CostCounters> per_unit(rows.size() * H);
+  pool.ParallelFor(rows.size() * H, [&](size_t u, size_t thread) {
+    Unit(layer, cache, rows[u / H], *reqs[u / H], u % H, scale, *threads_[thread], per_unit[u]);
+  });
+  for (const CostCounters &c : per_unit)
+    total_ += c;
+  if (layer == 0)
+    decode_steps_ += rows.size();
+}
+
+void PagedLshAttention::Unit(size_t layer, const PagedCache &cache, const PagedRow &row,
+                             Request &req, size_t kvh, float scale, PerThread &pt,
+                             CostCounters &c) {
+  const size_t d = shape_.head_dim, G = shape_.group(), H = shape_.n_kv_heads, bs = block_size_,
+               n = row.n_tokens;
+  const size_t rb = spec::row_bytes(cache.dtype, d);
+  // vLLM's block: every kv-head's K rows then its V rows; a kv-head's pages are one block apart.
+  const char *k = static_cast<const char *>(cache.data) + kvh * 2 * bs * rb;
+  const char *v = k + bs * rb;
+  const lsh::PagedRows paged{row.blocks.data(), bs, H * 2 * bs * rb};
+  const float *q = row.q + kvh * G * d;
+  float *out = row.out + kvh * G * d;
+  pt.lse.resize(G);
+  auto &slot = req.index[layer * H + kvh];
+  const LshLayers::Config *cfg =
+      spec_.method == spec::Method::magicpig ? layers_.layer(layer) : nullptr;
+  // A sequence that went back (recomputed by the engine without a Free) starts over.
+  if (slot && slot->n() > n)
+    slot.reset();
+  if (!cfg || (!slot && Indexable(n) < LshAttention::kMinIndexed)) {
+    lsh::DenseAttentionArgs a;
+    a.q = q;
+    a.G = int(G);
+    a.d = d;
+    a.scale = scale;
+    a.k = k;
+    a.v = v;
+    a.dtype = cache.dtype;
+    a.paged = paged;
+    a.begin = 0;
+    a.end = n;
+    a.out = out;
+    a.lse = pt.lse.data();
+    layers_.dense_set().dense_attention(a);
+    return;
+  }
+  // First sight: the index of the positions before this step (as pig-run builds it at its first
+  // decode step), then every step extends it by its token.
+  if (!slot) {
+    slot = lsh::LshIndex::build(cfg->set, k, cache.dtype, paged, n - 1, *cfg->W,
+                                lsh::StaticTokens{spec_.sink, spec_.local}, spec_.transform);
+    slot->drop_codes();
+  }
+  slot->extend(cfg->set, k, cache.dtype, paged, n, *cfg->W);
+  lsh::StepStats st;
+  lsh::sampled_step(cfg->set, *slot, *cfg->W, cfg->log_u, cfg->t, pt.scratch, pt.buf,
+                    {q, int(G), scale, out, pt.lse.data()}, {k, v, cache.dtype, d, paged}, &st);
+  c.indexed += double(st.indexed) * double(G);
+  for (size_t h = 0; h < G; ++h)
+    c.sampled += double(st.sampled_per_head[h]);
+  c.gathered += double(st.sampled_union);
+  c.index_bytes_read += st.index_bytes_read;
+  c.kv_bytes_indexed += double(st.indexed) * 2.0 * double(rb);
+}
+
+void PagedLshAttention::Free(std::string_view request) { requests_.erase(std::string(request)); }
+
+std::vector<std::string> PagedLshAttention::Requests() const {
+  std::vector<std::string> out;
+  for (const auto &[id, r] : requests_)
+    out.push_back(id);
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+size_t PagedLshAttention::IndexBytes() const {
+  size_t bytes = 0;
+  for (const auto &[id, r] : requests_)
+    for (const auto &ix : r.index)
+      if (ix)
+        bytes += ix->bytes() + (ix->fitted() ? ix->fitted()->bytes() : 0);
+  return bytes;
+}
+
+AttentionStats PagedLshAttention::stats() const {
+  AttentionStats s;
+  static_cast<CostCounters &>(s) = total_;
+  s.decode_steps = decode_steps_;
+  for (const auto &[id, r] : requests_)
+    for (const auto &ix : r.index)
+      if (ix) {
+        s.index_bytes += ix->bytes();
+        s.hash_bytes += ix->fitted() ? ix->fitted()->bytes() : 0;
+      }
+  s.kernels = layers_.describe();
+  return s;
+}
+
+} // namespace pig::runtime

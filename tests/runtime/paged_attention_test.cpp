@@ -1,0 +1,211 @@
+// PagedLshAttention (decode over an engine's paged KV cache) against LshAttention (pig-run's
+// decoding over its own contiguous cache): two requests decoded side by side in one paged cache
+// (vLLM's CPU layout, shuffled block tables), one of them starting below the static window, give
+// the contiguous path's output bit for bit at every layer and step, for magicpig with a dense
+// layer and for dense; then the state's life cycle and every refused input.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <numeric>
+#include <random>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "pig/runtime/attention.h"
+#include "pig/runtime/lsh_attention.h"
+#include "pig/runtime/paged_attention.h"
+
+namespace {
+
+using namespace pig::runtime;
+
+constexpr size_t kLayers = 3, kHeads = 6, kKv = 2, kD = 64, kBs = 16, kCap = 1024;
+constexpr size_t kBlocks = 2 * kCap / kBs + 5;
+
+AttentionSpec Spec(pig::spec::Method m) {
+  AttentionSpec s;
+  s.method = m;
+  s.K = 8;
+  s.L = 75;
+  s.dense_layers = {1};
+  s.dense_layers_set = true;
+  return s;
+}
+
+// One layer's cache: [block][kv-head][K rows, V rows][d] bf16.
+struct Cache {
+  std::vector<std::uint16_t> data =
+      std::vector<std::uint16_t>(kBlocks * kKv * 2 * kBs * kD, 0xFFFF);
+  void Put(const std::vector<std::int32_t> &table, size_t pos, const float *k, const float *v) {
+    for (size_t h = 0; h < kKv; ++h) {
+      const size_t row = ((size_t(table[pos / kBs]) * kKv + h) * 2 * kBs + pos % kBs) * kD;
+      lsh::convert_to_bf16(k + h * kD, &data[row], kD);
+      lsh::convert_to_bf16(v + h * kD, &data[row + kBs * kD], kD);
+    }
+  }
+  PagedCache View() const { return {data.data(), lsh::DType::bf16, kBlocks, kBs}; }
+};
+
+struct Seq {
+  std::string id;
+  size_t prompt;
+  std::vector<std::int32_t> table;
+  std::unique_ptr<Attention> contiguous;
+};
+
+void RunSideBySide(pig::spec::Method method) {
+  const AttentionSpec spec = Spec(method);
+  const AttentionShape shape{kLayers, kHeads, kKv, kD, kCap};
+  PagedLshAttention paged(spec, shape, kBs);
+  ThreadPool one(1), two(2);
+  std::vector<std::int32_t> perm(kBlocks);
+  std::iota(perm.begin(), perm.end(), 0);
+  std::shuffle(perm.begin(), perm.end(), std::mt19937(5));
+  // "long" is indexed at its first step; "short" (40 tokens) crosses sink + local + kMinIndexed
+  // while decoding, so it is attended densely first and indexed later.
+  std::vector<Seq> seqs;
+  seqs.push_back({"long", 300, {perm.begin(), perm.begin() + kCap / kBs}, nullptr});
+  seqs.push_back(
+      {"short", 40, {perm.begin() + kCap / kBs, perm.begin() + 2 * kCap / kBs}, nullptr});
+  std::vector<Cache> caches(kLayers);
+  std::mt19937 rng(9);
+  std::normal_distribution<float> nd;
+  std::vector<float> offset(kKv * kD);
+  for (float &x : offset)
+    x = 2.0f * nd(rng);
+  auto fill = [&](std::vector<float> &x, bool keys) {
+    for (size_t i = 0; i < x.size(); ++i)
+      x[i] = (keys ? offset[i % offset.size()] : 0.0f) + nd(rng);
+  };
+  for (Seq &s : seqs) {
+    s.contiguous = MakeAttention(spec, shape);
+    std::vector<float> q(s.prompt * kHeads * kD), k(s.prompt * kKv * kD), v(k.size()),
+        out(q.size());
+    for (size_t l = 0; l < kLayers; ++l) {
+      fill(q, false);
+      fill(k, true);
+      fill(v, false);
+      s.contiguous->Forward(l, 0, s.prompt, q.data(), k.data(), v.data(), out.data(), one);
+      for (size_t p = 0; p < s.prompt; ++p)
+        caches[l].Put(s.table, p, &k[p * kKv * kD], &v[p * kKv * kD]);
+    }
+  }
+  const float scale = 1.0f / std::sqrt(float(kD));
+  for (size_t step = 0; step < 80; ++step) {
+    for (size_t l = 0; l < kLayers; ++l) {
+      std::vector<std::vector<float>> q(seqs.size()), want(seqs.size()), got(seqs.size());
+      std::vector<PagedRow> rows;
+      for (size_t i = 0; i < seqs.size(); ++i) {
+        Seq &s = seqs[i];
+        const size_t pos = s.prompt + step;
+        std::vector<float> k(kKv * kD), v(k.size());
+        q[i].resize(kHeads * kD);
+        fill(q[i], false);
+        fill(k, true);
+        fill(v, false);
+        want[i].resize(q[i].size());
+        got[i].assign(q[i].size(), -1.0f);
+        s.contiguous->Forward(l, pos, 1, q[i].data(), k.data(), v.data(), want[i].data(), one);
+        caches[l].Put(s.table, pos, k.data(), v.data());
+        rows.push_back({s.id, s.table, pos + 1, q[i].data(), got[i].data()});
+      }
+      paged.Decode(l, caches[l].View(), rows, scale, step % 2 ? two : one);
+      for (size_t i = 0; i < seqs.size(); ++i)
+        ASSERT_EQ(std::memcmp(want[i].data(), got[i].data(), want[i].size() * sizeof(float)), 0)
+            << seqs[i].id << " layer " << l << " step " << step;
+    }
+  }
+  if (method == pig::spec::Method::magicpig) {
+    // Indexes of the two sparse layers of both requests, and nothing else.
+    size_t want_bytes = 0;
+    for (const Seq &s : seqs)
+      for (size_t l = 0; l < kLayers; ++l)
+        for (size_t h = 0; h < kKv; ++h)
+          if (const lsh::LshIndex *ix =
+                  dynamic_cast<const LshAttention &>(*s.contiguous).index(l, h))
+            want_bytes += ix->bytes();
+    EXPECT_GT(want_bytes, 0u);
+    EXPECT_EQ(paged.IndexBytes(), want_bytes);
+    const AttentionStats st = paged.stats();
+    EXPECT_GT(st.cost2(), 0.0);
+    EXPECT_LT(st.cost2(), 1.0);
+  } else {
+    EXPECT_EQ(paged.IndexBytes(), 0u);
+  }
+  EXPECT_EQ(paged.Requests(), (std::vector<std::string>{"long", "short"}));
+  paged.Free("long");
+  paged.Free("never seen");
+  EXPECT_EQ(paged.Requests(), std::vector<std::string>{"short"});
+  paged.Free("short");
+  EXPECT_TRUE(paged.Requests().empty());
+  EXPECT_EQ(paged.IndexBytes(), 0u);
+}
+
+TEST(PagedLshAttention, MagicPigEqualsContiguousDecoding) {
+  RunSideBySide(pig::spec::Method::magicpig);
+}
+TEST(PagedLshAttention, DenseEqualsContiguousDecoding) { RunSideBySide(pig::spec::Method::dense); }
+
+TEST(PagedLshAttention, RefusesWhatItCannotServe) {
+  const AttentionShape shape{kLayers, kHeads, kKv, kD, kCap};
+  AttentionSpec topk = Spec(pig::spec::Method::topk);
+  EXPECT_THROW(PagedLshAttention(topk, shape, kBs), std::invalid_argument);
+  AttentionSpec q8 = Spec(pig::spec::Method::magicpig);
+  q8.kv_dtype = lsh::DType::q8;
+  EXPECT_THROW(PagedLshAttention(q8, shape, kBs), std::invalid_argument);
+  EXPECT_THROW(PagedLshAttention(Spec(pig::spec::Method::magicpig), {kLayers, 7, 2, kD, kCap}, kBs),
+               std::invalid_argument);
+  EXPECT_THROW(
+      PagedLshAttention(Spec(pig::spec::Method::magicpig), {kLayers, kHeads, kKv, 63, kCap}, kBs),
+      std::invalid_argument);
+  AttentionSpec bad_kl = Spec(pig::spec::Method::magicpig);
+  bad_kl.K = 40;
+  EXPECT_THROW(PagedLshAttention(bad_kl, shape, kBs), std::invalid_argument);
+
+  PagedLshAttention paged(Spec(pig::spec::Method::magicpig), shape, kBs);
+  ThreadPool pool(1);
+  Cache cache;
+  std::fill(cache.data.begin(), cache.data.end(),
+            std::uint16_t(0x3f80)); // every row 1.0: keys equal
+  std::vector<float> q(kHeads * kD, 0.5f), out(q.size());
+  std::vector<std::int32_t> table(kCap / kBs);
+  std::iota(table.begin(), table.end(), 0);
+  auto decode = [&](std::vector<PagedRow> rows, PagedCache view) {
+    paged.Decode(0, view, rows, 0.125f, pool);
+  };
+  const PagedCache ok = cache.View();
+  EXPECT_NO_THROW(decode({{"a", table, 200, q.data(), out.data()}}, ok));
+  // A table too short for the tokens, a block outside the cache, a sequence past the capacity.
+  EXPECT_THROW(decode({{"b", {table.data(), 2}, 200, q.data(), out.data()}}, ok),
+               std::invalid_argument);
+  std::vector<std::int32_t> far = table;
+  far[3] = std::int32_t(kBlocks);
+  EXPECT_THROW(decode({{"b", far, 200, q.data(), out.data()}}, ok), std::invalid_argument);
+  far[3] = -1;
+  EXPECT_THROW(decode({{"b", far, 200, q.data(), out.data()}}, ok), std::invalid_argument);
+  EXPECT_THROW(decode({{"b", table, kCap + 1, q.data(), out.data()}}, ok), std::invalid_argument);
+  EXPECT_THROW(decode({{"b", table, 0, q.data(), out.data()}}, ok), std::invalid_argument);
+  // One request twice in a call, a cache of another dtype or block size, a layer past the model.
+  EXPECT_THROW(
+      decode({{"a", table, 201, q.data(), out.data()}, {"a", table, 201, q.data(), out.data()}},
+             ok),
+      std::invalid_argument);
+  EXPECT_THROW(
+      decode({{"a", table, 201, q.data(), out.data()}}, {ok.data, lsh::DType::f32, kBlocks, kBs}),
+      std::invalid_argument);
+  EXPECT_THROW(
+      decode({{"a", table, 201, q.data(), out.data()}}, {ok.data, lsh::DType::bf16, kBlocks, 32}),
+      std::invalid_argument);
+  EXPECT_THROW(paged.Decode(kLayers, ok, {}, 0.125f, pool), std::invalid_argument);
+  // The refusals left no state behind: only "a", from the first call.
+  EXPECT_EQ(paged.Requests(), std::vector<std::string>{"a"});
+  // The sequence went back (the engine recomputed it): rebuilt, not a throw.
+  EXPECT_NO_THROW(decode({{"a", table, 150, q.data(), out.data()}}, ok));
+  for (float x : out)
+    EXPECT_FALSE(std::isnan(x));
+}
+
+} // namespace
