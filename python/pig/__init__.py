@@ -8,11 +8,14 @@ without copying them (DLPack or the buffer protocol) and releases the GIL in eve
 - ``pig.dense_attention``: the dense kernel for a GQA group; ``pig.to_bf16``, ``pig.quantize_q8``,
   ``pig.rows_to_f32``: the KV row formats;
 - ``pig.describe_kernels``, ``pig.registered_kernels``, ``pig.simd_target``: what serves here;
+- ``pig.PagedAttention``: decode over an engine's paged KV cache (vLLM's CPU layout), per-request
+  LSH indexes kept between steps (python/pig_vllm uses it);
 - ``pig.Model``, ``pig.AttentionSpec``, ``Model.session``: decoding a GGUF model.
 """
-from ._pig import (AttentionSpec, LshIndex, Model, Session, dense_attention, describe_kernels,
-                   quantize_q8, ref, registered_kernels, rows_to_f32, simd_target, to_bf16)
+from ._pig import (AttentionSpec, LshIndex, Model, PagedAttention, Session, dense_attention,
+                   describe_kernels, quantize_q8, ref, registered_kernels, rows_to_f32,
+                   simd_target, to_bf16)
 
-__all__ = ["AttentionSpec", "LshIndex", "Model", "Session", "dense_attention",
+__all__ = ["AttentionSpec", "LshIndex", "Model", "PagedAttention", "Session", "dense_attention",
            "describe_kernels", "quantize_q8", "ref", "registered_kernels", "rows_to_f32",
            "simd_target", "to_bf16"]

@@ -37,6 +37,7 @@
 #include "pig/runtime/lsh_kernels.h"
 #include "pig/runtime/lsh_step.h"
 #include "pig/runtime/model.h"
+#include "pig/runtime/paged_attention.h"
 #include "pig/runtime/sampler.h"
 #include "pig/runtime/tokenizer.h"
 #include "pig/spec/method.h"
@@ -406,7 +407,7 @@ public:
       std::lock_guard lock(mu_);
       const pig::runtime::lsh::GroupQueries gq{static_cast<const float *>(q.data()), G,
                                                ScaleOr(scale, d_), o.data, lse.data()};
-      const pig::runtime::lsh::KvRows rows{k.data, v.data, dtype_, d_};
+      const pig::runtime::lsh::KvRows rows{k.data, v.data, dtype_, d_, {}};
       pig::runtime::lsh::sampled_step(set_, *index_, *W_, *log_u_, t_, *scratch_, buf_, gq, rows,
                                       &st);
     }
@@ -838,6 +839,166 @@ void BindRuntime(nb::module_ &m) {
           "core).");
 }
 
+// --- decode over an engine's paged KV cache (vLLM) ----------------------------------------------
+
+// An array of the given shape (-1: any) and rank, C-contiguous, on the CPU; its dtype checked by
+// the caller.
+void CheckShape(const Array &a, const char *name, std::initializer_list<int64_t> dims) {
+  if (a.ndim() != dims.size())
+    Bad(std::string(name) + ": expected a " + std::to_string(dims.size()) + "-D array, got shape " +
+        ShapeStr(a));
+  size_t i = 0;
+  for (int64_t want : dims) {
+    if (want >= 0 && int64_t(a.shape(i)) != want)
+      Bad(std::string(name) + ": dimension " + std::to_string(i) + " must be " +
+          std::to_string(want) + ", got shape " + ShapeStr(a));
+    ++i;
+  }
+  CheckContiguous(a, name);
+}
+
+bool IsI32(const Array &a) { return a.dtype() == nb::dtype<int32_t>(); }
+
+class Paged {
+public:
+  Paged(const pig::runtime::AttentionSpec &spec, size_t num_layers, size_t q_heads, size_t kv_heads,
+        size_t d, size_t block_size, size_t max_tokens, size_t threads)
+      : pool_(threads) {
+    try {
+      impl_ = std::make_unique<pig::runtime::PagedLshAttention>(
+          spec, pig::runtime::AttentionShape{num_layers, q_heads, kv_heads, d, max_tokens},
+          block_size);
+    } catch (const std::invalid_argument &e) {
+      Bad(e.what());
+    }
+    shape_ = {num_layers, q_heads, kv_heads, d, max_tokens};
+    block_size_ = block_size;
+  }
+
+  void Decode(size_t layer, const std::vector<std::string> &req_ids, const Array &query,
+              const Array &kv_cache, const Array &block_table, const Array &seq_lens,
+              nb::ndarray<> out, float scale) {
+    const size_t R = req_ids.size(), Hq = shape_.n_heads, H = shape_.n_kv_heads,
+                 d = shape_.head_dim, bs = block_size_;
+    const bool bf16 = IsBf16(query);
+    if (!bf16 && !IsF32(query))
+      Bad("query: expected bfloat16 or float32, got " + DtypeName(query));
+    CheckShape(query, "query", {int64_t(R), int64_t(Hq), int64_t(d)});
+    const Array o(out);
+    if (o.dtype() != query.dtype())
+      Bad("out: expected the query's dtype (" + DtypeName(query) + "), got " + DtypeName(o));
+    CheckShape(o, "out", {int64_t(R), int64_t(Hq), int64_t(d)});
+    DType kv_dtype;
+    if (IsBf16(kv_cache) || IsU16(kv_cache))
+      kv_dtype = DType::bf16;
+    else if (IsF32(kv_cache))
+      kv_dtype = DType::f32;
+    else
+      Bad("kv_cache: expected bfloat16 (or uint16 bf16 bits) or float32, got " +
+          DtypeName(kv_cache));
+    CheckShape(kv_cache, "kv_cache", {-1, int64_t(H), int64_t(2 * bs), int64_t(d)});
+    if (!IsI32(block_table))
+      Bad("block_table: expected int32, got " + DtypeName(block_table));
+    CheckShape(block_table, "block_table", {int64_t(R), -1});
+    if (!IsI32(seq_lens))
+      Bad("seq_lens: expected int32, got " + DtypeName(seq_lens));
+    CheckShape(seq_lens, "seq_lens", {int64_t(R)});
+    const size_t M = block_table.shape(1);
+    const auto *bt = static_cast<const int32_t *>(block_table.data());
+    const auto *lens = static_cast<const int32_t *>(seq_lens.data());
+    for (size_t i = 0; i < R; ++i)
+      if (lens[i] <= 0)
+        Bad("seq_lens: request " + req_ids[i] + " has " + std::to_string(lens[i]) + " tokens");
+    {
+      nb::gil_scoped_release rel;
+      std::lock_guard lock(mu_);
+      const size_t count = R * Hq * d;
+      const float *q = static_cast<const float *>(query.data());
+      float *of = static_cast<float *>(out.data());
+      if (bf16) { // the kernels take f32 queries and write f32 outputs
+        qf_.resize(count);
+        of_.resize(count);
+        pig::runtime::lsh::convert_from_bf16(static_cast<const uint16_t *>(query.data()),
+                                             qf_.data(), count);
+        q = qf_.data();
+        of = of_.data();
+      }
+      std::vector<pig::runtime::PagedRow> rows(R);
+      for (size_t i = 0; i < R; ++i)
+        rows[i] = {req_ids[i], {bt + i * M, M}, size_t(lens[i]), q + i * Hq * d, of + i * Hq * d};
+      try {
+        impl_->Decode(layer, {kv_cache.data(), kv_dtype, kv_cache.shape(0), bs}, rows, scale,
+                      pool_);
+      } catch (const std::invalid_argument &e) {
+        nb::gil_scoped_acquire acq;
+        Bad(e.what());
+      }
+      if (bf16)
+        pig::runtime::lsh::convert_to_bf16(of_.data(), static_cast<uint16_t *>(out.data()), count);
+    }
+  }
+
+  void Free(const std::string &id) {
+    nb::gil_scoped_release rel;
+    std::lock_guard lock(mu_);
+    impl_->Free(id);
+  }
+  std::vector<std::string> Requests() {
+    std::lock_guard lock(mu_);
+    return impl_->Requests();
+  }
+  size_t Bytes() {
+    std::lock_guard lock(mu_);
+    return impl_->IndexBytes();
+  }
+  nb::dict Stats() {
+    std::lock_guard lock(mu_);
+    const pig::runtime::AttentionStats st = impl_->stats();
+    nb::dict s;
+    s["attention"] = impl_->spec().str(shape_.n_layers);
+    s["decode_rows"] = st.decode_steps;
+    s["cost2"] = st.cost2();
+    s["index_bytes"] = st.index_bytes;
+    s["hash_bytes"] = st.hash_bytes;
+    s["requests"] = impl_->Requests().size();
+    s["kernels"] = st.kernels;
+    s["threads"] = pool_.size();
+    return s;
+  }
+
+private:
+  pig::runtime::ThreadPool pool_;
+  std::unique_ptr<pig::runtime::PagedLshAttention> impl_;
+  pig::runtime::AttentionShape shape_;
+  size_t block_size_ = 0;
+  std::vector<float> qf_, of_;
+  std::mutex mu_; // one call at a time (the state and the conversion buffers)
+};
+
+void BindPaged(nb::module_ &m) {
+  nb::class_<Paged>(m, "PagedAttention",
+                    "Decode attention over an engine's paged KV cache (vLLM's CPU layout: "
+                    "kv_cache [blocks, kv_heads, 2 * block_size, head_dim], a block's K rows then "
+                    "its V rows, both row-major), read in place through each request's block "
+                    "table (pig::runtime::PagedLshAttention). Keeps each request's LSH indexes "
+                    "(per layer and kv-head) between calls until free(request).")
+      .def(nb::init<const pig::runtime::AttentionSpec &, size_t, size_t, size_t, size_t, size_t,
+                    size_t, size_t>(),
+           "spec"_a, "num_layers"_a, "num_q_heads"_a, "num_kv_heads"_a, "head_dim"_a,
+           "block_size"_a, "max_tokens"_a = size_t(1) << 17, "threads"_a = 0,
+           "spec: dense or magicpig (bf16 or f32 caches); max_tokens: the longest sequence; "
+           "threads: the decode pool (0: every core).")
+      .def("decode", &Paged::Decode, "layer"_a, "req_ids"_a, "query"_a, "kv_cache"_a,
+           "block_table"_a, "seq_lens"_a, "out"_a, "scale"_a,
+           "One decode token per request: query and out [R, q_heads, head_dim] (bfloat16 or "
+           "float32, the same), block_table int32 [R, max_blocks], seq_lens int32 [R] (the new "
+           "token's K and V already in kv_cache, and counted).")
+      .def("free", &Paged::Free, "request"_a, "Drops the request's state (unknown ids: nothing).")
+      .def_prop_ro("requests", &Paged::Requests, "Requests with state, sorted.")
+      .def_prop_ro("bytes", &Paged::Bytes, "Index bytes held.")
+      .def_prop_ro("stats", &Paged::Stats);
+}
+
 } // namespace
 
 NB_MODULE(_pig, m) {
@@ -850,4 +1011,5 @@ NB_MODULE(_pig, m) {
   BindReference(m);
   BindKernels(m);
   BindRuntime(m);
+  BindPaged(m);
 }
