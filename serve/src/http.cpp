@@ -126,7 +126,15 @@ void HttpServer::Bind() {
 }
 
 void HttpServer::Start() {
-  thread_ = std::thread([this] { svr_->listen_after_bind(); });
+  thread_ = std::thread([this] {
+    svr_->listen_after_bind();
+    listen_returned_.store(true);
+  });
+  // httplib's stop() does nothing until the listen loop runs (is_running()): a Stop() that came
+  // first (a model that fails to load at once) would leave the loop accepting forever. So Start
+  // returns only once the loop runs, or has returned on its own.
+  while (!svr_->is_running() && !listen_returned_.load())
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
 }
 
 void HttpServer::Stop() {

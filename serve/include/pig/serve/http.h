@@ -41,7 +41,7 @@ public:
   /// Binds host:port; throws std::runtime_error naming them when it cannot.
   void Bind();
   int Port() const { return port_; }
-  /// Serves in a thread of its own until Stop.
+  /// Serves in a thread of its own until Stop; returns once the server accepts connections.
   void Start();
   /// The model is loaded: requests go to `engine` with `defaults`.
   void SetEngine(Engine *engine, Defaults defaults);
@@ -56,6 +56,7 @@ private:
   HttpOptions opts_;
   std::unique_ptr<httplib::Server> svr_;
   std::thread thread_;
+  std::atomic<bool> listen_returned_{false};
   int port_ = 0;
   std::atomic<Engine *> engine_{nullptr};
   Defaults defaults_;
