@@ -106,11 +106,12 @@ void CheckContiguous(const Array &a, const char *name) {
   }
 }
 
-// A float32 array of the given rank; `dims` -1 means any size.
-const float *F32(const Array &a, const char *name, std::initializer_list<int64_t> dims) {
-  if (a.ndim() != dims.size() || !IsF32(a))
-    Bad(std::string(name) + ": expected a " + std::to_string(dims.size()) +
-        "-D float32 array, got " + DtypeName(a) + " of shape " + ShapeStr(a));
+// An array of the given shape (-1: any) and rank, C-contiguous, on the CPU; its dtype checked by
+// the caller.
+void CheckShape(const Array &a, const char *name, std::initializer_list<int64_t> dims) {
+  if (a.ndim() != dims.size())
+    Bad(std::string(name) + ": expected a " + std::to_string(dims.size()) + "-D array, got shape " +
+        ShapeStr(a));
   size_t i = 0;
   for (int64_t want : dims) {
     if (want >= 0 && int64_t(a.shape(i)) != want)
@@ -119,6 +120,14 @@ const float *F32(const Array &a, const char *name, std::initializer_list<int64_t
     ++i;
   }
   CheckContiguous(a, name);
+}
+
+// A float32 array of the given rank; `dims` -1 means any size.
+const float *F32(const Array &a, const char *name, std::initializer_list<int64_t> dims) {
+  if (a.ndim() != dims.size() || !IsF32(a))
+    Bad(std::string(name) + ": expected a " + std::to_string(dims.size()) +
+        "-D float32 array, got " + DtypeName(a) + " of shape " + ShapeStr(a));
+  CheckShape(a, name, dims);
   return static_cast<const float *>(a.data());
 }
 
@@ -840,22 +849,6 @@ void BindRuntime(nb::module_ &m) {
 }
 
 // --- decode over an engine's paged KV cache (vLLM) ----------------------------------------------
-
-// An array of the given shape (-1: any) and rank, C-contiguous, on the CPU; its dtype checked by
-// the caller.
-void CheckShape(const Array &a, const char *name, std::initializer_list<int64_t> dims) {
-  if (a.ndim() != dims.size())
-    Bad(std::string(name) + ": expected a " + std::to_string(dims.size()) + "-D array, got shape " +
-        ShapeStr(a));
-  size_t i = 0;
-  for (int64_t want : dims) {
-    if (want >= 0 && int64_t(a.shape(i)) != want)
-      Bad(std::string(name) + ": dimension " + std::to_string(i) + " must be " +
-          std::to_string(want) + ", got shape " + ShapeStr(a));
-    ++i;
-  }
-  CheckContiguous(a, name);
-}
 
 bool IsI32(const Array &a) { return a.dtype() == nb::dtype<int32_t>(); }
 

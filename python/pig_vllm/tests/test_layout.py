@@ -124,6 +124,16 @@ def test_write_rows_skips_padding():
     assert rows[0, :, bs + 5].eq(2).all() and int(rows.ne(0).sum()) == 4 * HKV * D
 
 
+def stock_forward(vllm_cfg, layer, b, md, nb, bs):
+    """The stock backend's cache (its own writer) and output for batch b: the oracle."""
+    stock_impl = impls(CPUAttentionBackendImpl, vllm_cfg)
+    stock_cache = torch.zeros((nb, HKV, bs, 2 * D), dtype=torch.bfloat16)
+    stock_impl.do_kv_cache_update(layer, b.k, b.v, stock_cache, b.slots)
+    want = torch.full_like(b.q, float("nan"))
+    stock_impl.forward(layer, b.q, None, None, stock_cache, md, want)
+    return stock_cache, want
+
+
 ROWS = [(1, 1000), (300, 300), (1, 7), (50, 500), (1, 129), (1, 128), (200, 1400)]
 
 
@@ -134,12 +144,7 @@ def test_stock_rows_bit_for_bit(vllm_cfg, bs):
     layer = make_layer(bs)
     b = make_batch(bs, nb, ROWS, seed=1)
     md = metadata(b, layer.isa)
-
-    stock_impl = impls(CPUAttentionBackendImpl, vllm_cfg)
-    stock_cache = torch.zeros((nb, HKV, bs, 2 * D), dtype=torch.bfloat16)
-    stock_impl.do_kv_cache_update(layer, b.k, b.v, stock_cache, b.slots)
-    want = torch.full_like(b.q, float("nan"))
-    stock_impl.forward(layer, b.q, None, None, stock_cache, md, want)
+    stock_cache, want = stock_forward(vllm_cfg, layer, b, md, nb, bs)
 
     ours_impl = impls(backend.PigAttentionImpl, vllm_cfg, PIG_VLLM_METHOD="stock")
     cache = torch.zeros_like(stock_cache)
@@ -190,11 +195,7 @@ def test_decode_rows_through_pig(vllm_cfg, method):
     layer = make_layer(bs)
     b = make_batch(bs, nb, ROWS, seed=2)
     md = metadata(b, layer.isa)
-    stock_impl = impls(CPUAttentionBackendImpl, vllm_cfg)
-    stock_cache = torch.zeros((nb, HKV, bs, 2 * D), dtype=torch.bfloat16)
-    stock_impl.do_kv_cache_update(layer, b.k, b.v, stock_cache, b.slots)
-    want = torch.full_like(b.q, float("nan"))
-    stock_impl.forward(layer, b.q, None, None, stock_cache, md, want)
+    stock_cache, want = stock_forward(vllm_cfg, layer, b, md, nb, bs)
 
     state._paged = None
     state.set_model_runner(types.SimpleNamespace(
