@@ -149,7 +149,24 @@ class PigAttentionImpl(CPUAttentionBackendImpl):
                         "pig.PagedAttention for long decode rows" if self.pig_capable
                         else "vLLM's kernel for every row")
 
-        md = attn_metadata
+        plan = self._plan(attn_metadata)
+        if plan.stock_rows is not None:
+            self._stock(layer, query, output, kv_cache, attn_metadata, plan.stock_rows,
+                        all_rows=plan.all_stock)
+        if plan.pig_rows is not None:
+            self._pig(layer, query, output, kv_cache, plan)
+        return output
+
+    # Every layer of a step gets the same metadata object (vLLM builds one per KV-cache group),
+    # so the split of its rows, their block table, lengths and request ids are worked out once
+    # per step, not once per layer (30 times a step on the default model).
+    _plan_md = None
+    _plan_cached = None
+
+    def _plan(self, md) -> "_Plan":
+        cls = PigAttentionImpl
+        if cls._plan_md is md and cls._plan_cached.capable == self.pig_capable:
+            return cls._plan_cached
         qsl = md.query_start_loc
         seq_lens = md.seq_lens
         rows = seq_lens.shape[0]
@@ -160,12 +177,24 @@ class PigAttentionImpl(CPUAttentionBackendImpl):
             to_pig = torch.zeros(rows, dtype=torch.bool)
         pig_rows = torch.nonzero(to_pig).flatten()
         stock_rows = torch.nonzero(~to_pig & (qlens > 0)).flatten()
+        plan = _Plan(self.pig_capable)
         if stock_rows.numel():
-            self._stock(layer, query, output, kv_cache, md, stock_rows,
-                        all_rows=stock_rows.numel() == rows)
+            plan.stock_rows = stock_rows
+            plan.all_stock = stock_rows.numel() == rows
         if pig_rows.numel():
-            self._pig(layer, query, output, kv_cache, md, pig_rows)
-        return output
+            plan.pig_rows = pig_rows
+            tokens = qsl[pig_rows].to(torch.long)
+            n = tokens.numel()
+            # decode rows first and nothing between them (a pure decode step): plain slices
+            plan.first = n if bool((tokens == torch.arange(n)).all()) else 0
+            plan.tokens = tokens
+            plan.table = md.block_table[pig_rows].to(torch.int32).contiguous()
+            plan.lens = md.seq_lens[pig_rows].to(torch.int32).contiguous()
+            plan.req_ids = state.request_ids(pig_rows.tolist())
+            if _CHECK:
+                state.check_rows(plan.req_ids, plan.table)
+        cls._plan_md, cls._plan_cached = md, plan
+        return plan
 
     def _stock(self, layer, query, output, kv_cache, md, rows, all_rows):
         bs = kv_cache.shape[2]
@@ -214,23 +243,44 @@ class PigAttentionImpl(CPUAttentionBackendImpl):
         if tokens is not None:
             output[tokens] = out
 
-    def _pig(self, layer, query, output, kv_cache, md, rows):
+    def _pig(self, layer, query, output, kv_cache, plan):
         nb, nh, bs, d2 = kv_cache.shape
         if self._layer is None:
             self._layer = layer_index(layer.layer_name)
         pa = state.paged_attention(self.cfg, self.num_layers, self.num_heads, self.num_kv_heads,
                                    self.head_size, bs, self.max_tokens, self.cfg.threads)
-        tokens = md.query_start_loc[rows].to(torch.long)
-        q = query[tokens].contiguous()
-        out = torch.empty_like(q)
-        table = md.block_table[rows].to(torch.int32).contiguous()
-        lens = md.seq_lens[rows].to(torch.int32).contiguous()
-        req_ids = state.request_ids(rows.tolist())
-        if _CHECK:
-            state.check_rows(req_ids, table)
-        pa.decode(self._layer, req_ids, q, kv_cache.view(nb, nh, 2 * bs, d2 // 2), table, lens,
-                  out, self.scale)
-        output[tokens] = out.to(output.dtype)
+        n = plan.first
+        if n:
+            q = query[:n]
+            q = q if q.is_contiguous() else q.contiguous()
+            direct = output.dtype == q.dtype and output[:n].is_contiguous()
+            out = output[:n] if direct else torch.empty_like(q)
+        else:
+            q = query[plan.tokens].contiguous()
+            direct = False
+            out = torch.empty_like(q)
+        pa.decode(self._layer, plan.req_ids, q, kv_cache.view(nb, nh, 2 * bs, d2 // 2),
+                  plan.table, plan.lens, out, self.scale)
+        if direct:
+            return
+        if n:
+            output[:n] = out.to(output.dtype)
+        else:
+            output[plan.tokens] = out.to(output.dtype)
+
+
+class _Plan:
+    """How one step's rows split between pig and vLLM's kernel (see PigAttentionImpl._plan)."""
+
+    __slots__ = ("capable", "stock_rows", "all_stock", "pig_rows", "first", "tokens", "table",
+                 "lens", "req_ids")
+
+    def __init__(self, capable: bool) -> None:
+        self.capable = capable
+        self.stock_rows = self.pig_rows = self.tokens = self.table = self.lens = None
+        self.all_stock = False
+        self.first = 0
+        self.req_ids = None
 
 
 class PigAttentionBackend(CPUAttentionBackend):
