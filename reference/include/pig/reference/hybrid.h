@@ -1,0 +1,149 @@
+// LSH-hybrid attention: LSH as the ranker, an exact head, a sampled tail with known probabilities
+// (docs/HYBRID.md: the method, its measurements and what is missing).
+//
+// MagicPIG attends to the tokens whose SimHash codes collide with the query's, weighted by 1/u_i,
+// u_i the probability *over the draw of W* that token i collides. On a real model that proposal
+// samples many keys that matter little and misses some that matter (docs/RESULTS.md part 1), and
+// the estimate is only unbiased over hash functions, not for the W a model runs with. LSH-hybrid
+// keeps MagicPIG's index and uses it only to *rank*:
+//
+//   1. Rank. Every indexed token gets an estimated logit l^_i = scale |q| |k~_i| cos^_i (k~ the
+//      centred key; q.k and q.k~ differ by a constant that cancels in the softmax), cos^_i
+//      estimated from the codes alone:
+//        collisions: c_i = tables where the token's code equals the query's (what MagicPIG's
+//                    retrieval counts), P^ = (c_i + 1/2) / (L + 1) per table, p^ = P^^(1/K),
+//                    cos^ = cos(pi (1 - p^)) (the inverse of table_collision_probability, with
+//                    the Jeffreys-like 1/2 so that c = 0 is not "opposite");
+//        hamming:    H_i = bits where the token's codes differ from the query's, cos^ =
+//                    cos(pi H_i / B) over B = `bits` SimHash columns (all K L by default):
+//                    SimHash's unbiased angle estimate, every table's Hamming distance to the
+//                    query's bucket summed (SOCKET's soft collision score taken to its limit).
+//      Optionally + log |v_i| (tokens with small values matter less to the output).
+//   2. Exact head: the `head` best-ranked indexed tokens, with the sink and local tokens, are
+//      attended exactly (bias 0).
+//   3. Sampled tail: every other indexed token i is drawn independently (Poisson sampling) with
+//      inclusion probability pi_i = min(1, lambda r_i), r_i = (1 - floor) softmax(l^)_i +
+//      floor / N_tail (a uniform floor: every token can be drawn), lambda set so that
+//      sum_i pi_i = tail budget. Token i is drawn iff U_i < pi_i, U_i a uniform from a counter
+//      hash of (seed, token): seeded, reproducible, and nested (a larger budget draws a superset).
+//      Drawn tokens enter the one softmax with bias log pi_i (weight 1/pi_i, Horvitz-Thompson).
+//   4. Budget (epsilon > 0): the tail budget doubles from its start until the estimated relative
+//      error of the output, z_{1-delta/2} sqrt(V^) / (D^ |o^|), is at most epsilon or the cap is
+//      reached; V^ = sum_{i in S} (1 - pi_i) / pi_i^2 w_i^2 |v_i - o^|^2 is the Horvitz-Thompson
+//      variance estimate of the linearised error (vAttention's central-limit rule, for Poisson
+//      sampling).
+//
+// Unbiasedness: for a fixed W and query (so fixed ranks, head and pi), over the draw of U,
+// E[1{U_i < pi_i} / pi_i] = 1 for every tail token, so exp(lse) (the partition function) and
+// exp(lse) o (the numerator) are unbiased whatever the hash did; o is their ratio. With
+// epsilon > 0 the stopping rule looks at the sample, and the estimate is only approximately so.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "pig/reference/attention.h"
+#include "pig/reference/magicpig.h"
+#include "pig/reference/matrix.h"
+
+namespace pig::ref {
+
+enum class HybridRank : std::uint8_t {
+  collisions, ///< c_i, the equal codes over L tables (what retrieval counts)
+  hamming,    ///< H_i, the differing bits over the L codes (reads every code of every token)
+};
+const char *to_string(HybridRank r);
+
+struct HybridConfig {
+  double budget = 0.05;     ///< expected tokens read / indexed tokens (cost2), in (0, 1]
+  double head_share = 0.25; ///< share of the budget attended exactly, in [0, 1]
+  double floor = 0.1;       ///< share of the tail's proposal spread uniformly, in (0, 1]
+  double epsilon = 0.0;     ///< target relative error (0: the tail budget stays fixed)
+  double delta = 0.05;      ///< the bound holds with probability 1 - delta, in (0, 1)
+  double max_budget = 0.25; ///< cost2 cap of the growing tail (epsilon > 0; below budget: budget)
+  HybridRank rank = HybridRank::hamming; ///< the defaults: docs/HYBRID.md's measured best
+  bool value_norm = false;  ///< rank by l^_i + log |v_i|
+  /// hamming: the first `bits` SimHash columns only (table b / K, bit b % K), in [1, K L]; 0: all
+  /// K L. A kernel keeps them packed per token (bits / 8 bytes), the ranker's whole read.
+  int bits = 0;
+  std::uint64_t seed = 0x5eed;
+
+  /// Throws std::invalid_argument naming the first field out of range (NaN included).
+  void validate() const;
+  /// "b=5% head=0.25 floor=0.1 hamming" (+ " bits=256", " eps=0.05 delta=0.05 cap=25%",
+  /// " |v|").
+  std::string str() const;
+  /// Fields from "key=value" pairs separated by ':' over the defaults: budget (a fraction or
+  /// "5%"), head, floor, eps, delta, cap, rank (collisions | hamming), bits, vnorm (0 | 1), seed; then
+  /// validate(). Throws std::invalid_argument naming the bad pair.
+  static HybridConfig parse(const std::string &text);
+};
+
+struct HybridResult {
+  Attention attention;
+  std::vector<std::size_t> head;   ///< exactly attended indexed tokens, ascending
+  std::vector<std::size_t> tail;   ///< drawn indexed tokens, ascending
+  std::vector<double> pi;          ///< inclusion probability of each tail token
+  std::size_t indexed = 0;
+  std::size_t static_tokens = 0;
+  double tail_budget = 0;          ///< the expected tail size the draw used (after growth)
+  double estimated_error = 0;      ///< z sqrt(V^) / (D^ |o^|) at the end (epsilon > 0; else 0)
+  /// Cost2 = (|head| + |tail|) / indexed (0 when nothing is indexed).
+  double cost() const {
+    return indexed == 0 ? 0.0 : double(head.size() + tail.size()) / double(indexed);
+  }
+};
+
+/// The estimated logits l^_i (index order: l^[i] for token indexed_begin + i), from the codes
+/// of the query (hashed as sample_tokens hashes it) and the index; + log |v_i| with value_norm
+/// (V: the value rows of all n tokens).
+std::vector<double> hybrid_scores(std::span<const float> q, Matrix V, Matrix W,
+                                  const LshIndex &index, const HybridConfig &cfg,
+                                  std::optional<double> scale = {});
+
+/// Inclusion probabilities pi_i = min(1, lambda r_i) of the tail tokens with scores `scores`,
+/// r_i = (1 - floor) softmax(scores)_i + floor / N, lambda such that sum pi_i = min(budget, N)
+/// (to 1e-12 relative; every pi_i > 0 when budget > 0). NaN scores count as -inf.
+std::vector<double> inclusion_probabilities(std::span<const double> scores, double budget,
+                                            double floor);
+
+/// The uniform U_i in [0, 1) of token `token` under `seed` (a splitmix64 hash of both: no state,
+/// so the draw of a token does not depend on which other tokens are considered).
+double hybrid_uniform(std::uint64_t seed, std::size_t token);
+
+/// cos^ of one token from its codes and the query's (L each): the ranker of step 1. bits: the
+/// hamming columns used (0: K L).
+double hybrid_cosine(HybridRank rank, int bits, int K, int L, const std::uint16_t *codes,
+                     const std::uint16_t *query_codes);
+
+/// What hybrid_estimate reads of the tokens, as callbacks: the reference (hybrid_attention) and
+/// the runtime (BudgetAttention's lsh-hybrid) share the selection, the draw and the budget rule.
+struct HybridTokens {
+  std::span<const std::size_t> static_ids; ///< always attended exactly
+  std::size_t indexed_begin = 0;           ///< the token of score[0]
+  /// One softmax over `ids` with logits scale q.k_i - bias_j (attention_over's contract).
+  std::function<Attention(std::span<const std::size_t> ids, std::span<const double> bias)> attend;
+  /// scale q.k of a token (epsilon > 0 only).
+  std::function<double(std::size_t token)> logit;
+  /// |v_token - o|^2 (epsilon > 0 only).
+  std::function<double(std::size_t token, std::span<const float> o)> value_dist2;
+};
+
+/// Steps 2-4 for indexed tokens with ranker scores `score` (hybrid_scores' order): the head, the
+/// seeded tail draw, the softmax through t.attend and the tail's growth. Throws on an invalid
+/// cfg.
+HybridResult hybrid_estimate(std::span<const double> score, const HybridTokens &t,
+                             const HybridConfig &cfg);
+
+/// The estimator (header comment): one softmax over static + head (bias 0) + drawn tail
+/// (bias log pi_i). Throws on an invalid cfg or a mismatched index.
+HybridResult hybrid_attention(std::span<const float> q, Matrix K, Matrix V, Matrix W,
+                              const LshIndex &index, const HybridConfig &cfg,
+                              std::optional<double> scale = {});
+
+} // namespace pig::ref

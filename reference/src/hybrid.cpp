@@ -1,0 +1,382 @@
+#include "pig/reference/hybrid.h"
+
+#include <algorithm>
+#include <bit>
+#include <cmath>
+#include <limits>
+#include <numbers>
+#include <numeric>
+#include <stdexcept>
+#include <string>
+
+#include "pig/reference/lsh.h"
+#include "pig/reference/random.h"
+
+namespace pig::ref {
+
+namespace {
+
+constexpr double kInf = std::numeric_limits<double>::infinity();
+
+bool in_range(double x, double lo, double hi) { return x >= lo && x <= hi; } // false for NaN
+
+std::string pct(double x) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%g%%", 100.0 * x);
+  return buf;
+}
+
+double norm(std::span<const float> x) {
+  double s = 0;
+  for (float v : x)
+    s += double(v) * double(v);
+  return std::sqrt(s);
+}
+
+double dot(std::span<const float> a, std::span<const float> b) {
+  double s = 0;
+  for (std::size_t i = 0; i < a.size(); ++i)
+    s += double(a[i]) * double(b[i]);
+  return s;
+}
+
+// z with P(|N(0,1)| > z) = delta: erfc(z / sqrt 2) = delta, by bisection (erfc is decreasing).
+double two_sided_quantile(double delta) {
+  double lo = 0, hi = 40;
+  for (int i = 0; i < 200; ++i) {
+    const double mid = 0.5 * (lo + hi);
+    (std::erfc(mid / std::numbers::sqrt2) > delta ? lo : hi) = mid;
+  }
+  return 0.5 * (lo + hi);
+}
+
+} // namespace
+
+const char *to_string(HybridRank r) {
+  return r == HybridRank::hamming ? "hamming" : "collisions";
+}
+
+void HybridConfig::validate() const {
+  auto bad = [](const std::string &what) {
+    throw std::invalid_argument("lsh-hybrid: " + what);
+  };
+  if (!(budget > 0 && budget <= 1))
+    bad("budget must be in (0, 1], got " + std::to_string(budget));
+  if (!in_range(head_share, 0, 1))
+    bad("head share must be in [0, 1], got " + std::to_string(head_share));
+  if (!(floor > 0 && floor <= 1))
+    bad("floor must be in (0, 1], got " + std::to_string(floor));
+  if (!(epsilon >= 0 && std::isfinite(epsilon)))
+    bad("epsilon must be finite and >= 0, got " + std::to_string(epsilon));
+  if (!(delta > 0 && delta < 1))
+    bad("delta must be in (0, 1), got " + std::to_string(delta));
+  if (bits < 0 || (bits > 0 && rank != HybridRank::hamming))
+    bad("bits must be >= 0 and only with rank=hamming, got " + std::to_string(bits));
+  if (!(max_budget > 0 && max_budget <= 1))
+    bad("the budget cap must be in (0, 1], got " + std::to_string(max_budget));
+}
+
+std::string HybridConfig::str() const {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, " head=%g floor=%g ", head_share, floor);
+  std::string s = "b=" + pct(budget) + buf + to_string(rank);
+  if (bits > 0)
+    s += " bits=" + std::to_string(bits);
+  if (epsilon > 0) {
+    std::snprintf(buf, sizeof buf, " eps=%g delta=%g cap=", epsilon, delta);
+    s += buf + pct(max_budget);
+  }
+  if (value_norm)
+    s += " |v|";
+  return s;
+}
+
+HybridConfig HybridConfig::parse(const std::string &text) {
+  HybridConfig c;
+  std::size_t at = 0;
+  while (at < text.size()) {
+    std::size_t end = text.find(':', at);
+    if (end == std::string::npos)
+      end = text.size();
+    const std::string pair = text.substr(at, end - at);
+    at = end + 1;
+    const std::size_t eq = pair.find('=');
+    auto bad = [&] {
+      throw std::invalid_argument("lsh-hybrid: cannot read \"" + pair +
+                                  "\" (budget, head, floor, eps, delta, cap, rank, vnorm, seed)");
+    };
+    if (eq == std::string::npos || eq == 0 || eq + 1 == pair.size())
+      bad();
+    const std::string key = pair.substr(0, eq);
+    std::string value = pair.substr(eq + 1);
+    if (key == "rank") {
+      if (value == "collisions")
+        c.rank = HybridRank::collisions;
+      else if (value == "hamming")
+        c.rank = HybridRank::hamming;
+      else
+        bad();
+      continue;
+    }
+    double div = 1;
+    if ((key == "budget" || key == "cap") && value.back() == '%') {
+      value.pop_back();
+      div = 100;
+    }
+    std::size_t used = 0;
+    double x = 0;
+    try {
+      x = std::stod(value, &used);
+    } catch (const std::exception &) {
+      bad();
+    }
+    if (used != value.size())
+      bad();
+    x /= div;
+    if (key == "budget")
+      c.budget = x;
+    else if (key == "head")
+      c.head_share = x;
+    else if (key == "floor")
+      c.floor = x;
+    else if (key == "eps")
+      c.epsilon = x;
+    else if (key == "delta")
+      c.delta = x;
+    else if (key == "cap")
+      c.max_budget = x;
+    else if (key == "bits" && x >= 1 && x == std::floor(x) && x <= 1 << 20)
+      c.bits = int(x);
+    else if (key == "vnorm" && (x == 0 || x == 1))
+      c.value_norm = x == 1;
+    else if (key == "seed" && x >= 0 && x == std::floor(x) && x < 0x1p64)
+      c.seed = std::uint64_t(x);
+    else
+      bad();
+  }
+  c.validate();
+  return c;
+}
+
+std::vector<double> hybrid_scores(std::span<const float> q, Matrix V, Matrix W,
+                                  const LshIndex &index, const HybridConfig &cfg,
+                                  std::optional<double> scale) {
+  const TokenSplit &split = index.split;
+  const std::size_t count = split.indexed();
+  std::vector<double> score(count, -kInf);
+  if (count == 0)
+    return score;
+  if (cfg.value_norm && V.rows != split.n)
+    throw std::invalid_argument("hybrid_scores: " + std::to_string(V.rows) + " value rows for " +
+                                std::to_string(split.n) + " tokens");
+  const std::vector<float> qh = index.transform.spec.identity()
+                                    ? std::vector<float>(q.begin(), q.end())
+                                    : index.transform.query(q);
+  const std::vector<std::uint16_t> qc = encode(qh, W, index.cfg);
+  const int K = index.cfg.K, L = index.cfg.L;
+  const double s = scale.value_or(default_scale(q.size())) * norm(qh);
+  const int bits = cfg.bits > 0 ? cfg.bits : K * L;
+  if (bits > K * L)
+    throw std::invalid_argument("lsh-hybrid: bits=" + std::to_string(bits) + " but the index has " +
+                                std::to_string(K * L) + " (K L)");
+  for (std::size_t i = 0; i < count; ++i) {
+    const double cos_hat = hybrid_cosine(cfg.rank, cfg.bits, K, L,
+                                         index.codes.data() + i * std::size_t(L), qc.data());
+    score[i] = s * norm(index.hashed_key(split.indexed_begin + i)) * cos_hat;
+    if (cfg.value_norm)
+      score[i] += std::log(norm(V.row_span(split.indexed_begin + i)));
+    if (std::isnan(score[i]))
+      score[i] = -kInf;
+  }
+  return score;
+}
+
+std::vector<double> inclusion_probabilities(std::span<const double> scores, double budget,
+                                            double floor) {
+  const std::size_t n = scores.size();
+  if (!(budget >= 0) || !(floor > 0 && floor <= 1))
+    throw std::invalid_argument("inclusion_probabilities: budget " + std::to_string(budget) +
+                                ", floor " + std::to_string(floor));
+  if (n == 0)
+    return {};
+  const double B = std::min(budget, double(n));
+  if (B >= double(n))
+    return std::vector<double>(n, 1.0);
+  double m = -kInf;
+  for (double x : scores)
+    if (!std::isnan(x))
+      m = std::max(m, x);
+  std::vector<double> r(n);
+  double z = 0;
+  for (std::size_t i = 0; i < n; ++i) {
+    r[i] = (std::isnan(scores[i]) || m == -kInf) ? (m == -kInf ? 1.0 : 0.0)
+                                                   : std::exp(scores[i] - m);
+    z += r[i];
+  }
+  for (double &x : r)
+    x = (1.0 - floor) * x / z + floor / double(n);
+  // Water-filling: the k largest capped at 1, lambda = (B - k) / (sum of the others' r).
+  std::vector<std::size_t> order(n);
+  std::iota(order.begin(), order.end(), std::size_t(0));
+  std::sort(order.begin(), order.end(),
+            [&](std::size_t a, std::size_t b) { return r[a] > r[b] || (r[a] == r[b] && a < b); });
+  double rest = 0;
+  for (double x : r)
+    rest += x;
+  double lambda = B / rest;
+  for (std::size_t k = 0; k < n; ++k) {
+    lambda = (B - double(k)) / rest;
+    if (lambda * r[order[k]] <= 1.0)
+      break;
+    rest -= r[order[k]];
+  }
+  std::vector<double> pi(n);
+  for (std::size_t i = 0; i < n; ++i)
+    pi[i] = std::min(1.0, lambda * r[i]);
+  return pi;
+}
+
+double hybrid_uniform(std::uint64_t seed, std::size_t token) {
+  std::uint64_t state = seed ^ (0x9E3779B97F4A7C15ull * (std::uint64_t(token) + 1));
+  splitmix64(state);
+  return double(splitmix64(state) >> 11) * 0x1.0p-53;
+}
+
+double hybrid_cosine(HybridRank rank, int bits, int K, int L, const std::uint16_t *codes,
+                     const std::uint16_t *query_codes) {
+  if (rank == HybridRank::collisions) {
+    int c = 0;
+    for (int l = 0; l < L; ++l)
+      c += codes[l] == query_codes[l];
+    const double p = std::pow((c + 0.5) / (L + 1.0), 1.0 / K);
+    return std::cos(std::numbers::pi * (1.0 - p));
+  }
+  const int B = bits > 0 ? bits : K * L;
+  const int full_tables = B / K, rest_bits = B % K;
+  int h = 0;
+  for (int l = 0; l < full_tables; ++l)
+    h += std::popcount(unsigned(codes[l] ^ query_codes[l]));
+  if (rest_bits)
+    h += std::popcount(unsigned(codes[full_tables] ^ query_codes[full_tables]) &
+                       ((1u << rest_bits) - 1));
+  return std::cos(std::numbers::pi * double(h) / double(B));
+}
+
+HybridResult hybrid_estimate(std::span<const double> score, const HybridTokens &t,
+                             const HybridConfig &cfg) {
+  cfg.validate();
+  const std::size_t N = score.size();
+  HybridResult r;
+  r.indexed = N;
+  r.static_tokens = t.static_ids.size();
+  std::vector<std::size_t> ids(t.static_ids.begin(), t.static_ids.end());
+  std::vector<double> bias(ids.size(), 0.0);
+  if (N == 0) {
+    r.attention = t.attend(ids, bias);
+    return r;
+  }
+
+  // 1-2: rank, keep the best `head` exactly (ties: the lower position).
+  const double target = cfg.budget * double(N);
+  const std::size_t head =
+      std::min<std::size_t>(N, std::size_t(std::llround(cfg.head_share * target)));
+  std::vector<std::size_t> order(N);
+  std::iota(order.begin(), order.end(), std::size_t(0));
+  std::stable_sort(order.begin(), order.end(),
+                   [&](std::size_t a, std::size_t b) { return score[a] > score[b]; });
+  std::vector<bool> in_head(N, false);
+  for (std::size_t j = 0; j < head; ++j)
+    in_head[order[j]] = true;
+  std::vector<std::size_t> tail_ids; // index-relative, ascending
+  std::vector<double> tail_score;
+  for (std::size_t i = 0; i < N; ++i)
+    if (in_head[i])
+      r.head.push_back(t.indexed_begin + i);
+    else {
+      tail_ids.push_back(i);
+      tail_score.push_back(score[i]);
+    }
+  ids.insert(ids.end(), r.head.begin(), r.head.end());
+  bias.resize(ids.size(), 0.0);
+
+  // 3-4: the tail, growing its budget while the estimated error is above epsilon.
+  const double z = two_sided_quantile(cfg.delta);
+  const double cap =
+      std::max(0.0, std::max(cfg.max_budget, cfg.budget) * double(N) - double(head));
+  double T = std::max(0.0, target - double(head));
+  if (cfg.epsilon > 0)
+    T = std::min(T, cap);
+  std::vector<double> U(tail_ids.size());
+  for (std::size_t j = 0; j < U.size(); ++j)
+    U[j] = hybrid_uniform(cfg.seed, t.indexed_begin + tail_ids[j]);
+  for (;;) {
+    r.tail.clear();
+    r.pi.clear();
+    if (T > 0) {
+      const std::vector<double> pi = inclusion_probabilities(tail_score, T, cfg.floor);
+      for (std::size_t j = 0; j < tail_ids.size(); ++j)
+        if (U[j] < pi[j]) {
+          r.tail.push_back(t.indexed_begin + tail_ids[j]);
+          r.pi.push_back(pi[j]);
+        }
+    }
+    r.tail_budget = T;
+    std::vector<std::size_t> all = ids;
+    std::vector<double> all_bias = bias;
+    for (std::size_t j = 0; j < r.tail.size(); ++j) {
+      all.push_back(r.tail[j]);
+      all_bias.push_back(std::log(r.pi[j]));
+    }
+    r.attention = t.attend(all, all_bias);
+    if (cfg.epsilon <= 0)
+      break; // the bound is only needed to grow the tail
+    // V^ = sum_S (1 - pi)/pi^2 a_i^2 |v_i - o^|^2 with a_i = e^{l_i - lse}: then D^ = 1 and
+    // the relative error bound is z sqrt(V^) / |o^|.
+    double var = 0, onorm = 0;
+    for (float x : r.attention.out)
+      onorm += double(x) * double(x);
+    onorm = std::sqrt(onorm);
+    for (std::size_t j = 0; j < r.tail.size(); ++j) {
+      const double a = std::exp(t.logit(r.tail[j]) - r.attention.lse);
+      var += (1.0 - r.pi[j]) / (r.pi[j] * r.pi[j]) * a * a *
+             t.value_dist2(r.tail[j], r.attention.out);
+    }
+    r.estimated_error = r.tail.empty() ? 0.0 : z * std::sqrt(var) / onorm;
+    if (!(r.estimated_error > cfg.epsilon) || T >= cap || r.tail.size() + head >= N)
+      break;
+    T = std::min(cap, std::max(2.0 * T, 1.0));
+  }
+  return r;
+}
+
+HybridResult hybrid_attention(std::span<const float> q, Matrix K, Matrix V, Matrix W,
+                              const LshIndex &index, const HybridConfig &cfg,
+                              std::optional<double> scale) {
+  cfg.validate();
+  const TokenSplit &split = index.split;
+  if (split.n != K.rows || V.rows != K.rows)
+    throw std::invalid_argument("hybrid_attention: index is for " + std::to_string(split.n) +
+                                " tokens, keys have " + std::to_string(K.rows) + " and values " +
+                                std::to_string(V.rows));
+  const std::vector<double> score = hybrid_scores(q, V, W, index, cfg, scale);
+  const std::vector<std::size_t> statics = split.static_ids();
+  const double s = scale.value_or(default_scale(q.size()));
+  HybridTokens t;
+  t.static_ids = statics;
+  t.indexed_begin = split.indexed_begin;
+  t.attend = [&](std::span<const std::size_t> ids, std::span<const double> bias) {
+    return attention_over(q, K, V, ids, bias, scale);
+  };
+  t.logit = [&](std::size_t token) { return s * dot(q, K.row_span(token)); };
+  t.value_dist2 = [&](std::size_t token, std::span<const float> o) {
+    double dv = 0;
+    for (std::size_t c = 0; c < V.cols; ++c) {
+      const double e = double(V.row(token)[c]) - double(o[c]);
+      dv += e * e;
+    }
+    return dv;
+  };
+  return hybrid_estimate(score, t, cfg);
+}
+
+} // namespace pig::ref

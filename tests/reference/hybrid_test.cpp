@@ -1,0 +1,344 @@
+// pig::ref::hybrid_attention (LSH-hybrid): the ranker, the exact head, the Horvitz-Thompson tail
+// and the central-limit budget, on random, synthetic and adversarial inputs.
+#include "pig/reference/hybrid.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <set>
+
+#include <gtest/gtest.h>
+
+#include "pig/reference/lsh.h"
+#include "pig/reference/synthetic.h"
+#include "test_util.h"
+
+namespace pig::ref {
+namespace {
+
+using testing::gaussian_matrix;
+using testing::gaussian_vector;
+
+// A synthetic problem shaped like a real head (sink, peaked tail, values following scores).
+AttentionProblem problem(std::uint64_t seed, std::size_t n = 2000, std::size_t d = 32) {
+  SyntheticConfig c;
+  c.n = n;
+  c.d = d;
+  c.seed = seed;
+  c.logit_std = 2.0;
+  return synthetic_problem(c);
+}
+
+struct Head { // a problem, its W and its index
+  AttentionProblem p;
+  OwnedMatrix W;
+  LshIndex index;
+};
+
+Head setup(std::uint64_t seed, std::size_t n = 2000, std::size_t d = 32, int K = 6, int L = 40) {
+  Head s{problem(seed, n, d), {}, {}};
+  const LshConfig cfg{K, L, std::min(L, 2), seed};
+  s.W = simhash_matrix(cfg.seed, d, K, L);
+  s.index = build_index(s.p.K, s.W, cfg);
+  return s;
+}
+
+TEST(Hybrid, ConfigValidationNamesTheField) {
+  auto expect_bad = [](HybridConfig c, const char *what) {
+    try {
+      c.validate();
+      ADD_FAILURE() << "accepted " << what;
+    } catch (const std::invalid_argument &e) {
+      EXPECT_NE(std::string(e.what()).find(what), std::string::npos) << e.what();
+    }
+  };
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  HybridConfig c;
+  c.validate();
+  for (double b : {0.0, -0.1, 1.5, nan}) {
+    HybridConfig x = c;
+    x.budget = b;
+    expect_bad(x, "budget");
+  }
+  for (double h : {-0.1, 1.1, nan}) {
+    HybridConfig x = c;
+    x.head_share = h;
+    expect_bad(x, "head share");
+  }
+  for (double f : {0.0, 1.5, nan}) {
+    HybridConfig x = c;
+    x.floor = f;
+    expect_bad(x, "floor");
+  }
+  HybridConfig e = c;
+  e.epsilon = -1;
+  expect_bad(e, "epsilon");
+  e.epsilon = std::numeric_limits<double>::infinity();
+  expect_bad(e, "epsilon");
+  HybridConfig dl = c;
+  dl.delta = 1;
+  expect_bad(dl, "delta");
+  HybridConfig cap = c;
+  cap.max_budget = 0;
+  expect_bad(cap, "cap");
+  EXPECT_EQ(c.str(), "b=5% head=0.25 floor=0.1 hamming");
+}
+
+// pi_i = min(1, lambda r_i) with sum pi = B: checked against its definition, with the cap at 1
+// reached (one dominant score) and not reached, and every pi > 0 (the floor).
+TEST(Hybrid, InclusionProbabilitiesSumToTheBudgetWithAFloor) {
+  Rng rng(3);
+  for (int trial = 0; trial < 20; ++trial) {
+    const std::size_t n = 1 + rng.below(300);
+    std::vector<double> score(n);
+    for (double &x : score)
+      x = 4.0 * rng.gaussian();
+    if (trial % 3 == 0)
+      score[rng.below(n)] = 1e3; // dominant: capped at 1
+    if (trial % 5 == 0)
+      score[rng.below(n)] = std::numeric_limits<double>::quiet_NaN(); // counts as -inf
+    const double B = 0.5 + double(rng.below(n * 2)) / 4.0;
+    const double floor = 0.05 + 0.9 * rng.uniform();
+    const std::vector<double> pi = inclusion_probabilities(score, B, floor);
+    ASSERT_EQ(pi.size(), n);
+    double sum = 0;
+    for (std::size_t i = 0; i < n; ++i) {
+      EXPECT_GT(pi[i], 0.0);
+      EXPECT_LE(pi[i], 1.0);
+      // the floor: at least lambda floor / n, and lambda >= B (the r sum to 1)
+      EXPECT_GE(pi[i], std::min(1.0, std::min(B, double(n)) * floor / double(n)) * (1 - 1e-12));
+      sum += pi[i];
+    }
+    EXPECT_NEAR(sum, std::min(B, double(n)), 1e-9 * B) << "n=" << n << " B=" << B;
+    // monotone in the score
+    for (std::size_t i = 0; i < n; ++i)
+      for (std::size_t j = 0; j < n; ++j)
+        if (score[i] > score[j] && !std::isnan(score[j])) {
+          EXPECT_GE(pi[i], pi[j]);
+        }
+  }
+  EXPECT_EQ(inclusion_probabilities(std::vector<double>(4, 1.0), 9, 0.1),
+            std::vector<double>(4, 1.0));
+  EXPECT_TRUE(inclusion_probabilities({}, 3, 0.1).empty());
+  EXPECT_THROW(inclusion_probabilities(std::vector<double>(4, 1.0), 1, 0), std::invalid_argument);
+}
+
+// The head is exact: with head_share 1 there is no tail and the output is one softmax over the
+// static tokens and the head; with budget 1 as well it is dense attention.
+TEST(Hybrid, TheExactHeadIsExact) {
+  const Head s = setup(5);
+  HybridConfig c;
+  c.head_share = 1;
+  c.budget = 0.1;
+  const HybridResult r = hybrid_attention(s.p.q, s.p.K, s.p.V, s.W, s.index, c);
+  EXPECT_TRUE(r.tail.empty());
+  EXPECT_EQ(r.head.size(), std::size_t(std::llround(0.1 * double(s.index.split.indexed()))));
+  std::vector<std::size_t> ids = s.index.split.static_ids();
+  ids.insert(ids.end(), r.head.begin(), r.head.end());
+  const Attention want = attention_over(s.p.q, s.p.K, s.p.V, ids, {});
+  EXPECT_EQ(r.attention.out, want.out);
+  EXPECT_EQ(r.attention.lse, want.lse);
+  // The head is the best-ranked part.
+  const std::vector<double> score = hybrid_scores(s.p.q, s.p.V, s.W, s.index, c);
+  double worst_in = std::numeric_limits<double>::infinity(), best_out = -worst_in;
+  const std::set<std::size_t> in(r.head.begin(), r.head.end());
+  for (std::size_t i = 0; i < score.size(); ++i) {
+    if (in.count(s.index.split.indexed_begin + i))
+      worst_in = std::min(worst_in, score[i]);
+    else
+      best_out = std::max(best_out, score[i]);
+  }
+  EXPECT_GE(worst_in, best_out);
+  c.budget = 1;
+  const HybridResult all = hybrid_attention(s.p.q, s.p.K, s.p.V, s.W, s.index, c);
+  const Attention dense = dense_attention(s.p.q, s.p.K, s.p.V);
+  EXPECT_LT(relative_l2_error(all.attention.out, dense.out), 1e-6);
+  EXPECT_NEAR(all.attention.lse, dense.lse, 1e-9);
+  EXPECT_DOUBLE_EQ(all.cost(), 1.0);
+}
+
+// Horvitz-Thompson over the draw of U with W, the query and so pi fixed: tail token i is in S
+// with probability exactly pi_i, so E[sum_S e^{z_i}/pi_i] = sum_tail e^{z_i}. Then
+// exp(lse - lse_dense) has mean 1 and exp(lse - lse_dense) o mean o_dense. Each is a sum of
+// independent terms, so over R seeds the sample mean is within z standard errors (sample sd /
+// sqrt R) with probability 2 Phi(-z); z = 5 gives 6e-7 per coordinate. Checked for both rankers,
+// with |v|, and with a useless hash (K = 1, L = 1: the "whatever the hash does" of the claim).
+TEST(Hybrid, NumeratorAndPartitionFunctionAreUnbiasedOverTheDraw) {
+  struct Case {
+    int K, L;
+    HybridRank rank;
+    bool vnorm;
+  };
+  for (const Case cs : {Case{6, 40, HybridRank::collisions, false},
+                        Case{6, 40, HybridRank::hamming, true}, Case{1, 1, HybridRank::collisions,
+                                                                      false}}) {
+    const std::size_t n = 400, d = 16, R = 1500;
+    const Head s = setup(11, n, d, cs.K, cs.L);
+    const Attention exact = dense_attention(s.p.q, s.p.K, s.p.V);
+    std::vector<double> sum(d + 1, 0.0), sum2(d + 1, 0.0);
+    double drawn = 0;
+    for (std::size_t r = 0; r < R; ++r) {
+      HybridConfig c;
+      c.budget = 0.08;
+      c.head_share = 0.25;
+      c.rank = cs.rank;
+      c.value_norm = cs.vnorm;
+      c.seed = 77 + r;
+      const HybridResult e = hybrid_attention(s.p.q, s.p.K, s.p.V, s.W, s.index, c);
+      drawn += double(e.tail.size()) / double(R);
+      const double ratio = std::exp(e.attention.lse - exact.lse);
+      for (std::size_t j = 0; j <= d; ++j) {
+        const double x = j == d ? ratio : ratio * e.attention.out[j];
+        sum[j] += x;
+        sum2[j] += x * x;
+      }
+    }
+    for (std::size_t j = 0; j <= d; ++j) {
+      const double mean = sum[j] / double(R);
+      const double sd = std::sqrt(std::max(0.0, sum2[j] / double(R) - mean * mean));
+      EXPECT_NEAR(mean, j == d ? 1.0 : exact.out[j], 5.0 * sd / std::sqrt(double(R)) + 1e-9)
+          << "K=" << cs.K << " L=" << cs.L << " coordinate " << j;
+    }
+    // The tail's expected size is its budget (0.08 * 332 * 0.75 = 19.9): the draw has teeth.
+    EXPECT_NEAR(drawn, 0.08 * 332 * 0.75, 1.5);
+  }
+}
+
+// The mean error over queries falls as the budget grows (synthetic heads, several seeds).
+TEST(Hybrid, ErrorFallsWithTheBudget) {
+  std::vector<double> mean(3, 0.0);
+  const double budgets[] = {0.02, 0.08, 0.32};
+  for (std::uint64_t seed = 0; seed < 12; ++seed) {
+    const Head s = setup(100 + seed);
+    const Attention exact = dense_attention(s.p.q, s.p.K, s.p.V);
+    for (int b = 0; b < 3; ++b) {
+      HybridConfig c;
+      c.budget = budgets[b];
+      c.seed = seed;
+      const HybridResult r = hybrid_attention(s.p.q, s.p.K, s.p.V, s.W, s.index, c);
+      EXPECT_NEAR(r.cost(), budgets[b], 0.5 * budgets[b]);
+      mean[size_t(b)] += relative_l2_error(r.attention.out, exact.out) / 12;
+    }
+  }
+  EXPECT_LT(mean[1], mean[0]);
+  EXPECT_LT(mean[2], mean[1]);
+}
+
+TEST(Hybrid, TheDrawIsSeededAndNested) {
+  const Head s = setup(7);
+  HybridConfig c;
+  c.head_share = 0; // the same (empty) head at every budget
+  c.budget = 0.03;
+  const HybridResult a = hybrid_attention(s.p.q, s.p.K, s.p.V, s.W, s.index, c);
+  const HybridResult again = hybrid_attention(s.p.q, s.p.K, s.p.V, s.W, s.index, c);
+  EXPECT_EQ(a.tail, again.tail);
+  EXPECT_EQ(a.attention.out, again.attention.out);
+  c.budget = 0.12;
+  const HybridResult big = hybrid_attention(s.p.q, s.p.K, s.p.V, s.W, s.index, c);
+  EXPECT_GT(big.tail.size(), a.tail.size());
+  EXPECT_TRUE(std::includes(big.tail.begin(), big.tail.end(), a.tail.begin(), a.tail.end()));
+  c.budget = 0.03;
+  c.seed ^= 1;
+  EXPECT_NE(hybrid_attention(s.p.q, s.p.K, s.p.V, s.W, s.index, c).tail, a.tail);
+  EXPECT_NE(hybrid_uniform(1, 5), hybrid_uniform(2, 5));
+  EXPECT_NE(hybrid_uniform(1, 5), hybrid_uniform(1, 6));
+}
+
+// epsilon > 0: the tail grows until the estimated error is below epsilon or the cap is reached;
+// a loose epsilon keeps the starting budget. The estimate is calibrated in the sense of the
+// central-limit rule: over seeds, the true error exceeds epsilon in at most delta of the runs
+// that stopped below it, plus sampling slack (binomial sd of 200 runs at 0.1: 0.021; allowed 0.1).
+TEST(Hybrid, TheCentralLimitBudgetGrowsTheTailUntilTheBoundHolds) {
+  const Head s = setup(9);
+  const Attention exact = dense_attention(s.p.q, s.p.K, s.p.V);
+  HybridConfig c;
+  c.budget = 0.02;
+  c.head_share = 0.5;
+  c.epsilon = 10;
+  const HybridResult loose = hybrid_attention(s.p.q, s.p.K, s.p.V, s.W, s.index, c);
+  EXPECT_NEAR(loose.tail_budget, 0.01 * double(s.index.split.indexed()), 1.0);
+  c.epsilon = 1e-9;
+  c.max_budget = 0.3;
+  const HybridResult capped = hybrid_attention(s.p.q, s.p.K, s.p.V, s.W, s.index, c);
+  EXPECT_NEAR(capped.tail_budget + double(capped.head.size()),
+              0.3 * double(s.index.split.indexed()), 1.0);
+  c.epsilon = 0.12;
+  c.delta = 0.1;
+  c.max_budget = 0.5;
+  int stopped = 0, over = 0;
+  for (std::uint64_t seed = 0; seed < 200; ++seed) {
+    c.seed = seed;
+    const HybridResult r = hybrid_attention(s.p.q, s.p.K, s.p.V, s.W, s.index, c);
+    if (r.estimated_error <= c.epsilon) {
+      ++stopped;
+      over += relative_l2_error(r.attention.out, exact.out) > c.epsilon;
+    }
+  }
+  ASSERT_GT(stopped, 100);
+  EXPECT_LE(double(over) / stopped, c.delta + 0.1) << over << " of " << stopped;
+}
+
+TEST(Hybrid, AdversarialInputs) {
+  // Fewer tokens than the static window: nothing indexed, exactly dense.
+  for (std::size_t n : {1, 5, 68}) {
+    const Head s = setup(13, n, 16);
+    const HybridResult r = hybrid_attention(s.p.q, s.p.K, s.p.V, s.W, s.index, HybridConfig{});
+    const Attention dense = dense_attention(s.p.q, s.p.K, s.p.V);
+    EXPECT_LT(relative_l2_error(r.attention.out, dense.out), 1e-6) << n;
+    EXPECT_EQ(r.cost(), 0.0);
+  }
+  // One indexed token.
+  {
+    const Head s = setup(14, 69, 16);
+    const HybridResult r = hybrid_attention(s.p.q, s.p.K, s.p.V, s.W, s.index, HybridConfig{});
+    EXPECT_LE(r.head.size() + r.tail.size(), 1u);
+  }
+  // All keys and values equal: every estimate is the value, whatever was drawn.
+  {
+    Rng rng(15);
+    const std::size_t n = 500, d = 16;
+    const std::vector<float> k = gaussian_vector(rng, d), v = gaussian_vector(rng, d);
+    OwnedMatrix K(n, d), V(n, d);
+    for (std::size_t i = 0; i < n; ++i)
+      for (std::size_t j = 0; j < d; ++j) {
+        K.at(i, j) = k[j];
+        V.at(i, j) = v[j];
+      }
+    const std::vector<float> q = gaussian_vector(rng, d);
+    const LshConfig cfg{5, 20, 2, 3};
+    const OwnedMatrix W = simhash_matrix(3, d, 5, 20);
+    const LshIndex index = build_index(K, W, cfg);
+    const HybridResult r = hybrid_attention(q, K, V, W, index, HybridConfig{});
+    EXPECT_LT(relative_l2_error(r.attention.out, v), 1e-6);
+  }
+  // Huge norms: finite probabilities, no throw; the head still holds the best tokens.
+  {
+    Head s = setup(16, 600, 16);
+    for (float &x : s.p.K.data)
+      x *= 1e15f;
+    s.index = build_index(s.p.K, s.W, s.index.cfg);
+    const HybridResult r = hybrid_attention(s.p.q, s.p.K, s.p.V, s.W, s.index, HybridConfig{});
+    for (double p : r.pi)
+      EXPECT_TRUE(p > 0 && p <= 1);
+  }
+  // NaN in the query: NaN out, no crash, no throw.
+  {
+    Head s = setup(17, 600, 16);
+    s.p.q[3] = std::numeric_limits<float>::quiet_NaN();
+    const HybridResult r = hybrid_attention(s.p.q, s.p.K, s.p.V, s.W, s.index, HybridConfig{});
+    EXPECT_TRUE(std::isnan(r.attention.out[0]));
+  }
+  // Mismatched inputs throw.
+  {
+    const Head s = setup(18, 600, 16);
+    const Head other = setup(18, 700, 16);
+    EXPECT_THROW(hybrid_attention(s.p.q, other.p.K, other.p.V, s.W, s.index, HybridConfig{}),
+                 std::invalid_argument);
+    HybridConfig bad;
+    bad.budget = 2;
+    EXPECT_THROW(hybrid_attention(s.p.q, s.p.K, s.p.V, s.W, s.index, bad), std::invalid_argument);
+  }
+}
+
+} // namespace
+} // namespace pig::ref
