@@ -132,6 +132,20 @@ std::vector<std::vector<ErrorPoint>> MeasureGroup(const std::vector<std::vector<
           "K=" + std::to_string(opt.magicpig[c].K) + " L=" + std::to_string(opt.magicpig[c].L),
           e.cost(), e.attention);
     }
+    // LSH-hybrid on an index: the variant's description without its budget.
+    auto hybrid = [&](const LshIndex &index, double b, const HybridConfig &v, std::string tag) {
+      HybridConfig c = v;
+      c.budget = std::clamp(b, 1.0 / ni, 1.0);
+      c.max_budget = std::max(c.max_budget, c.budget);
+      c.seed = opt.sample_seed;
+      const HybridResult e = hybrid_attention(q, K, V, W, index, c);
+      const std::string desc = c.str();
+      add("LSH-hybrid", tag + desc.substr(desc.find(' ')), e.cost(), e.attention);
+    };
+    if (!indexes.empty())
+      for (const HybridConfig &v : opt.hybrid)
+        for (double b : opt.budgets)
+          hybrid(indexes.front(), b, v, Percent(b));
     // The baselines at the cost this query's MagicPIG sample actually had (at least one token).
     for (std::size_t c = 0; c < std::min(opt.matched, indexes.size()); ++c) {
       const std::string tag = "= MagicPIG " + std::to_string(opt.magicpig[c].K) + "," +
@@ -140,6 +154,8 @@ std::vector<std::vector<ErrorPoint>> MeasureGroup(const std::vector<std::vector<
       topk(b, tag);
       quest(b, tag);
       oracle(b, tag);
+      for (const HybridConfig &v : opt.hybrid)
+        hybrid(indexes[c], b, v, tag);
     }
     result.push_back(std::move(pts));
   }

@@ -29,7 +29,8 @@ std::string TunedConfig(const pig::tune::Tuning &t) {
 // The label of magicpig hashing in a fitted space: "magicpig+whiten:a=0.25".
 std::string TransformLabel(const pig::ref::TransformSpec &t) { return "magicpig+" + t.str(); }
 
-// dense first, then each magicpig configuration followed by topk and quest at its cost2: the
+// dense first, then each magicpig configuration followed by topk, quest and lsh-hybrid (its
+// default configuration, docs/HYBRID.md) at its cost2: the
 // budget of a baseline is only known once its magicpig run has measured cost2. With
 // --lsh-transform, "magicpig+SPEC" right after each magicpig configuration (same K, L; the
 // baselines stay matched to plain magicpig). With --tuning, "tuned" last (config: the point's
@@ -57,7 +58,8 @@ std::vector<Method> Methods(const EvalOptions &e, const DownstreamOptions &o,
       x.transform = *o.lsh_transform;
       m.push_back({TransformLabel(*o.lsh_transform), config, x});
     }
-    for (const pig::spec::Method b : {pig::spec::Method::topk, pig::spec::Method::quest}) {
+    for (const pig::spec::Method b : {pig::spec::Method::topk, pig::spec::Method::quest,
+                                      pig::spec::Method::lsh_hybrid}) {
       AttentionSpec t = base;
       t.method = b;
       m.push_back({pig::spec::name(b), "= magicpig " + KLName(o.lsh[c]), t, int(c)});
@@ -301,14 +303,14 @@ void Downstream::Plot() const {
                    std::to_string(380 * rows + 40) + " font ',10'\nset output '" + e_.out +
                    "/downstream.png'\nset multiplot layout " + std::to_string(rows) + "," +
                    std::to_string(cols) +
-                   " title 'SmolLM2-135M: dense vs MagicPIG vs TopK / Quest at MagicPIG cost2'\n"
+                   " title 'SmolLM2-135M: dense vs MagicPIG vs TopK / Quest / LSH-hybrid at MagicPIG cost2'\n"
                    "set grid\nset key bottom right\nset xlabel 'cost2: sampled fraction of "
                    "indexed tokens (%)'\nset xrange [0:*]\n";
   int p = 0;
   for (const Panel &pan : panels) {
     std::vector<std::string> plots;
     double dense = NAN;
-    std::vector<std::string> series{"magicpig", "topk", "quest"};
+    std::vector<std::string> series{"magicpig", "topk", "quest", "lsh-hybrid"};
     if (o_.lsh_transform)
       series.push_back(TransformLabel(*o_.lsh_transform));
     for (const Method &m : methods_)
@@ -399,7 +401,8 @@ void Downstream::Markdown(double seconds, double prefill_seconds) const {
           continue;
         }
         const double rel = std::exp(it->second.nll) / std::exp(d->second.nll) - 1;
-        row += " " + Fmt("%.3f", std::exp(it->second.nll));
+        // append, not `" " + string`: GCC 12 reports a false -Wrestrict on that once inlined
+        row.append(" ").append(Fmt("%.3f", std::exp(it->second.nll)));
         if (m.label != "dense")
           row += " (" + Fmt("%+.2f", 100 * rel) + " %, Δnll " + Fmt("%+.4f", it->second.delta) +
                  " ± " + Fmt("%.4f", it->second.se) + ")";

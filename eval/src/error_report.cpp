@@ -62,7 +62,7 @@ std::string ErrorReport::Series(const Map &m, size_t context, const std::string 
 void ErrorReport::Plot() const {
   const std::string dir = e_.out + "/plotdata";
   MakeDirs(dir);
-  const char *methods[] = {"TopK", "Quest", "Oracle", "MagicPIG"};
+  const char *methods[] = {"TopK", "Quest", "Oracle", "MagicPIG", "LSH-hybrid"};
   std::string gp = "set terminal pngcairo size 1500,460 font ',11'\n"
                    "set output '" +
                    e_.out +

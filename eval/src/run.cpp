@@ -158,6 +158,8 @@ void Run(const EvalOptions &e, const AttentionErrorOptions *error, const Downstr
         pig::ref::simhash_matrix(AttentionSpec{}.seed, cfg.head_dim, 10, 150);
     ErrorOptions eo;
     eo.sample_seed = e.seed;
+    if (error)
+      eo.hybrid = error->hybrid;
     for (size_t P : checkpoints) {
       // Prefill to P - 1, then position P - 1 as a decode step: its queries are a real decode
       // step's, and the cache then holds exactly P positions.

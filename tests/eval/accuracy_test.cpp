@@ -45,8 +45,9 @@ TEST(MeasureGroup, ErrorsShrinkWithBudgetAndCostsMatch) {
   opt.matched = 1;
   const auto pts = MeasureGroup({p.q}, p.K, p.V, W, opt);
   ASSERT_EQ(pts.size(), 1u);
-  // 2 budgets x 3 baselines, 2 MagicPIG configurations, 3 baselines at MagicPIG's cost.
-  ASSERT_EQ(pts[0].size(), 6u + 2u + 3u);
+  // 2 budgets x (3 baselines + LSH-hybrid), 2 MagicPIG configurations, 3 baselines and
+  // LSH-hybrid at MagicPIG's cost.
+  ASSERT_EQ(pts[0].size(), 8u + 2u + 4u);
   auto find = [&](const std::string &m, const std::string &c) {
     for (const ErrorPoint &e : pts[0])
       if (e.method == m && e.config == c)
@@ -64,6 +65,11 @@ TEST(MeasureGroup, ErrorsShrinkWithBudgetAndCostsMatch) {
   EXPECT_GT(mp.cost, 0.0);
   EXPECT_LT(mp.cost, 1.0);
   EXPECT_NEAR(find("TopK", "= MagicPIG 10,150").cost, mp.cost, 1.0 / 444.0);
+  // LSH-hybrid's cost is its head plus a Poisson draw of expected size the rest of the budget.
+  const std::string hy = " head=0.25 floor=0.1 hamming";
+  EXPECT_LT(find("LSH-hybrid", "b=50%" + hy).error, find("LSH-hybrid", "b=2%" + hy).error);
+  EXPECT_NEAR(find("LSH-hybrid", "b=50%" + hy).cost, 0.5, 0.06);
+  EXPECT_NEAR(find("LSH-hybrid", "= MagicPIG 10,150" + hy).cost, mp.cost, 0.5 * mp.cost + 0.02);
 }
 
 } // namespace

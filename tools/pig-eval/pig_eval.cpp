@@ -282,6 +282,23 @@ int main(int argc, char **argv) {
              kDefaultTransforms + ")")
       ->type_name("LIST")
       ->group(kEval);
+  app.add_option_function<std::vector<std::string>>(
+         "--hybrid",
+         [&o](const std::vector<std::string> &v) {
+           o.error.hybrid.clear();
+           for (const std::string &h : v)
+             if (h != "none")
+               try {
+                 o.error.hybrid.push_back(pig::ref::HybridConfig::parse(h));
+               } catch (const std::invalid_argument &e) {
+                 throw CLI::ValidationError("--hybrid", e.what());
+               }
+         },
+         "attention-error: the LSH-hybrid variants, each at every budget and at MagicPIG's cost "
+         "(repeatable; e.g. head=0.5:floor=0.1:rank=collisions, \"none\")")
+      ->type_name("SPEC")
+      ->default_str("head=0.25:floor=0.1:rank=hamming")
+      ->group(kEval);
   pig::app::AddLshListOption(app, grid, "the (K, L) grid of --transforms", "--transform-grid")
       ->default_str("K 7-14 x L 75,150,300")
       ->group(kEval);

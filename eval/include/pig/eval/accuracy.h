@@ -48,11 +48,15 @@ struct ErrorOptions {
   /// concentrated on a few tokens, reaching a target of unique draws takes astronomically many
   /// (the expected count saturates); the point then sits at the cost actually reached.
   std::size_t max_oracle_draws = std::size_t(1) << 20;
+  /// LSH-hybrid variants (ref::hybrid_attention) on the widest MagicPIG index: each runs at every
+  /// entry of `budgets` and at the measured cost of the `matched` MagicPIG configurations (on that
+  /// configuration's index); their budget fields are replaced.
+  std::vector<ref::HybridConfig> hybrid{ref::HybridConfig{}};
 };
 
 /// One estimate of one query head.
 struct ErrorPoint {
-  std::string method; ///< TopK, Quest, Oracle, MagicPIG
+  std::string method; ///< TopK, Quest, Oracle, MagicPIG, LSH-hybrid
   std::string config; ///< "b=2%", "K=10 L=150", "= MagicPIG 10,150"
   double cost = 0;    ///< tokens read from the indexed part / indexed tokens
   double error = 0;   ///< relative L2 error of the output vs exact attention

@@ -53,6 +53,8 @@ struct AttentionErrorOptions {
   /// (empty: no comparison), each validated against the model's head dim (else UsageError).
   std::vector<ref::TransformSpec> transforms;
   std::vector<KL> transform_grid = DefaultTransformGrid(); ///< must contain 10:150
+  /// LSH-hybrid variants (their budgets are replaced: see ErrorOptions::hybrid).
+  std::vector<ref::HybridConfig> hybrid{ref::HybridConfig{}};
 };
 
 struct DownstreamOptions {
