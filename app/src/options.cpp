@@ -308,10 +308,25 @@ AttentionFlags AddAttentionOptions(CLI::App &app, runtime::AttentionSpec &spec) 
           ->type_name("LIST|none")
           ->group(kAttentionGroup);
   f.budget = app.add_option("--budget", spec.budget,
-                            "topk, quest, oracle: tokens read, a fraction of the indexed ones")
+                            "topk, quest, oracle, lsh-hybrid: tokens read, a fraction of the "
+                            "indexed ones")
                  ->check(Number(0, 1, true))
                  ->capture_default_str()
                  ->group(kAttentionGroup);
+  f.hybrid =
+      app.add_option_function<std::string>(
+             "--hybrid",
+             [&spec](const std::string &text) {
+               try {
+                 spec.hybrid = ref::HybridConfig::parse(text);
+               } catch (const std::invalid_argument &e) {
+                 throw CLI::ValidationError("--hybrid", e.what());
+               }
+             },
+             "lsh-hybrid: head=SHARE:floor=F:rank=hamming|collisions:bits=B:eps=E:delta=D:cap=C "
+             "(default head=0.25:floor=0.1:rank=hamming; docs/HYBRID.md)")
+          ->type_name("SPEC")
+          ->group(kAttentionGroup);
   f.schedule = AddScheduleOption(app, spec.schedule);
   return f;
 }

@@ -146,6 +146,14 @@ void AttentionSpec::Validate(size_t n_layers) const {
     }
   }
   CheckServedTransform(transform); // like K and L, ignored by the other methods
+  if (method == spec::Method::lsh_hybrid) {
+    ref::HybridConfig h = hybrid;
+    h.budget = budget;
+    h.validate();
+    if (h.bits > K * L)
+      throw std::invalid_argument("lsh-hybrid: bits=" + std::to_string(h.bits) +
+                                  " but the codes have K L = " + std::to_string(K * L));
+  }
   for (size_t l : DenseLayers(n_layers)) {
     if (l >= n_layers) {
       throw std::invalid_argument("dense layer " + std::to_string(l) + " outside the model's " +
@@ -183,6 +191,11 @@ std::string AttentionSpec::str(size_t n_layers) const {
     s << " transform=" << transform.str();
   if (method == spec::Method::quest)
     s << " page=" << quest_page;
+  if (method == spec::Method::lsh_hybrid) {
+    // the hybrid's own description without its budget ("b=2% "), then W's (K, L)
+    const std::string h = hybrid.str();
+    s << " " << h.substr(h.find(' ') + 1) << " K=" << K << " L=" << L;
+  }
   if (method != spec::Method::dense)
     s << " sink=" << sink << " local=" << local;
   if (method != spec::Method::dense && !(method == spec::Method::magicpig && !layers.empty())) {

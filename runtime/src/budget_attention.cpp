@@ -8,9 +8,13 @@
 #include <stdexcept>
 #include <string>
 
+#include "pig/reference/hybrid.h"
 #include "pig/reference/kv_quant.h"
+#include "pig/reference/lsh.h"
 #include "pig/reference/random.h"
+#include "pig/runtime/lsh_index.h"
 #include "pig/spec/hash.h"
+#include "pig/spec/lsh_params.h"
 
 namespace pig::runtime {
 
@@ -147,7 +151,7 @@ spec::Method ParseMethod(spec::Method method) {
   if (spec::uses_budget(method))
     return method;
   throw std::invalid_argument(
-      std::string("budget attention: method must be topk, oracle or quest, got '") +
+      std::string("budget attention: method must be topk, oracle, quest or lsh-hybrid, got '") +
       spec::name(method) + "'");
 }
 
@@ -210,10 +214,15 @@ BudgetAttention::BudgetAttention(const AttentionSpec &spec, const AttentionShape
       quest_end_(shape.n_layers, spec.sink), head_count_(shape.n_heads) {
   for (size_t l : spec.DenseLayers(shape.n_layers))
     dense_layer_[l] = true;
+  if (method_ == Method::lsh_hybrid) {
+    hybrid_.resize(shape.n_layers * shape.n_kv_heads);
+    simhash_ = std::make_unique<lsh::SimHash>(spec.seed, shape.head_dim, spec.K, spec.L);
+  }
   // By name, not by index: method_ is spec::Method now (dense and magicpig come first).
-  const char *const what = method_ == Method::topk     ? "topk baseline"
-                           : method_ == Method::oracle ? "oracle sampling baseline"
-                                                       : "quest baseline";
+  const char *const what = method_ == Method::topk         ? "topk baseline"
+                           : method_ == Method::oracle     ? "oracle sampling baseline"
+                           : method_ == Method::lsh_hybrid ? "lsh-hybrid (encode kernel codes)"
+                                                           : "quest baseline";
   stats_.kernels =
       std::string(what) + " (scalar, f64 scores); dense: " + lsh::KernelRegistry::describe(set_);
 }
@@ -275,6 +284,13 @@ void BudgetAttention::Forward(size_t layer, size_t pos, size_t n, const float *q
     // reach past the new indexed end, into what is now the local window.
     QuestTruncate(layer, std::min(pos, IndexedEnd(n_tok)));
     QuestFold(layer, IndexedEnd(n_tok));
+  }
+  if (method_ == Method::lsh_hybrid && !dense_layer_[layer]) {
+    HybridTruncate(layer, std::min(pos, IndexedEnd(n_tok)));
+    // Decode steps only: a prompt's keys are encoded at the first decode step after it (with the
+    // mean of everything indexed then, as the reference builds its index).
+    if (n == 1 && n_tok > spec_.sink + spec_.local)
+      HybridFold(layer, IndexedEnd(n_tok));
   }
   if (n > 1) {
     CausalDense(cache_, set_, layer, pos, n, q, out, pool);
@@ -367,6 +383,11 @@ void BudgetAttention::SparseHead(size_t layer, size_t head, size_t pos, const fl
   };
   s.ids.clear();
   s.zs.clear();
+
+  if (method_ == Method::lsh_hybrid) {
+    HybridHead<E>(layer, head, pos, q, out, s, count);
+    return;
+  }
 
   if (method_ == Method::topk) {
     s.z.resize(n_idx);
@@ -471,15 +492,164 @@ void BudgetAttention::SparseHead(size_t layer, size_t head, size_t pos, const fl
   count.sampled = double(unique);
 }
 
+void BudgetAttention::HybridTruncate(size_t layer, size_t pos) {
+  const size_t L = size_t(spec_.L);
+  for (size_t kvh = 0; kvh < hybrid_.size() / shape().n_layers; ++kvh) {
+    HybridIndex &h = hybrid_[layer * shape().n_kv_heads + kvh];
+    if (pos >= h.end)
+      continue;
+    if (pos <= spec_.sink) { // nothing indexed is left: the mean goes too
+      h = HybridIndex{};
+      continue;
+    }
+    h.codes.resize((pos - spec_.sink) * L);
+    h.norms.resize(pos - spec_.sink);
+    h.end = pos;
+  }
+}
+
+void BudgetAttention::HybridFold(size_t layer, size_t end) {
+  const size_t d = shape().head_dim, L = size_t(spec_.L), b = spec_.sink;
+  std::vector<float> row(d);
+  for (size_t kvh = 0; kvh < shape().n_kv_heads; ++kvh) {
+    HybridIndex &h = hybrid_[layer * shape().n_kv_heads + kvh];
+    if (end <= std::max(h.end, b))
+      continue;
+    if (h.mean.empty()) {
+      // ref::build_index's mean: ref::mean_of_rows over the f32 rows of [sink, end).
+      ref::OwnedMatrix keys(end - b, d);
+      for (size_t t = b; t < end; ++t)
+        cache_.KeyRow(layer, kvh, t, keys.row(t - b));
+      h.mean = ref::mean_of_rows(keys, 0, end - b);
+      h.end = b;
+    }
+    const size_t from = h.end;
+    h.codes.resize((end - b) * L);
+    h.norms.resize(end - b);
+    lsh::EncodeArgs a;
+    a.x = cache_.Keys(layer, kvh);
+    a.dtype = cache_.dtype();
+    a.rows = end - from;
+    a.first = from;
+    a.mean = h.mean.data();
+    a.W = simhash_->view();
+    a.codes = h.codes.data() + (from - b) * L;
+    set_.encode(a);
+    for (size_t t = from; t < end; ++t) {
+      cache_.KeyRow(layer, kvh, t, row.data());
+      double n2 = 0;
+      for (size_t j = 0; j < d; ++j) {
+        const float c = row[j] - h.mean[j]; // in f32, as ref::build_index centres
+        n2 += double(c) * double(c);
+      }
+      h.norms[t - b] = std::sqrt(n2);
+    }
+    h.end = end;
+  }
+}
+
+template <typename E>
+void BudgetAttention::HybridHead(size_t layer, size_t head, size_t pos, const float *q,
+                                 float *out, Scratch &s, HeadCount &count) const {
+  const size_t d = shape().head_dim, kvh = head / shape().group(), L = size_t(spec_.L);
+  const E *K = static_cast<const E *>(cache_.Keys(layer, kvh));
+  const E *V = static_cast<const E *>(cache_.Values(layer, kvh));
+  const size_t n_tok = pos + 1, b = spec_.sink, e = n_tok - spec_.local, n_idx = e - b;
+  const double scale = 1.0 / std::sqrt(double(d));
+  const HybridIndex &h = hybrid_[layer * shape().n_kv_heads + kvh];
+  ref::HybridConfig cfg = spec_.hybrid;
+  cfg.budget = spec_.budget;
+  cfg.seed = OracleSeed(spec_.sample_seed, layer, head, pos);
+
+  // 1. The ranker: the query's codes (hashed as it is, like ref::sample_tokens), then each
+  // token's estimated logit exactly as ref::hybrid_scores computes it.
+  std::uint16_t qc[spec::kMaxL];
+  lsh::EncodeArgs a;
+  a.x = q;
+  a.dtype = lsh::DType::f32;
+  a.rows = 1;
+  a.W = simhash_->view();
+  a.codes = qc;
+  set_.encode(a);
+  double qn = 0;
+  for (size_t j = 0; j < d; ++j)
+    qn += double(q[j]) * double(q[j]);
+  const double sq = scale * std::sqrt(qn);
+  s.z.resize(n_idx);
+  thread_local std::vector<float> tmp;
+  for (size_t i = 0; i < n_idx; ++i) {
+    double x = sq * h.norms[i] *
+               ref::hybrid_cosine(cfg.rank, cfg.bits, spec_.K, spec_.L, &h.codes[i * L], qc);
+    if (cfg.value_norm) {
+      const auto *v = RowOf(V, b + i, d, tmp);
+      double vn = 0;
+      for (size_t j = 0; j < d; ++j)
+        vn += double(ToF32(v[j])) * double(ToF32(v[j]));
+      x += std::log(std::sqrt(vn));
+    }
+    s.z[i] = std::isnan(x) ? -kInf : x;
+  }
+
+  // 2-4. ref::hybrid_estimate over this cache's rows.
+  std::vector<std::size_t> statics;
+  for (size_t i = 0; i < b; ++i)
+    statics.push_back(i);
+  for (size_t i = e; i < n_tok; ++i)
+    statics.push_back(i);
+  ref::HybridTokens t;
+  t.static_ids = statics;
+  t.indexed_begin = b;
+  t.attend = [&](std::span<const std::size_t> ids, std::span<const double> bias) {
+    s.ids.resize(ids.size());
+    s.zs.resize(ids.size());
+    for (size_t j = 0; j < ids.size(); ++j) {
+      s.ids[j] = std::uint32_t(ids[j]);
+      Logits(q, K, d, scale, ids[j], ids[j] + 1, &s.zs[j]);
+      s.zs[j] -= bias[j];
+    }
+    ref::Attention r;
+    r.out.resize(d);
+    r.lse = SoftmaxValues(s.zs.data(), s.ids.data(), s.ids.size(), V, d, s.acc.data(),
+                          r.out.data());
+    return r;
+  };
+  t.logit = [&](std::size_t token) {
+    double z = 0;
+    Logits(q, K, d, scale, token, token + 1, &z);
+    return z;
+  };
+  t.value_dist2 = [&](std::size_t token, std::span<const float> o) {
+    const auto *v = RowOf(V, token, d, tmp);
+    double dv = 0;
+    for (size_t j = 0; j < d; ++j) {
+      const double x = double(ToF32(v[j])) - double(o[j]);
+      dv += x * x;
+    }
+    return dv;
+  };
+  s.acc.resize(d);
+  const ref::HybridResult r = ref::hybrid_estimate(s.z, t, cfg);
+  std::copy(r.attention.out.begin(), r.attention.out.end(), out);
+  count.indexed = double(n_idx);
+  count.kv_bytes_indexed = double(2 * n_idx * cache_.RowBytes());
+  count.sampled = double(r.head.size() + r.tail.size());
+  // What a kernel's ranker reads: the packed sketch (bits / 8 bytes) and a norm (f32) per token.
+  const int bits = cfg.bits > 0 ? cfg.bits : spec_.K * spec_.L;
+  count.index_bytes_read = double(n_idx) * (double((bits + 7) / 8) + 4.0);
+}
+
 void BudgetAttention::Reset() {
-  for (size_t l = 0; l < shape().n_layers; ++l)
+  for (size_t l = 0; l < shape().n_layers; ++l) {
     QuestTruncate(l, 0);
+    HybridTruncate(l, 0);
+  }
 }
 
 void BudgetAttention::LoadPrefix(const KvCache &src, size_t n) {
   cache_.CopyPrefix(src, n);
   for (size_t l = 0; l < shape().n_layers; ++l) {
     QuestTruncate(l, 0);
+    HybridTruncate(l, 0); // encoded again at the next decode step
     if (method_ == Method::quest && !dense_layer_[l])
       QuestFold(l, IndexedEnd(n));
   }
@@ -489,6 +659,9 @@ size_t BudgetAttention::MemoryBytes() const {
   size_t bytes = cache_.MemoryBytes();
   for (size_t i = 0; i < qmin_.size(); ++i)
     bytes += (qmin_[i].capacity() + qmax_[i].capacity()) * sizeof(float);
+  for (const HybridIndex &h : hybrid_)
+    bytes += h.mean.capacity() * sizeof(float) + h.codes.capacity() * sizeof(std::uint16_t) +
+             h.norms.capacity() * sizeof(double);
   return bytes;
 }
 
@@ -497,6 +670,8 @@ AttentionStats BudgetAttention::stats() const {
   s.index_bytes = 0;
   for (size_t i = 0; i < qmin_.size(); ++i)
     s.index_bytes += (qmin_[i].size() + qmax_[i].size()) * sizeof(float);
+  for (const HybridIndex &h : hybrid_)
+    s.index_bytes += h.codes.size() * sizeof(std::uint16_t) + h.norms.size() * sizeof(double);
   return s;
 }
 

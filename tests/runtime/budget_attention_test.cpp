@@ -1,4 +1,4 @@
-// The topk / oracle / quest baselines of the runtime (budget_attention.h) against the scalar
+// The topk / oracle / quest baselines and lsh-hybrid of the runtime (budget_attention.h) against the scalar
 // reference pig::ref on the same rows: a prefill Forward stores keys and values, a decode Forward
 // runs the method, and every head's output must equal the reference method's (static part merged
 // with the indexed part by LSE) computed on the keys and values as stored (bf16-rounded for a
@@ -9,11 +9,14 @@
 #include <bit>
 #include <cmath>
 #include <cstdint>
+#include <limits>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "pig/reference/attention.h"
+#include "pig/reference/hybrid.h"
+#include "pig/reference/lsh.h"
 #include "pig/reference/magicpig.h"
 #include "pig/reference/quest.h"
 #include "pig/reference/random.h"
@@ -136,9 +139,12 @@ struct Expected {
   size_t indexed = 0, attended = 0;
 };
 
-// What pig::ref says head h of `layer` outputs for the query at position n - 1.
+// What pig::ref says head h of `layer` outputs for the query at position n - 1. lsh-hybrid: the
+// runtime centres the keys by the mean of the indexed rows at its first decode step (positions
+// [sink, mean_end); 0: this step's) and keeps it; the reference index is built on keys shifted by
+// that mean (Centering::none), which is the same index.
 Expected Reference(const AttentionSpec &spec, const AttentionShape &s, const Data &x, size_t n,
-                   size_t layer, size_t h) {
+                   size_t layer, size_t h, size_t mean_end = 0) {
   const size_t d = s.head_dim, kvh = ref::kv_head_for(h, s.n_heads, s.n_kv_heads);
   const ref::OwnedMatrix K = Rows(x.k[layer], s, kvh, n, spec.kv_dtype);
   const ref::OwnedMatrix V = Rows(x.v[layer], s, kvh, n, spec.kv_dtype);
@@ -149,6 +155,26 @@ Expected Reference(const AttentionSpec &spec, const AttentionShape &s, const Dat
   if (std::find(dense.begin(), dense.end(), layer) != dense.end() || split.indexed() == 0) {
     e.attention = ref::dense_attention(q, K, V);
     e.dense = true;
+    return e;
+  }
+  if (spec.method == pig::spec::Method::lsh_hybrid) {
+    const size_t me = mean_end ? mean_end : split.indexed_end;
+    const std::vector<float> mean = ref::mean_of_rows(K, spec.sink, me);
+    ref::OwnedMatrix shifted(n, d);
+    for (size_t i = 0; i < n; ++i)
+      for (size_t j = 0; j < d; ++j)
+        shifted.at(i, j) = K.at(i, j) - mean[j];
+    const ref::LshConfig cfg{spec.K, spec.L, spec.t, spec.seed};
+    const ref::OwnedMatrix W = ref::simhash_matrix(spec.seed, d, spec.K, spec.L);
+    const ref::LshIndex index =
+        ref::build_index(shifted, W, cfg, {spec.sink, spec.local}, ref::Centering::none);
+    ref::HybridConfig hc = spec.hybrid;
+    hc.budget = spec.budget;
+    hc.seed = OracleSeed(spec.sample_seed, layer, h, n - 1);
+    const ref::HybridResult r = ref::hybrid_attention(q, K, V, W, index, hc);
+    e.attention = r.attention;
+    e.indexed = split.indexed();
+    e.attended = r.head.size() + r.tail.size();
     return e;
   }
   const ref::Attention st = ref::attention_over(q, K, V, split.static_ids());
@@ -178,12 +204,13 @@ struct Totals {
 // Sparse heads are scalar double arithmetic on both sides (tight); dense heads go through the
 // f32 dense kernel.
 Totals Check(const AttentionSpec &spec, const AttentionShape &s, const Data &x, size_t n,
-             const std::vector<std::vector<float>> &out, bool check_dense = true) {
+             const std::vector<std::vector<float>> &out, bool check_dense = true,
+             size_t mean_end = 0) {
   Totals t;
   const size_t d = s.head_dim;
   for (size_t l = 0; l < s.n_layers; ++l)
     for (size_t h = 0; h < s.n_heads; ++h) {
-      const Expected e = Reference(spec, s, x, n, l, h);
+      const Expected e = Reference(spec, s, x, n, l, h, mean_end);
       t.indexed += double(e.indexed);
       t.sampled += double(e.attended);
       if (e.dense && !check_dense)
@@ -256,7 +283,8 @@ TEST_P(BudgetAttentionTest, ManyDecodeStepsAndRewind) {
     for (size_t l = 0; l < s.n_layers; ++l)
       att->Forward(l, pos, 1, x.q[l].data() + pos * qw, x.k[l].data() + pos * kw,
                    x.v[l].data() + pos * kw, out[l].data(), pool_);
-    const Totals t = Check(spec, s, x, pos + 1, out);
+    // lsh-hybrid's mean: of [sink, 13), the indexed part at the first decode step (n = 21).
+    const Totals t = Check(spec, s, x, pos + 1, out, true, 21 - spec.local);
     sum.indexed += t.indexed;
     sum.sampled += t.sampled;
   };
@@ -308,10 +336,12 @@ TEST_P(BudgetAttentionTest, LoadPrefixEqualsOwnPrefill) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Methods, BudgetAttentionTest,
-                         ::testing::Combine(::testing::Values("topk", "oracle", "quest"),
+                         ::testing::Combine(::testing::Values("topk", "oracle", "quest", "lsh-hybrid"),
                                             ::testing::Values(DType::f32, DType::bf16)),
                          [](const auto &info) {
-                           return std::get<0>(info.param) + "_" +
+                           std::string m = std::get<0>(info.param);
+                           std::replace(m.begin(), m.end(), '-', '_');
+                           return m + "_" +
                                   lsh::to_string(std::get<1>(info.param));
                          });
 
@@ -424,6 +454,33 @@ TEST(BudgetAttention, RejectsInvalidSpecs) {
   spec = Spec("oracle", DType::f32);
   spec.dense_layers = {3};
   EXPECT_THROW(MakeBudgetAttention(spec, s), std::invalid_argument);
+  spec = Spec("lsh-hybrid", DType::f32);
+  spec.hybrid.bits = spec.K * spec.L + 1; // more ranker bits than the codes hold
+  EXPECT_THROW(MakeBudgetAttention(spec, s), std::invalid_argument);
+  spec = Spec("lsh-hybrid", DType::f32);
+  spec.hybrid.floor = 0; // a tail token that can never be drawn
+  EXPECT_THROW(MakeBudgetAttention(spec, s), std::invalid_argument);
+  spec = Spec("lsh-hybrid", DType::f32);
+  spec.hybrid.head_share = std::numeric_limits<double>::quiet_NaN();
+  EXPECT_THROW(MakeBudgetAttention(spec, s), std::invalid_argument);
+}
+
+TEST(BudgetAttention, HybridStats) {
+  ThreadPool pool(2);
+  const AttentionShape s = Shape();
+  const size_t n = 100; // 88 indexed tokens per head
+  const Data x = MakeData(s, n, 8);
+  auto h = MakeBudgetAttention(Spec("lsh-hybrid", DType::bf16, 0.1), s);
+  Decode(*h, x, n, pool);
+  const AttentionStats st = h->stats();
+  EXPECT_EQ(st.indexed, 8 * 88.0);
+  EXPECT_GT(st.sampled, 8 * 2.0); // the head alone: round(0.25 * 8.8) = 2 per head
+  EXPECT_LT(st.sampled, 8 * 20.0);
+  // 2 sparse layers x 2 kv-heads x 88 tokens x (150 codes of 2 bytes + a double norm)
+  EXPECT_EQ(st.index_bytes, 2u * 2 * 88 * (150 * 2 + 8));
+  EXPECT_EQ(st.index_bytes_read, 8 * 88.0 * ((1500 + 7) / 8 + 4));
+  EXPECT_NE(st.kernels.find("lsh-hybrid"), std::string::npos);
+  EXPECT_GE(h->MemoryBytes(), h->cache().MemoryBytes() + st.index_bytes);
 }
 
 } // namespace

@@ -1,7 +1,7 @@
 // The q8 KV cache (8-bit rows, a bf16 scale per 32 elements: pig/reference/kv_quant.h) in the
 // runtime: KvCache stores pig::ref::quantize_q8 of what it is given, reads back its
 // dequantisation, converts between element types in CopyPrefix and Tile, and sizes its memory at
-// 34 bytes per 32 elements; and every method (dense, magicpig, topk, quest, oracle) decoding
+// 34 bytes per 32 elements; and every method (dense, magicpig, topk, quest, oracle, lsh-hybrid) decoding
 // from a q8 cache equals the same method decoding from an f32 cache that holds the dequantised
 // rows (a q8 element is q * s, exact in f32: both read the same numbers). Synthetic shapes, no
 // model.

@@ -51,7 +51,7 @@ TEST(Method, NameTableRoundTrips) {
     EXPECT_STREQ(pig::spec::name(i.method), i.name);
   }
   EXPECT_FALSE(pig::spec::parse_method("MagicPIG"));
-  EXPECT_EQ(pig::spec::method_names(), "dense, magicpig, topk, quest, oracle");
+  EXPECT_EQ(pig::spec::method_names(), "dense, magicpig, topk, quest, oracle, lsh-hybrid");
 }
 
 } // namespace

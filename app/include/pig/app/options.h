@@ -77,11 +77,13 @@ CLI::Option *AddThreadsOption(CLI::App &app, std::size_t &threads, std::size_t m
 /// What of AddAttentionOptions' options the command line gave (for conflicts).
 struct AttentionFlags {
   CLI::Option *attention = nullptr, *lsh = nullptr, *transform = nullptr, *sink = nullptr,
-              *local = nullptr, *dense_layers = nullptr, *budget = nullptr, *schedule = nullptr;
+              *local = nullptr, *dense_layers = nullptr, *budget = nullptr, *schedule = nullptr,
+              *hybrid = nullptr;
 };
 /// --attention METHOD (pig::spec's names), --lsh K=..,L=..,t=.. (spec::LshParams; aliases below),
 /// --transform SPEC (runtime::ParseServedTransform), --sink N, --local N, --dense-layers LIST|none,
-/// --budget F, --schedule KNOBS. Each writes its field of `spec` (dense_layers_set too).
+/// --budget F, --hybrid SPEC (ref::HybridConfig::parse; its budget is --budget's), --schedule
+/// KNOBS. Each writes its field of `spec` (dense_layers_set too).
 /// Aliases of --lsh for one release (a warning on stderr names the new spelling): "10:150"
 /// (K:L), "10,150,2" (K,L,t) and a transform=SPEC item ("K=8,transform=whiten:a=0.25").
 AttentionFlags AddAttentionOptions(CLI::App &app, runtime::AttentionSpec &spec);

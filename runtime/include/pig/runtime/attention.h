@@ -16,6 +16,7 @@
 #include <string_view>
 #include <vector>
 
+#include "pig/reference/hybrid.h"
 #include "pig/reference/transform.h"
 #include "pig/runtime/kv_cache.h"
 #include "pig/runtime/ops.h"
@@ -161,7 +162,7 @@ struct LayerLsh {
 };
 
 /// Which attention to run and its parameters (pig-run's --attention, --lsh, --sink, --local,
-/// --dense-layers, --budget, --kv, --tuning).
+/// --dense-layers, --budget, --hybrid, --kv, --tuning).
 struct AttentionSpec {
   spec::Method method = spec::Method::dense; ///< pig/spec/method.h: dense, magicpig, topk, ...
   lsh::DType kv_dtype = lsh::DType::bf16;
@@ -171,7 +172,7 @@ struct AttentionSpec {
   /// Layers that stay dense; unset: the first layer and the middle one ({0, n_layers / 2}).
   std::vector<size_t> dense_layers;
   bool dense_layers_set = false;
-  /// topk / quest / oracle: tokens read from the indexed part, as a fraction of it.
+  /// topk / quest / oracle / lsh-hybrid: tokens read from the indexed part, as a fraction of it.
   double budget = 0.02;
   size_t quest_page = 16;
   std::uint64_t sample_seed = 1; ///< oracle sampling draws
@@ -188,6 +189,10 @@ struct AttentionSpec {
   /// so the kernels' logits serve u too); other transforms are pig-eval's (Validate refuses them).
   /// Ignored by the other methods, like K and L.
   ref::TransformSpec transform{};
+  /// lsh-hybrid: the head share, floor, ranker, central-limit budget (pig/reference/hybrid.h).
+  /// Its budget is `budget`; W is (K, L, seed)'s, the draws are seeded by sample_seed per
+  /// (layer, query head, position) like oracle's.
+  ref::HybridConfig hybrid{};
 
   /// Each layer's choice for a model of n_layers: `layers` when set, else (K, L, t) with the
   /// dense layers dense.

@@ -6,6 +6,11 @@
 //   oracle  m i.i.d. draws from the exact softmax over the indexed tokens, the mean of their values
 //           (unbiased for the indexed part, pig::ref::oracle_sampling), merged with the exact
 //           static part by LSE (ALGORITHM.md 1.7). Cost = unique draws.
+//   lsh-hybrid  pig::ref::hybrid_attention (docs/HYBRID.md): SimHash codes of the centred keys
+//           rank the indexed tokens by an estimated logit (Hamming distance to the query's codes
+//           times the key norm); the best head_share * m are attended exactly, the rest drawn
+//           with Horvitz-Thompson weights 1/pi (seeded per layer, head and position as oracle's).
+//           The codes are computed by the LSH encode kernel once per token; the rest is scalar.
 //   quest   pages of spec.quest_page indexed tokens, each keeping the element-wise min and max of
 //           its keys (folded in as tokens leave the local window, never recomputed); the pages
 //           with the highest bound sum_j max(q_j min_j, q_j max_j) covering >= m tokens
@@ -25,6 +30,9 @@
 #include "pig/runtime/attention.h"
 
 namespace pig::runtime {
+namespace lsh {
+class SimHash;
+}
 
 /// Tokens a query head reads from n_indexed indexed tokens: max(1, round(budget * n_indexed)),
 /// at most n_indexed (0 when nothing is indexed).
@@ -36,7 +44,7 @@ std::uint64_t OracleSeed(std::uint64_t sample_seed, size_t layer, size_t head, s
 
 class BudgetAttention final : public Attention {
 public:
-  using Method = spec::Method; ///< topk, oracle or quest
+  using Method = spec::Method; ///< topk, oracle, quest or lsh_hybrid
 
   /// spec.method must be topk, oracle or quest; throws std::invalid_argument otherwise, for a
   /// spec that AttentionSpec::Validate rejects, for quest_page == 0, and when no dense kernel
@@ -74,6 +82,13 @@ private:
   void QuestFold(size_t layer, size_t end);
   // Quest: forgets the pages from the one holding `pos` on (those positions are being rewritten).
   void QuestTruncate(size_t layer, size_t pos);
+  // lsh-hybrid: encodes the keys of positions [hybrid_[..].end, end) of every kv-head of the
+  // layer (the mean frozen at the first call that indexes anything), and forgets from `pos` on.
+  void HybridFold(size_t layer, size_t end);
+  void HybridTruncate(size_t layer, size_t pos);
+  template <typename E>
+  void HybridHead(size_t layer, size_t head, size_t pos, const float *q, float *out, Scratch &s,
+                  HeadCount &count) const;
   // The end of the indexed part for a sequence of n tokens, or sink when nothing is indexed.
   size_t IndexedEnd(size_t n) const;
 
@@ -86,12 +101,23 @@ private:
   // [sink + p P, sink + (p + 1) P); positions [sink, quest_end_[layer]) are folded in.
   std::vector<std::vector<float>> qmin_, qmax_;
   std::vector<size_t> quest_end_;
+  // lsh-hybrid's sketch per (layer, kv-head): the SimHash codes (L per position, token-major) of
+  // the centred keys of positions [sink, end) and their norms |k - mean| (double, as the
+  // reference's hybrid_scores), the mean frozen at the first decode step that indexed anything.
+  struct HybridIndex {
+    std::vector<float> mean;
+    std::vector<std::uint16_t> codes;
+    std::vector<double> norms;
+    size_t end = 0;
+  };
+  std::vector<HybridIndex> hybrid_;
+  std::unique_ptr<lsh::SimHash> simhash_; // lsh-hybrid: W of (K, L, seed)
   std::vector<std::unique_ptr<Scratch>> scratch_;
   std::vector<HeadCount> head_count_;
   AttentionStats stats_;
 };
 
-/// The Attention for spec.method in {topk, oracle, quest} (called by MakeAttention).
+/// The Attention for spec.method in {topk, oracle, quest, lsh-hybrid} (called by MakeAttention).
 std::unique_ptr<Attention> MakeBudgetAttention(const AttentionSpec &spec,
                                                const AttentionShape &shape);
 

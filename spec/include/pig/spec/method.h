@@ -16,6 +16,7 @@ enum class Method : std::uint8_t {
   topk,     ///< the exact top-k keys by logit (an oracle baseline)
   quest,    ///< Quest's page selection by upper bounds
   oracle,   ///< sampling from the exact softmax (an oracle baseline)
+  lsh_hybrid, ///< LSH as the ranker: an exact head and a Horvitz-Thompson tail (docs/HYBRID.md)
 };
 
 struct MethodInfo {
@@ -23,12 +24,13 @@ struct MethodInfo {
   const char *name;
 };
 
-inline constexpr std::array<MethodInfo, 5> kMethods = {{
+inline constexpr std::array<MethodInfo, 6> kMethods = {{
     {Method::dense, "dense"},
     {Method::magicpig, "magicpig"},
     {Method::topk, "topk"},
     {Method::quest, "quest"},
     {Method::oracle, "oracle"},
+    {Method::lsh_hybrid, "lsh-hybrid"},
 }};
 
 inline const char *name(Method m) {
@@ -38,7 +40,7 @@ inline const char *name(Method m) {
   return "?";
 }
 
-/// "dense, magicpig, topk, quest, oracle": for messages and --help.
+/// "dense, magicpig, topk, quest, oracle, lsh-hybrid": for messages and --help.
 inline std::string method_names() {
   std::string s;
   for (const MethodInfo &i : kMethods) {
@@ -59,7 +61,8 @@ inline std::optional<Method> parse_method(std::string_view text) {
 
 /// Methods that read a budget fraction of the indexed tokens (--budget).
 inline bool uses_budget(Method m) {
-  return m == Method::topk || m == Method::quest || m == Method::oracle;
+  return m == Method::topk || m == Method::quest || m == Method::oracle ||
+         m == Method::lsh_hybrid;
 }
 
 } // namespace pig::spec
