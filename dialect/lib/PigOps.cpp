@@ -177,6 +177,41 @@ LogicalResult QueryOp::verify() {
   return success();
 }
 
+LogicalResult HybridSelectOp::verify() {
+  CodesType q = getQueryCodes().getType(), k = getCodes().getType();
+  if (failed(checkCodesAgainst(*this, "token codes", k.getTables(), k.getBits(), q.getTables(),
+                               q.getBits())))
+    return failure();
+  int64_t row = getRow();
+  if (row < 0 || (!ShapedType::isDynamic(q.getRows()) && row >= q.getRows()))
+    return emitOpError() << "row " << row << " is outside the " << dimString(q.getRows())
+                         << " rows of the query codes";
+  RankedTensorType norms = tensorType(getNorms());
+  if (norms.getRank() != 1 || !compatible(norms.getDimSize(0), k.getRows()))
+    return emitOpError() << "needs one norm per token: " << dimString(k.getRows())
+                         << " tokens, norms " << getNorms().getType();
+  // The ranges of pig::ref::HybridConfig::validate (NaN fails every comparison).
+  double budget = getBudget().convertToDouble(), head = getHead().convertToDouble(),
+         floor = getFloor().convertToDouble();
+  if (!(budget > 0 && budget <= 1))
+    return emitOpError() << "budget must be in (0, 1], got " << budget;
+  if (!(head >= 0 && head <= 1))
+    return emitOpError() << "head share must be in [0, 1], got " << head;
+  if (!(floor > 0 && floor <= 1))
+    return emitOpError() << "floor must be in (0, 1], got " << floor;
+  StringRef rank = getRank();
+  if (rank != "hamming" && rank != "collisions")
+    return emitOpError() << "rank must be \"hamming\" or \"collisions\", got \"" << rank << "\"";
+  int64_t bits = getBits();
+  if (bits < 0 || (bits > 0 && rank != "hamming"))
+    return emitOpError() << "bits must be >= 0 and only with rank \"hamming\", got " << bits;
+  if (!ShapedType::isDynamic(q.getTables()) && !ShapedType::isDynamic(q.getBits()) &&
+      bits > q.getTables() * q.getBits())
+    return emitOpError() << "bits = " << bits << " but the codes hold K L = "
+                         << q.getTables() * q.getBits();
+  return success();
+}
+
 LogicalResult CollisionProbOp::verify() {
   if (failed(checkOperand(*this, "query", getQuery(), 2, Role::Query)) ||
       failed(checkOperand(*this, "keys", getKeys(), 2, Role::KeysOrValues)) ||

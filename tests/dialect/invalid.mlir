@@ -557,3 +557,79 @@ func.func @transform_pca_rank_above_d_composite(%q: tensor<8x64xbf16>, %k: tenso
   %o, %l = pig.sampled_attention %q, %k, %v {lsh = #pig.lsh<k = 10, l = 150, t = 2, seed = 0, transform = "pca:r=100">, static_tokens = #pig.static<sink = 4, local = 64>} : (tensor<8x64xbf16>, tensor<2x?x64xbf16>, tensor<2x?x64xbf16>) -> (tensor<8x64xf32>, tensor<8xf32>)
   return
 }
+
+//===----------------------------------------------------------------------===//
+// pig.hybrid_select
+//===----------------------------------------------------------------------===//
+
+// -----
+
+func.func @hybrid_codes_mismatch(%qc: !pig.codes<1x150x10>, %kc: !pig.codes<?x150x9>, %n: tensor<?xf32>) {
+  // expected-error @+1 {{token codes has L = 150, K = 9 but expected L = 150, K = 10}}
+  %ids, %pi = pig.hybrid_select %qc[0], %kc, %n {budget = 0.05 : f64, head = 0.25 : f64, floor = 0.1 : f64, rank = "hamming", bits = 0 : i64, seed = 1 : i64} : (!pig.codes<1x150x10>, !pig.codes<?x150x9>, tensor<?xf32>) -> (tensor<?xi32>, tensor<?xf32>)
+  return
+}
+
+// -----
+
+func.func @hybrid_row(%qc: !pig.codes<1x150x10>, %kc: !pig.codes<?x150x10>, %n: tensor<?xf32>) {
+  // expected-error @+1 {{row 1 is outside the 1 rows of the query codes}}
+  %ids, %pi = pig.hybrid_select %qc[1], %kc, %n {budget = 0.05 : f64, head = 0.25 : f64, floor = 0.1 : f64, rank = "hamming", bits = 0 : i64, seed = 1 : i64} : (!pig.codes<1x150x10>, !pig.codes<?x150x10>, tensor<?xf32>) -> (tensor<?xi32>, tensor<?xf32>)
+  return
+}
+
+// -----
+
+func.func @hybrid_norms(%qc: !pig.codes<1x150x10>, %kc: !pig.codes<8x150x10>, %n: tensor<7xf32>) {
+  // expected-error @+1 {{needs one norm per token: 8 tokens}}
+  %ids, %pi = pig.hybrid_select %qc[0], %kc, %n {budget = 0.05 : f64, head = 0.25 : f64, floor = 0.1 : f64, rank = "hamming", bits = 0 : i64, seed = 1 : i64} : (!pig.codes<1x150x10>, !pig.codes<8x150x10>, tensor<7xf32>) -> (tensor<?xi32>, tensor<?xf32>)
+  return
+}
+
+// -----
+
+func.func @hybrid_budget(%qc: !pig.codes<1x150x10>, %kc: !pig.codes<?x150x10>, %n: tensor<?xf32>) {
+  // expected-error @+1 {{budget must be in (0, 1], got 1.5}}
+  %ids, %pi = pig.hybrid_select %qc[0], %kc, %n {budget = 1.5 : f64, head = 0.25 : f64, floor = 0.1 : f64, rank = "hamming", bits = 0 : i64, seed = 1 : i64} : (!pig.codes<1x150x10>, !pig.codes<?x150x10>, tensor<?xf32>) -> (tensor<?xi32>, tensor<?xf32>)
+  return
+}
+
+// -----
+
+func.func @hybrid_head(%qc: !pig.codes<1x150x10>, %kc: !pig.codes<?x150x10>, %n: tensor<?xf32>) {
+  // expected-error @+1 {{head share must be in [0, 1], got -5.000000e-01}}
+  %ids, %pi = pig.hybrid_select %qc[0], %kc, %n {budget = 0.05 : f64, head = -0.5 : f64, floor = 0.1 : f64, rank = "hamming", bits = 0 : i64, seed = 1 : i64} : (!pig.codes<1x150x10>, !pig.codes<?x150x10>, tensor<?xf32>) -> (tensor<?xi32>, tensor<?xf32>)
+  return
+}
+
+// -----
+
+func.func @hybrid_floor(%qc: !pig.codes<1x150x10>, %kc: !pig.codes<?x150x10>, %n: tensor<?xf32>) {
+  // expected-error @+1 {{floor must be in (0, 1], got 0}}
+  %ids, %pi = pig.hybrid_select %qc[0], %kc, %n {budget = 0.05 : f64, head = 0.25 : f64, floor = 0.0 : f64, rank = "hamming", bits = 0 : i64, seed = 1 : i64} : (!pig.codes<1x150x10>, !pig.codes<?x150x10>, tensor<?xf32>) -> (tensor<?xi32>, tensor<?xf32>)
+  return
+}
+
+// -----
+
+func.func @hybrid_rank(%qc: !pig.codes<1x150x10>, %kc: !pig.codes<?x150x10>, %n: tensor<?xf32>) {
+  // expected-error @+1 {{rank must be "hamming" or "collisions", got "cosine"}}
+  %ids, %pi = pig.hybrid_select %qc[0], %kc, %n {budget = 0.05 : f64, head = 0.25 : f64, floor = 0.1 : f64, rank = "cosine", bits = 0 : i64, seed = 1 : i64} : (!pig.codes<1x150x10>, !pig.codes<?x150x10>, tensor<?xf32>) -> (tensor<?xi32>, tensor<?xf32>)
+  return
+}
+
+// -----
+
+func.func @hybrid_bits_collisions(%qc: !pig.codes<1x150x10>, %kc: !pig.codes<?x150x10>, %n: tensor<?xf32>) {
+  // expected-error @+1 {{bits must be >= 0 and only with rank "hamming", got 64}}
+  %ids, %pi = pig.hybrid_select %qc[0], %kc, %n {budget = 0.05 : f64, head = 0.25 : f64, floor = 0.1 : f64, rank = "collisions", bits = 64 : i64, seed = 1 : i64} : (!pig.codes<1x150x10>, !pig.codes<?x150x10>, tensor<?xf32>) -> (tensor<?xi32>, tensor<?xf32>)
+  return
+}
+
+// -----
+
+func.func @hybrid_bits_above_kl(%qc: !pig.codes<1x150x10>, %kc: !pig.codes<?x150x10>, %n: tensor<?xf32>) {
+  // expected-error @+1 {{bits = 1501 but the codes hold K L = 1500}}
+  %ids, %pi = pig.hybrid_select %qc[0], %kc, %n {budget = 0.05 : f64, head = 0.25 : f64, floor = 0.1 : f64, rank = "hamming", bits = 1501 : i64, seed = 1 : i64} : (!pig.codes<1x150x10>, !pig.codes<?x150x10>, tensor<?xf32>) -> (tensor<?xi32>, tensor<?xf32>)
+  return
+}

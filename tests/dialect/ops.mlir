@@ -58,6 +58,16 @@ func.func @composite(%q: tensor<32x128xbf16>, %k: tensor<8x?x128xbf16>, %v: tens
   return %o, %lse : tensor<32x128xf32>, tensor<32xf32>
 }
 
+// CHECK-LABEL: func.func @hybrid_side
+// CHECK: %[[IDS:.*]], %[[PI:.*]] = pig.hybrid_select %{{.*}}[1], %{{.*}}, %{{.*}} {bits = 512 : i64, budget = 5.000000e-02 : f64, floor = 1.000000e-01 : f64, head = 2.500000e-01 : f64, rank = "hamming", seed = 7 : i64} : (!pig.codes<2x150x10>, !pig.codes<?x150x10>, tensor<?xf32>) -> (tensor<?xi32>, tensor<?xf32>)
+// CHECK: pig.weighted_softmax %{{.*}}, %{{.*}}, %{{.*}}, %[[IDS]], %[[PI]] {static_tokens = #pig.static<sink = 4, local = 64>}
+func.func @hybrid_side(%qc: !pig.codes<2x150x10>, %kc: !pig.codes<?x150x10>, %norms: tensor<?xf32>,
+                       %q: tensor<1x64xf32>, %k: tensor<?x64xf32>, %v: tensor<?x64xf32>) -> (tensor<1x64xf32>, tensor<1xf32>) {
+  %ids, %pi = pig.hybrid_select %qc[1], %kc, %norms {budget = 0.05 : f64, head = 0.25 : f64, floor = 0.1 : f64, rank = "hamming", bits = 512 : i64, seed = 7 : i64} : (!pig.codes<2x150x10>, !pig.codes<?x150x10>, tensor<?xf32>) -> (tensor<?xi32>, tensor<?xf32>)
+  %o, %lse = pig.weighted_softmax %q, %k, %v, %ids, %pi {static_tokens = #pig.static<sink = 4, local = 64>} : (tensor<1x64xf32>, tensor<?x64xf32>, tensor<?x64xf32>, tensor<?xi32>, tensor<?xf32>) -> (tensor<1x64xf32>, tensor<1xf32>)
+  return %o, %lse : tensor<1x64xf32>, tensor<1xf32>
+}
+
 // CHECK-LABEL: func.func @placement
 // CHECK: pig.encode %{{.*}} {lsh = #pig.lsh<k = 8, l = 75, t = 2, seed = 1>, pig.device = #pig.device<gpu>}
 // CHECK: pig.transfer %{{.*}} {from = #pig.device<gpu>, to = #pig.device<cpu>} : !pig.codes<1x75x8>

@@ -101,6 +101,38 @@ def Pig_QueryOp : Pig_Op<"query", [Pure]> {
   let hasVerifier = 1;
 }
 
+def Pig_HybridSelectOp : Pig_Op<"hybrid_select", [Pure]> {
+  let summary = "lsh-hybrid: rank by the codes, an exact head and a Horvitz-Thompson tail";
+  let description = [{
+    The selection of `lsh-hybrid` (docs/HYBRID.md) for row `row` of the query codes over n
+    indexed tokens: each token's estimated logit from its codes (`rank = "hamming"`: the
+    differing bits over the first `bits` columns, 0 for all K L; `"collisions"`: the equal
+    codes) times its centred key norm `norms[i]`; the best `head` share of `budget * n`
+    tokens with probability 1, and a Poisson draw of the others with inclusion
+    probabilities `min(1, lambda ((1 - floor) softmax + floor / n))` summing to the rest of
+    the budget, seeded by `seed`. Returns the selected ids (ascending within head and tail)
+    and their inclusion probabilities, which `pig.weighted_softmax` takes as `u` (weight
+    1 / pi: unbiased numerator and partition function whatever the hash does).
+
+    ```mlir
+    %ids, %pi = pig.hybrid_select %qcodes[0], %codes, %norms
+        {budget = 0.05 : f64, head = 0.25 : f64, floor = 0.1 : f64, rank = "hamming",
+         bits = 0 : i64, seed = 7 : i64}
+        : (!pig.codes<1x150x10>, !pig.codes<?x150x10>, tensor<?xf32>)
+        -> (tensor<?xi32>, tensor<?xf32>)
+    ```
+  }];
+  let arguments = (ins Pig_CodesType:$query_codes, Pig_CodesType:$codes,
+                   Pig_F32Tensor:$norms, I64Attr:$row, F64Attr:$budget, F64Attr:$head,
+                   F64Attr:$floor, StrAttr:$rank, I64Attr:$bits, I64Attr:$seed);
+  let results = (outs Pig_IdsTensor:$ids, Pig_F32Tensor:$prob);
+  let assemblyFormat = [{
+    $query_codes `[` $row `]` `,` $codes `,` $norms attr-dict `:`
+    functional-type(operands, results)
+  }];
+  let hasVerifier = 1;
+}
+
 def Pig_CollisionProbOp : Pig_Op<"collision_prob", [Pure]> {
   let summary = "probability u_i that token i is sampled";
   let description = [{
