@@ -1,9 +1,12 @@
 #include "pig/eval/accuracy.h"
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstdio>
 #include <stdexcept>
+
+#include "pig/spec/hash.h"
 
 namespace pig::eval {
 
@@ -137,7 +140,12 @@ std::vector<std::vector<ErrorPoint>> MeasureGroup(const std::vector<std::vector<
       HybridConfig c = v;
       c.budget = std::clamp(b, 1.0 / ni, 1.0);
       c.max_budget = std::max(c.max_budget, c.budget);
-      c.seed = opt.sample_seed;
+      // A draw of its own per query (the runtime seeds per layer, head and position): one seed
+      // for all would give every head the same uniforms per position, correlating their draws.
+      std::uint64_t seed = opt.sample_seed;
+      for (float x : q)
+        seed = spec::mix64(seed ^ std::bit_cast<std::uint32_t>(x));
+      c.seed = seed;
       const HybridResult e = hybrid_attention(q, K, V, W, index, c);
       const std::string desc = c.str();
       add("LSH-hybrid", tag + desc.substr(desc.find(' ')), e.cost(), e.attention);
