@@ -215,20 +215,28 @@ std::vector<double> inclusion_probabilities(std::span<const double> scores, doub
   }
   for (double &x : r)
     x = (1.0 - floor) * x / z + floor / double(n);
-  // Water-filling: the k largest capped at 1, lambda = (B - k) / (sum of the others' r).
-  std::vector<std::size_t> order(n);
-  std::iota(order.begin(), order.end(), std::size_t(0));
-  std::sort(order.begin(), order.end(),
-            [&](std::size_t a, std::size_t b) { return r[a] > r[b] || (r[a] == r[b] && a < b); });
-  double rest = 0;
-  for (double x : r)
-    rest += x;
-  double lambda = B / rest;
-  for (std::size_t k = 0; k < n; ++k) {
-    lambda = (B - double(k)) / rest;
-    if (lambda * r[order[k]] <= 1.0)
+  // Water-filling without a sort: cap the tokens that reach 1 at the current lambda, set lambda
+  // so that the others make up the rest, repeat. lambda only grows and the capped set with it, so
+  // this ends (usually after 2-3 passes) with sum min(1, lambda r_i) = B and every uncapped
+  // lambda r_i < 1: the water-filling solution, in O(n) per pass.
+  std::vector<bool> capped(n, false);
+  std::size_t ncapped = 0;
+  double lambda = B;
+  for (;;) {
+    double rest = 0;
+    for (std::size_t i = 0; i < n; ++i)
+      if (!capped[i])
+        rest += r[i];
+    lambda = (B - double(ncapped)) / rest;
+    std::size_t more = 0;
+    for (std::size_t i = 0; i < n; ++i)
+      if (!capped[i] && lambda * r[i] >= 1.0) {
+        capped[i] = true;
+        ++more;
+      }
+    if (more == 0)
       break;
-    rest -= r[order[k]];
+    ncapped += more;
   }
   std::vector<double> pi(n);
   for (std::size_t i = 0; i < n; ++i)
@@ -282,8 +290,13 @@ HybridResult hybrid_estimate(std::span<const double> score, const HybridTokens &
       std::min<std::size_t>(N, std::size_t(std::llround(cfg.head_share * target)));
   std::vector<std::size_t> order(N);
   std::iota(order.begin(), order.end(), std::size_t(0));
-  std::stable_sort(order.begin(), order.end(),
-                   [&](std::size_t a, std::size_t b) { return score[a] > score[b]; });
+  // The head is a set: a partition by (score desc, position asc) picks the same tokens as a
+  // stable sort by score would, in O(N).
+  if (head < N)
+    std::nth_element(order.begin(), order.begin() + std::ptrdiff_t(head), order.end(),
+                     [&](std::size_t a, std::size_t b) {
+                       return score[a] != score[b] ? score[a] > score[b] : a < b;
+                     });
   std::vector<bool> in_head(N, false);
   for (std::size_t j = 0; j < head; ++j)
     in_head[order[j]] = true;

@@ -3,7 +3,9 @@
 #include <algorithm>
 #include <bit>
 #include <cmath>
+#include <cstring>
 #include <limits>
+#include <numbers>
 #include <numeric>
 #include <stdexcept>
 #include <string>
@@ -577,9 +579,37 @@ void BudgetAttention::HybridHead(size_t layer, size_t head, size_t pos, const fl
   const double sq = scale * std::sqrt(qn);
   s.z.resize(n_idx);
   thread_local std::vector<float> tmp;
+  // hamming: cos(pi H / B) for every H in [0, B], the same expression as ref::hybrid_cosine's (so
+  // the same doubles), and H summed four codes at a time: a popcount of 64 bits is the sum of its
+  // four 16-bit lanes' popcounts.
+  const int B = cfg.bits > 0 ? cfg.bits : spec_.K * spec_.L;
+  const size_t full = size_t(B / spec_.K), rest_bits = size_t(B % spec_.K);
+  thread_local std::vector<double> cos_of;
+  if (cfg.rank == ref::HybridRank::hamming) {
+    cos_of.resize(size_t(B) + 1);
+    for (int x = 0; x <= B; ++x)
+      cos_of[size_t(x)] = std::cos(std::numbers::pi * double(x) / double(B));
+  }
+  auto hamming = [&](const std::uint16_t *c) {
+    size_t x = 0, l = 0;
+    for (; l + 4 <= full; l += 4) {
+      std::uint64_t a, b2;
+      std::memcpy(&a, c + l, 8);
+      std::memcpy(&b2, qc + l, 8);
+      x += size_t(std::popcount(a ^ b2));
+    }
+    for (; l < full; ++l)
+      x += size_t(std::popcount(unsigned(c[l] ^ qc[l])));
+    if (rest_bits)
+      x += size_t(std::popcount(unsigned(c[full] ^ qc[full]) & ((1u << rest_bits) - 1)));
+    return x;
+  };
   for (size_t i = 0; i < n_idx; ++i) {
-    double x = sq * h.norms[i] *
-               ref::hybrid_cosine(cfg.rank, cfg.bits, spec_.K, spec_.L, &h.codes[i * L], qc);
+    const double cos_hat =
+        cfg.rank == ref::HybridRank::hamming
+            ? cos_of[hamming(&h.codes[i * L])]
+            : ref::hybrid_cosine(cfg.rank, cfg.bits, spec_.K, spec_.L, &h.codes[i * L], qc);
+    double x = sq * h.norms[i] * cos_hat;
     if (cfg.value_norm) {
       const auto *v = RowOf(V, b + i, d, tmp);
       double vn = 0;
