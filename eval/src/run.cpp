@@ -251,6 +251,9 @@ void Run(const EvalOptions &e, const AttentionErrorOptions *error, const Downstr
     downstream->Tasks();
     downstream->Finish(ppl_s + Since(t0), prefill_s);
   }
+  // The tables went to stdout, which is block-buffered in a pipe: flushed first, so that this
+  // line on stderr cannot land inside one of their rows (ctest matches the rows).
+  std::fflush(stdout);
   std::fprintf(stderr, "pig-eval: done in %.0f s (prefill of the text %.0f s)\n", Since(start),
                prefill_s);
 }

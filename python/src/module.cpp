@@ -323,6 +323,46 @@ void BindReference(nb::module_ &m) {
       "scale"_a = nb::none(), "transform"_a = "plain",
       "MagicPIG: sink and local tokens exact, the indexed rest LSH-sampled with weights 1/u: "
       "(out, lse, sample (token ids, ascending), indexed).");
+  r.def(
+      "hybrid",
+      [](const Array &q, const Array &K, const Array &V, double budget, const std::string &spec,
+         int K_bits, int L, uint64_t seed, uint64_t sample_seed, size_t sink, size_t local,
+         std::optional<double> scale) {
+        const auto Km = RefMatrix(K, "K"), Vm = RefMatrix(V, "V");
+        CheckKV(Km, Vm);
+        const auto qv = RefVector(q, "q", Km.cols);
+        const pig::ref::LshConfig cfg{K_bits, L, std::min(L, 2), seed};
+        pig::ref::HybridConfig h;
+        try {
+          cfg.validate();
+          h = pig::ref::HybridConfig::parse(spec);
+          h.budget = budget;
+          h.seed = sample_seed;
+          h.validate();
+        } catch (const std::invalid_argument &e) {
+          Bad(e.what());
+        }
+        pig::ref::HybridResult res;
+        {
+          nb::gil_scoped_release rel;
+          const pig::ref::OwnedMatrix W = pig::ref::simhash_matrix(seed, Km.cols, K_bits, L);
+          const pig::ref::LshIndex index =
+              pig::ref::build_index(Km, W.view(), cfg, pig::ref::StaticConfig{sink, local});
+          res = pig::ref::hybrid_attention(qv, Km, Vm, W.view(), index, h, scale);
+        }
+        nb::tuple a = AttentionTuple(res.attention);
+        std::vector<uint32_t> head(res.head.begin(), res.head.end());
+        std::vector<uint32_t> tail(res.tail.begin(), res.tail.end());
+        std::vector<double> pi = res.pi;
+        return nb::make_tuple(a[0], a[1], NewArray(std::move(head)), NewArray(std::move(tail)),
+                              NewArray(std::move(pi)), res.indexed);
+      },
+      "q"_a, "K"_a, "V"_a, "budget"_a = 0.05, "spec"_a = "", "K_bits"_a = 10, "L"_a = 150,
+      "seed"_a = pig::runtime::AttentionSpec{}.seed, "sample_seed"_a = 1, "sink"_a = 4,
+      "local"_a = 64, "scale"_a = nb::none(),
+      "lsh-hybrid (docs/HYBRID.md): the codes rank, the best head share of the budget exact, the "
+      "rest Poisson-drawn with weights 1/pi. spec: head=..:floor=..:rank=..:bits=..:eps=.. "
+      "(pig-run's --hybrid). Returns (out, lse, head ids, tail ids, tail pi, indexed).");
 }
 
 // --- the LSH index and the kernels of one kv-head group ------------------------------------------
@@ -618,8 +658,11 @@ pig::runtime::AttentionSpec ParseSpec(const std::string &method, const std::stri
                                       const std::string &kv, std::optional<size_t> sink,
                                       std::optional<size_t> local,
                                       const std::optional<std::string> &dense_layers,
-                                      std::optional<double> budget, const std::string &transform) {
+                                      std::optional<double> budget, const std::string &transform,
+                                      const std::string &hybrid) {
   std::vector<std::string> args = {"--attention", method, "--kv", kv, "--transform", transform};
+  if (!hybrid.empty())
+    args.insert(args.end(), {"--hybrid", hybrid});
   if (!lsh.empty())
     args.insert(args.end(), {"--lsh", lsh});
   if (sink)
@@ -738,13 +781,13 @@ void BindRuntime(nb::module_ &m) {
           [](pig::runtime::AttentionSpec *self, const std::string &method, const std::string &lsh,
              const std::string &kv, std::optional<size_t> sink, std::optional<size_t> local,
              std::optional<std::string> dense_layers, std::optional<double> budget,
-             const std::string &transform) {
+             const std::string &transform, const std::string &hybrid) {
             new (self) pig::runtime::AttentionSpec(
-                ParseSpec(method, lsh, kv, sink, local, dense_layers, budget, transform));
+                ParseSpec(method, lsh, kv, sink, local, dense_layers, budget, transform, hybrid));
           },
           "method"_a = "dense", "lsh"_a = "", "kv"_a = "bf16", "sink"_a = nb::none(),
           "local"_a = nb::none(), "dense_layers"_a = nb::none(), "budget"_a = nb::none(),
-          "transform"_a = "plain")
+          "transform"_a = "plain", "hybrid"_a = "")
       .def_prop_ro("method", [](const pig::runtime::AttentionSpec &s) { return s.method_name(); })
       .def_ro("K", &pig::runtime::AttentionSpec::K)
       .def_ro("L", &pig::runtime::AttentionSpec::L)

@@ -58,6 +58,37 @@ def test_reference_topk_oracle_magicpig_shapes_and_costs():
     assert np.all((sample >= 4) & (sample < 384))
 
 
+def test_reference_hybrid_head_tail_and_exact_limits():
+    q, K, V = rand(64), rand(500, 64), rand(500, 64)
+    out, lse, head, tail, pi, indexed = pig.ref.hybrid(q, K, V, budget=0.1, spec="head=0.25",
+                                                       sink=4, local=16)
+    assert indexed == 500 - 20 and head.size == round(0.25 * 0.1 * indexed)
+    assert not set(head.tolist()) & set(tail.tolist())
+    assert np.all(np.diff(tail.astype(np.int64)) > 0) and np.all((pi > 0) & (pi <= 1))
+    # The same seed draws the same tail; another seed another one.
+    again = pig.ref.hybrid(q, K, V, budget=0.1, spec="head=0.25", sink=4, local=16)
+    np.testing.assert_array_equal(again[3], tail)
+    other = pig.ref.hybrid(q, K, V, budget=0.1, spec="head=0.25", sink=4, local=16,
+                           sample_seed=2)
+    assert not np.array_equal(other[3], tail)
+    # Everything in the head: exactly dense attention.
+    o_all, l_all, *_ = pig.ref.hybrid(q, K, V, budget=1.0, spec="head=1", sink=4, local=16)
+    o_dense, l_dense = pig.ref.dense(q, K, V)
+    np.testing.assert_allclose(o_all, o_dense, rtol=1e-5, atol=1e-6)
+    assert l_all == pytest.approx(l_dense, rel=1e-12)
+    for bad in ("head=2", "floor=0", "rank=cosine", "nope"):
+        with pytest.raises(ValueError, match="lsh-hybrid"):
+            pig.ref.hybrid(q, K, V, spec=bad)
+
+
+def test_attention_spec_takes_the_hybrid_flags():
+    s = pig.AttentionSpec("lsh-hybrid", budget=0.03, hybrid="head=0.5:floor=0.2")
+    assert s.method == "lsh-hybrid"
+    assert "head=0.5 floor=0.2 hamming" in repr(s) and "budget=0.03" in repr(s)
+    with pytest.raises(ValueError, match="hybrid"):
+        pig.AttentionSpec("lsh-hybrid", hybrid="head=-1")
+
+
 # --- the dense kernel ----------------------------------------------------------------------------
 
 @pytest.mark.parametrize("dtype", ["f32", "bf16", "q8"])
