@@ -23,6 +23,7 @@ import argparse
 import gzip
 import json
 import os
+import signal
 import statistics
 import subprocess
 import sys
@@ -141,6 +142,23 @@ def child(cfg: dict) -> dict:
     return res
 
 
+def run_child(cmd: list[str], env: dict) -> None:
+    """Runs one configuration's process in a session of its own and, however this process ends
+    (an error, Ctrl-C, SIGTERM), kills that whole session: vLLM's worker processes outlive their
+    parent otherwise, and one left spinning skews every later measurement on the machine."""
+    child = subprocess.Popen(cmd, env=env, start_new_session=True)
+    previous = signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    try:
+        if child.wait() != 0:
+            raise subprocess.CalledProcessError(child.returncode, cmd)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+        try:
+            os.killpg(child.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--contexts", default="4096,8064")
@@ -185,8 +203,7 @@ def main() -> int:
         if m == "stock":
             env["VLLM_PLUGINS"] = "none"
         t = time.monotonic()
-        subprocess.run([sys.executable, os.path.abspath(__file__), "--child", path], env=env,
-                       check=True)
+        run_child([sys.executable, os.path.abspath(__file__), "--child", path], env)
         with open(cfg["out"]) as f:
             r = json.load(f)
         r["seconds"] = round(time.monotonic() - t, 1)
