@@ -175,30 +175,19 @@ TEST(Hybrid, NumeratorAndPartitionFunctionAreUnbiasedOverTheDraw) {
     const std::size_t n = 400, d = 16, R = 1500;
     const Head s = setup(11, n, d, cs.K, cs.L);
     const Attention exact = dense_attention(s.p.q, s.p.K, s.p.V);
-    std::vector<double> sum(d + 1, 0.0), sum2(d + 1, 0.0);
-    double drawn = 0;
-    for (std::size_t r = 0; r < R; ++r) {
-      HybridConfig c;
-      c.budget = 0.08;
-      c.head_share = 0.25;
-      c.rank = cs.rank;
-      c.value_norm = cs.vnorm;
-      c.seed = 77 + r;
-      const HybridResult e = hybrid_attention(s.p.q, s.p.K, s.p.V, s.W, s.index, c);
-      drawn += double(e.tail.size()) / double(R);
-      const double ratio = std::exp(e.attention.lse - exact.lse);
-      for (std::size_t j = 0; j <= d; ++j) {
-        const double x = j == d ? ratio : ratio * e.attention.out[j];
-        sum[j] += x;
-        sum2[j] += x * x;
-      }
-    }
-    for (std::size_t j = 0; j <= d; ++j) {
-      const double mean = sum[j] / double(R);
-      const double sd = std::sqrt(std::max(0.0, sum2[j] / double(R) - mean * mean));
-      EXPECT_NEAR(mean, j == d ? 1.0 : exact.out[j], 5.0 * sd / std::sqrt(double(R)) + 1e-9)
-          << "K=" << cs.K << " L=" << cs.L << " coordinate " << j;
-    }
+    const double drawn = testing::expect_unbiased(
+        exact, R,
+        [&](std::size_t r) {
+          HybridConfig c;
+          c.budget = 0.08;
+          c.head_share = 0.25;
+          c.rank = cs.rank;
+          c.value_norm = cs.vnorm;
+          c.seed = 77 + r;
+          return hybrid_attention(s.p.q, s.p.K, s.p.V, s.W, s.index, c);
+        },
+        [](const HybridResult &e) { return e.tail.size(); },
+        "K=" + std::to_string(cs.K) + " L=" + std::to_string(cs.L));
     // The tail's expected size is its budget (0.08 * 332 * 0.75 = 19.9): the draw has teeth.
     EXPECT_NEAR(drawn, 0.08 * 332 * 0.75, 1.5);
   }

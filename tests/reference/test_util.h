@@ -30,20 +30,20 @@ inline OwnedMatrix gaussian_matrix(Rng &rng, std::size_t rows, std::size_t cols,
   return m;
 }
 
-/// The unbiasedness check of MagicPIG's importance weights over the draw of W: over `draws`
-/// estimates e = estimate(r), exp(e.lse - exact.lse) (the partition function's ratio) must have
-/// mean 1 and exp(e.lse - exact.lse) * e.out (the numerator) mean exact.out, each within z = 5
-/// standard errors of the sample mean (+1e-6). Returns the mean sample size, for the caller to
-/// check that the sample was neither empty nor everything.
-template <typename Estimate>
-double expect_unbiased_over_w(const Attention &exact, std::size_t draws, Estimate &&estimate,
-                              const std::string &what = "") {
+/// The unbiasedness check of a sampling estimator over `draws` independent draws r: for
+/// e = estimate(r), exp(e.attention.lse - exact.lse) (the partition function's ratio) must have
+/// mean 1 and exp(e.attention.lse - exact.lse) * e.attention.out (the numerator) mean exact.out,
+/// each within z = 5 standard errors of the sample mean (+1e-6). Returns the mean of size_of(e),
+/// for the caller to check that the sample was neither empty nor everything.
+template <typename Estimate, typename Size>
+double expect_unbiased(const Attention &exact, std::size_t draws, Estimate &&estimate,
+                       Size &&size_of, const std::string &what = "") {
   const std::size_t d = exact.out.size();
   std::vector<double> sum(d + 1, 0.0), sum2(d + 1, 0.0);
   double sampled = 0.0;
   for (std::size_t r = 0; r < draws; ++r) {
-    const MagicPigResult e = estimate(r);
-    sampled += double(e.sample.size()) / double(draws);
+    const auto e = estimate(r);
+    sampled += double(size_of(e)) / double(draws);
     const double ratio = std::exp(e.attention.lse - exact.lse);
     for (std::size_t j = 0; j <= d; ++j) {
       const double x = j == d ? ratio : ratio * e.attention.out[j];
@@ -59,6 +59,15 @@ double expect_unbiased_over_w(const Attention &exact, std::size_t draws, Estimat
         << what << (j == d ? " partition function" : " numerator coordinate " + std::to_string(j));
   }
   return sampled;
+}
+
+/// MagicPIG's importance weights over the draw of W (estimate(r) returns a MagicPigResult):
+/// expect_unbiased with the sample set's size.
+template <typename Estimate>
+double expect_unbiased_over_w(const Attention &exact, std::size_t draws, Estimate &&estimate,
+                              const std::string &what = "") {
+  return expect_unbiased(
+      exact, draws, estimate, [](const MagicPigResult &e) { return e.sample.size(); }, what);
 }
 
 } // namespace pig::ref::testing
