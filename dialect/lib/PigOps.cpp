@@ -207,8 +207,8 @@ LogicalResult HybridSelectOp::verify() {
     return emitOpError() << "bits must be >= 0 and only with rank \"hamming\", got " << bits;
   if (!ShapedType::isDynamic(q.getTables()) && !ShapedType::isDynamic(q.getBits()) &&
       bits > q.getTables() * q.getBits())
-    return emitOpError() << "bits = " << bits << " but the codes hold K L = "
-                         << q.getTables() * q.getBits();
+    return emitOpError() << "bits = " << bits
+                         << " but the codes hold K L = " << q.getTables() * q.getBits();
   return success();
 }
 

@@ -58,8 +58,8 @@ std::vector<Method> Methods(const EvalOptions &e, const DownstreamOptions &o,
       x.transform = *o.lsh_transform;
       m.push_back({TransformLabel(*o.lsh_transform), config, x});
     }
-    for (const pig::spec::Method b : {pig::spec::Method::topk, pig::spec::Method::quest,
-                                      pig::spec::Method::lsh_hybrid}) {
+    for (const pig::spec::Method b :
+         {pig::spec::Method::topk, pig::spec::Method::quest, pig::spec::Method::lsh_hybrid}) {
       AttentionSpec t = base;
       t.method = b;
       m.push_back({pig::spec::name(b), "= magicpig " + KLName(o.lsh[c]), t, int(c)});
@@ -299,13 +299,14 @@ void Downstream::Plot() const {
     return;
   const size_t cols = std::min<size_t>(3, panels.size());
   const size_t rows = (panels.size() + cols - 1) / cols;
-  std::string gp = "set terminal pngcairo size " + std::to_string(480 * cols) + "," +
-                   std::to_string(380 * rows + 40) + " font ',10'\nset output '" + e_.out +
-                   "/downstream.png'\nset multiplot layout " + std::to_string(rows) + "," +
-                   std::to_string(cols) +
-                   " title 'SmolLM2-135M: dense vs MagicPIG vs TopK / Quest / LSH-hybrid at MagicPIG cost2'\n"
-                   "set grid\nset key bottom right\nset xlabel 'cost2: sampled fraction of "
-                   "indexed tokens (%)'\nset xrange [0:*]\n";
+  std::string gp =
+      "set terminal pngcairo size " + std::to_string(480 * cols) + "," +
+      std::to_string(380 * rows + 40) + " font ',10'\nset output '" + e_.out +
+      "/downstream.png'\nset multiplot layout " + std::to_string(rows) + "," +
+      std::to_string(cols) +
+      " title 'SmolLM2-135M: dense vs MagicPIG vs TopK / Quest / LSH-hybrid at MagicPIG cost2'\n"
+      "set grid\nset key bottom right\nset xlabel 'cost2: sampled fraction of "
+      "indexed tokens (%)'\nset xrange [0:*]\n";
   int p = 0;
   for (const Panel &pan : panels) {
     std::vector<std::string> plots;

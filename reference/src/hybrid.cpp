@@ -52,14 +52,10 @@ double two_sided_quantile(double delta) {
 
 } // namespace
 
-const char *to_string(HybridRank r) {
-  return r == HybridRank::hamming ? "hamming" : "collisions";
-}
+const char *to_string(HybridRank r) { return r == HybridRank::hamming ? "hamming" : "collisions"; }
 
 void HybridConfig::validate() const {
-  auto bad = [](const std::string &what) {
-    throw std::invalid_argument("lsh-hybrid: " + what);
-  };
+  auto bad = [](const std::string &what) { throw std::invalid_argument("lsh-hybrid: " + what); };
   if (!(budget > 0 && budget <= 1))
     bad("budget must be in (0, 1], got " + std::to_string(budget));
   if (!in_range(head_share, 0, 1))
@@ -180,8 +176,8 @@ std::vector<double> hybrid_scores(std::span<const float> q, Matrix V, Matrix W,
     throw std::invalid_argument("lsh-hybrid: bits=" + std::to_string(bits) + " but the index has " +
                                 std::to_string(K * L) + " (K L)");
   for (std::size_t i = 0; i < count; ++i) {
-    const double cos_hat = hybrid_cosine(cfg.rank, cfg.bits, K, L,
-                                         index.codes.data() + i * std::size_t(L), qc.data());
+    const double cos_hat =
+        hybrid_cosine(cfg.rank, cfg.bits, K, L, index.codes.data() + i * std::size_t(L), qc.data());
     score[i] = s * norm(index.hashed_key(split.indexed_begin + i)) * cos_hat;
     if (cfg.value_norm)
       score[i] += std::log(norm(V.row_span(split.indexed_begin + i)));
@@ -209,8 +205,8 @@ std::vector<double> inclusion_probabilities(std::span<const double> scores, doub
   std::vector<double> r(n);
   double z = 0;
   for (std::size_t i = 0; i < n; ++i) {
-    r[i] = (std::isnan(scores[i]) || m == -kInf) ? (m == -kInf ? 1.0 : 0.0)
-                                                   : std::exp(scores[i] - m);
+    r[i] =
+        (std::isnan(scores[i]) || m == -kInf) ? (m == -kInf ? 1.0 : 0.0) : std::exp(scores[i] - m);
     z += r[i];
   }
   for (double &x : r)
@@ -314,8 +310,7 @@ HybridResult hybrid_estimate(std::span<const double> score, const HybridTokens &
 
   // 3-4: the tail, growing its budget while the estimated error is above epsilon.
   const double z = two_sided_quantile(cfg.delta);
-  const double cap =
-      std::max(0.0, std::max(cfg.max_budget, cfg.budget) * double(N) - double(head));
+  const double cap = std::max(0.0, std::max(cfg.max_budget, cfg.budget) * double(N) - double(head));
   double T = std::max(0.0, target - double(head));
   if (cfg.epsilon > 0)
     T = std::min(T, cap);
@@ -351,8 +346,8 @@ HybridResult hybrid_estimate(std::span<const double> score, const HybridTokens &
     onorm = std::sqrt(onorm);
     for (std::size_t j = 0; j < r.tail.size(); ++j) {
       const double a = std::exp(t.logit(r.tail[j]) - r.attention.lse);
-      var += (1.0 - r.pi[j]) / (r.pi[j] * r.pi[j]) * a * a *
-             t.value_dist2(r.tail[j], r.attention.out);
+      var +=
+          (1.0 - r.pi[j]) / (r.pi[j] * r.pi[j]) * a * a * t.value_dist2(r.tail[j], r.attention.out);
     }
     r.estimated_error = r.tail.empty() ? 0.0 : z * std::sqrt(var) / onorm;
     if (!(r.estimated_error > cfg.epsilon) || T >= cap || r.tail.size() + head >= N)

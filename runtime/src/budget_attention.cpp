@@ -551,8 +551,8 @@ void BudgetAttention::HybridFold(size_t layer, size_t end) {
 }
 
 template <typename E>
-void BudgetAttention::HybridHead(size_t layer, size_t head, size_t pos, const float *q,
-                                 float *out, Scratch &s, HeadCount &count) const {
+void BudgetAttention::HybridHead(size_t layer, size_t head, size_t pos, const float *q, float *out,
+                                 Scratch &s, HeadCount &count) const {
   const size_t d = shape().head_dim, kvh = head / shape().group(), L = size_t(spec_.L);
   const E *K = static_cast<const E *>(cache_.Keys(layer, kvh));
   const E *V = static_cast<const E *>(cache_.Values(layer, kvh));
@@ -639,8 +639,8 @@ void BudgetAttention::HybridHead(size_t layer, size_t head, size_t pos, const fl
     }
     ref::Attention r;
     r.out.resize(d);
-    r.lse = SoftmaxValues(s.zs.data(), s.ids.data(), s.ids.size(), V, d, s.acc.data(),
-                          r.out.data());
+    r.lse =
+        SoftmaxValues(s.zs.data(), s.ids.data(), s.ids.size(), V, d, s.acc.data(), r.out.data());
     return r;
   };
   t.logit = [&](std::size_t token) {

@@ -184,9 +184,10 @@ TEST(AppOptions, MissingValueIsAUsageErrorNamingTheFlag) {
 }
 
 TEST(AppOptions, WordsTheGroupsRefuse) {
-  EXPECT_EXIT(ParseIn({"--attention", "sparse"}), ExitedWithCode(2),
-              "tool: --attention expects one of dense, magicpig, topk, quest, oracle, lsh-hybrid, got "
-              "'sparse'");
+  EXPECT_EXIT(
+      ParseIn({"--attention", "sparse"}), ExitedWithCode(2),
+      "tool: --attention expects one of dense, magicpig, topk, quest, oracle, lsh-hybrid, got "
+      "'sparse'");
   EXPECT_EXIT(ParseIn({"--kv", "f16"}), ExitedWithCode(2),
               "tool: --kv expects bf16, f32 or q8 \\(8-bit, a scale per 32 elements\\), got "
               "'f16'");

@@ -169,9 +169,9 @@ TEST(Hybrid, NumeratorAndPartitionFunctionAreUnbiasedOverTheDraw) {
     HybridRank rank;
     bool vnorm;
   };
-  for (const Case cs : {Case{6, 40, HybridRank::collisions, false},
-                        Case{6, 40, HybridRank::hamming, true}, Case{1, 1, HybridRank::collisions,
-                                                                      false}}) {
+  for (const Case cs :
+       {Case{6, 40, HybridRank::collisions, false}, Case{6, 40, HybridRank::hamming, true},
+        Case{1, 1, HybridRank::collisions, false}}) {
     const std::size_t n = 400, d = 16, R = 1500;
     const Head s = setup(11, n, d, cs.K, cs.L);
     const Attention exact = dense_attention(s.p.q, s.p.K, s.p.V);

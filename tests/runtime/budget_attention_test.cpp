@@ -1,8 +1,8 @@
-// The topk / oracle / quest baselines and lsh-hybrid of the runtime (budget_attention.h) against the scalar
-// reference pig::ref on the same rows: a prefill Forward stores keys and values, a decode Forward
-// runs the method, and every head's output must equal the reference method's (static part merged
-// with the indexed part by LSE) computed on the keys and values as stored (bf16-rounded for a
-// bf16 cache). Small synthetic shapes only: no model.
+// The topk / oracle / quest baselines and lsh-hybrid of the runtime (budget_attention.h) against
+// the scalar reference pig::ref on the same rows: a prefill Forward stores keys and values, a
+// decode Forward runs the method, and every head's output must equal the reference method's (static
+// part merged with the indexed part by LSE) computed on the keys and values as stored (bf16-rounded
+// for a bf16 cache). Small synthetic shapes only: no model.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -336,13 +336,13 @@ TEST_P(BudgetAttentionTest, LoadPrefixEqualsOwnPrefill) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Methods, BudgetAttentionTest,
-                         ::testing::Combine(::testing::Values("topk", "oracle", "quest", "lsh-hybrid"),
+                         ::testing::Combine(::testing::Values("topk", "oracle", "quest",
+                                                              "lsh-hybrid"),
                                             ::testing::Values(DType::f32, DType::bf16)),
                          [](const auto &info) {
                            std::string m = std::get<0>(info.param);
                            std::replace(m.begin(), m.end(), '-', '_');
-                           return m + "_" +
-                                  lsh::to_string(std::get<1>(info.param));
+                           return m + "_" + lsh::to_string(std::get<1>(info.param));
                          });
 
 TEST(BudgetAttention, FullBudgetTopkIsDense) {

@@ -1,10 +1,10 @@
 // The q8 KV cache (8-bit rows, a bf16 scale per 32 elements: pig/reference/kv_quant.h) in the
 // runtime: KvCache stores pig::ref::quantize_q8 of what it is given, reads back its
 // dequantisation, converts between element types in CopyPrefix and Tile, and sizes its memory at
-// 34 bytes per 32 elements; and every method (dense, magicpig, topk, quest, oracle, lsh-hybrid) decoding
-// from a q8 cache equals the same method decoding from an f32 cache that holds the dequantised
-// rows (a q8 element is q * s, exact in f32: both read the same numbers). Synthetic shapes, no
-// model.
+// 34 bytes per 32 elements; and every method (dense, magicpig, topk, quest, oracle, lsh-hybrid)
+// decoding from a q8 cache equals the same method decoding from an f32 cache that holds the
+// dequantised rows (a q8 element is q * s, exact in f32: both read the same numbers). Synthetic
+// shapes, no model.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -198,7 +198,7 @@ TEST(KvCacheQ8, HeadDimMustBeAMultipleOf32) {
     EXPECT_NO_THROW(KvCache(CacheShape(d), DType::bf16));
   }
   // The attention factories refuse it too (no kernel serves it).
-  for (const char *method : {"dense", "magicpig", "topk", "quest", "oracle"}) {
+  for (const char *method : {"dense", "magicpig", "topk", "quest", "oracle", "lsh-hybrid"}) {
     AttentionSpec spec;
     spec.method = *pig::spec::parse_method(method);
     spec.kv_dtype = DType::q8;
@@ -459,10 +459,12 @@ INSTANTIATE_TEST_SUITE_P(Methods, Q8AttentionTest,
                          ::testing::Values(MethodCase{"dense", 64}, MethodCase{"dense", 128},
                                            MethodCase{"magicpig", 64}, MethodCase{"magicpig", 128},
                                            MethodCase{"topk", 64}, MethodCase{"quest", 64},
-                                           MethodCase{"oracle", 64}, MethodCase{"topk", 128}),
+                                           MethodCase{"oracle", 64}, MethodCase{"topk", 128},
+                                           MethodCase{"lsh-hybrid", 64}),
                          [](const auto &info) {
-                           return std::string(info.param.method) + "_d" +
-                                  std::to_string(info.param.d);
+                           std::string m = info.param.method;
+                           std::replace(m.begin(), m.end(), '-', '_');
+                           return m + "_d" + std::to_string(info.param.d);
                          });
 
 // Fitted hashing over a q8 cache: the fit, the index and the sampled pass read the dequantised

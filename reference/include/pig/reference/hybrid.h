@@ -67,7 +67,7 @@ struct HybridConfig {
   double delta = 0.05;      ///< the bound holds with probability 1 - delta, in (0, 1)
   double max_budget = 0.25; ///< cost2 cap of the growing tail (epsilon > 0; below budget: budget)
   HybridRank rank = HybridRank::hamming; ///< the defaults: docs/HYBRID.md's measured best
-  bool value_norm = false;  ///< rank by l^_i + log |v_i|
+  bool value_norm = false;               ///< rank by l^_i + log |v_i|
   /// hamming: the first `bits` SimHash columns only (table b / K, bit b % K), in [1, K L]; 0: all
   /// K L. A kernel keeps them packed per token (bits / 8 bytes), the ranker's whole read.
   int bits = 0;
@@ -79,20 +79,20 @@ struct HybridConfig {
   /// " |v|").
   std::string str() const;
   /// Fields from "key=value" pairs separated by ':' over the defaults: budget (a fraction or
-  /// "5%"), head, floor, eps, delta, cap, rank (collisions | hamming), bits, vnorm (0 | 1), seed; then
-  /// validate(). Throws std::invalid_argument naming the bad pair.
+  /// "5%"), head, floor, eps, delta, cap, rank (collisions | hamming), bits, vnorm (0 | 1), seed;
+  /// then validate(). Throws std::invalid_argument naming the bad pair.
   static HybridConfig parse(const std::string &text);
 };
 
 struct HybridResult {
   Attention attention;
-  std::vector<std::size_t> head;   ///< exactly attended indexed tokens, ascending
-  std::vector<std::size_t> tail;   ///< drawn indexed tokens, ascending
-  std::vector<double> pi;          ///< inclusion probability of each tail token
+  std::vector<std::size_t> head; ///< exactly attended indexed tokens, ascending
+  std::vector<std::size_t> tail; ///< drawn indexed tokens, ascending
+  std::vector<double> pi;        ///< inclusion probability of each tail token
   std::size_t indexed = 0;
   std::size_t static_tokens = 0;
-  double tail_budget = 0;          ///< the expected tail size the draw used (after growth)
-  double estimated_error = 0;      ///< z sqrt(V^) / (D^ |o^|) at the end (epsilon > 0; else 0)
+  double tail_budget = 0;     ///< the expected tail size the draw used (after growth)
+  double estimated_error = 0; ///< z sqrt(V^) / (D^ |o^|) at the end (epsilon > 0; else 0)
   /// Cost2 = (|head| + |tail|) / indexed (0 when nothing is indexed).
   double cost() const {
     return indexed == 0 ? 0.0 : double(head.size() + tail.size()) / double(indexed);

@@ -11,11 +11,11 @@
 namespace pig::spec {
 
 enum class Method : std::uint8_t {
-  dense,    ///< every cached position, exactly
-  magicpig, ///< LSH sampling (the paper's method)
-  topk,     ///< the exact top-k keys by logit (an oracle baseline)
-  quest,    ///< Quest's page selection by upper bounds
-  oracle,   ///< sampling from the exact softmax (an oracle baseline)
+  dense,      ///< every cached position, exactly
+  magicpig,   ///< LSH sampling (the paper's method)
+  topk,       ///< the exact top-k keys by logit (an oracle baseline)
+  quest,      ///< Quest's page selection by upper bounds
+  oracle,     ///< sampling from the exact softmax (an oracle baseline)
   lsh_hybrid, ///< LSH as the ranker: an exact head and a Horvitz-Thompson tail (docs/HYBRID.md)
 };
 
@@ -61,8 +61,7 @@ inline std::optional<Method> parse_method(std::string_view text) {
 
 /// Methods that read a budget fraction of the indexed tokens (--budget).
 inline bool uses_budget(Method m) {
-  return m == Method::topk || m == Method::quest || m == Method::oracle ||
-         m == Method::lsh_hybrid;
+  return m == Method::topk || m == Method::quest || m == Method::oracle || m == Method::lsh_hybrid;
 }
 
 } // namespace pig::spec
