@@ -2,8 +2,8 @@
 #pragma once
 
 #include "pig/reference/attention.h"
-#include "pig/reference/lsh.h"
 #include "pig/reference/hybrid.h"
+#include "pig/reference/lsh.h"
 #include "pig/reference/magicpig.h"
 #include "pig/reference/matrix.h"
 #include "pig/reference/quest.h"
