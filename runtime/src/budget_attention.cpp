@@ -506,6 +506,8 @@ void BudgetAttention::HybridTruncate(size_t layer, size_t pos) {
     }
     h.codes.resize((pos - spec_.sink) * L);
     h.norms.resize(pos - spec_.sink);
+    if (!h.log_vnorms.empty())
+      h.log_vnorms.resize(pos - spec_.sink);
     h.end = pos;
   }
 }
@@ -528,6 +530,8 @@ void BudgetAttention::HybridFold(size_t layer, size_t end) {
     const size_t from = h.end;
     h.codes.resize((end - b) * L);
     h.norms.resize(end - b);
+    if (spec_.hybrid.value_norm)
+      h.log_vnorms.resize(end - b);
     lsh::EncodeArgs a;
     a.x = cache_.Keys(layer, kvh);
     a.dtype = cache_.dtype();
@@ -545,6 +549,13 @@ void BudgetAttention::HybridFold(size_t layer, size_t end) {
         n2 += double(c) * double(c);
       }
       h.norms[t - b] = std::sqrt(n2);
+      if (spec_.hybrid.value_norm) { // log |v| as ref::hybrid_scores, once per token
+        cache_.ValueRow(layer, kvh, t, row.data());
+        double v2 = 0;
+        for (size_t j = 0; j < d; ++j)
+          v2 += double(row[j]) * double(row[j]);
+        h.log_vnorms[t - b] = std::log(std::sqrt(v2));
+      }
     }
     h.end = end;
   }
@@ -579,44 +590,24 @@ void BudgetAttention::HybridHead(size_t layer, size_t head, size_t pos, const fl
   const double sq = scale * std::sqrt(qn);
   s.z.resize(n_idx);
   thread_local std::vector<float> tmp;
-  // hamming: cos(pi H / B) for every H in [0, B], the same expression as ref::hybrid_cosine's (so
-  // the same doubles), and H summed four codes at a time: a popcount of 64 bits is the sum of its
-  // four 16-bit lanes' popcounts.
+  // hamming: cos(pi H / B) tabulated for every H in [0, B] (ref::hamming_cosine: the same
+  // doubles), built once per thread and B.
   const int B = cfg.bits > 0 ? cfg.bits : spec_.K * spec_.L;
-  const size_t full = size_t(B / spec_.K), rest_bits = size_t(B % spec_.K);
+  const bool hamming = cfg.rank == ref::HybridRank::hamming;
   thread_local std::vector<double> cos_of;
-  if (cfg.rank == ref::HybridRank::hamming) {
+  if (hamming && cos_of.size() != size_t(B) + 1) {
     cos_of.resize(size_t(B) + 1);
     for (int x = 0; x <= B; ++x)
-      cos_of[size_t(x)] = std::cos(std::numbers::pi * double(x) / double(B));
+      cos_of[size_t(x)] = ref::hamming_cosine(x, B);
   }
-  auto hamming = [&](const std::uint16_t *c) {
-    size_t x = 0, l = 0;
-    for (; l + 4 <= full; l += 4) {
-      std::uint64_t a, b2;
-      std::memcpy(&a, c + l, 8);
-      std::memcpy(&b2, qc + l, 8);
-      x += size_t(std::popcount(a ^ b2));
-    }
-    for (; l < full; ++l)
-      x += size_t(std::popcount(unsigned(c[l] ^ qc[l])));
-    if (rest_bits)
-      x += size_t(std::popcount(unsigned(c[full] ^ qc[full]) & ((1u << rest_bits) - 1)));
-    return x;
-  };
   for (size_t i = 0; i < n_idx; ++i) {
-    const double cos_hat =
-        cfg.rank == ref::HybridRank::hamming
-            ? cos_of[hamming(&h.codes[i * L])]
-            : ref::hybrid_cosine(cfg.rank, cfg.bits, spec_.K, spec_.L, &h.codes[i * L], qc);
+    const std::uint16_t *c = &h.codes[i * L];
+    const double cos_hat = hamming
+                               ? cos_of[size_t(ref::hybrid_hamming(B, spec_.K, c, qc))]
+                               : ref::hybrid_cosine(cfg.rank, cfg.bits, spec_.K, spec_.L, c, qc);
     double x = sq * h.norms[i] * cos_hat;
-    if (cfg.value_norm) {
-      const auto *v = RowOf(V, b + i, d, tmp);
-      double vn = 0;
-      for (size_t j = 0; j < d; ++j)
-        vn += double(ToF32(v[j])) * double(ToF32(v[j]));
-      x += std::log(std::sqrt(vn));
-    }
+    if (cfg.value_norm)
+      x += h.log_vnorms[i];
     s.z[i] = std::isnan(x) ? -kInf : x;
   }
 
@@ -664,8 +655,7 @@ void BudgetAttention::HybridHead(size_t layer, size_t head, size_t pos, const fl
   count.kv_bytes_indexed = double(2 * n_idx * cache_.RowBytes());
   count.sampled = double(r.head.size() + r.tail.size());
   // What a kernel's ranker reads: the packed sketch (bits / 8 bytes) and a norm (f32) per token.
-  const int bits = cfg.bits > 0 ? cfg.bits : spec_.K * spec_.L;
-  count.index_bytes_read = double(n_idx) * (double((bits + 7) / 8) + 4.0);
+  count.index_bytes_read = double(n_idx) * (double((B + 7) / 8) + 4.0);
 }
 
 void BudgetAttention::Reset() {
@@ -691,7 +681,7 @@ size_t BudgetAttention::MemoryBytes() const {
     bytes += (qmin_[i].capacity() + qmax_[i].capacity()) * sizeof(float);
   for (const HybridIndex &h : hybrid_)
     bytes += h.mean.capacity() * sizeof(float) + h.codes.capacity() * sizeof(std::uint16_t) +
-             h.norms.capacity() * sizeof(double);
+             (h.norms.capacity() + h.log_vnorms.capacity()) * sizeof(double);
   return bytes;
 }
 
@@ -701,7 +691,8 @@ AttentionStats BudgetAttention::stats() const {
   for (size_t i = 0; i < qmin_.size(); ++i)
     s.index_bytes += (qmin_[i].size() + qmax_[i].size()) * sizeof(float);
   for (const HybridIndex &h : hybrid_)
-    s.index_bytes += h.codes.size() * sizeof(std::uint16_t) + h.norms.size() * sizeof(double);
+    s.index_bytes += h.codes.size() * sizeof(std::uint16_t) +
+                     (h.norms.size() + h.log_vnorms.size()) * sizeof(double);
   return s;
 }
 

@@ -465,6 +465,23 @@ TEST(BudgetAttention, RejectsInvalidSpecs) {
   EXPECT_THROW(MakeBudgetAttention(spec, s), std::invalid_argument);
 }
 
+// The ranker's options run the same code as the reference's: |v| (folded once per token), a
+// shorter Hamming sketch, collision counts.
+TEST(BudgetAttention, HybridRankerOptionsMatchReference) {
+  ThreadPool pool(2);
+  const AttentionShape s = Shape();
+  const size_t n = 101;
+  const Data x = MakeData(s, n, 31);
+  for (const char *h : {"vnorm=1", "bits=37", "rank=collisions:head=0.5"}) {
+    AttentionSpec spec = Spec("lsh-hybrid", DType::bf16, 0.2);
+    spec.hybrid = ref::HybridConfig::parse(h);
+    auto att = MakeBudgetAttention(spec, s);
+    const auto out = Decode(*att, x, n, pool);
+    const Totals t = Check(spec, s, x, n, out);
+    EXPECT_EQ(att->stats().sampled, t.sampled) << h;
+  }
+}
+
 TEST(BudgetAttention, HybridStats) {
   ThreadPool pool(2);
   const AttentionShape s = Shape();

@@ -39,9 +39,11 @@
 // epsilon > 0 the stopping rule looks at the sample, and the estimate is only approximately so.
 #pragma once
 
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <numbers>
 #include <optional>
 #include <span>
 #include <string>
@@ -115,6 +117,15 @@ std::vector<double> inclusion_probabilities(std::span<const double> scores, doub
 /// The uniform U_i in [0, 1) of token `token` under `seed` (a splitmix64 hash of both: no state,
 /// so the draw of a token does not depend on which other tokens are considered).
 double hybrid_uniform(std::uint64_t seed, std::size_t token);
+
+/// H: the bits in which a token's codes and the query's differ over the first `bits` SimHash
+/// columns (table b / K, bit b % K), bits in [1, K L].
+int hybrid_hamming(int bits, int K, const std::uint16_t *codes, const std::uint16_t *query_codes);
+/// The hamming ranker's cos^ = cos(pi H / bits), written once here so that a table of it holds
+/// the same doubles.
+inline double hamming_cosine(int H, int bits) {
+  return std::cos(std::numbers::pi * double(H) / double(bits));
+}
 
 /// cos^ of one token from its codes and the query's (L each): the ranker of step 1. bits: the
 /// hamming columns used (0: K L).

@@ -108,6 +108,7 @@ private:
     std::vector<float> mean;
     std::vector<std::uint16_t> codes;
     std::vector<double> norms;
+    std::vector<double> log_vnorms; ///< log |v| per position, with hybrid.value_norm only
     size_t end = 0;
   };
   std::vector<HybridIndex> hybrid_;
