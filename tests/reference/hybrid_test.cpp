@@ -21,12 +21,7 @@ using testing::gaussian_vector;
 
 // A synthetic problem shaped like a real head (sink, peaked tail, values following scores).
 AttentionProblem problem(std::uint64_t seed, std::size_t n = 2000, std::size_t d = 32) {
-  SyntheticConfig c;
-  c.n = n;
-  c.d = d;
-  c.seed = seed;
-  c.logit_std = 2.0;
-  return synthetic_problem(c);
+  return testing::synthetic_head(seed, n, d, 2.0, 0.3);
 }
 
 struct Head { // a problem, its W and its index

@@ -21,13 +21,7 @@ using testing::gaussian_matrix;
 using testing::gaussian_vector;
 
 AttentionProblem small_problem(std::uint64_t seed, std::size_t n = 2048, std::size_t d = 32) {
-  SyntheticConfig cfg;
-  cfg.n = n;
-  cfg.d = d;
-  cfg.seed = seed;
-  cfg.logit_std = 1.5;
-  cfg.sink_mass = 0.2;
-  return synthetic_problem(cfg);
+  return testing::synthetic_head(seed, n, d, 1.5, 0.2);
 }
 
 TEST(MagicPig, SplitsTokensIntoSinkIndexedAndLocal) {

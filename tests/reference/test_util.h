@@ -14,6 +14,7 @@
 #include "pig/reference/magicpig.h"
 #include "pig/reference/matrix.h"
 #include "pig/reference/random.h"
+#include "pig/reference/synthetic.h"
 
 namespace pig::ref::testing {
 
@@ -22,6 +23,18 @@ inline std::vector<float> gaussian_vector(Rng &rng, std::size_t n, double sd = 1
   for (float &x : v)
     x = float(sd * rng.gaussian());
   return v;
+}
+
+/// synthetic_problem of n tokens of head dim d with the given tail heaviness and sink mass.
+inline AttentionProblem synthetic_head(std::uint64_t seed, std::size_t n, std::size_t d,
+                                       double logit_std, double sink_mass) {
+  SyntheticConfig cfg;
+  cfg.n = n;
+  cfg.d = d;
+  cfg.seed = seed;
+  cfg.logit_std = logit_std;
+  cfg.sink_mass = sink_mass;
+  return synthetic_problem(cfg);
 }
 
 inline OwnedMatrix gaussian_matrix(Rng &rng, std::size_t rows, std::size_t cols, double sd = 1.0) {
