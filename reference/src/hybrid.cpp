@@ -9,6 +9,7 @@
 #include <numeric>
 #include <stdexcept>
 #include <string>
+#include <utility>
 
 #include "pig/reference/lsh.h"
 #include "pig/reference/random.h"
@@ -53,7 +54,17 @@ double two_sided_quantile(double delta) {
 
 } // namespace
 
-const char *to_string(HybridRank r) { return r == HybridRank::hamming ? "hamming" : "collisions"; }
+const char *to_string(HybridRank r) {
+  switch (r) {
+  case HybridRank::collisions:
+    return "collisions";
+  case HybridRank::hamming:
+    return "hamming";
+  case HybridRank::lowrank:
+    return "lowrank";
+  }
+  return "?";
+}
 
 void HybridConfig::validate() const {
   auto bad = [](const std::string &what) { throw std::invalid_argument("lsh-hybrid: " + what); };
@@ -71,6 +82,11 @@ void HybridConfig::validate() const {
     bad("bits must be >= 0 and only with rank=hamming, got " + std::to_string(bits));
   if (!(max_budget > 0 && max_budget <= 1))
     bad("the budget cap must be in (0, 1], got " + std::to_string(max_budget));
+  if (dims < 1 || dims > 4096)
+    bad("dims must be in [1, d], got " + std::to_string(dims));
+  if (candidates < 0 || candidates > 65535)
+    bad("cand (the collisions a candidate needs) must be in [0, L], got " +
+        std::to_string(candidates));
 }
 
 std::string HybridConfig::str() const {
@@ -79,12 +95,16 @@ std::string HybridConfig::str() const {
   std::string s = "b=" + pct(budget) + buf + to_string(rank);
   if (bits > 0)
     s += " bits=" + std::to_string(bits);
+  if (rank == HybridRank::lowrank)
+    s += " dims=" + std::to_string(dims);
   if (epsilon > 0) {
     std::snprintf(buf, sizeof buf, " eps=%g delta=%g cap=", epsilon, delta);
     s += buf + pct(max_budget);
   }
   if (value_norm)
     s += " |v|";
+  if (candidates > 0)
+    s += " cand=" + std::to_string(candidates);
   return s;
 }
 
@@ -99,8 +119,9 @@ HybridConfig HybridConfig::parse(const std::string &text) {
     at = end + 1;
     const std::size_t eq = pair.find('=');
     auto bad = [&] {
-      throw std::invalid_argument("lsh-hybrid: cannot read \"" + pair +
-                                  "\" (budget, head, floor, eps, delta, cap, rank, vnorm, seed)");
+      throw std::invalid_argument(
+          "lsh-hybrid: cannot read \"" + pair +
+          "\" (budget, head, floor, eps, delta, cap, rank, bits, dims, cand, vnorm, seed)");
     };
     if (eq == std::string::npos || eq == 0 || eq + 1 == pair.size())
       bad();
@@ -111,6 +132,8 @@ HybridConfig HybridConfig::parse(const std::string &text) {
         c.rank = HybridRank::collisions;
       else if (value == "hamming")
         c.rank = HybridRank::hamming;
+      else if (value == "lowrank")
+        c.rank = HybridRank::lowrank;
       else
         bad();
       continue;
@@ -144,6 +167,10 @@ HybridConfig HybridConfig::parse(const std::string &text) {
       c.max_budget = x;
     else if (key == "bits" && x >= 1 && x == std::floor(x) && x <= 1 << 20)
       c.bits = int(x);
+    else if (key == "dims" && x >= 1 && x == std::floor(x) && x <= 4096)
+      c.dims = int(x);
+    else if (key == "cand" && x >= 0 && x == std::floor(x) && x <= 65535)
+      c.candidates = int(x);
     else if (key == "vnorm" && (x == 0 || x == 1))
       c.value_norm = x == 1;
     else if (key == "seed" && x >= 0 && x == std::floor(x) && x < 0x1p64)
@@ -153,6 +180,46 @@ HybridConfig HybridConfig::parse(const std::string &text) {
   }
   c.validate();
   return c;
+}
+
+HybridLowRank HybridLowRank::fit(Matrix centered_keys, int dims) {
+  if (dims < 1 || std::size_t(dims) > centered_keys.cols)
+    throw std::invalid_argument("lsh-hybrid: dims=" + std::to_string(dims) + " but the keys have " +
+                                std::to_string(centered_keys.cols) + " dimensions");
+  if (centered_keys.rows == 0)
+    throw std::invalid_argument("lsh-hybrid: the lowrank ranker needs indexed keys to fit");
+  TransformSpec ts;
+  ts.linear = TransformSpec::Linear::pca;
+  ts.rank = std::size_t(dims);
+  return HybridLowRank{fit_transform(centered_keys, ts)};
+}
+
+HybridLowRank::Key HybridLowRank::key(std::span<const float> centered) const {
+  const std::vector<float> k = transform.key(centered);
+  Key out;
+  out.x.assign(k.size(), 0);
+  float m = 0;
+  for (float x : k)
+    m = std::isnan(x) || std::isnan(m) ? std::numeric_limits<float>::quiet_NaN()
+                                       : std::max(m, std::fabs(x));
+  if (!std::isfinite(m)) {
+    out.scale = std::numeric_limits<float>::quiet_NaN();
+    return out;
+  }
+  if (m == 0)
+    return out;
+  out.scale = m / 127.0f;
+  for (std::size_t j = 0; j < k.size(); ++j)
+    out.x[j] =
+        std::int8_t(std::clamp<long>(std::lround(double(k[j]) / double(out.scale)), -127, 127));
+  return out;
+}
+
+double HybridLowRank::dot(std::span<const float> q_mapped, const Key &k) {
+  double acc = 0;
+  for (std::size_t j = 0; j < k.x.size(); ++j)
+    acc += double(q_mapped[j]) * double(k.x[j]);
+  return acc * double(k.scale);
 }
 
 std::vector<double> hybrid_scores(std::span<const float> q, Matrix V, Matrix W,
@@ -176,10 +243,27 @@ std::vector<double> hybrid_scores(std::span<const float> q, Matrix V, Matrix W,
   if (bits > K * L)
     throw std::invalid_argument("lsh-hybrid: bits=" + std::to_string(bits) + " but the index has " +
                                 std::to_string(K * L) + " (K L)");
+  if (cfg.candidates > L)
+    throw std::invalid_argument("lsh-hybrid: cand=" + std::to_string(cfg.candidates) +
+                                " but the index has L = " + std::to_string(L) + " tables");
+  std::optional<HybridLowRank> low;
+  std::vector<float> qp;
+  if (cfg.rank == HybridRank::lowrank) {
+    low = HybridLowRank::fit(index.centered, cfg.dims);
+    qp = low->transform.query(q);
+  }
+  const double sc = scale.value_or(default_scale(q.size()));
   for (std::size_t i = 0; i < count; ++i) {
-    const double cos_hat =
-        hybrid_cosine(cfg.rank, cfg.bits, K, L, index.codes.data() + i * std::size_t(L), qc.data());
-    score[i] = s * norm(index.hashed_key(split.indexed_begin + i)) * cos_hat;
+    const std::uint16_t *codes = index.codes.data() + i * std::size_t(L);
+    if (cfg.candidates > 0 && hybrid_collisions(L, codes, qc.data()) < cfg.candidates)
+      continue; // not retrieved: unscored
+    if (low) {
+      const HybridLowRank::Key k = low->key(index.centered_key(split.indexed_begin + i));
+      score[i] = sc * low->dot(qp, k);
+    } else {
+      const double cos_hat = hybrid_cosine(cfg.rank, cfg.bits, K, L, codes, qc.data());
+      score[i] = s * norm(index.hashed_key(split.indexed_begin + i)) * cos_hat;
+    }
     if (cfg.value_norm)
       score[i] += std::log(norm(V.row_span(split.indexed_begin + i)));
     if (std::isnan(score[i]))
@@ -188,56 +272,91 @@ std::vector<double> hybrid_scores(std::span<const float> q, Matrix V, Matrix W,
   return score;
 }
 
-std::vector<double> inclusion_probabilities(std::span<const double> scores, double budget,
-                                            double floor) {
-  const std::size_t n = scores.size();
+SplitInclusion inclusion_probabilities(std::span<const double> scores, std::size_t unscored,
+                                       double budget, double floor) {
+  const std::size_t ns = scores.size(), n = ns + unscored;
   if (!(budget >= 0) || !(floor > 0 && floor <= 1))
     throw std::invalid_argument("inclusion_probabilities: budget " + std::to_string(budget) +
                                 ", floor " + std::to_string(floor));
+  SplitInclusion out;
   if (n == 0)
-    return {};
+    return out;
   const double B = std::min(budget, double(n));
-  if (B >= double(n))
-    return std::vector<double>(n, 1.0);
+  if (B >= double(n)) {
+    out.pi.assign(ns, 1.0);
+    out.pi_unscored = 1.0;
+    return out;
+  }
   double m = -kInf;
   for (double x : scores)
     if (!std::isnan(x))
       m = std::max(m, x);
-  std::vector<double> r(n);
+  // r: the softmax of the scores (uniform when nothing is scored), then the floor.
+  std::vector<double> r(ns);
   double z = 0;
-  for (std::size_t i = 0; i < n; ++i) {
+  for (std::size_t i = 0; i < ns; ++i) {
     r[i] =
         (std::isnan(scores[i]) || m == -kInf) ? (m == -kInf ? 1.0 : 0.0) : std::exp(scores[i] - m);
     z += r[i];
   }
+  double ru = m == -kInf ? 1.0 : 0.0;
+  z += double(unscored) * ru; // 0, or (every r being 1) an exact integer sum
   for (double &x : r)
     x = (1.0 - floor) * x / z + floor / double(n);
+  ru = (1.0 - floor) * ru / z + floor / double(n);
   // Water-filling without a sort: cap the tokens that reach 1 at the current lambda, set lambda
   // so that the others make up the rest, repeat. lambda only grows and the capped set with it, so
   // this ends (usually after 2-3 passes) with sum min(1, lambda r_i) = B and every uncapped
-  // lambda r_i < 1: the water-filling solution, in O(n) per pass.
-  std::vector<bool> capped(n, false);
+  // lambda r_i < 1: the water-filling solution, in O(n) per pass (O(scored) with `unscored`).
+  std::vector<bool> capped(ns, false);
+  bool ucapped = unscored == 0;
   std::size_t ncapped = 0;
   double lambda = B;
   for (;;) {
     double rest = 0;
-    for (std::size_t i = 0; i < n; ++i)
+    for (std::size_t i = 0; i < ns; ++i)
       if (!capped[i])
         rest += r[i];
+    if (!ucapped)
+      rest += double(unscored) * ru;
     lambda = (B - double(ncapped)) / rest;
     std::size_t more = 0;
-    for (std::size_t i = 0; i < n; ++i)
+    for (std::size_t i = 0; i < ns; ++i)
       if (!capped[i] && lambda * r[i] >= 1.0) {
         capped[i] = true;
         ++more;
       }
+    if (!ucapped && lambda * ru >= 1.0) {
+      ucapped = true;
+      more += unscored;
+    }
     if (more == 0)
       break;
     ncapped += more;
   }
-  std::vector<double> pi(n);
-  for (std::size_t i = 0; i < n; ++i)
-    pi[i] = std::min(1.0, lambda * r[i]);
+  out.pi.resize(ns);
+  for (std::size_t i = 0; i < ns; ++i)
+    out.pi[i] = std::min(1.0, lambda * r[i]);
+  out.pi_unscored = std::min(1.0, lambda * ru);
+  return out;
+}
+
+std::vector<double> inclusion_probabilities(std::span<const double> scores, double budget,
+                                            double floor) {
+  std::vector<double> scored;
+  std::vector<std::size_t> at;
+  for (std::size_t i = 0; i < scores.size(); ++i)
+    if (!std::isnan(scores[i]) && scores[i] != -kInf) {
+      scored.push_back(scores[i]);
+      at.push_back(i);
+    }
+  const SplitInclusion s =
+      inclusion_probabilities(scored, scores.size() - scored.size(), budget, floor);
+  if (scores.empty())
+    return {};
+  std::vector<double> pi(scores.size(), s.pi_unscored);
+  for (std::size_t j = 0; j < at.size(); ++j)
+    pi[at[j]] = s.pi[j];
   return pi;
 }
 
@@ -245,6 +364,35 @@ double hybrid_uniform(std::uint64_t seed, std::size_t token) {
   std::uint64_t state = seed ^ (0x9E3779B97F4A7C15ull * (std::uint64_t(token) + 1));
   splitmix64(state);
   return double(splitmix64(state) >> 11) * 0x1.0p-53;
+}
+
+std::vector<std::size_t> hybrid_skip_draw(std::uint64_t seed, std::size_t n, double p) {
+  std::vector<std::size_t> out;
+  if (!(p > 0) || n == 0)
+    return out;
+  if (p >= 1) {
+    out.resize(n);
+    std::iota(out.begin(), out.end(), std::size_t(0));
+    return out;
+  }
+  // P(gap >= g) = P(U <= (1 - p)^g) = (1 - p)^g: the gaps of a Bernoulli(p) process.
+  const double log_q = std::log1p(-p);
+  double next = -1; // the last drawn position, as a double (gaps can exceed any size_t)
+  for (std::uint64_t k = 0;; ++k) {
+    const double u = hybrid_uniform(seed ^ kHybridSkipStream, k);
+    next += 1.0 + std::floor(std::log(u) / log_q); // u = 0: +inf, the end
+    if (!(next < double(n)))
+      break;
+    out.push_back(std::size_t(next));
+  }
+  return out;
+}
+
+int hybrid_collisions(int L, const std::uint16_t *codes, const std::uint16_t *query_codes) {
+  int c = 0;
+  for (int l = 0; l < L; ++l)
+    c += codes[l] == query_codes[l];
+  return c;
 }
 
 int hybrid_hamming(int bits, int K, const std::uint16_t *codes, const std::uint16_t *query_codes) {
@@ -268,9 +416,7 @@ int hybrid_hamming(int bits, int K, const std::uint16_t *codes, const std::uint1
 double hybrid_cosine(HybridRank rank, int bits, int K, int L, const std::uint16_t *codes,
                      const std::uint16_t *query_codes) {
   if (rank == HybridRank::collisions) {
-    int c = 0;
-    for (int l = 0; l < L; ++l)
-      c += codes[l] == query_codes[l];
+    const int c = hybrid_collisions(L, codes, query_codes);
     const double p = std::pow((c + 0.5) / (L + 1.0), 1.0 / K);
     return std::cos(std::numbers::pi * (1.0 - p));
   }
@@ -308,15 +454,25 @@ HybridResult hybrid_estimate(std::span<const double> score, const HybridTokens &
   std::vector<bool> in_head(N, false);
   for (std::size_t j = 0; j < head; ++j)
     in_head[order[j]] = true;
+  // The tail: its scored tokens (drawn one by one) and its unscored ones (score -inf or NaN, one
+  // shared pi, drawn by skips over the indexed positions).
   std::vector<std::size_t> tail_ids; // index-relative, ascending
   std::vector<double> tail_score;
-  for (std::size_t i = 0; i < N; ++i)
+  std::vector<bool> unscored_tail(N, false);
+  std::size_t n_unscored = 0;
+  for (std::size_t i = 0; i < N; ++i) {
+    const bool scored = !std::isnan(score[i]) && score[i] != -kInf;
+    r.scored += scored;
     if (in_head[i])
       r.head.push_back(t.indexed_begin + i);
-    else {
+    else if (scored) {
       tail_ids.push_back(i);
       tail_score.push_back(score[i]);
+    } else {
+      unscored_tail[i] = true;
+      ++n_unscored;
     }
+  }
   ids.insert(ids.end(), r.head.begin(), r.head.end());
   bias.resize(ids.size(), 0.0);
 
@@ -333,12 +489,20 @@ HybridResult hybrid_estimate(std::span<const double> score, const HybridTokens &
     r.tail.clear();
     r.pi.clear();
     if (T > 0) {
-      const std::vector<double> pi = inclusion_probabilities(tail_score, T, cfg.floor);
+      const SplitInclusion pi = inclusion_probabilities(tail_score, n_unscored, T, cfg.floor);
+      std::vector<std::pair<std::size_t, double>> drawn; // (index-relative, pi)
       for (std::size_t j = 0; j < tail_ids.size(); ++j)
-        if (U[j] < pi[j]) {
-          r.tail.push_back(t.indexed_begin + tail_ids[j]);
-          r.pi.push_back(pi[j]);
-        }
+        if (U[j] < pi.pi[j])
+          drawn.emplace_back(tail_ids[j], pi.pi[j]);
+      if (n_unscored > 0)
+        for (std::size_t i : hybrid_skip_draw(cfg.seed, N, pi.pi_unscored))
+          if (unscored_tail[i])
+            drawn.emplace_back(i, pi.pi_unscored);
+      std::sort(drawn.begin(), drawn.end());
+      for (const auto &[i, p] : drawn) {
+        r.tail.push_back(t.indexed_begin + i);
+        r.pi.push_back(p);
+      }
     }
     r.tail_budget = T;
     std::vector<std::size_t> all = ids;

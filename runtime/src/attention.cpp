@@ -153,6 +153,13 @@ void AttentionSpec::Validate(size_t n_layers) const {
     if (h.bits > K * L)
       throw std::invalid_argument("lsh-hybrid: bits=" + std::to_string(h.bits) +
                                   " but the codes have K L = " + std::to_string(K * L));
+    if (h.rank == ref::HybridRank::lowrank)
+      throw std::invalid_argument(
+          "lsh-hybrid: rank=lowrank is in pig::ref only for now (pig-eval attention-error); the "
+          "runtime ranks by hamming or collisions");
+    if (h.candidates > L)
+      throw std::invalid_argument("lsh-hybrid: cand=" + std::to_string(h.candidates) +
+                                  " but the codes have L = " + std::to_string(L) + " tables");
   }
   for (size_t l : DenseLayers(n_layers)) {
     if (l >= n_layers) {

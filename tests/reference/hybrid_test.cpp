@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <numeric>
 #include <set>
 
 #include <gtest/gtest.h>
@@ -118,6 +119,181 @@ TEST(Hybrid, InclusionProbabilitiesSumToTheBudgetWithAFloor) {
   EXPECT_THROW(inclusion_probabilities(std::vector<double>(4, 1.0), 1, 0), std::invalid_argument);
 }
 
+// The split form (what a kernel with `cand` calls: the unscored tokens as a count) gives the
+// dense form's doubles, -inf and NaN scores sharing pi_unscored, and the budget in total.
+TEST(Hybrid, SplitInclusionProbabilitiesMatchTheDenseForm) {
+  Rng rng(8);
+  const double inf = std::numeric_limits<double>::infinity();
+  for (int trial = 0; trial < 20; ++trial) {
+    const std::size_t n = 1 + rng.below(400);
+    std::vector<double> score(n), scored;
+    std::size_t unscored = 0;
+    for (double &x : score) {
+      x = rng.below(3) == 0 ? (rng.below(2) ? -inf : std::numeric_limits<double>::quiet_NaN())
+                            : 3.0 * rng.gaussian();
+      if (std::isnan(x) || x == -inf)
+        ++unscored;
+      else
+        scored.push_back(x);
+    }
+    if (trial == 0) { // nothing scored: uniform
+      std::fill(score.begin(), score.end(), -inf);
+      scored.clear();
+      unscored = n;
+    }
+    const double B = 0.5 + double(rng.below(n)) / 3.0, floor = 0.05 + 0.9 * rng.uniform();
+    const std::vector<double> dense = inclusion_probabilities(score, B, floor);
+    const SplitInclusion split = inclusion_probabilities(scored, unscored, B, floor);
+    ASSERT_EQ(split.pi.size(), scored.size());
+    double sum = 0;
+    for (std::size_t i = 0, j = 0; i < n; ++i) {
+      const bool s = !std::isnan(score[i]) && score[i] != -inf;
+      EXPECT_EQ(dense[i], s ? split.pi[j++] : split.pi_unscored) << "trial " << trial;
+      sum += dense[i];
+    }
+    EXPECT_NEAR(sum, std::min(B, double(n)), 1e-9 * B);
+    if (unscored > 0) {
+      EXPECT_GT(split.pi_unscored, 0.0); // the floor: an unscored token can be drawn
+    }
+  }
+}
+
+// hybrid_skip_draw is a Bernoulli(p) process. R draws of n positions at p = 0.03: each position's
+// frequency has sd sqrt(p (1 - p) / R) = 0.0038, allowed 5 sd (P < 6e-7 each, < 6e-4 for all
+// 1000); the drawn count per draw has mean p n = 30 and sd sqrt(n p (1 - p)) / sqrt R = 0.12,
+// allowed 5 sd; neighbours are independent: pairs (i, i + 1) both drawn, R (n - 1) p^2 = 1798
+// expected, sd below sqrt(2 * 1798) = 60 (a sum of R independent draws, each of 999 weakly
+// correlated pair indicators), allowed 5 sd.
+TEST(Hybrid, TheSkipDrawIsABernoulliProcess) {
+  const std::size_t n = 1000, R = 2000;
+  const double p = 0.03;
+  std::vector<double> freq(n, 0.0);
+  double count = 0, pairs = 0;
+  for (std::size_t r = 0; r < R; ++r) {
+    const std::vector<std::size_t> d = hybrid_skip_draw(1000 + r, n, p);
+    ASSERT_TRUE(std::is_sorted(d.begin(), d.end()));
+    ASSERT_TRUE(std::adjacent_find(d.begin(), d.end()) == d.end()); // strictly ascending
+    for (std::size_t j = 0; j < d.size(); ++j) {
+      ASSERT_LT(d[j], n);
+      freq[d[j]] += 1.0 / double(R);
+      pairs += j + 1 < d.size() && d[j + 1] == d[j] + 1;
+    }
+    count += double(d.size()) / double(R);
+  }
+  const double sd = std::sqrt(p * (1 - p) / double(R));
+  for (std::size_t i = 0; i < n; ++i)
+    EXPECT_NEAR(freq[i], p, 5 * sd) << "position " << i;
+  EXPECT_NEAR(count, p * double(n), 5 * std::sqrt(double(n) * p * (1 - p) / double(R)));
+  const double want_pairs = double(R) * double(n - 1) * p * p;
+  EXPECT_NEAR(pairs, want_pairs, 5 * std::sqrt(2 * want_pairs));
+  // Edges: nothing, everything, no positions; seeded.
+  EXPECT_TRUE(hybrid_skip_draw(1, n, 0.0).empty());
+  EXPECT_EQ(hybrid_skip_draw(1, 5, 1.0), (std::vector<std::size_t>{0, 1, 2, 3, 4}));
+  EXPECT_TRUE(hybrid_skip_draw(1, 0, 0.5).empty());
+  EXPECT_EQ(hybrid_skip_draw(3, n, 0.1), hybrid_skip_draw(3, n, 0.1));
+  EXPECT_NE(hybrid_skip_draw(3, n, 0.1), hybrid_skip_draw(4, n, 0.1));
+}
+
+// cand = t scores exactly the tokens MagicPIG's retrieval at threshold t returns; the others are
+// unscored, reach the tail only through the floor, and the cost stays the budget.
+TEST(Hybrid, CandidatesAreWhatRetrievalReturns) {
+  for (int t : {1, 2, 3}) {
+    const std::size_t n = 1500, d = 32;
+    Head s{problem(21, n, d), {}, {}};
+    const LshConfig cfg{6, 40, t, 21};
+    s.W = simhash_matrix(cfg.seed, d, cfg.K, cfg.L);
+    s.index = build_index(s.p.K, s.W, cfg);
+    HybridConfig c;
+    c.candidates = t;
+    c.budget = 0.05;
+    const std::vector<double> score = hybrid_scores(s.p.q, s.p.V, s.W, s.index, c);
+    std::vector<std::size_t> scored;
+    for (std::size_t i = 0; i < score.size(); ++i)
+      if (score[i] != -std::numeric_limits<double>::infinity())
+        scored.push_back(s.index.split.indexed_begin + i);
+    EXPECT_EQ(scored, sample_tokens(s.p.q, s.W, s.index).sample) << "t=" << t;
+    EXPECT_GT(scored.size(), 0u);
+    EXPECT_LT(scored.size(), score.size());
+    c.seed = 5;
+    const HybridResult r = hybrid_attention(s.p.q, s.p.K, s.p.V, s.W, s.index, c);
+    EXPECT_EQ(r.scored, scored.size());
+    EXPECT_NEAR(r.cost(), 0.05, 0.025);
+    EXPECT_TRUE(std::is_sorted(r.tail.begin(), r.tail.end()));
+  }
+  HybridConfig c;
+  c.candidates = 41; // more than L = 40 tables
+  const Head s = setup(2, 200, 16);
+  EXPECT_THROW(hybrid_scores(s.p.q, s.p.V, s.W, s.index, c), std::invalid_argument);
+  EXPECT_EQ(HybridConfig::parse("cand=2").candidates, 2);
+  EXPECT_THROW(HybridConfig::parse("cand=-1"), std::invalid_argument);
+  EXPECT_THROW(HybridConfig::parse("cand=1.5"), std::invalid_argument);
+}
+
+// lowrank at full rank is a rotation of the centred keys, so its score is scale q.(k - mu) up to
+// the int8 rounding: each of the d components is off by at most s_k / 2 (s_k = max |k'_j| / 127),
+// so |l^ - l| <= scale (s_k / 2) sum_j |q'_j|, plus f32 rounding of the rotation (1e-4 relative
+// allowed). At dims < d the scores still rank: the top tokens by l^ hold most of the true mass.
+TEST(Hybrid, TheLowRankRankerEstimatesTheCentredLogits) {
+  const std::size_t n = 600, d = 32;
+  const Head s = setup(31, n, d);
+  HybridConfig c;
+  c.rank = HybridRank::lowrank;
+  c.dims = int(d);
+  const std::vector<double> score = hybrid_scores(s.p.q, s.p.V, s.W, s.index, c);
+  const HybridLowRank low = HybridLowRank::fit(s.index.centered, int(d));
+  const std::vector<float> qp = low.transform.query(s.p.q);
+  double qsum = 0;
+  for (float x : qp)
+    qsum += std::fabs(double(x));
+  const double scale = 1.0 / std::sqrt(double(d));
+  for (std::size_t i = 0; i < score.size(); ++i) {
+    const std::size_t tok = s.index.split.indexed_begin + i;
+    double exact = 0, knorm = 0;
+    const auto k = s.index.centered_key(tok);
+    for (std::size_t j = 0; j < d; ++j)
+      exact += double(s.p.q[j]) * double(k[j]);
+    for (float x : low.transform.key(k))
+      knorm = std::max(knorm, std::fabs(double(x)));
+    const double bound = scale * (knorm / 127.0 / 2.0) * qsum;
+    EXPECT_NEAR(score[i], scale * exact, bound * (1 + 1e-4) + 1e-4 * std::fabs(scale * exact))
+        << "token " << tok;
+  }
+  // dims = 4 of 32: a coarser sketch that still finds the mass (the exact top 5 % of tokens by
+  // q.k carry a share of the softmax that the lowrank top 5 % recovers for the most part).
+  c.dims = 4;
+  const std::vector<double> coarse = hybrid_scores(s.p.q, s.p.V, s.W, s.index, c);
+  std::vector<double> exact(score.size());
+  for (std::size_t i = 0; i < exact.size(); ++i) {
+    const auto k = s.index.centered_key(s.index.split.indexed_begin + i);
+    for (std::size_t j = 0; j < d; ++j)
+      exact[i] += scale * double(s.p.q[j]) * double(k[j]);
+  }
+  auto mass_of_top = [&](const std::vector<double> &by) {
+    std::vector<std::size_t> o(by.size());
+    std::iota(o.begin(), o.end(), std::size_t(0));
+    const std::size_t m = by.size() / 20;
+    std::partial_sort(o.begin(), o.begin() + std::ptrdiff_t(m), o.end(),
+                      [&](std::size_t a, std::size_t b) { return by[a] > by[b]; });
+    const double top = *std::max_element(exact.begin(), exact.end());
+    double in = 0, all = 0;
+    for (double x : exact)
+      all += std::exp(x - top);
+    for (std::size_t j = 0; j < m; ++j)
+      in += std::exp(exact[o[j]] - top);
+    return in / all;
+  };
+  const double ideal = mass_of_top(exact), found = mass_of_top(coarse);
+  EXPECT_GT(found, 0.5 * ideal) << "ideal " << ideal << " found " << found;
+  // Validation: dims above d, and the options' spelling.
+  c.dims = int(d) + 1;
+  EXPECT_THROW(hybrid_scores(s.p.q, s.p.V, s.W, s.index, c), std::invalid_argument);
+  const HybridConfig parsed = HybridConfig::parse("rank=lowrank:dims=8");
+  EXPECT_EQ(parsed.rank, HybridRank::lowrank);
+  EXPECT_EQ(parsed.dims, 8);
+  EXPECT_NE(parsed.str().find("lowrank dims=8"), std::string::npos);
+  EXPECT_THROW(HybridConfig::parse("rank=lowrank:dims=0"), std::invalid_argument);
+}
+
 // The head is exact: with head_share 1 there is no tail and the output is one softmax over the
 // static tokens and the head; with budget 1 as well it is dense attention.
 TEST(Hybrid, TheExactHeadIsExact) {
@@ -163,10 +339,12 @@ TEST(Hybrid, NumeratorAndPartitionFunctionAreUnbiasedOverTheDraw) {
     int K, L;
     HybridRank rank;
     bool vnorm;
+    int cand; // > 0: the unscored tokens are drawn by skips (hybrid_skip_draw)
   };
   for (const Case cs :
-       {Case{6, 40, HybridRank::collisions, false}, Case{6, 40, HybridRank::hamming, true},
-        Case{1, 1, HybridRank::collisions, false}}) {
+       {Case{6, 40, HybridRank::collisions, false, 0}, Case{6, 40, HybridRank::hamming, true, 0},
+        Case{1, 1, HybridRank::collisions, false, 0}, Case{6, 40, HybridRank::hamming, false, 2},
+        Case{6, 40, HybridRank::lowrank, false, 0}}) {
     const std::size_t n = 400, d = 16, R = 1500;
     const Head s = setup(11, n, d, cs.K, cs.L);
     const Attention exact = dense_attention(s.p.q, s.p.K, s.p.V);
@@ -178,11 +356,13 @@ TEST(Hybrid, NumeratorAndPartitionFunctionAreUnbiasedOverTheDraw) {
           c.head_share = 0.25;
           c.rank = cs.rank;
           c.value_norm = cs.vnorm;
+          c.candidates = cs.cand;
           c.seed = 77 + r;
           return hybrid_attention(s.p.q, s.p.K, s.p.V, s.W, s.index, c);
         },
         [](const HybridResult &e) { return e.tail.size(); },
-        "K=" + std::to_string(cs.K) + " L=" + std::to_string(cs.L));
+        "K=" + std::to_string(cs.K) + " L=" + std::to_string(cs.L) +
+            " cand=" + std::to_string(cs.cand));
     // The tail's expected size is its budget (0.08 * 332 * 0.75 = 19.9): the draw has teeth.
     EXPECT_NEAR(drawn, 0.08 * 332 * 0.75, 1.5);
   }

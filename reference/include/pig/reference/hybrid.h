@@ -18,7 +18,16 @@
 //                    cos(pi H_i / B) over B = `bits` SimHash columns (all K L by default):
 //                    SimHash's unbiased angle estimate, every table's Hamming distance to the
 //                    query's bucket summed (SOCKET's soft collision score taken to its limit).
+//        lowrank:    no codes: l^_i = scale q'.k^'_i with k'_i = U_R^T (k_i - mu) the centred
+//                    key's top R = `dims` principal components (transform.h's pca:r=R, fitted to
+//                    the indexed keys), rounded to int8 with one scale per token, q' = U_R^T q.
+//                    The query's part outside U_R adds a near-constant to every logit. A
+//                    low-rank sketch of the keys (the observation behind Loki, Singhania et al.,
+//                    2024: attention keys live in few dimensions), R + 4 bytes per token.
 //      Optionally + log |v_i| (tokens with small values matter less to the output).
+//      With cand = t > 0 only the candidates (codes equal to the query's in >= t tables: what
+//      MagicPIG's retrieval returns) are ranked, the rest is left at -inf: a kernel reads the
+//      codes of the candidates only.
 //   2. Exact head: the `head` best-ranked indexed tokens, with the sink and local tokens, are
 //      attended exactly (bias 0).
 //   3. Sampled tail: every other indexed token i is drawn independently (Poisson sampling) with
@@ -27,6 +36,9 @@
 //      sum_i pi_i = tail budget. Token i is drawn iff U_i < pi_i, U_i a uniform from a counter
 //      hash of (seed, token): seeded, reproducible, and nested (a larger budget draws a superset).
 //      Drawn tokens enter the one softmax with bias log pi_i (weight 1/pi_i, Horvitz-Thompson).
+//      Tokens of score -inf (with `cand`, every token outside the candidates) share one pi_0 and
+//      are drawn by a Bernoulli(pi_0) process over the indexed positions, walked by geometric
+//      skips of a second seeded stream: a kernel draws them in O(pi_0 N) without visiting them.
 //   4. Budget (epsilon > 0): the tail budget doubles from its start until the estimated relative
 //      error of the output, z_{1-delta/2} sqrt(V^) / (D^ |o^|), is at most epsilon or the cap is
 //      reached; V^ = sum_{i in S} (1 - pi_i) / pi_i^2 w_i^2 |v_i - o^|^2 is the Horvitz-Thompson
@@ -52,12 +64,14 @@
 #include "pig/reference/attention.h"
 #include "pig/reference/magicpig.h"
 #include "pig/reference/matrix.h"
+#include "pig/reference/transform.h"
 
 namespace pig::ref {
 
 enum class HybridRank : std::uint8_t {
   collisions, ///< c_i, the equal codes over L tables (what retrieval counts)
   hamming,    ///< H_i, the differing bits over the L codes (reads every code of every token)
+  lowrank,    ///< q'.k^'_i: the centred key's top-`dims` principal components, int8 per token
 };
 const char *to_string(HybridRank r);
 
@@ -73,15 +87,23 @@ struct HybridConfig {
   /// hamming: the first `bits` SimHash columns only (table b / K, bit b % K), in [1, K L]; 0: all
   /// K L. A kernel keeps them packed per token (bits / 8 bytes), the ranker's whole read.
   int bits = 0;
+  /// lowrank: principal components kept, in [1, d]; a kernel reads dims + 4 bytes per token.
+  int dims = 16;
+  /// Rank only the candidates, the tokens whose codes equal the query's in >= `candidates`
+  /// tables (what MagicPIG's retrieval at t = `candidates` returns from the bucket tables; at most
+  /// L); the others are left unscored (score -inf: the uniform floor alone, drawn by skips, see
+  /// hybrid_estimate). 0: every indexed token is ranked.
+  int candidates = 0;
   std::uint64_t seed = 0x5eed;
 
   /// Throws std::invalid_argument naming the first field out of range (NaN included).
   void validate() const;
-  /// "b=5% head=0.25 floor=0.1 hamming" (+ " bits=256", " eps=0.05 delta=0.05 cap=25%",
-  /// " |v|").
+  /// "b=5% head=0.25 floor=0.1 hamming" (+ " bits=256", " lowrank dims=16", " eps=0.05 ...",
+  /// " |v|", " cand=1").
   std::string str() const;
   /// Fields from "key=value" pairs separated by ':' over the defaults: budget (a fraction or
-  /// "5%"), head, floor, eps, delta, cap, rank (collisions | hamming), bits, vnorm (0 | 1), seed;
+  /// "5%"), head, floor, eps, delta, cap, rank (collisions | hamming | lowrank), bits, dims, cand,
+  /// vnorm (0 | 1), seed;
   /// then validate(). Throws std::invalid_argument naming the bad pair.
   static HybridConfig parse(const std::string &text);
 };
@@ -93,12 +115,28 @@ struct HybridResult {
   std::vector<double> pi;        ///< inclusion probability of each tail token
   std::size_t indexed = 0;
   std::size_t static_tokens = 0;
+  std::size_t scored = 0;     ///< indexed tokens with a finite score (the candidates, with cand)
   double tail_budget = 0;     ///< the expected tail size the draw used (after growth)
   double estimated_error = 0; ///< z sqrt(V^) / (D^ |o^|) at the end (epsilon > 0; else 0)
   /// Cost2 = (|head| + |tail|) / indexed (0 when nothing is indexed).
   double cost() const {
     return indexed == 0 ? 0.0 : double(head.size() + tail.size()) / double(indexed);
   }
+};
+
+/// The lowrank ranker's sketch: transform.h's pca:r=dims fitted to the centred indexed keys, and
+/// each key's dims components rounded to int8 with one scale per token (max |k'_j| / 127).
+struct HybridLowRank {
+  HashTransform transform;
+  struct Key {
+    std::vector<std::int8_t> x;
+    float scale = 0; ///< 0 for a zero key; NaN for a non-finite one (its score is then -inf)
+  };
+  /// Throws std::invalid_argument if dims > the keys' dimension or there is no key.
+  static HybridLowRank fit(Matrix centered_keys, int dims);
+  Key key(std::span<const float> centered) const;
+  /// q'.k^' in double: scale * sum_j q'_j x_j (q' = transform.query(q)).
+  static double dot(std::span<const float> q_mapped, const Key &k);
 };
 
 /// The estimated logits l^_i (index order: l^[i] for token indexed_begin + i), from the codes
@@ -114,10 +152,27 @@ std::vector<double> hybrid_scores(std::span<const float> q, Matrix V, Matrix W,
 std::vector<double> inclusion_probabilities(std::span<const double> scores, double budget,
                                             double floor);
 
+/// The same for tokens split in two: `scores` (the scored ones; NaN or -inf count as unscored)
+/// and `unscored` more tokens of score -inf, which all share one probability: pi[i] for
+/// scores[i], pi_unscored for each unscored token. The dense form calls this one, so a caller
+/// that never lists the unscored tokens (a kernel with `cand`) gets the same doubles.
+struct SplitInclusion {
+  std::vector<double> pi;
+  double pi_unscored = 0;
+};
+SplitInclusion inclusion_probabilities(std::span<const double> scores, std::size_t unscored,
+                                       double budget, double floor);
 /// The uniform U_i in [0, 1) of token `token` under `seed` (a splitmix64 hash of both: no state,
 /// so the draw of a token does not depend on which other tokens are considered).
 double hybrid_uniform(std::uint64_t seed, std::size_t token);
 
+/// Indexed positions in [0, n), each drawn independently with probability p (0 <= p <= 1), in
+/// ascending order: a Bernoulli process walked by geometric skips, gap = floor(log U / log(1 - p))
+/// with U = hybrid_uniform(seed ^ kHybridSkipStream, k) for the k-th gap. O(p n) work.
+inline constexpr std::uint64_t kHybridSkipStream = 0xa5c3'96e1'0f1d'2b47ull;
+std::vector<std::size_t> hybrid_skip_draw(std::uint64_t seed, std::size_t n, double p);
+/// The tables (of L) in which a token's codes equal the query's: what retrieval counts.
+int hybrid_collisions(int L, const std::uint16_t *codes, const std::uint16_t *query_codes);
 /// H: the bits in which a token's codes and the query's differ over the first `bits` SimHash
 /// columns (table b / K, bit b % K), bits in [1, K L].
 int hybrid_hamming(int bits, int K, const std::uint16_t *codes, const std::uint16_t *query_codes);
