@@ -14,6 +14,7 @@
 #include "pig/reference/kv_quant.h"
 #include "pig/reference/lsh.h"
 #include "pig/reference/random.h"
+#include "pig/runtime/hybrid_rank.h"
 #include "pig/runtime/lsh_index.h"
 #include "pig/spec/hash.h"
 #include "pig/spec/lsh_params.h"
@@ -504,7 +505,10 @@ void BudgetAttention::HybridTruncate(size_t layer, size_t pos) {
       h = HybridIndex{};
       continue;
     }
-    h.codes.resize((pos - spec_.sink) * L);
+    if (!h.codes.empty())
+      h.codes.resize((pos - spec_.sink) * L);
+    if (!h.sketch.empty())
+      h.sketch.resize((pos - spec_.sink) * lsh::hybrid_sketch_words(RankerBits()));
     h.norms.resize(pos - spec_.sink);
     if (!h.log_vnorms.empty())
       h.log_vnorms.resize(pos - spec_.sink);
@@ -528,10 +532,11 @@ void BudgetAttention::HybridFold(size_t layer, size_t end) {
       h.end = b;
     }
     const size_t from = h.end;
-    h.codes.resize((end - b) * L);
     h.norms.resize(end - b);
     if (spec_.hybrid.value_norm)
       h.log_vnorms.resize(end - b);
+    thread_local std::vector<std::uint16_t> codes;
+    codes.resize((end - from) * L);
     lsh::EncodeArgs a;
     a.x = cache_.Keys(layer, kvh);
     a.dtype = cache_.dtype();
@@ -539,8 +544,17 @@ void BudgetAttention::HybridFold(size_t layer, size_t end) {
     a.first = from;
     a.mean = h.mean.data();
     a.W = simhash_->view();
-    a.codes = h.codes.data() + (from - b) * L;
+    a.codes = codes.data();
     set_.encode(a);
+    // The codes themselves for counting collisions; packed for the Hamming scan.
+    if (spec_.hybrid.rank == ref::HybridRank::collisions || spec_.hybrid.candidates > 0)
+      h.codes.insert(h.codes.end(), codes.begin(), codes.end());
+    if (spec_.hybrid.rank == ref::HybridRank::hamming) {
+      const size_t words = lsh::hybrid_sketch_words(RankerBits());
+      h.sketch.resize((end - b) * words);
+      lsh::hybrid_pack(codes.data(), end - from, spec_.K, spec_.L, RankerBits(),
+                       h.sketch.data() + (from - b) * words);
+    }
     for (size_t t = from; t < end; ++t) {
       cache_.KeyRow(layer, kvh, t, row.data());
       double n2 = 0;
@@ -600,11 +614,26 @@ void BudgetAttention::HybridHead(size_t layer, size_t head, size_t pos, const fl
     for (int x = 0; x <= B; ++x)
       cos_of[size_t(x)] = ref::hamming_cosine(x, B);
   }
+  const int cand = cfg.candidates;
+  // hamming: every token's H in one scan of the packed sketches (the kernel; ref::hybrid_hamming's
+  // integers exactly).
+  thread_local std::vector<std::uint64_t> qsketch;
+  thread_local std::vector<std::uint16_t> H;
+  if (hamming) {
+    const size_t words = lsh::hybrid_sketch_words(B);
+    qsketch.resize(words);
+    lsh::hybrid_pack(qc, 1, spec_.K, spec_.L, B, qsketch.data());
+    H.resize(n_idx);
+    lsh::hybrid_hamming_scan(h.sketch.data(), words, n_idx, qsketch.data(), 1, H.data());
+  }
   for (size_t i = 0; i < n_idx; ++i) {
-    const std::uint16_t *c = &h.codes[i * L];
-    const double cos_hat = hamming
-                               ? cos_of[size_t(ref::hybrid_hamming(B, spec_.K, c, qc))]
-                               : ref::hybrid_cosine(cfg.rank, cfg.bits, spec_.K, spec_.L, c, qc);
+    const std::uint16_t *c = h.codes.empty() ? nullptr : &h.codes[i * L];
+    if (cand > 0 && ref::hybrid_collisions(spec_.L, c, qc) < cand) {
+      s.z[i] = -kInf; // not a candidate: unscored, as ref::hybrid_scores
+      continue;
+    }
+    const double cos_hat =
+        hamming ? cos_of[H[i]] : ref::hybrid_cosine(cfg.rank, cfg.bits, spec_.K, spec_.L, c, qc);
     double x = sq * h.norms[i] * cos_hat;
     if (cfg.value_norm)
       x += h.log_vnorms[i];
@@ -654,8 +683,9 @@ void BudgetAttention::HybridHead(size_t layer, size_t head, size_t pos, const fl
   count.indexed = double(n_idx);
   count.kv_bytes_indexed = double(2 * n_idx * cache_.RowBytes());
   count.sampled = double(r.head.size() + r.tail.size());
-  // What a kernel's ranker reads: the packed sketch (bits / 8 bytes) and a norm (f32) per token.
-  count.index_bytes_read = double(n_idx) * (double((B + 7) / 8) + 4.0);
+  // What the ranker read per token: the packed sketch (hamming) or the codes, and the norm.
+  count.index_bytes_read =
+      double(n_idx) * (double(hamming ? lsh::hybrid_sketch_words(B) * 8 : L * 2) + 8.0);
 }
 
 void BudgetAttention::Reset() {
@@ -681,6 +711,7 @@ size_t BudgetAttention::MemoryBytes() const {
     bytes += (qmin_[i].capacity() + qmax_[i].capacity()) * sizeof(float);
   for (const HybridIndex &h : hybrid_)
     bytes += h.mean.capacity() * sizeof(float) + h.codes.capacity() * sizeof(std::uint16_t) +
+             h.sketch.capacity() * sizeof(std::uint64_t) +
              (h.norms.capacity() + h.log_vnorms.capacity()) * sizeof(double);
   return bytes;
 }
@@ -692,6 +723,7 @@ AttentionStats BudgetAttention::stats() const {
     s.index_bytes += (qmin_[i].size() + qmax_[i].size()) * sizeof(float);
   for (const HybridIndex &h : hybrid_)
     s.index_bytes += h.codes.size() * sizeof(std::uint16_t) +
+                     h.sketch.size() * sizeof(std::uint64_t) +
                      (h.norms.size() + h.log_vnorms.size()) * sizeof(double);
   return s;
 }

@@ -463,16 +463,27 @@ TEST(BudgetAttention, RejectsInvalidSpecs) {
   spec = Spec("lsh-hybrid", DType::f32);
   spec.hybrid.head_share = std::numeric_limits<double>::quiet_NaN();
   EXPECT_THROW(MakeBudgetAttention(spec, s), std::invalid_argument);
+  spec = Spec("lsh-hybrid", DType::f32);
+  spec.hybrid.candidates = spec.L + 1; // more collisions than there are tables
+  EXPECT_THROW(MakeBudgetAttention(spec, s), std::invalid_argument);
+  spec = Spec("lsh-hybrid", DType::f32);
+  spec.hybrid.rank = ref::HybridRank::lowrank; // pig::ref only: refused, not run as another
+  try {
+    MakeBudgetAttention(spec, s);
+    ADD_FAILURE() << "rank=lowrank accepted";
+  } catch (const std::invalid_argument &e) {
+    EXPECT_NE(std::string(e.what()).find("lowrank"), std::string::npos) << e.what();
+  }
 }
 
 // The ranker's options run the same code as the reference's: |v| (folded once per token), a
-// shorter Hamming sketch, collision counts.
+// shorter Hamming sketch, collision counts, candidates only (the rest drawn by skips).
 TEST(BudgetAttention, HybridRankerOptionsMatchReference) {
   ThreadPool pool(2);
   const AttentionShape s = Shape();
   const size_t n = 101;
   const Data x = MakeData(s, n, 31);
-  for (const char *h : {"vnorm=1", "bits=37", "rank=collisions:head=0.5"}) {
+  for (const char *h : {"vnorm=1", "bits=37", "rank=collisions:head=0.5", "cand=1", "cand=2"}) {
     AttentionSpec spec = Spec("lsh-hybrid", DType::bf16, 0.2);
     spec.hybrid = ref::HybridConfig::parse(h);
     auto att = MakeBudgetAttention(spec, s);
@@ -493,9 +504,9 @@ TEST(BudgetAttention, HybridStats) {
   EXPECT_EQ(st.indexed, 8 * 88.0);
   EXPECT_GT(st.sampled, 8 * 2.0); // the head alone: round(0.25 * 8.8) = 2 per head
   EXPECT_LT(st.sampled, 8 * 20.0);
-  // 2 sparse layers x 2 kv-heads x 88 tokens x (150 codes of 2 bytes + a double norm)
-  EXPECT_EQ(st.index_bytes, 2u * 2 * 88 * (150 * 2 + 8));
-  EXPECT_EQ(st.index_bytes_read, 8 * 88.0 * ((1500 + 7) / 8 + 4));
+  // 2 sparse layers x 2 kv-heads x 88 tokens x (1500 bits packed in 24 words + a double norm)
+  EXPECT_EQ(st.index_bytes, 2u * 2 * 88 * (24 * 8 + 8));
+  EXPECT_EQ(st.index_bytes_read, 8 * 88.0 * (24 * 8 + 8));
   EXPECT_NE(st.kernels.find("lsh-hybrid"), std::string::npos);
   EXPECT_GE(h->MemoryBytes(), h->cache().MemoryBytes() + st.index_bytes);
 }

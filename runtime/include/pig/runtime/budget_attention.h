@@ -86,6 +86,8 @@ private:
   // layer (the mean frozen at the first call that indexes anything), and forgets from `pos` on.
   void HybridFold(size_t layer, size_t end);
   void HybridTruncate(size_t layer, size_t pos);
+  // The Hamming ranker's columns: hybrid.bits, or all K L.
+  int RankerBits() const { return spec_.hybrid.bits > 0 ? spec_.hybrid.bits : spec_.K * spec_.L; }
   template <typename E>
   void HybridHead(size_t layer, size_t head, size_t pos, const float *q, float *out, Scratch &s,
                   HeadCount &count) const;
@@ -101,12 +103,14 @@ private:
   // [sink + p P, sink + (p + 1) P); positions [sink, quest_end_[layer]) are folded in.
   std::vector<std::vector<float>> qmin_, qmax_;
   std::vector<size_t> quest_end_;
-  // lsh-hybrid's sketch per (layer, kv-head): the SimHash codes (L per position, token-major) of
-  // the centred keys of positions [sink, end) and their norms |k - mean| (double, as the
+  // lsh-hybrid's sketch per (layer, kv-head): the SimHash codes (L per position, token-major;
+  // packed into bit strings for the Hamming ranker's scan) of the centred keys of positions
+  // [sink, end) and their norms |k - mean| (double, as the
   // reference's hybrid_scores), the mean frozen at the first decode step that indexed anything.
   struct HybridIndex {
     std::vector<float> mean;
-    std::vector<std::uint16_t> codes;
+    std::vector<std::uint16_t> codes;  ///< with rank=collisions or cand only
+    std::vector<std::uint64_t> sketch; ///< rank=hamming: packed (hybrid_rank.h), per position
     std::vector<double> norms;
     std::vector<double> log_vnorms; ///< log |v| per position, with hybrid.value_norm only
     size_t end = 0;

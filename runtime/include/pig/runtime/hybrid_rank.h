@@ -1,0 +1,28 @@
+// lsh-hybrid's Hamming ranker as a kernel (docs/HYBRID.md): the L SimHash codes of a token packed
+// into one bit string (its "sketch"), and a scan that counts, for every token and each of G query
+// heads, the bits in which the token's sketch and the head's differ. The scan runs on the best
+// Highway target (PopulationCount: VPOPCNTQ on AVX3_DL) and gives exactly pig::ref::hybrid_hamming.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+namespace pig::runtime::lsh {
+
+/// u64 words of one packed sketch of `bits` SimHash columns: ceil(bits / 64), rounded up to a
+/// multiple of 8 (a 512-bit vector) so that the scan has no remainder; the padding is zero.
+std::size_t hybrid_sketch_words(int bits);
+
+/// Packs the first `bits` SimHash columns of `rows` tokens (codes token-major, L uint16 each,
+/// K bits per code) into sketches of hybrid_sketch_words(bits) words: column b (table b / K, bit
+/// b % K) at bit b % 64 of word b / 64.
+void hybrid_pack(const std::uint16_t *codes, std::size_t rows, int K, int L, int bits,
+                 std::uint64_t *out);
+
+/// H[g * n + i] = popcount(sketch_i XOR query_g) for tokens i in [0, n) and heads g in [0, G):
+/// pig::ref::hybrid_hamming of the codes the sketches were packed from. words: the sketches'
+/// hybrid_sketch_words (every sketch and query that long).
+void hybrid_hamming_scan(const std::uint64_t *sketches, std::size_t words, std::size_t n,
+                         const std::uint64_t *queries, int G, std::uint16_t *H);
+
+} // namespace pig::runtime::lsh

@@ -1,0 +1,72 @@
+// lsh-hybrid's Hamming scan (pig/runtime/hybrid_rank.h) on every compiled Highway target against
+// pig::ref::hybrid_hamming: packed sketches of random codes, codes that straddle words, partial
+// last tables (bits % K != 0), G = 1 and 3, and the extremes (all bits equal, all differ).
+#include "pig/runtime/hybrid_rank.h"
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+#include <hwy/targets.h>
+
+#include "pig/reference/hybrid.h"
+#include "pig/reference/random.h"
+
+namespace pig::runtime::lsh {
+namespace {
+
+void for_each_target(const std::function<void()> &fn) {
+  for (std::int64_t target : hwy::SupportedAndGeneratedTargets()) {
+    hwy::SetSupportedTargetsForTest(target);
+    SCOPED_TRACE(hwy::TargetName(target));
+    fn();
+  }
+  hwy::SetSupportedTargetsForTest(0);
+}
+
+TEST(HybridRank, ScanCountsTheReferencesHammingDistances) {
+  struct Case {
+    int K, L, bits;
+  };
+  for (const Case c : {Case{10, 150, 1500}, Case{10, 150, 512}, Case{10, 150, 37}, Case{7, 20, 140},
+                       Case{16, 9, 144}, Case{1, 1, 1}}) {
+    SCOPED_TRACE("K=" + std::to_string(c.K) + " L=" + std::to_string(c.L) +
+                 " bits=" + std::to_string(c.bits));
+    ref::Rng rng(std::uint64_t(c.K * 1000 + c.bits));
+    const std::size_t n = 203, words = hybrid_sketch_words(c.bits);
+    ASSERT_EQ(words % 8, 0u);
+    ASSERT_GE(words * 64, std::size_t(c.bits));
+    const std::uint16_t mask = std::uint16_t((1u << c.K) - 1);
+    std::vector<std::uint16_t> codes(n * std::size_t(c.L)), qcodes(3 * std::size_t(c.L));
+    for (auto &x : codes)
+      x = std::uint16_t(rng.below(1u << c.K));
+    for (auto &x : qcodes)
+      x = std::uint16_t(rng.below(1u << c.K));
+    for (int l = 0; l < c.L; ++l) { // token 0 equals head 0; token 1 is its complement
+      codes[std::size_t(l)] = qcodes[std::size_t(l)];
+      codes[std::size_t(c.L + l)] = std::uint16_t(~qcodes[std::size_t(l)] & mask);
+    }
+    std::vector<std::uint64_t> sketch(n * words), q(3 * words);
+    hybrid_pack(codes.data(), n, c.K, c.L, c.bits, sketch.data());
+    hybrid_pack(qcodes.data(), 3, c.K, c.L, c.bits, q.data());
+    for_each_target([&] {
+      for (int G : {1, 3}) {
+        std::vector<std::uint16_t> H(std::size_t(G) * n, 0xffff);
+        hybrid_hamming_scan(sketch.data(), words, n, q.data(), G, H.data());
+        for (int g = 0; g < G; ++g)
+          for (std::size_t i = 0; i < n; ++i)
+            ASSERT_EQ(H[std::size_t(g) * n + i],
+                      ref::hybrid_hamming(c.bits, c.K, &codes[i * std::size_t(c.L)],
+                                          &qcodes[std::size_t(g) * std::size_t(c.L)]))
+                << "token " << i << " head " << g;
+        EXPECT_EQ(H[0], 0);
+        EXPECT_EQ(H[1], c.bits);
+      }
+    });
+  }
+}
+
+} // namespace
+} // namespace pig::runtime::lsh
