@@ -44,6 +44,7 @@
 #include "pig/reference/kv_quant.h"
 #include "pig/reference/random.h"
 #include "pig/reference/synthetic.h"
+#include "pig/runtime/hybrid_rank.h"
 #include "pig/runtime/lsh_index.h"
 #include "pig/runtime/lsh_kernels.h"
 #include "pig/runtime/lsh_step.h"
@@ -663,6 +664,40 @@ void BM_PairSampledDense(benchmark::State &state, std::size_t n, std::size_t d, 
   run_pair(state, key("pair_sampled_dense", d, G, n), sampled, dense);
 }
 
+// lsh-hybrid's ranker (hybrid_rank.h) against MagicPIG's whole step: A: the sampled step, B: the
+// Hamming scan of every token's packed (10, 150) sketch (1500 bits, 24 words) for the G heads.
+// B / A is what ranking every token costs before lsh-hybrid attends to anything: lsh-hybrid at
+// MagicPIG's cost2 runs at most A / (A + B) of its speed. The sketches are random bits (the scan's
+// time does not depend on them), one copy per dataset copy like the rows.
+void BM_PairHybridScanSampled(benchmark::State &state, std::size_t n, std::size_t d, int G) {
+  Dataset &ds = dataset(n, d, G, true);
+  SampledCall sampled(ds, false);
+  const std::size_t words = lsh::hybrid_sketch_words(1500);
+  std::vector<lsh::HugeVector<std::uint64_t>> sketch(ds.copies);
+  std::uint64_t x = 0x9e3779b97f4a7c15ull;
+  auto next = [&] { // xorshift64
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    return x;
+  };
+  for (auto &s : sketch) {
+    s.resize(n * words);
+    for (auto &w : s)
+      w = next();
+  }
+  std::vector<std::uint64_t> q(std::size_t(G) * words);
+  for (auto &w : q)
+    w = next();
+  std::vector<std::uint16_t> H(std::size_t(G) * n);
+  std::size_t c = 0;
+  run_pair(state, key("pair_hybrid_scan_sampled", d, G, n), sampled, [&] {
+    lsh::hybrid_hamming_scan(sketch[c].data(), words, n, q.data(), G, H.data());
+    benchmark::DoNotOptimize(H.data());
+    c = (c + 1) % sketch.size();
+  });
+}
+
 // q8 rows against bf16 rows (the same values quantised): A: q8, B: bf16; B / A = q8's speed-up.
 // `sampled`: the sampled step of each (its own index: of the q8 keys for q8), else dense.
 void BM_PairQ8(benchmark::State &state, std::size_t n, std::size_t d, int G, bool sampled) {
@@ -892,6 +927,12 @@ void print_ratios() {
                   "[%.0f-%.0f], %zu calls)\n",
                   shape, r.b / r.a, us(r.a), us(r.a_min), us(r.a_max), us(r.b), us(r.b_min),
                   us(r.b_max), r.calls);
+    } else if (what == "pair_hybrid_scan_sampled") {
+      std::printf("hybrid ranker scan vs sampled step %s : scan = %.2fx the step (scan %.0f us "
+                  "[%.0f-%.0f], sampled %.0f us [%.0f-%.0f], %zu calls): lsh-hybrid <= %.2fx "
+                  "magicpig's speed (target >= 0.9x)\n",
+                  shape, r.b / r.a, us(r.b), us(r.b_min), us(r.b_max), us(r.a), us(r.a_min),
+                  us(r.a_max), r.calls, r.a / (r.a + r.b));
     } else if (what == "pair_retrieval") {
       std::printf("retrieval ours vs public %s : %5.2fx (ours %.1f us [%.1f-%.1f], public %.1f us "
                   "[%.1f-%.1f], %zu calls)  (target >= 2x)\n",
@@ -985,6 +1026,9 @@ void RegisterAttentionBenchmarks(const std::optional<lsh::Schedule> &only) {
         [=](benchmark::State &st) { BM_PairQ8(st, n, s.d, s.G, true); });
     reg(key("pair_sampled_dense_q8", s.d, s.G, n),
         [=](benchmark::State &st) { BM_PairSampledDenseQ8(st, n, s.d, s.G); });
+    if (s.d == 64)
+      reg(key("pair_hybrid_scan_sampled", s.d, s.G, n),
+          [=](benchmark::State &st) { BM_PairHybridScanSampled(st, n, s.d, s.G); });
     if (s.G == 1) {
       reg(key("pair_spec_generic_dense", s.d, s.G, n),
           [=](benchmark::State &st) { BM_PairSpecGeneric(st, n, s.d, s.G, false); });
