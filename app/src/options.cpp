@@ -323,8 +323,8 @@ AttentionFlags AddAttentionOptions(CLI::App &app, runtime::AttentionSpec &spec) 
                  throw CLI::ValidationError("--hybrid", e.what());
                }
              },
-             "lsh-hybrid: head=SHARE:floor=F:rank=hamming|collisions:bits=B:eps=E:delta=D:cap=C "
-             "(default head=0.25:floor=0.1:rank=hamming; docs/HYBRID.md)")
+             "lsh-hybrid: head=SHARE:floor=F:rank=hamming|collisions:bits=B:cand=T:vnorm=0|1:"
+             "eps=E:delta=D:cap=C (default head=0.25:floor=0.1:rank=hamming; docs/HYBRID.md)")
           ->type_name("SPEC")
           ->group(kAttentionGroup);
   f.schedule = AddScheduleOption(app, spec.schedule);

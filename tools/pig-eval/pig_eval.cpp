@@ -295,7 +295,8 @@ int main(int argc, char **argv) {
                }
          },
          "attention-error: the LSH-hybrid variants, each at every budget and at MagicPIG's cost "
-         "(repeatable; e.g. head=0.5:floor=0.1:rank=collisions, \"none\")")
+         "(repeatable; e.g. head=0.5:floor=0.1:rank=collisions, cand=1, rank=lowrank:dims=32, "
+         "\"none\")")
       ->type_name("SPEC")
       ->default_str("head=0.25:floor=0.1:rank=hamming")
       ->group(kEval);
