@@ -309,6 +309,8 @@ void BudgetAttention::Forward(size_t layer, size_t pos, size_t n, const float *q
   while (scratch_.size() < pool.size())
     scratch_.push_back(std::make_unique<Scratch>());
   std::fill(head_count_.begin(), head_count_.end(), HeadCount{});
+  if (method_ == Method::lsh_hybrid)
+    HybridRankGroups(layer, n_tok - spec_.local - spec_.sink, q, pool);
   pool.ParallelFor(nh, [&](size_t h, size_t thread) {
     if (cache_.dtype() == lsh::DType::f32)
       SparseHead<float>(layer, h, pos, q + h * d, out + h * d, *scratch_[thread], head_count_[h]);
@@ -575,6 +577,37 @@ void BudgetAttention::HybridFold(size_t layer, size_t end) {
   }
 }
 
+void BudgetAttention::HybridRankGroups(size_t layer, size_t n_idx, const float *q,
+                                       ThreadPool &pool) {
+  const size_t G = shape().group(), d = shape().head_dim, L = size_t(spec_.L);
+  const bool hamming = spec_.hybrid.rank == ref::HybridRank::hamming;
+  hybrid_qcodes_.resize(shape().n_kv_heads);
+  hybrid_H_.resize(shape().n_kv_heads);
+  pool.ParallelFor(shape().n_kv_heads, [&](size_t kvh, size_t) {
+    // The queries hashed as they are, like ref::sample_tokens.
+    std::vector<std::uint16_t> &qc = hybrid_qcodes_[kvh];
+    qc.resize(G * L);
+    lsh::EncodeArgs a;
+    a.x = q + kvh * G * d;
+    a.dtype = lsh::DType::f32;
+    a.rows = G;
+    a.W = simhash_->view();
+    a.codes = qc.data();
+    set_.encode(a);
+    if (!hamming)
+      return;
+    const int B = RankerBits();
+    const size_t words = lsh::hybrid_sketch_words(B);
+    thread_local std::vector<std::uint64_t> qsketch;
+    qsketch.resize(G * words);
+    lsh::hybrid_pack(qc.data(), G, spec_.K, spec_.L, B, qsketch.data());
+    const HybridIndex &h = hybrid_[layer * shape().n_kv_heads + kvh];
+    hybrid_H_[kvh].resize(G * n_idx);
+    lsh::hybrid_hamming_scan(h.sketch.data(), words, n_idx, qsketch.data(), int(G),
+                             hybrid_H_[kvh].data());
+  });
+}
+
 template <typename E>
 void BudgetAttention::HybridHead(size_t layer, size_t head, size_t pos, const float *q, float *out,
                                  Scratch &s, HeadCount &count) const {
@@ -588,16 +621,10 @@ void BudgetAttention::HybridHead(size_t layer, size_t head, size_t pos, const fl
   cfg.budget = spec_.budget;
   cfg.seed = OracleSeed(spec_.sample_seed, layer, head, pos);
 
-  // 1. The ranker: the query's codes (hashed as it is, like ref::sample_tokens), then each
-  // token's estimated logit exactly as ref::hybrid_scores computes it.
-  std::uint16_t qc[spec::kMaxL];
-  lsh::EncodeArgs a;
-  a.x = q;
-  a.dtype = lsh::DType::f32;
-  a.rows = 1;
-  a.W = simhash_->view();
-  a.codes = qc;
-  set_.encode(a);
+  // 1. The ranker: the query's codes and H from HybridRankGroups, then each token's estimated
+  // logit exactly as ref::hybrid_scores computes it.
+  const size_t g = head % shape().group();
+  const std::uint16_t *qc = hybrid_qcodes_[kvh].data() + g * L;
   double qn = 0;
   for (size_t j = 0; j < d; ++j)
     qn += double(q[j]) * double(q[j]);
@@ -606,7 +633,7 @@ void BudgetAttention::HybridHead(size_t layer, size_t head, size_t pos, const fl
   thread_local std::vector<float> tmp;
   // hamming: cos(pi H / B) tabulated for every H in [0, B] (ref::hamming_cosine: the same
   // doubles), built once per thread and B.
-  const int B = cfg.bits > 0 ? cfg.bits : spec_.K * spec_.L;
+  const int B = RankerBits();
   const bool hamming = cfg.rank == ref::HybridRank::hamming;
   thread_local std::vector<double> cos_of;
   if (hamming && cos_of.size() != size_t(B) + 1) {
@@ -615,17 +642,8 @@ void BudgetAttention::HybridHead(size_t layer, size_t head, size_t pos, const fl
       cos_of[size_t(x)] = ref::hamming_cosine(x, B);
   }
   const int cand = cfg.candidates;
-  // hamming: every token's H in one scan of the packed sketches (the kernel; ref::hybrid_hamming's
-  // integers exactly).
-  thread_local std::vector<std::uint64_t> qsketch;
-  thread_local std::vector<std::uint16_t> H;
-  if (hamming) {
-    const size_t words = lsh::hybrid_sketch_words(B);
-    qsketch.resize(words);
-    lsh::hybrid_pack(qc, 1, spec_.K, spec_.L, B, qsketch.data());
-    H.resize(n_idx);
-    lsh::hybrid_hamming_scan(h.sketch.data(), words, n_idx, qsketch.data(), 1, H.data());
-  }
+  // hamming: ref::hybrid_hamming's integers, from the group's scan.
+  const std::uint16_t *H = hamming ? hybrid_H_[kvh].data() + g * n_idx : nullptr;
   for (size_t i = 0; i < n_idx; ++i) {
     const std::uint16_t *c = h.codes.empty() ? nullptr : &h.codes[i * L];
     if (cand > 0 && ref::hybrid_collisions(spec_.L, c, qc) < cand) {
@@ -683,9 +701,11 @@ void BudgetAttention::HybridHead(size_t layer, size_t head, size_t pos, const fl
   count.indexed = double(n_idx);
   count.kv_bytes_indexed = double(2 * n_idx * cache_.RowBytes());
   count.sampled = double(r.head.size() + r.tail.size());
-  // What the ranker read per token: the packed sketch (hamming) or the codes, and the norm.
-  count.index_bytes_read =
-      double(n_idx) * (double(hamming ? lsh::hybrid_sketch_words(B) * 8 : L * 2) + 8.0);
+  // What the ranker read per token: this head's share of the group's one pass over the packed
+  // sketches (hamming) or its own pass over the codes, and the norm.
+  const double ranker =
+      hamming ? double(lsh::hybrid_sketch_words(B) * 8) / double(shape().group()) : double(L * 2);
+  count.index_bytes_read = double(n_idx) * (ranker + 8.0);
 }
 
 void BudgetAttention::Reset() {

@@ -86,6 +86,10 @@ private:
   // layer (the mean frozen at the first call that indexes anything), and forgets from `pos` on.
   void HybridFold(size_t layer, size_t end);
   void HybridTruncate(size_t layer, size_t pos);
+  // lsh-hybrid, per decode step of a sparse layer: for each kv-head, the codes of its G queries
+  // (hybrid_qcodes_) and, with rank=hamming, every indexed token's H for the G heads from one scan
+  // of the packed sketches (hybrid_H_): the sketches stream once per group, not once per head.
+  void HybridRankGroups(size_t layer, size_t n_idx, const float *q, ThreadPool &pool);
   // The Hamming ranker's columns: hybrid.bits, or all K L.
   int RankerBits() const { return spec_.hybrid.bits > 0 ? spec_.hybrid.bits : spec_.K * spec_.L; }
   template <typename E>
@@ -116,6 +120,7 @@ private:
     size_t end = 0;
   };
   std::vector<HybridIndex> hybrid_;
+  std::vector<std::vector<std::uint16_t>> hybrid_qcodes_, hybrid_H_; // per kv-head, this step
   std::unique_ptr<lsh::SimHash> simhash_; // lsh-hybrid: W of (K, L, seed)
   std::vector<std::unique_ptr<Scratch>> scratch_;
   std::vector<HeadCount> head_count_;
