@@ -199,12 +199,12 @@ HybridLowRank::Key HybridLowRank::key(std::span<const float> centered) const {
   Key out;
   out.x.assign(k.size(), 0);
   float m = 0;
-  for (float x : k)
-    m = std::isnan(x) || std::isnan(m) ? std::numeric_limits<float>::quiet_NaN()
-                                       : std::max(m, std::fabs(x));
-  if (!std::isfinite(m)) {
-    out.scale = std::numeric_limits<float>::quiet_NaN();
-    return out;
+  for (float x : k) {
+    if (!std::isfinite(x)) { // NaN or inf: the score becomes NaN, ranked -inf
+      out.scale = std::numeric_limits<float>::quiet_NaN();
+      return out;
+    }
+    m = std::max(m, std::fabs(x));
   }
   if (m == 0)
     return out;
@@ -238,7 +238,7 @@ std::vector<double> hybrid_scores(std::span<const float> q, Matrix V, Matrix W,
                                     : index.transform.query(q);
   const std::vector<std::uint16_t> qc = encode(qh, W, index.cfg);
   const int K = index.cfg.K, L = index.cfg.L;
-  const double s = scale.value_or(default_scale(q.size())) * norm(qh);
+  const double sc = scale.value_or(default_scale(q.size())), s = sc * norm(qh);
   const int bits = cfg.bits > 0 ? cfg.bits : K * L;
   if (bits > K * L)
     throw std::invalid_argument("lsh-hybrid: bits=" + std::to_string(bits) + " but the index has " +
@@ -252,7 +252,6 @@ std::vector<double> hybrid_scores(std::span<const float> q, Matrix V, Matrix W,
     low = HybridLowRank::fit(index.centered, cfg.dims);
     qp = low->transform.query(q);
   }
-  const double sc = scale.value_or(default_scale(q.size()));
   for (std::size_t i = 0; i < count; ++i) {
     const std::uint16_t *codes = index.codes.data() + i * std::size_t(L);
     if (cfg.candidates > 0 && hybrid_collisions(L, codes, qc.data()) < cfg.candidates)

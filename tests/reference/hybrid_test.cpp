@@ -443,13 +443,30 @@ TEST(Hybrid, TheCentralLimitBudgetGrowsTheTailUntilTheBoundHolds) {
 }
 
 TEST(Hybrid, AdversarialInputs) {
+  // The rankers that read less face the same inputs as the default.
+  const std::vector<HybridConfig> rankers = {HybridConfig{}, HybridConfig::parse("cand=1"),
+                                             HybridConfig::parse("rank=lowrank:dims=4")};
   // Fewer tokens than the static window: nothing indexed, exactly dense.
-  for (std::size_t n : {1, 5, 68}) {
-    const Head s = setup(13, n, 16);
-    const HybridResult r = hybrid_attention(s.p.q, s.p.K, s.p.V, s.W, s.index, HybridConfig{});
-    const Attention dense = dense_attention(s.p.q, s.p.K, s.p.V);
-    EXPECT_LT(relative_l2_error(r.attention.out, dense.out), 1e-6) << n;
-    EXPECT_EQ(r.cost(), 0.0);
+  for (const HybridConfig &c : rankers)
+    for (std::size_t n : {1, 5, 68}) {
+      const Head s = setup(13, n, 16);
+      const HybridResult r = hybrid_attention(s.p.q, s.p.K, s.p.V, s.W, s.index, c);
+      const Attention dense = dense_attention(s.p.q, s.p.K, s.p.V);
+      EXPECT_LT(relative_l2_error(r.attention.out, dense.out), 1e-6) << n << " " << c.str();
+      EXPECT_EQ(r.cost(), 0.0);
+    }
+  // A NaN key: lowrank leaves non-finite keys unscored (-inf) instead of ranking NaN.
+  {
+    Head s = setup(19, 400, 16);
+    s.p.K.at(200, 5) = std::numeric_limits<float>::quiet_NaN();
+    s.index = build_index(s.p.K, s.W, s.index.cfg);
+    HybridConfig c = HybridConfig::parse("rank=lowrank:dims=4");
+    // the NaN reaches the mean and so every centred key: all unscored, the floor alone, no crash
+    const std::vector<double> score = hybrid_scores(s.p.q, s.p.V, s.W, s.index, c);
+    for (double x : score)
+      EXPECT_EQ(x, -std::numeric_limits<double>::infinity());
+    const HybridResult r = hybrid_attention(s.p.q, s.p.K, s.p.V, s.W, s.index, c);
+    EXPECT_EQ(r.attention.out.size(), 16u);
   }
   // One indexed token.
   {
@@ -472,8 +489,10 @@ TEST(Hybrid, AdversarialInputs) {
     const LshConfig cfg{5, 20, 2, 3};
     const OwnedMatrix W = simhash_matrix(3, d, 5, 20);
     const LshIndex index = build_index(K, W, cfg);
-    const HybridResult r = hybrid_attention(q, K, V, W, index, HybridConfig{});
-    EXPECT_LT(relative_l2_error(r.attention.out, v), 1e-6);
+    for (const HybridConfig &c : rankers) {
+      const HybridResult r = hybrid_attention(q, K, V, W, index, c);
+      EXPECT_LT(relative_l2_error(r.attention.out, v), 1e-6) << c.str();
+    }
   }
   // Huge norms: finite probabilities, no throw; the head still holds the best tokens.
   {
@@ -481,9 +500,11 @@ TEST(Hybrid, AdversarialInputs) {
     for (float &x : s.p.K.data)
       x *= 1e15f;
     s.index = build_index(s.p.K, s.W, s.index.cfg);
-    const HybridResult r = hybrid_attention(s.p.q, s.p.K, s.p.V, s.W, s.index, HybridConfig{});
-    for (double p : r.pi)
-      EXPECT_TRUE(p > 0 && p <= 1);
+    for (const HybridConfig &c : rankers) {
+      const HybridResult r = hybrid_attention(s.p.q, s.p.K, s.p.V, s.W, s.index, c);
+      for (double p : r.pi)
+        EXPECT_TRUE(p > 0 && p <= 1) << c.str();
+    }
   }
   // NaN in the query: NaN out, no crash, no throw.
   {
