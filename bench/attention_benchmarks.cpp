@@ -674,21 +674,15 @@ void BM_PairHybridScanSampled(benchmark::State &state, std::size_t n, std::size_
   SampledCall sampled(ds, false);
   const std::size_t words = lsh::hybrid_sketch_words(1500);
   std::vector<lsh::HugeVector<std::uint64_t>> sketch(ds.copies);
-  std::uint64_t x = 0x9e3779b97f4a7c15ull;
-  auto next = [&] { // xorshift64
-    x ^= x << 13;
-    x ^= x >> 7;
-    x ^= x << 17;
-    return x;
-  };
+  pig::ref::Rng rng(7);
   for (auto &s : sketch) {
     s.resize(n * words);
     for (auto &w : s)
-      w = next();
+      w = rng.next_u64();
   }
   std::vector<std::uint64_t> q(std::size_t(G) * words);
   for (auto &w : q)
-    w = next();
+    w = rng.next_u64();
   std::vector<std::uint16_t> H(std::size_t(G) * n);
   std::size_t c = 0;
   run_pair(state, key("pair_hybrid_scan_sampled", d, G, n), sampled, [&] {
