@@ -172,6 +172,10 @@ void Downstream::Tasks() {
         auto make = [&](size_t size) {
           if (task == "needle")
             return MakeNeedle(size, double(inst + 1) / double(o_.instances + 1), seed);
+          if (task == "multikey")
+            return MakeMultiKeyNeedle(size, 4, seed);
+          if (task == "vt")
+            return MakeVariableTracking(size, 4, seed);
           if (task == "cwe")
             return MakeCommonWords(size, 3, CweCommonFreq(size), CweRareFreq(size), seed);
           return MakeFrequentWords(size, 2.0, seed);
@@ -231,7 +235,8 @@ size_t Downstream::CweRareFreq(size_t size) const {
 void Downstream::RunTask(const TaskInstance &t, const std::vector<int32_t> &ids, size_t ctx,
                          size_t inst) {
   const Tokenizer &tok = model_.tokenizer();
-  const size_t max_new = t.name == "needle" ? 12 : 24;
+  // The answer's length: a number; three words; five variable names of up to ~4 tokens each.
+  const size_t max_new = t.name == "needle" || t.name == "multikey" ? 12 : t.name == "vt" ? 32 : 24;
   const size_t capacity = ids.size() + max_new + 1;
   const auto t0 = Clock::now();
   LlamaSession base(model_, pool_, capacity,
@@ -417,9 +422,11 @@ void Downstream::Markdown(double seconds, double prefill_seconds) const {
   }
   if (!cells_.empty()) {
     md += "**Tasks**: mean score over " + std::to_string(o_.instances) +
-          " seeded instances per task and context (needle: the number is in the answer; cwe: "
-          "fraction of the 3 common words named; fwe: fraction of the 3 most frequent coded "
-          "words named), greedy decoding after a dense prefill of the chat-formatted prompt; "
+          " seeded instances per task and context (needle: the number is in the answer; "
+          "multikey: the number of the asked one of 4 keys is; vt: fraction of the 5 variables "
+          "of a 4-hop chain named, beside a distractor chain; cwe: fraction of the 3 common "
+          "words named; fwe: fraction of the 3 most frequent coded words named), greedy decoding "
+          "after a dense prefill of the chat-formatted prompt; "
           "cost1 / cost2 as above, averaged over instances.\n\n";
     std::string head = "| method | config |", sep = "|---|---|";
     std::vector<std::pair<std::string, size_t>> cols;

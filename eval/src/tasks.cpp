@@ -86,21 +86,37 @@ std::string CodedWord(Rng &rng) {
   return w;
 }
 
+// `size` filler sentences with inserts[k].second placed before filler sentence inserts[k].first
+// (positions in [0, size]; equal positions keep their order).
+std::string Haystack(std::size_t size, std::vector<std::pair<std::size_t, std::string>> inserts) {
+  std::stable_sort(inserts.begin(), inserts.end(),
+                   [](const auto &a, const auto &b) { return a.first < b.first; });
+  std::string hay;
+  std::size_t k = 0;
+  for (std::size_t i = 0; i <= size; ++i) {
+    for (; k < inserts.size() && inserts[k].first == i; ++k)
+      hay.append(inserts[k].second).append(" ");
+    if (i < size)
+      hay.append(kFiller[i % kFiller.size()]).append(" ");
+  }
+  return hay;
+}
+
+std::string UpperName(Rng &rng) {
+  std::string w;
+  for (int i = 0; i < 5; ++i)
+    w.push_back(char('A' + rng.below(26)));
+  return w;
+}
+
 } // namespace
 
 TaskInstance MakeNeedle(std::size_t size, double depth, std::uint64_t seed) {
   Rng rng(seed);
   const std::size_t number = 1000000 + rng.below(9000000);
   const std::size_t at = std::size_t(std::lround(std::clamp(depth, 0.0, 1.0) * double(size)));
-  std::string hay;
-  for (std::size_t i = 0; i <= size; ++i) {
-    if (i == at)
-      hay += "The special magic number is " + std::to_string(number) + ". ";
-    if (i < size) {
-      hay += kFiller[i % kFiller.size()];
-      hay += ' ';
-    }
-  }
+  const std::string hay =
+      Haystack(size, {{at, "The special magic number is " + std::to_string(number) + "."}});
   TaskInstance t;
   t.name = "needle";
   t.size = size;
@@ -111,6 +127,84 @@ TaskInstance MakeNeedle(std::size_t size, double depth, std::uint64_t seed) {
              "number only.";
   t.answer_prefix = "The special magic number mentioned in the provided text is";
   t.expected = {std::to_string(number)};
+  return t;
+}
+
+TaskInstance MakeMultiKeyNeedle(std::size_t size, std::size_t keys, std::uint64_t seed) {
+  if (keys == 0)
+    throw std::invalid_argument("multikey: need at least one key");
+  Rng rng(seed);
+  const std::vector<std::string> words = DistinctWords(keys, rng);
+  std::set<std::size_t> numbers;
+  while (numbers.size() < keys)
+    numbers.insert(1000000 + rng.below(9000000));
+  std::vector<std::size_t> number(numbers.begin(), numbers.end());
+  Shuffle(number, rng);
+  std::vector<std::pair<std::size_t, std::string>> needles;
+  for (std::size_t k = 0; k < keys; ++k)
+    needles.emplace_back(rng.below(size + 1), "One of the special magic numbers for " + words[k] +
+                                                  " is: " + std::to_string(number[k]) + ".");
+  const std::size_t asked = rng.below(keys);
+  TaskInstance t;
+  t.name = "multikey";
+  t.size = size;
+  t.prompt = "Some special magic numbers are hidden within the following text. Make sure to "
+             "memorize them. I will quiz you about the numbers afterwards.\n" +
+             Haystack(size, needles) + "\nWhat is the special magic number for " + words[asked] +
+             " mentioned in the provided text? Answer with the number only.";
+  t.answer_prefix = "The special magic number for " + words[asked] +
+                    " mentioned in the provided "
+                    "text is";
+  t.expected = {std::to_string(number[asked])};
+  return t;
+}
+
+TaskInstance MakeVariableTracking(std::size_t size, std::size_t hops, std::uint64_t seed) {
+  if (hops == 0)
+    throw std::invalid_argument("vt: need at least one hop");
+  Rng rng(seed);
+  std::set<std::string> seen;
+  auto fresh = [&] {
+    for (;;) {
+      std::string w = UpperName(rng);
+      if (seen.insert(w).second)
+        return w;
+    }
+  };
+  const std::size_t value = 10000 + rng.below(90000);
+  std::size_t other = value;
+  while (other == value)
+    other = 10000 + rng.below(90000);
+  std::vector<std::pair<std::size_t, std::string>> inserts;
+  std::vector<std::string> chain;
+  for (std::size_t v : {value, other}) {
+    // hops + 1 assignments at ascending depths: each refers to one made before it.
+    std::vector<std::size_t> at(hops + 1);
+    for (std::size_t &x : at)
+      x = rng.below(size + 1);
+    std::sort(at.begin(), at.end());
+    std::vector<std::string> names(hops + 1);
+    for (std::string &n : names)
+      n = fresh();
+    inserts.emplace_back(at[0], "VAR " + names[0] + " = " + std::to_string(v) + ".");
+    for (std::size_t h = 1; h <= hops; ++h)
+      inserts.emplace_back(at[h], "VAR " + names[h] + " = VAR " + names[h - 1] + ".");
+    if (v == value)
+      chain = names;
+  }
+  TaskInstance t;
+  t.name = "vt";
+  t.size = size;
+  t.prompt = "Memorize and track the chain(s) of variable assignment hidden in the following "
+             "text.\n" +
+             Haystack(size, inserts) +
+             "\nQuestion: Find all variables that are assigned the "
+             "value " +
+             std::to_string(value) + " in the text above.";
+  t.answer_prefix = "Answer: According to the chain(s) of variable assignment in the text above, " +
+                    std::to_string(hops + 1) + " variables are assigned the value " +
+                    std::to_string(value) + ", they are:";
+  t.expected = chain; // ScoreAnswer compares words case-insensitively
   return t;
 }
 

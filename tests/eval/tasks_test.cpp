@@ -4,6 +4,8 @@
 
 #include <algorithm>
 #include <map>
+#include <set>
+#include <stdexcept>
 #include <string>
 
 namespace pig::eval {
@@ -39,6 +41,69 @@ TEST(Needle, SeedsAreReproducibleAndDistinct) {
   EXPECT_NE(MakeNeedle(10, 0.0, 3).prompt.find("afterwards.\nThe special magic number"),
             std::string::npos);
   EXPECT_NE(MakeNeedle(10, 1.0, 3).prompt.find(". \nWhat is the special"), std::string::npos);
+}
+
+TEST(MultiKeyNeedle, EveryKeyOnceAndTheAnswerIsTheAskedKeysNumber) {
+  for (std::uint64_t seed : {1, 2, 3, 4}) {
+    const TaskInstance t = MakeMultiKeyNeedle(120, 4, seed);
+    EXPECT_EQ(t.name, "multikey");
+    ASSERT_EQ(t.expected.size(), 1u);
+    EXPECT_EQ(Count(t.prompt, "One of the special magic numbers for "), 4u);
+    // The asked word is named in the question and its needle carries the expected number.
+    const std::string q = "What is the special magic number for ";
+    const std::size_t at = t.prompt.find(q);
+    ASSERT_NE(at, std::string::npos);
+    const std::string word =
+        t.prompt.substr(at + q.size(), t.prompt.find(' ', at + q.size()) - (at + q.size()));
+    EXPECT_EQ(Count(t.prompt,
+                    "One of the special magic numbers for " + word + " is: " + t.expected[0] + "."),
+              1u);
+    EXPECT_NE(t.answer_prefix.find(word), std::string::npos);
+    // The four numbers differ: the distractors cannot score.
+    std::set<std::string> numbers;
+    for (std::size_t p = t.prompt.find(" is: "); p != std::string::npos;
+         p = t.prompt.find(" is: ", p + 1))
+      numbers.insert(t.prompt.substr(p + 5, 7));
+    EXPECT_EQ(numbers.size(), 4u);
+    EXPECT_EQ(ScoreAnswer(" " + t.expected[0] + ".", t.expected), 1.0);
+  }
+  EXPECT_EQ(MakeMultiKeyNeedle(60, 4, 9).prompt, MakeMultiKeyNeedle(60, 4, 9).prompt);
+  EXPECT_NE(MakeMultiKeyNeedle(60, 4, 9).prompt, MakeMultiKeyNeedle(60, 4, 10).prompt);
+  EXPECT_THROW(MakeMultiKeyNeedle(60, 0, 1), std::invalid_argument);
+}
+
+TEST(VariableTracking, TheChainIsInOrderBesideADistractorChain) {
+  for (std::uint64_t seed : {1, 2, 3, 4}) {
+    const TaskInstance t = MakeVariableTracking(150, 4, seed);
+    EXPECT_EQ(t.name, "vt");
+    ASSERT_EQ(t.expected.size(), 5u);
+    // The question's value starts the chain: VAR X0 = value, then VAR Xh = VAR X(h-1), in
+    // order of appearance.
+    const std::string q = "assigned the value ";
+    const std::size_t at = t.prompt.find(q);
+    ASSERT_NE(at, std::string::npos);
+    const std::string value = t.prompt.substr(at + q.size(), 5);
+    std::size_t last = t.prompt.find("VAR " + t.expected[0] + " = " + value + ".");
+    ASSERT_NE(last, std::string::npos);
+    for (std::size_t h = 1; h < 5; ++h) {
+      const std::size_t p =
+          t.prompt.find("VAR " + t.expected[h] + " = VAR " + t.expected[h - 1] + ".");
+      ASSERT_NE(p, std::string::npos) << "hop " << h;
+      EXPECT_GT(p, last) << "hop " << h;
+      last = p;
+    }
+    // Ten assignments in all, the chain and a distractor chain of another value: per chain one
+    // "VAR X = value." and four "VAR Y = VAR X.", 9 "VAR " each.
+    EXPECT_EQ(Count(t.prompt, "VAR "), 2u * (1 + 2 * 4));
+    EXPECT_EQ(Count(t.prompt, " = " + value + "."), 1u);
+    std::string answer;
+    for (const std::string &n : t.expected)
+      answer += " " + n + ",";
+    EXPECT_EQ(ScoreAnswer(answer, t.expected), 1.0);
+    EXPECT_EQ(ScoreAnswer(" " + t.expected[0] + ", " + t.expected[1], t.expected), 0.4);
+  }
+  EXPECT_EQ(MakeVariableTracking(60, 4, 9).prompt, MakeVariableTracking(60, 4, 9).prompt);
+  EXPECT_THROW(MakeVariableTracking(60, 0, 1), std::invalid_argument);
 }
 
 // A seed names the same instance in every build: the generators' splitmix64 (pig::spec's) and

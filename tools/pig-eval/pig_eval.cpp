@@ -236,12 +236,16 @@ int main(int argc, char **argv) {
       ->capture_default_str()
       ->group(kEval);
   app.add_option_function<std::string>(
-         "--tasks", [&o](const std::string &s) { o.down.tasks = Split(s); }, "of needle,cwe,fwe")
+         "--tasks", [&o](const std::string &s) { o.down.tasks = Split(s); },
+         "of needle,multikey,vt,cwe,fwe (multikey: 4 keys, one asked; vt: a 4-hop variable chain "
+         "and a distractor chain)")
       ->check(CLI::Validator(
           [](std::string &s) -> std::string {
             for (const std::string &t : Split(s))
-              if (t != "needle" && t != "cwe" && t != "fwe")
-                return "expects tasks of needle, cwe, fwe separated by commas, got '" + s + "'";
+              if (t != "needle" && t != "multikey" && t != "vt" && t != "cwe" && t != "fwe")
+                return "expects tasks of needle, multikey, vt, cwe, fwe separated by commas, "
+                       "got '" +
+                       s + "'";
             return "";
           },
           ""))

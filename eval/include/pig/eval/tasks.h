@@ -17,7 +17,7 @@ namespace pig::eval {
 /// it steers the answer's format, not its content); `expected` are the words the answer must
 /// contain.
 struct TaskInstance {
-  std::string name; ///< "needle", "cwe" or "fwe"
+  std::string name; ///< "needle", "multikey", "vt", "cwe" or "fwe"
   std::string prompt;
   std::string answer_prefix;
   std::vector<std::string> expected;
@@ -27,6 +27,17 @@ struct TaskInstance {
 /// Needle retrieval: `size` filler sentences with "The special magic number is NNNNNNN." inserted
 /// at relative depth `depth` in [0, 1] (0: before the first sentence), then the question.
 TaskInstance MakeNeedle(std::size_t size, double depth, std::uint64_t seed);
+
+/// Multi-key needle (RULER "niah_multikey_1"): `size` filler sentences with `keys` needles "One
+/// of the special magic numbers for WORD is: NNNNNNN." at seeded depths, each for a different word
+/// and number; asks for the number of one of the words (the others are distractors). keys >= 1.
+TaskInstance MakeMultiKeyNeedle(std::size_t size, std::size_t keys, std::uint64_t seed);
+
+/// Variable tracking (RULER "vt"): `size` filler sentences with a chain "VAR X1 = NNNNN.", then
+/// "VAR X2 = VAR X1.", ..., X_{hops+1}, at ascending seeded depths, plus a second chain of the same
+/// shape from another value as a distractor; asks for every variable assigned the first value.
+/// `expected`: the hops + 1 names of the first chain (5 upper-case letters each). hops >= 1.
+TaskInstance MakeVariableTracking(std::size_t size, std::size_t hops, std::uint64_t seed);
 
 /// Common-words extraction (RULER "cwe"): a numbered list of `size` words in which `n_common`
 /// words appear `common_freq` times each and the rest of the list is filled with distinct words
