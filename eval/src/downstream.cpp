@@ -423,7 +423,7 @@ void Downstream::Markdown(double seconds, double prefill_seconds) const {
   if (!cells_.empty()) {
     md += "**Tasks**: mean score over " + std::to_string(o_.instances) +
           " seeded instances per task and context (needle: the number is in the answer; "
-          "multikey: the number of the asked one of 4 keys is; vt: fraction of the 5 variables "
+          "multikey: the asked key's number, of 4 keys, is in it; vt: fraction of the 5 variables "
           "of a 4-hop chain named, beside a distractor chain; cwe: fraction of the 3 common "
           "words named; fwe: fraction of the 3 most frequent coded words named), greedy decoding "
           "after a dense prefill of the chat-formatted prompt; "
