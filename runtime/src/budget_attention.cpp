@@ -222,12 +222,14 @@ BudgetAttention::BudgetAttention(const AttentionSpec &spec, const AttentionShape
     simhash_ = std::make_unique<lsh::SimHash>(spec.seed, shape.head_dim, spec.K, spec.L);
   }
   // By name, not by index: method_ is spec::Method now (dense and magicpig come first).
-  const char *const what = method_ == Method::topk         ? "topk baseline"
-                           : method_ == Method::oracle     ? "oracle sampling baseline"
-                           : method_ == Method::lsh_hybrid ? "lsh-hybrid (encode kernel codes)"
-                                                           : "quest baseline";
-  stats_.kernels =
-      std::string(what) + " (scalar, f64 scores); dense: " + lsh::KernelRegistry::describe(set_);
+  const char *const what =
+      method_ == Method::topk     ? "topk baseline"
+      : method_ == Method::oracle ? "oracle sampling baseline"
+      : method_ == Method::lsh_hybrid
+          ? "lsh-hybrid (encode kernel codes, Highway Hamming scan per kv-head)"
+          : "quest baseline";
+  stats_.kernels = std::string(what) + " (scalar f64 selection and softmax); dense: " +
+                   lsh::KernelRegistry::describe(set_);
 }
 
 BudgetAttention::~BudgetAttention() = default;
