@@ -15,6 +15,7 @@
 #include "pig/reference/lsh.h"
 #include "pig/reference/random.h"
 #include "pig/runtime/hybrid_rank.h"
+#include "pig/runtime/hybrid_select.h"
 #include "pig/runtime/lsh_index.h"
 #include "pig/spec/hash.h"
 #include "pig/spec/lsh_params.h"
@@ -192,6 +193,7 @@ struct BudgetAttention::Scratch {
   std::vector<double> zs;           // their logits
   std::vector<double> acc;          // head_dim
   std::vector<float> part;          // head_dim: oracle's sampled part
+  lsh::HybridSampler hybrid;        // lsh-hybrid's head and draw (epsilon = 0)
 };
 
 namespace {
@@ -222,14 +224,26 @@ BudgetAttention::BudgetAttention(const AttentionSpec &spec, const AttentionShape
     simhash_ = std::make_unique<lsh::SimHash>(spec.seed, shape.head_dim, spec.K, spec.L);
   }
   // By name, not by index: method_ is spec::Method now (dense and magicpig come first).
-  const char *const what =
-      method_ == Method::topk     ? "topk baseline"
-      : method_ == Method::oracle ? "oracle sampling baseline"
-      : method_ == Method::lsh_hybrid
-          ? "lsh-hybrid (encode kernel codes, Highway Hamming scan per kv-head)"
-          : "quest baseline";
-  stats_.kernels = std::string(what) + " (scalar f64 selection and softmax); dense: " +
-                   lsh::KernelRegistry::describe(set_);
+  std::string what = method_ == Method::topk ? "topk baseline (scalar f64 selection and softmax)"
+                     : method_ == Method::oracle
+                         ? "oracle sampling baseline (scalar f64 selection "
+                           "and softmax)"
+                         : "quest baseline (scalar f64 selection and softmax)";
+  if (method_ == Method::lsh_hybrid) {
+    // Which of its steps run as Highway kernels in this configuration (docs/HYBRID.md).
+    const ref::HybridConfig &h = spec_.hybrid;
+    what = std::string("lsh-hybrid (encode kernel codes; ") +
+           (h.rank != ref::HybridRank::hamming ? "scalar collision-count scores"
+            : h.candidates > 0 ? "Highway Hamming scan per kv-head, scalar scores (cand)"
+                               : "Highway Hamming scan per kv-head and scores") +
+           (h.epsilon > 0                     ? "; pig::ref's selection, draw and scalar f64 "
+                                                "softmax (eps > 0)"
+            : spec.kv_dtype == lsh::DType::q8 ? "; Highway selection and draw; scalar f64 "
+                                                "softmax (q8 rows)"
+                                              : "; Highway selection, draw and f64 softmax") +
+           ")";
+  }
+  stats_.kernels = what + "; dense: " + lsh::KernelRegistry::describe(set_);
 }
 
 BudgetAttention::~BudgetAttention() = default;
@@ -646,7 +660,10 @@ void BudgetAttention::HybridHead(size_t layer, size_t head, size_t pos, const fl
   const int cand = cfg.candidates;
   // hamming: ref::hybrid_hamming's integers, from the group's scan.
   const std::uint16_t *H = hamming ? hybrid_H_[kvh].data() + g * n_idx : nullptr;
-  for (size_t i = 0; i < n_idx; ++i) {
+  if (hamming && cand == 0)
+    lsh::hybrid_hamming_scores(H, h.norms.data(), cfg.value_norm ? h.log_vnorms.data() : nullptr,
+                               n_idx, cos_of.data(), sq, s.z.data());
+  for (size_t i = 0; i < n_idx && !(hamming && cand == 0); ++i) {
     const std::uint16_t *c = h.codes.empty() ? nullptr : &h.codes[i * L];
     if (cand > 0 && ref::hybrid_collisions(spec_.L, c, qc) < cand) {
       s.z[i] = -kInf; // not a candidate: unscored, as ref::hybrid_scores
@@ -660,7 +677,59 @@ void BudgetAttention::HybridHead(size_t layer, size_t head, size_t pos, const fl
     s.z[i] = std::isnan(x) ? -kInf : x;
   }
 
-  // 2-4. ref::hybrid_estimate over this cache's rows.
+  // The hamming ranker's read per token: this head's share of the group's one pass over the
+  // packed sketches (hamming) or its own pass over the codes, and the norm.
+  const double ranker =
+      hamming ? double(lsh::hybrid_sketch_words(B) * 8) / double(shape().group()) : double(L * 2);
+  count.indexed = double(n_idx);
+  count.kv_bytes_indexed = double(2 * n_idx * cache_.RowBytes());
+  count.index_bytes_read = double(n_idx) * (ranker + 8.0);
+
+  if (cfg.epsilon <= 0) {
+    // 2-3. The fixed tail budget: HybridSampler's head and draw (ref::hybrid_estimate's, see
+    // hybrid_select.h), then one softmax over the sink and local tokens, the head (bias 0) and
+    // the tail (bias log pi: weight 1 / pi).
+    const double target = cfg.budget * double(n_idx);
+    const size_t head_n = std::min<size_t>(n_idx, size_t(std::llround(cfg.head_share * target)));
+    s.hybrid.Rank(s.z, head_n, cfg.seed, b);
+    s.hybrid.Draw(std::max(0.0, target - double(head_n)), cfg.floor);
+    const auto head_ids = s.hybrid.head(), tail_ids = s.hybrid.tail();
+    const auto pi = s.hybrid.pi();
+    const size_t total = b + (n_tok - e) + head_ids.size() + tail_ids.size();
+    // The attended tokens and their biases: 0 for the static tokens and the head, log pi for
+    // the tail.
+    s.ids.resize(total);
+    s.zs.resize(total);
+    size_t at = 0;
+    auto put = [&](size_t token, double bias) {
+      s.ids[at] = std::uint32_t(token);
+      s.zs[at++] = bias;
+    };
+    for (size_t i = 0; i < b; ++i)
+      put(i, 0.0);
+    for (size_t i = e; i < n_tok; ++i)
+      put(i, 0.0);
+    for (std::uint32_t i : head_ids)
+      put(b + i, 0.0);
+    for (size_t j = 0; j < tail_ids.size(); ++j)
+      put(b + tail_ids[j], std::log(pi[j]));
+    if constexpr (std::is_same_v<E, lsh::Q8>) { // rows dequantised one by one, scalar
+      for (size_t j = 0; j < total; ++j) {
+        double z = 0;
+        Logits(q, K, d, scale, s.ids[j], s.ids[j] + 1, &z);
+        s.zs[j] = z - s.zs[j];
+      }
+      s.acc.resize(d);
+      SoftmaxValues(s.zs.data(), s.ids.data(), total, V, d, s.acc.data(), out);
+    } else {
+      lsh::hybrid_attend(q, K, V, std::is_same_v<E, std::uint16_t>, d, scale, s.ids.data(),
+                         s.zs.data(), total, out);
+    }
+    count.sampled = double(head_ids.size() + tail_ids.size());
+    return;
+  }
+
+  // 2-4 with a growing tail (epsilon > 0): ref::hybrid_estimate over this cache's rows.
   std::vector<std::size_t> statics;
   for (size_t i = 0; i < b; ++i)
     statics.push_back(i);
@@ -700,14 +769,7 @@ void BudgetAttention::HybridHead(size_t layer, size_t head, size_t pos, const fl
   s.acc.resize(d);
   const ref::HybridResult r = ref::hybrid_estimate(s.z, t, cfg);
   std::copy(r.attention.out.begin(), r.attention.out.end(), out);
-  count.indexed = double(n_idx);
-  count.kv_bytes_indexed = double(2 * n_idx * cache_.RowBytes());
   count.sampled = double(r.head.size() + r.tail.size());
-  // What the ranker read per token: this head's share of the group's one pass over the packed
-  // sketches (hamming) or its own pass over the codes, and the norm.
-  const double ranker =
-      hamming ? double(lsh::hybrid_sketch_words(B) * 8) / double(shape().group()) : double(L * 2);
-  count.index_bytes_read = double(n_idx) * (ranker + 8.0);
 }
 
 void BudgetAttention::Reset() {

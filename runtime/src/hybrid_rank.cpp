@@ -5,6 +5,8 @@
 
 #include <algorithm>
 #include <bit>
+#include <cmath>
+#include <limits>
 
 #include "hwy/highway.h"
 #include "pig/runtime/hybrid_rank.h"
@@ -34,6 +36,33 @@ void HammingScan(const std::uint64_t *sketches, std::size_t words, std::size_t n
   }
 }
 
+// z[i] = sq norms[i] cos_of[H[i]] (+ log_vnorms[i]), NaN to -inf: the reference's operations in
+// its order, the cosine gathered from the table.
+void HammingScores(const std::uint16_t *H, const double *norms, const double *log_vnorms,
+                   std::size_t n, const double *cos_of, double sq, double *z) {
+  const hn::ScalableTag<double> dd;
+  const hn::Rebind<std::uint16_t, decltype(dd)> d16;
+  const hn::Rebind<std::uint32_t, decltype(dd)> d32;
+  const hn::Rebind<std::uint64_t, decltype(dd)> d64;
+  const hn::Rebind<std::int64_t, decltype(dd)> di;
+  const std::size_t N = hn::Lanes(dd);
+  const auto vsq = hn::Set(dd, sq), ninf = hn::Set(dd, -std::numeric_limits<double>::infinity());
+  std::size_t i = 0;
+  for (; i + N <= n; i += N) {
+    const auto idx = hn::BitCast(di, hn::PromoteTo(d64, hn::PromoteTo(d32, hn::LoadU(d16, H + i))));
+    auto x = hn::Mul(hn::Mul(vsq, hn::LoadU(dd, norms + i)), hn::GatherIndex(dd, cos_of, idx));
+    if (log_vnorms)
+      x = hn::Add(x, hn::LoadU(dd, log_vnorms + i));
+    hn::StoreU(hn::IfThenElse(hn::IsNaN(x), ninf, x), dd, z + i);
+  }
+  for (; i < n; ++i) {
+    double x = sq * norms[i] * cos_of[H[i]];
+    if (log_vnorms)
+      x += log_vnorms[i];
+    z[i] = std::isnan(x) ? -std::numeric_limits<double>::infinity() : x;
+  }
+}
+
 } // namespace pig::runtime::lsh::HWY_NAMESPACE
 HWY_AFTER_NAMESPACE();
 
@@ -41,6 +70,7 @@ HWY_AFTER_NAMESPACE();
 namespace pig::runtime::lsh {
 
 HWY_EXPORT(HammingScan);
+HWY_EXPORT(HammingScores);
 
 std::size_t hybrid_sketch_words(int bits) {
   const std::size_t w = (std::size_t(bits) + 63) / 64;
@@ -69,6 +99,11 @@ void hybrid_pack(const std::uint16_t *codes, std::size_t rows, int K, int L, int
 void hybrid_hamming_scan(const std::uint64_t *sketches, std::size_t words, std::size_t n,
                          const std::uint64_t *queries, int G, std::uint16_t *H) {
   HWY_DYNAMIC_DISPATCH(HammingScan)(sketches, words, n, queries, G, H);
+}
+
+void hybrid_hamming_scores(const std::uint16_t *H, const double *norms, const double *log_vnorms,
+                           std::size_t n, const double *cos_of, double sq, double *z) {
+  HWY_DYNAMIC_DISPATCH(HammingScores)(H, norms, log_vnorms, n, cos_of, sq, z);
 }
 
 } // namespace pig::runtime::lsh

@@ -3,8 +3,10 @@
 // last tables (bits % K != 0), G = 1 and 3, and the extremes (all bits equal, all differ).
 #include "pig/runtime/hybrid_rank.h"
 
+#include <cmath>
 #include <cstdint>
 #include <functional>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -66,6 +68,48 @@ TEST(HybridRank, ScanCountsTheReferencesHammingDistances) {
       }
     });
   }
+}
+
+// The scores from the scan's distances: the same doubles as the scalar formula of
+// ref::hybrid_scores (sq |k~| cos^, + log |v|), on every target; NaN (a NaN or infinite norm
+// times a zero cosine) becomes -inf; lengths with a vector remainder.
+TEST(HybridRank, ScoresAreTheFormulasDoubles) {
+  const int B = 1500;
+  std::vector<double> cos_of(B + 1);
+  for (int x = 0; x <= B; ++x)
+    cos_of[std::size_t(x)] = ref::hamming_cosine(x, B);
+  ref::Rng rng(5);
+  const std::size_t n = 203;
+  std::vector<std::uint16_t> H(n);
+  std::vector<double> norms(n), logv(n);
+  for (std::size_t i = 0; i < n; ++i) {
+    H[i] = std::uint16_t(rng.below(B + 1));
+    norms[i] = 10 * rng.uniform();
+    logv[i] = rng.gaussian();
+  }
+  H[3] = B / 2;                                       // cos exactly 0 ...
+  norms[3] = std::numeric_limits<double>::infinity(); // ... times inf: NaN
+  norms[4] = std::numeric_limits<double>::quiet_NaN();
+  H[5] = 0;
+  H[6] = B;
+  const double sq = 0.37;
+  for_each_target([&] {
+    for (bool vnorm : {false, true})
+      for (std::size_t len : {n, std::size_t{7}, std::size_t{0}}) {
+        std::vector<double> z(len + 1, 12345.0);
+        hybrid_hamming_scores(H.data(), norms.data(), vnorm ? logv.data() : nullptr, len,
+                              cos_of.data(), sq, z.data());
+        for (std::size_t i = 0; i < len; ++i) {
+          double want = sq * norms[i] * cos_of[H[i]];
+          if (vnorm)
+            want += logv[i];
+          if (std::isnan(want))
+            want = -std::numeric_limits<double>::infinity();
+          ASSERT_EQ(z[i], want) << "token " << i << " vnorm " << vnorm;
+        }
+        EXPECT_EQ(z[len], 12345.0); // nothing written past n
+      }
+  });
 }
 
 } // namespace

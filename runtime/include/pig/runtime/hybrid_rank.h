@@ -25,4 +25,11 @@ void hybrid_pack(const std::uint16_t *codes, std::size_t rows, int K, int L, int
 void hybrid_hamming_scan(const std::uint64_t *sketches, std::size_t words, std::size_t n,
                          const std::uint64_t *queries, int G, std::uint16_t *H);
 
+/// The Hamming ranker's scores: z[i] = sq norms[i] cos_of[H[i]] (+ log_vnorms[i] when given),
+/// NaN mapped to -inf, for i in [0, n): what ref::hybrid_scores computes for rank=hamming given
+/// sq = scale |q|, the centred keys' norms and cos_of[h] = ref::hamming_cosine(h, bits) (the
+/// same operations in the same order: the same doubles).
+void hybrid_hamming_scores(const std::uint16_t *H, const double *norms, const double *log_vnorms,
+                           std::size_t n, const double *cos_of, double sq, double *z);
+
 } // namespace pig::runtime::lsh

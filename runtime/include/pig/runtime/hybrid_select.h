@@ -1,0 +1,79 @@
+// lsh-hybrid's selection for the runtime (docs/HYBRID.md, steps 2-3): from one head's ranker
+// scores, the exact head, the tail's inclusion probabilities and the seeded draw.
+//
+// It computes what pig::ref::hybrid_estimate computes before it attends, in the same f64
+// arithmetic and order, with three changes that make it O(N) with a small constant:
+//   - the head (the `head` best by score descending, position ascending) comes from one pass with
+//     a bounded heap, not a partition of an index array: the same set, since the order is total;
+//   - exp(s_i - max) runs on the best Highway target (hwy/contrib/math Exp, within 2 ulp of
+//     std::exp where the reference calls std::exp), so an inclusion probability differs from the
+//     reference's in its last bits only, and a draw U_i < pi_i can differ only for a U_i within
+//     that distance of pi_i;
+//   - buffers live in the sampler and are reused from one call to the next.
+// The uniforms U_i (ref::hybrid_uniform) and the unscored tokens' skip draw
+// (ref::hybrid_skip_draw) are the reference's own functions: the same seeds draw the same tokens.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <vector>
+
+namespace pig::runtime::lsh {
+
+/// e[i] = exp(s[i] - m) for i in [0, n), on the best Highway target; returns their sum (in vector
+/// lanes: within n ulp of the reference's sum in index order). s[i] <= m, no NaN.
+double hybrid_exp_shifted(const double *s, std::size_t n, double m, double *e);
+
+/// Lanes of an f64 vector on the best Highway target: the head's selection's block size.
+std::size_t hybrid_block_lanes();
+
+/// u[i] = ref::hybrid_uniform(seed, begin + i) for i in [0, n), on the best Highway target (the
+/// same integers, so the same doubles).
+void hybrid_uniforms(std::uint64_t seed, std::size_t begin, std::size_t n, double *u);
+
+/// One softmax over `count` rows of one kv-head's cache (bf16 or f32, row i at i * d elements):
+/// logit_c = scale q.k_{ids[c]} - bias[c], out = sum softmax(logit)_c v_{ids[c]} (pig::ref's
+/// attention_over with biases, as budget attention's lsh-hybrid attends: bias log pi is weight
+/// 1 / pi). Dot products and values in f64 lanes on the best Highway target: every product of
+/// two floats is exact in double, so the result differs from the reference's f64 sums in their
+/// order only. Returns the lse (-inf for no finite logit; NaN, with a NaN output, for a NaN one).
+double hybrid_attend(const float *q, const void *K, const void *V, bool bf16, std::size_t d,
+                     double scale, const std::uint32_t *ids, const double *bias, std::size_t count,
+                     float *out);
+
+class HybridSampler {
+public:
+  /// Steps 1-2 for one head: `score` holds the n indexed tokens' estimated logits (-inf: unscored;
+  /// NaN is not allowed: the caller maps it to -inf, as the runtime's ranker does). Keeps the
+  /// `head` best (score descending, position ascending), splits the rest into the scored tail
+  /// and the unscored tail, and draws the scored tail's uniforms U_i = ref::hybrid_uniform(seed,
+  /// indexed_begin + i).
+  void Rank(std::span<const double> score, std::size_t head, std::uint64_t seed,
+            std::size_t indexed_begin);
+
+  /// Step 3: the tail drawn at expected size T with the uniform `floor`
+  /// (ref::inclusion_probabilities then the draw of ref::hybrid_estimate). Replaces the last
+  /// draw; Rank must have run.
+  void Draw(double T, double floor);
+
+  std::span<const std::uint32_t> head() const { return head_; } ///< index-relative, ascending
+  std::span<const std::uint32_t> tail() const { return tail_; } ///< index-relative, ascending
+  std::span<const double> pi() const { return pi_drawn_; }      ///< per tail token
+  std::size_t scored() const { return scored_; } ///< indexed tokens with a finite score
+
+private:
+  std::uint64_t seed_ = 0;
+  std::size_t n_ = 0, scored_ = 0, n_unscored_ = 0;
+  std::vector<std::uint32_t> head_, tail_;
+  std::vector<double> pi_drawn_;
+  std::vector<std::pair<double, std::uint32_t>> heap_; // the head candidates, worst on top
+  std::vector<double> block_max_, sorted_max_;         // per block of f64 lanes: its largest score
+  // Per indexed token: the score with the head's set to -inf; the uniform; the tail's proposal r
+  // (0 for the head) and its uncapped part in the water-filling.
+  std::vector<double> ts_, u_, r_, rr_;
+  std::vector<std::uint32_t> drawn_ids_; // the scored tail's draw, before the merge
+  std::vector<double> drawn_pi_;
+};
+
+} // namespace pig::runtime::lsh

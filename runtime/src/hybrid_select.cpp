@@ -1,0 +1,368 @@
+// lsh-hybrid's selection (hybrid_select.h): the passes over a head's indexed tokens compiled for
+// every Highway target (uniforms, max, exp and sum, normalisation, the water-filling's capping
+// pass, the draw), and the scalar glue.
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "runtime/src/hybrid_select.cpp"
+#include "hwy/foreach_target.h" // IWYU pragma: keep
+
+#include <algorithm>
+#include <cmath>
+#include <functional>
+#include <limits>
+
+#include "hwy/contrib/math/math-inl.h"
+#include "hwy/highway.h"
+#include "pig/runtime/hybrid_select.h"
+#include "pig/spec/hash.h"
+
+HWY_BEFORE_NAMESPACE();
+namespace pig::runtime::lsh::HWY_NAMESPACE {
+namespace hn = hwy::HWY_NAMESPACE;
+
+double ExpShifted(const double *s, std::size_t n, double m, double *e) {
+  const hn::ScalableTag<double> d;
+  const std::size_t N = hn::Lanes(d);
+  const auto vm = hn::Set(d, m);
+  auto acc = hn::Zero(d);
+  std::size_t i = 0;
+  for (; i + N <= n; i += N) {
+    const auto x = hn::Exp(d, hn::Sub(hn::LoadU(d, s + i), vm));
+    hn::StoreU(x, d, e + i);
+    acc = hn::Add(acc, x);
+  }
+  double z = hn::GetLane(hn::SumOfLanes(d, acc));
+  for (; i < n; ++i)
+    z += (e[i] = std::exp(s[i] - m));
+  return z;
+}
+
+#if HWY_TARGET != HWY_SCALAR && HWY_TARGET != HWY_EMU128
+// The low 64 bits of a * b per u64 lane: native on AVX-512, from 32-bit halves elsewhere.
+template <class D> hn::Vec<D> MulLo64(D d, hn::Vec<D> a, hn::Vec<D> b) {
+#if HWY_TARGET <= HWY_AVX3
+  (void)d;
+  return hn::Mul(a, b);
+#else
+  const hn::Repartition<std::uint32_t, D> d32;
+  const auto lo = hn::MulEven(hn::BitCast(d32, a), hn::BitCast(d32, b));
+  const auto c1 = hn::MulEven(hn::BitCast(d32, hn::ShiftRight<32>(a)), hn::BitCast(d32, b));
+  const auto c2 = hn::MulEven(hn::BitCast(d32, a), hn::BitCast(d32, hn::ShiftRight<32>(b)));
+  return hn::Add(lo, hn::ShiftLeft<32>(hn::Add(c1, c2)));
+#endif
+}
+#endif
+
+// u[i] = ref::hybrid_uniform(seed, begin + i): mix64(seed ^ (gamma (token + 1)) + 2 gamma), its
+// top 53 bits times 2^-53 (the second splitmix64 step of the reference's two). Integer arithmetic:
+// the same doubles.
+void Uniforms(std::uint64_t seed, std::size_t begin, std::size_t n, double *u) {
+  constexpr std::uint64_t g = spec::kGoldenGamma;
+  std::size_t i = 0;
+#if HWY_TARGET != HWY_SCALAR && HWY_TARGET != HWY_EMU128
+  const hn::ScalableTag<std::uint64_t> du;
+  const hn::Rebind<double, decltype(du)> dd;
+  const hn::Rebind<std::int64_t, decltype(du)> di;
+  const std::size_t N = hn::Lanes(du);
+  // gamma (token + 1) for the lanes of the first block, then + N gamma per block (mod 2^64).
+  auto weyl =
+      MulLo64(du, hn::Add(hn::Iota(du, 0), hn::Set(du, std::uint64_t(begin) + 1)), hn::Set(du, g));
+  const auto step = hn::Set(du, std::uint64_t(N) * g), vs = hn::Set(du, seed),
+             two_g = hn::Set(du, 2 * g), c1 = hn::Set(du, 0xbf58476d1ce4e5b9ULL),
+             c2 = hn::Set(du, 0x94d049bb133111ebULL);
+  const auto scale = hn::Set(dd, 0x1.0p-53);
+  for (; i + N <= n; i += N, weyl = hn::Add(weyl, step)) {
+    auto z = hn::Add(hn::Xor(vs, weyl), two_g);
+    z = MulLo64(du, hn::Xor(z, hn::ShiftRight<30>(z)), c1);
+    z = MulLo64(du, hn::Xor(z, hn::ShiftRight<27>(z)), c2);
+    z = hn::Xor(z, hn::ShiftRight<31>(z));
+    const auto top = hn::BitCast(di, hn::ShiftRight<11>(z)); // < 2^53: exact in double
+    hn::StoreU(hn::Mul(hn::ConvertTo(dd, top), scale), dd, u + i);
+  }
+#endif
+  for (; i < n; ++i) {
+    std::uint64_t state = seed ^ (g * (std::uint64_t(begin + i) + 1));
+    state += 2 * g;
+    u[i] = double(spec::mix64(state) >> 11) * 0x1.0p-53;
+  }
+}
+
+std::size_t LanesF64() { return hn::Lanes(hn::ScalableTag<double>()); }
+
+double MaxOf(const double *x, std::size_t n) {
+  const hn::ScalableTag<double> d;
+  const std::size_t N = hn::Lanes(d);
+  auto acc = hn::Set(d, -std::numeric_limits<double>::infinity());
+  std::size_t i = 0;
+  for (; i + N <= n; i += N)
+    acc = hn::Max(acc, hn::LoadU(d, x + i));
+  double m = hn::GetLane(hn::MaxOfLanes(d, acc));
+  for (; i < n; ++i)
+    m = std::max(m, x[i]);
+  return m;
+}
+
+// m[b] = the largest score of block b (Lanes(d) tokens each, the last one partial); returns the
+// count of -inf scores (the unscored tokens).
+std::size_t BlockMax(const double *score, std::size_t n, double *m) {
+  const hn::ScalableTag<double> d;
+  const std::size_t N = hn::Lanes(d);
+  const auto ninf = hn::Set(d, -std::numeric_limits<double>::infinity());
+  std::size_t unscored = 0, i = 0, b = 0;
+  for (; i + N <= n; i += N, ++b) {
+    const auto x = hn::LoadU(d, score + i);
+    unscored += hn::CountTrue(d, hn::Eq(x, ninf));
+    m[b] = hn::GetLane(hn::MaxOfLanes(d, x));
+  }
+  if (i < n) {
+    double x = -std::numeric_limits<double>::infinity();
+    for (; i < n; ++i) {
+      unscored += score[i] == -std::numeric_limits<double>::infinity();
+      x = std::max(x, score[i]);
+    }
+    m[b] = x;
+  }
+  return unscored;
+}
+
+// r[i] = (c1 r[i]) / z + c2: the reference's operations in its order.
+void Normalize(double *r, std::size_t n, double c1, double z, double c2) {
+  const hn::ScalableTag<double> d;
+  const std::size_t N = hn::Lanes(d);
+  const auto v1 = hn::Set(d, c1), vz = hn::Set(d, z), v2 = hn::Set(d, c2);
+  std::size_t i = 0;
+  for (; i + N <= n; i += N)
+    hn::StoreU(hn::Add(hn::Div(hn::Mul(v1, hn::LoadU(d, r + i)), vz), v2), d, r + i);
+  for (; i < n; ++i)
+    r[i] = c1 * r[i] / z + c2;
+}
+
+// One pass of the water-filling over the uncapped proposal rr (0: capped, or never drawn): caps
+// (zeroes) every rr with lambda rr >= 1, counts them in *capped and returns the sum of the rest.
+double Cap(double *rr, std::size_t n, double lambda, std::size_t *capped) {
+  const hn::ScalableTag<double> d;
+  const std::size_t N = hn::Lanes(d);
+  const auto vl = hn::Set(d, lambda), one = hn::Set(d, 1.0);
+  auto acc = hn::Zero(d);
+  std::size_t count = 0, i = 0;
+  for (; i + N <= n; i += N) {
+    const auto x = hn::LoadU(d, rr + i);
+    const auto cap = hn::Ge(hn::Mul(vl, x), one);
+    if (!hn::AllFalse(d, cap)) {
+      count += hn::CountTrue(d, cap);
+      hn::StoreU(hn::IfThenZeroElse(cap, x), d, rr + i);
+      acc = hn::Add(acc, hn::IfThenZeroElse(cap, x));
+    } else {
+      acc = hn::Add(acc, x);
+    }
+  }
+  double rest = hn::GetLane(hn::SumOfLanes(d, acc));
+  for (; i < n; ++i) {
+    if (lambda * rr[i] >= 1.0) {
+      rr[i] = 0;
+      ++count;
+    }
+    rest += rr[i];
+  }
+  *capped = count;
+  return rest;
+}
+
+// The scored tail's draw: token i (score > -inf: the head's is -inf here) is drawn iff
+// u[i] < pi_i = min(1, lambda r[i]); appends i and pi_i in position order. Returns the count.
+std::size_t DrawScored(const double *score, const double *r, const double *u, std::size_t n,
+                       double lambda, std::uint32_t *ids, double *pi) {
+  const hn::ScalableTag<double> d;
+  const std::size_t N = hn::Lanes(d);
+  const auto vl = hn::Set(d, lambda), one = hn::Set(d, 1.0),
+             ninf = hn::Set(d, -std::numeric_limits<double>::infinity());
+  std::size_t count = 0, i = 0;
+  HWY_ALIGN double p[hn::MaxLanes(d)];
+  for (; i + N <= n; i += N) {
+    const auto x = hn::LoadU(d, r + i);
+    const auto pv = hn::Min(one, hn::Mul(vl, x));
+    const auto take =
+        hn::And(hn::Lt(hn::LoadU(d, u + i), pv), hn::Gt(hn::LoadU(d, score + i), ninf));
+    if (hn::AllFalse(d, take))
+      continue;
+    hn::Store(pv, d, p);
+    for (std::size_t j = 0; j < N; ++j)
+      if (u[i + j] < p[j] && score[i + j] > -std::numeric_limits<double>::infinity()) {
+        ids[count] = std::uint32_t(i + j);
+        pi[count++] = p[j];
+      }
+  }
+  for (; i < n; ++i) {
+    const double pv = std::min(1.0, lambda * r[i]);
+    if (u[i] < pv && score[i] > -std::numeric_limits<double>::infinity()) {
+      ids[count] = std::uint32_t(i);
+      pi[count++] = pv;
+    }
+  }
+  return count;
+}
+
+} // namespace pig::runtime::lsh::HWY_NAMESPACE
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+#include "pig/reference/hybrid.h" // hybrid_skip_draw: the reference's draw of unscored tokens
+
+namespace pig::runtime::lsh {
+
+HWY_EXPORT(ExpShifted);
+HWY_EXPORT(Uniforms);
+HWY_EXPORT(MaxOf);
+HWY_EXPORT(BlockMax);
+HWY_EXPORT(LanesF64);
+HWY_EXPORT(Normalize);
+HWY_EXPORT(Cap);
+HWY_EXPORT(DrawScored);
+
+namespace {
+constexpr double kInf = std::numeric_limits<double>::infinity();
+}
+
+double hybrid_exp_shifted(const double *s, std::size_t n, double m, double *e) {
+  if (std::isfinite(m)) // Highway's Exp holds on [-DBL_MAX, 706]: every s - m <= 0 here
+    return HWY_DYNAMIC_DISPATCH(ExpShifted)(s, n, m, e);
+  double z = 0; // +-inf: the reference's NaN and 0 cases, exactly as std::exp gives them
+  for (std::size_t i = 0; i < n; ++i)
+    z += (e[i] = std::exp(s[i] - m));
+  return z;
+}
+
+std::size_t hybrid_block_lanes() { return HWY_DYNAMIC_DISPATCH(LanesF64)(); }
+
+void hybrid_uniforms(std::uint64_t seed, std::size_t begin, std::size_t n, double *u) {
+  HWY_DYNAMIC_DISPATCH(Uniforms)(seed, begin, n, u);
+}
+
+void HybridSampler::Rank(std::span<const double> score, std::size_t head, std::uint64_t seed,
+                         std::size_t indexed_begin) {
+  const std::size_t n = score.size();
+  n_ = n;
+  seed_ = seed;
+  head = std::min(head, n);
+  // The head: the `head` best by (score desc, position asc). Positions come in ascending order,
+  // so a later token beats the heap's worst only with a strictly higher score.
+  auto better = [](const std::pair<double, std::uint32_t> &a,
+                   const std::pair<double, std::uint32_t> &b) {
+    return a.first != b.first ? a.first > b.first : a.second < b.second;
+  };
+  // Blocks of `lanes` tokens: a block whose largest score is below the head-th largest block
+  // maximum beta holds no head token (at least `head` tokens score >= beta, one per block of
+  // maximum >= beta, so the head's last one does too), and the heap visits only the others.
+  const std::size_t lanes = hybrid_block_lanes(), blocks = (n + lanes - 1) / lanes;
+  block_max_.resize(blocks);
+  const std::size_t unscored = HWY_DYNAMIC_DISPATCH(BlockMax)(score.data(), n, block_max_.data());
+  double beta = -kInf;
+  if (head > 0 && head <= blocks) {
+    sorted_max_ = block_max_;
+    std::nth_element(sorted_max_.begin(), sorted_max_.begin() + std::ptrdiff_t(head - 1),
+                     sorted_max_.end(), std::greater<double>());
+    beta = sorted_max_[head - 1];
+  }
+  heap_.clear();
+  for (std::size_t blk = 0; blk < blocks && head > 0; ++blk) {
+    if (head <= blocks && block_max_[blk] < beta)
+      continue;
+    for (std::size_t i = blk * lanes; i < std::min(n, (blk + 1) * lanes); ++i) {
+      const double x = score[i];
+      if (heap_.size() < head) {
+        heap_.emplace_back(x, std::uint32_t(i));
+        std::push_heap(heap_.begin(), heap_.end(), better); // the worst on top
+      } else if (x > heap_.front().first) {
+        std::pop_heap(heap_.begin(), heap_.end(), better);
+        heap_.back() = {x, std::uint32_t(i)};
+        std::push_heap(heap_.begin(), heap_.end(), better);
+      }
+    }
+  }
+  scored_ = n - unscored;
+  head_.clear();
+  for (const auto &[x, i] : heap_)
+    head_.push_back(i);
+  std::sort(head_.begin(), head_.end());
+  // The tail's scores: the head's set to -inf (so they are neither the max nor summed), told
+  // apart from the unscored tokens by r = 0 in Draw.
+  ts_.assign(score.begin(), score.end());
+  std::size_t head_unscored = 0;
+  for (std::uint32_t i : head_) {
+    head_unscored += ts_[i] == -kInf;
+    ts_[i] = -kInf;
+  }
+  n_unscored_ = unscored - head_unscored;
+  u_.resize(n);
+  HWY_DYNAMIC_DISPATCH(Uniforms)(seed, indexed_begin, n, u_.data());
+}
+
+void HybridSampler::Draw(double T, double floor) {
+  tail_.clear();
+  pi_drawn_.clear();
+  const std::size_t n = n_ - head_.size(); // the tail
+  if (!(T > 0) || n == 0)
+    return;
+  // ref::inclusion_probabilities(the tail's scores, n_unscored_, T, floor) over all n_ positions:
+  // the head's r is 0 (never capped, never drawn), an unscored token's is the reference's shared
+  // r_u, each capped on its own at the same lambda as the reference caps them together.
+  const double B = std::min(T, double(n));
+  double lambda = 1, pi_u = 1;
+  r_.resize(n_);
+  if (B >= double(n)) {
+    std::fill(r_.begin(), r_.end(), 1.0); // every pi 1: the whole tail
+    for (std::uint32_t i : head_)
+      r_[i] = 0;
+  } else {
+    const double m = HWY_DYNAMIC_DISPATCH(MaxOf)(ts_.data(), n_);
+    double z = 0, ru = 0;
+    if (m == -kInf) { // nothing scored in the tail: each r is r_u = (1 - floor) / n + floor / n
+      std::fill(r_.begin(), r_.end(), 1.0);
+      z = double(n);
+      ru = 1;
+    } else {
+      z = hybrid_exp_shifted(ts_.data(), n_, m, r_.data()); // -inf (head, unscored): 0
+    }
+    const double c1 = 1.0 - floor, c2 = floor / double(n);
+    ru = c1 * ru / z + c2;
+    HWY_DYNAMIC_DISPATCH(Normalize)(r_.data(), n_, c1, z, c2);
+    for (std::uint32_t i : head_)
+      r_[i] = 0;
+    // The water-filling: cap, re-solve lambda over the rest, repeat until nothing more caps.
+    rr_ = r_;
+    std::size_t ncapped = 0, more = 0;
+    double rest = HWY_DYNAMIC_DISPATCH(Cap)(rr_.data(), n_, 0.0, &more); // the sum: caps none
+    for (;;) {
+      lambda = (B - double(ncapped)) / rest;
+      rest = HWY_DYNAMIC_DISPATCH(Cap)(rr_.data(), n_, lambda, &more);
+      if (more == 0)
+        break;
+      ncapped += more;
+    }
+    pi_u = std::min(1.0, lambda * ru);
+  }
+  // The draw: scored tokens by their uniforms, unscored ones by the skip process; merged in
+  // position order.
+  drawn_ids_.resize(n_);
+  drawn_pi_.resize(n_);
+  const std::size_t k = HWY_DYNAMIC_DISPATCH(DrawScored)(
+      ts_.data(), r_.data(), u_.data(), n_, lambda, drawn_ids_.data(), drawn_pi_.data());
+  std::vector<std::size_t> skips;
+  if (n_unscored_ > 0)
+    skips = ref::hybrid_skip_draw(seed_, n_, pi_u);
+  std::size_t a = 0, b = 0;
+  while (a < k || b < skips.size()) {
+    if (b < skips.size() && (a == k || skips[b] < drawn_ids_[a])) {
+      const std::size_t i = skips[b++];
+      if (ts_[i] == -kInf && r_[i] > 0) { // an unscored tail token (not the head's)
+        tail_.push_back(std::uint32_t(i));
+        pi_drawn_.push_back(pi_u);
+      }
+    } else {
+      tail_.push_back(drawn_ids_[a]);
+      pi_drawn_.push_back(drawn_pi_[a++]);
+    }
+  }
+}
+
+} // namespace pig::runtime::lsh
+#endif // HWY_ONCE
