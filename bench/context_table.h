@@ -1,6 +1,6 @@
 // pig-bench-context's report: the table of each context's figures (dense, LSH and the optional
-// methods), the --kv A,B table, the transform's speed against LSH, and with --out DIR speed.csv,
-// kv.csv and speed.png (gnuplot).
+// methods), the --kv A,B table, the extra method's (--transform or --hybrid) speed against LSH,
+// and with --out DIR speed.csv, kv.csv and speed.png (gnuplot).
 #pragma once
 
 #include <cstddef>
@@ -19,9 +19,13 @@ namespace pig::bench {
 // Where each method's run is among DecodeAlternated's: dense 0, LSH 1, then those given (0 when
 // absent).
 struct ContextMethods {
-  size_t tuned = 0;     // --tuning: magicpig with pig-tune's operating point
-  size_t transform = 0; // --transform SPEC: "magicpig+SPEC"
-  std::string transform_name;
+  size_t tuned = 0; // --tuning: magicpig with pig-tune's operating point
+  // One extra method compared with LSH: --transform SPEC ("magicpig+SPEC", key "transform") or
+  // --hybrid SPEC ("lsh-hybrid ...", key "hybrid"). The key prefixes its CSV columns and names the
+  // option in the plot; `target` is the speed target against magicpig (0.95, 0.9).
+  size_t extra = 0;
+  std::string extra_name, extra_key;
+  double extra_target = 0;
   size_t kv2 = 0; // --kv A,B: dense and magicpig with B, at kv2 and kv2 + 1
 };
 
@@ -34,20 +38,23 @@ public:
   // One context's row: the runs of DecodeAlternated, the tiled caches (the second: KV type B's).
   void Add(size_t ctx, const std::vector<app::DecodeRun> &runs,
            const std::vector<std::unique_ptr<runtime::KvCache>> &tiled);
-  // After the last context: the --kv A,B table, the transform's line and speed.png (`threads`
-  // for its title).
+  // After the last context: the --kv A,B table, the extra method's line and speed.png
+  // (`threads` for its title).
   void Finish(size_t threads);
 
 private:
+  double ExtraMib(const app::DecodeRun &x) const;
+
   size_t ti_, xi_, d2i_;
-  std::string xl_;
+  std::string xl_, xkey_;
+  double xtarget_;
   runtime::lsh::DType kv_;
   std::optional<runtime::lsh::DType> kv2_;
   std::string out_;
-  size_t xcol_; // column (1-based) of the transform's first CSV column, for the plot
+  size_t xcol_; // column (1-based) of the extra method's first CSV column, for the plot
   std::unique_ptr<eval::Csv> csv_, csv_kv_;
   std::vector<std::string> kv_rows_; // the --kv A,B table, printed after the main one
-  std::vector<std::pair<size_t, double>> x_vs_lsh_; // per context: transform tok/s over LSH's
+  std::vector<std::pair<size_t, double>> x_vs_lsh_; // per context: extra tok/s over LSH's
 };
 
 } // namespace pig::bench

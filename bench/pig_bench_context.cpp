@@ -14,14 +14,18 @@
 // layer), decodes too, its steps alternated with the other two. With --transform SPEC a method
 // "magicpig+SPEC" (magicpig's K, L, t hashing in a space fitted to the keys, AttentionSpec::
 // transform) decodes alternated with the others: its speed vs plain magicpig and vs dense, the
-// first step (index build and the fit) and the fitted hashing's memory. With --kv A,B (e.g.
+// first step (index build and the fit) and the fitted hashing's memory. With --hybrid SPEC the
+// extra method is lsh-hybrid instead (ref::HybridConfig::parse's SPEC; its budget, e.g.
+// budget=6%, sets the method's cost2, to match magicpig's in the table): its speed vs magicpig
+// against the target of 0.9x, its first step and its index. With --kv A,B (e.g.
 // bf16,q8) dense and magicpig run with each KV element type, all alternated, and a second table
 // compares them (LSH with B against dense with A and with B: the 8-bit KV cache's end-to-end
 // figure); the prefill then runs with f32 KV and each tiled cache holds its rows converted.
 // Usage: pig-bench-context [--model FILE] [--text FILE] [--prefill N] [--steps N]
 //                          [--contexts 2048,4096,...] [--threads N] [--kv T[,T2]] [--out DIR]
 //                          [--tuning FILE [--max-error E]] [--transform SPEC
-//                          [--transform-lsh K=..,L=..]]   (pig-bench-context --help)
+//                          [--transform-lsh K=..,L=..]] [--hybrid SPEC]
+//                          (pig-bench-context --help)
 // --out DIR writes speed.csv and draws speed.png with gnuplot (docs/PERFORMANCE.md).
 #include <chrono>
 #include <cstdio>
@@ -67,6 +71,8 @@ struct Options {
   // --transform-lsh K=..,L=..: the transform's (K, L, t), to compare at matched cost2 (a
   // transform changes the collision rate); default magicpig's.
   pig::spec::LshParams transform_lsh;
+  // --hybrid SPEC: a method lsh-hybrid (its budget from SPEC).
+  std::optional<pig::ref::HybridConfig> hybrid;
 };
 
 // The command line: the shared groups (model, threads, tuning) and the bench's own options.
@@ -126,6 +132,20 @@ Options ParseOptions(int argc, char **argv) {
   CLI::Option *xl = pig::app::AddLshOption(
       app, "--transform-lsh", o.transform_lsh,
       "the (K, L, t) of --transform's method, to match magicpig's cost2 (default magicpig's)");
+  CLI::Option *h =
+      app.add_option_function<std::string>(
+             "--hybrid",
+             [&o](const std::string &text) {
+               try {
+                 o.hybrid = pig::ref::HybridConfig::parse(text);
+               } catch (const std::invalid_argument &e) {
+                 throw CLI::ValidationError("--hybrid", e.what());
+               }
+             },
+             "a method lsh-hybrid with SPEC (docs/HYBRID.md), e.g. budget=6%:head=0.25, its "
+             "budget matching magicpig's cost2; vs magicpig and dense")
+          ->type_name("SPEC");
+  h->excludes(x);
   pig::app::Parse(app, argc, argv);
   if (x->count())
     o.transform = transform;
@@ -191,7 +211,9 @@ int main(int argc, char **argv) {
       specs.push_back(pig::tune::ApplyTuning(dense, tuning->point));
       std::printf("tuning: %s\n", pig::app::DescribePoint(tuning->source, tuning->point).c_str());
     }
-    const std::string xl = o.transform ? "magicpig+" + o.transform->str() : "";
+    const std::string xl = o.transform ? "magicpig+" + o.transform->str()
+                           : o.hybrid  ? "lsh-hybrid"
+                                       : "";
     if (o.transform) {
       xi = specs.size();
       AttentionSpec x = lsh;
@@ -200,6 +222,16 @@ int main(int argc, char **argv) {
       x.Validate(c.n_layers);
       specs.push_back(x);
       std::printf("transform: %s: %s\n", xl.c_str(), x.str(c.n_layers).c_str());
+    }
+    if (o.hybrid) {
+      xi = specs.size();
+      AttentionSpec x = dense;
+      x.method = pig::spec::Method::lsh_hybrid;
+      x.hybrid = *o.hybrid;
+      x.budget = o.hybrid->budget;
+      x.Validate(c.n_layers);
+      specs.push_back(x);
+      std::printf("hybrid: %s\n", x.str(c.n_layers).c_str());
     }
     size_t d2i = 0; // --kv A,B: dense and magicpig with B at d2i, d2i + 1
     if (o.kv2) {
@@ -210,7 +242,12 @@ int main(int argc, char **argv) {
         specs.push_back(x);
       }
     }
-    pig::bench::ContextTable table({.tuned = ti, .transform = xi, .transform_name = xl, .kv2 = d2i},
+    pig::bench::ContextTable table({.tuned = ti,
+                                    .extra = xi,
+                                    .extra_name = xl,
+                                    .extra_key = o.hybrid ? "hybrid" : "transform",
+                                    .extra_target = o.hybrid ? 0.9 : 0.95,
+                                    .kv2 = d2i},
                                    o.kv, o.kv2, o.out);
     for (size_t ctx : o.contexts) {
       std::vector<std::unique_ptr<KvCache>> tiled;
