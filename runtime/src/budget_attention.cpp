@@ -599,6 +599,9 @@ void BudgetAttention::HybridRankGroups(size_t layer, size_t n_idx, const float *
   const bool hamming = spec_.hybrid.rank == ref::HybridRank::hamming;
   hybrid_qcodes_.resize(shape().n_kv_heads);
   hybrid_H_.resize(shape().n_kv_heads);
+  const int B = RankerBits();
+  const size_t words = lsh::hybrid_sketch_words(B);
+  hybrid_qsketch_.resize(shape().n_kv_heads);
   pool.ParallelFor(shape().n_kv_heads, [&](size_t kvh, size_t) {
     // The queries hashed as they are, like ref::sample_tokens.
     std::vector<std::uint16_t> &qc = hybrid_qcodes_[kvh];
@@ -612,15 +615,23 @@ void BudgetAttention::HybridRankGroups(size_t layer, size_t n_idx, const float *
     set_.encode(a);
     if (!hamming)
       return;
-    const int B = RankerBits();
-    const size_t words = lsh::hybrid_sketch_words(B);
-    thread_local std::vector<std::uint64_t> qsketch;
-    qsketch.resize(G * words);
-    lsh::hybrid_pack(qc.data(), G, spec_.K, spec_.L, B, qsketch.data());
-    const HybridIndex &h = hybrid_[layer * shape().n_kv_heads + kvh];
+    hybrid_qsketch_[kvh].resize(G * words);
+    lsh::hybrid_pack(qc.data(), G, spec_.K, spec_.L, B, hybrid_qsketch_[kvh].data());
     hybrid_H_[kvh].resize(G * n_idx);
-    lsh::hybrid_hamming_scan(h.sketch.data(), words, n_idx, qsketch.data(), int(G),
-                             hybrid_H_[kvh].data());
+  });
+  if (!hamming || n_idx == 0)
+    return;
+  // The scan in chunks of tokens, several per thread, so that the kv-heads (3 on SmolLM2) do not
+  // leave a thread idle: each chunk writes its own columns of the group's H.
+  const size_t chunk = std::max<size_t>(1024, (n_idx * shape().n_kv_heads) / (4 * pool.size()));
+  const size_t chunks = (n_idx + chunk - 1) / chunk;
+  pool.ParallelFor(shape().n_kv_heads * chunks, [&](size_t item, size_t) {
+    const size_t kvh = item / chunks, from = (item % chunks) * chunk;
+    const size_t to = std::min(n_idx, from + chunk);
+    const HybridIndex &h = hybrid_[layer * shape().n_kv_heads + kvh];
+    lsh::hybrid_hamming_scan(h.sketch.data() + from * words, words, to - from,
+                             hybrid_qsketch_[kvh].data(), int(G), hybrid_H_[kvh].data() + from,
+                             n_idx);
   });
 }
 

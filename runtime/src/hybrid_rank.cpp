@@ -18,7 +18,7 @@ namespace hn = hwy::HWY_NAMESPACE;
 // One token's words are read once and compared with every head's query (kept in L1): the
 // sketches stream through memory once per call whatever G is.
 void HammingScan(const std::uint64_t *sketches, std::size_t words, std::size_t n,
-                 const std::uint64_t *queries, int G, std::uint16_t *H) {
+                 const std::uint64_t *queries, int G, std::uint16_t *H, std::size_t stride) {
   const hn::ScalableTag<std::uint64_t> d;
   const std::size_t N = hn::Lanes(d), full = words - words % N;
   for (std::size_t i = 0; i < n; ++i) {
@@ -31,7 +31,7 @@ void HammingScan(const std::uint64_t *sketches, std::size_t words, std::size_t n
       std::uint64_t h = hn::GetLane(hn::SumOfLanes(d, acc));
       for (std::size_t w = full; w < words; ++w) // none when N divides words (up to 512 bits)
         h += std::uint64_t(std::popcount(t[w] ^ q[w]));
-      H[std::size_t(g) * n + i] = std::uint16_t(h);
+      H[std::size_t(g) * stride + i] = std::uint16_t(h);
     }
   }
 }
@@ -97,8 +97,9 @@ void hybrid_pack(const std::uint16_t *codes, std::size_t rows, int K, int L, int
 }
 
 void hybrid_hamming_scan(const std::uint64_t *sketches, std::size_t words, std::size_t n,
-                         const std::uint64_t *queries, int G, std::uint16_t *H) {
-  HWY_DYNAMIC_DISPATCH(HammingScan)(sketches, words, n, queries, G, H);
+                         const std::uint64_t *queries, int G, std::uint16_t *H,
+                         std::size_t stride) {
+  HWY_DYNAMIC_DISPATCH(HammingScan)(sketches, words, n, queries, G, H, stride ? stride : n);
 }
 
 void hybrid_hamming_scores(const std::uint16_t *H, const double *norms, const double *log_vnorms,

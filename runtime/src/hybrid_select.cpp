@@ -52,54 +52,50 @@ template <class D> hn::Vec<D> MulLo64(D d, hn::Vec<D> a, hn::Vec<D> b) {
 }
 #endif
 
-// u[i] = ref::hybrid_uniform(seed, begin + i): mix64(seed ^ (gamma (token + 1)) + 2 gamma), its
-// top 53 bits times 2^-53 (the second splitmix64 step of the reference's two). Integer arithmetic:
-// the same doubles.
+#if HWY_TARGET != HWY_SCALAR && HWY_TARGET != HWY_EMU128
+// The uniforms of N consecutive tokens from their Weyl values gamma (token + 1) (see Uniforms).
+template <class DU, class DD>
+HWY_INLINE hn::Vec<DD> UniformsOf(DU du, DD dd, hn::Vec<DU> weyl, hn::Vec<DU> seed) {
+  const hn::Rebind<std::int64_t, DU> di;
+  auto z = hn::Add(hn::Xor(seed, weyl), hn::Set(du, 2 * spec::kGoldenGamma));
+  z = MulLo64(du, hn::Xor(z, hn::ShiftRight<30>(z)), hn::Set(du, 0xbf58476d1ce4e5b9ULL));
+  z = MulLo64(du, hn::Xor(z, hn::ShiftRight<27>(z)), hn::Set(du, 0x94d049bb133111ebULL));
+  z = hn::Xor(z, hn::ShiftRight<31>(z));
+  const auto top = hn::BitCast(di, hn::ShiftRight<11>(z)); // < 2^53: exact in double
+  return hn::Mul(hn::ConvertTo(dd, top), hn::Set(dd, 0x1.0p-53));
+}
+
+// gamma (token + 1) for the lanes of a block starting at `token`.
+template <class DU> HWY_INLINE hn::Vec<DU> WeylOf(DU du, std::uint64_t token) {
+  return MulLo64(du, hn::Add(hn::Iota(du, 0), hn::Set(du, token + 1)),
+                 hn::Set(du, spec::kGoldenGamma));
+}
+#endif
+
+// ref::hybrid_uniform(seed, token): mix64(seed ^ (gamma (token + 1)) + 2 gamma) (the second
+// splitmix64 step of the reference's two), its top 53 bits times 2^-53. Integer arithmetic: the
+// same doubles on every target.
+inline double UniformOf(std::uint64_t seed, std::uint64_t token) {
+  const std::uint64_t state = (seed ^ (spec::kGoldenGamma * (token + 1))) + 2 * spec::kGoldenGamma;
+  return double(spec::mix64(state) >> 11) * 0x1.0p-53;
+}
+
+// u[i] = ref::hybrid_uniform(seed, begin + i).
 void Uniforms(std::uint64_t seed, std::size_t begin, std::size_t n, double *u) {
-  constexpr std::uint64_t g = spec::kGoldenGamma;
   std::size_t i = 0;
 #if HWY_TARGET != HWY_SCALAR && HWY_TARGET != HWY_EMU128
   const hn::ScalableTag<std::uint64_t> du;
   const hn::Rebind<double, decltype(du)> dd;
-  const hn::Rebind<std::int64_t, decltype(du)> di;
   const std::size_t N = hn::Lanes(du);
-  // gamma (token + 1) for the lanes of the first block, then + N gamma per block (mod 2^64).
-  auto weyl =
-      MulLo64(du, hn::Add(hn::Iota(du, 0), hn::Set(du, std::uint64_t(begin) + 1)), hn::Set(du, g));
-  const auto step = hn::Set(du, std::uint64_t(N) * g), vs = hn::Set(du, seed),
-             two_g = hn::Set(du, 2 * g), c1 = hn::Set(du, 0xbf58476d1ce4e5b9ULL),
-             c2 = hn::Set(du, 0x94d049bb133111ebULL);
-  const auto scale = hn::Set(dd, 0x1.0p-53);
-  for (; i + N <= n; i += N, weyl = hn::Add(weyl, step)) {
-    auto z = hn::Add(hn::Xor(vs, weyl), two_g);
-    z = MulLo64(du, hn::Xor(z, hn::ShiftRight<30>(z)), c1);
-    z = MulLo64(du, hn::Xor(z, hn::ShiftRight<27>(z)), c2);
-    z = hn::Xor(z, hn::ShiftRight<31>(z));
-    const auto top = hn::BitCast(di, hn::ShiftRight<11>(z)); // < 2^53: exact in double
-    hn::StoreU(hn::Mul(hn::ConvertTo(dd, top), scale), dd, u + i);
-  }
+  const auto vs = hn::Set(du, seed);
+  for (; i + N <= n; i += N)
+    hn::StoreU(UniformsOf(du, dd, WeylOf(du, std::uint64_t(begin + i)), vs), dd, u + i);
 #endif
-  for (; i < n; ++i) {
-    std::uint64_t state = seed ^ (g * (std::uint64_t(begin + i) + 1));
-    state += 2 * g;
-    u[i] = double(spec::mix64(state) >> 11) * 0x1.0p-53;
-  }
+  for (; i < n; ++i)
+    u[i] = UniformOf(seed, std::uint64_t(begin + i));
 }
 
 std::size_t LanesF64() { return hn::Lanes(hn::ScalableTag<double>()); }
-
-double MaxOf(const double *x, std::size_t n) {
-  const hn::ScalableTag<double> d;
-  const std::size_t N = hn::Lanes(d);
-  auto acc = hn::Set(d, -std::numeric_limits<double>::infinity());
-  std::size_t i = 0;
-  for (; i + N <= n; i += N)
-    acc = hn::Max(acc, hn::LoadU(d, x + i));
-  double m = hn::GetLane(hn::MaxOfLanes(d, acc));
-  for (; i < n; ++i)
-    m = std::max(m, x[i]);
-  return m;
-}
 
 // m[b] = the largest score of block b (Lanes(d) tokens each, the last one partial); returns the
 // count of -inf scores (the unscored tokens).
@@ -124,16 +120,28 @@ std::size_t BlockMax(const double *score, std::size_t n, double *m) {
   return unscored;
 }
 
-// r[i] = (c1 r[i]) / z + c2: the reference's operations in its order.
-void Normalize(double *r, std::size_t n, double c1, double z, double c2) {
+// r[i] = (c1 r[i]) / z + c2 (the reference's operations in its order); returns the sum of the new
+// r and their maximum in *max.
+double Normalize(double *r, std::size_t n, double c1, double z, double c2, double *max) {
   const hn::ScalableTag<double> d;
   const std::size_t N = hn::Lanes(d);
   const auto v1 = hn::Set(d, c1), vz = hn::Set(d, z), v2 = hn::Set(d, c2);
+  auto sum = hn::Zero(d), mx = hn::Zero(d);
   std::size_t i = 0;
-  for (; i + N <= n; i += N)
-    hn::StoreU(hn::Add(hn::Div(hn::Mul(v1, hn::LoadU(d, r + i)), vz), v2), d, r + i);
-  for (; i < n; ++i)
+  for (; i + N <= n; i += N) {
+    const auto x = hn::Add(hn::Div(hn::Mul(v1, hn::LoadU(d, r + i)), vz), v2);
+    hn::StoreU(x, d, r + i);
+    sum = hn::Add(sum, x);
+    mx = hn::Max(mx, x);
+  }
+  double s = hn::GetLane(hn::SumOfLanes(d, sum)), m = hn::GetLane(hn::MaxOfLanes(d, mx));
+  for (; i < n; ++i) {
     r[i] = c1 * r[i] / z + c2;
+    s += r[i];
+    m = std::max(m, r[i]);
+  }
+  *max = m;
+  return s;
 }
 
 // One pass of the water-filling over the uncapped proposal rr (0: capped, or never drawn): caps
@@ -168,32 +176,38 @@ double Cap(double *rr, std::size_t n, double lambda, std::size_t *capped) {
 }
 
 // The scored tail's draw: token i (score > -inf: the head's is -inf here) is drawn iff
-// u[i] < pi_i = min(1, lambda r[i]); appends i and pi_i in position order. Returns the count.
-std::size_t DrawScored(const double *score, const double *r, const double *u, std::size_t n,
-                       double lambda, std::uint32_t *ids, double *pi) {
-  const hn::ScalableTag<double> d;
-  const std::size_t N = hn::Lanes(d);
-  const auto vl = hn::Set(d, lambda), one = hn::Set(d, 1.0),
-             ninf = hn::Set(d, -std::numeric_limits<double>::infinity());
+// U_i < pi_i = min(1, lambda r[i]), U_i = ref::hybrid_uniform(seed, begin + i); appends i and pi_i
+// in position order. Returns the count.
+std::size_t DrawScored(const double *score, const double *r, std::size_t n, double lambda,
+                       std::uint64_t seed, std::size_t begin, std::uint32_t *ids, double *pi) {
+  constexpr double kNegInf = -std::numeric_limits<double>::infinity();
   std::size_t count = 0, i = 0;
-  HWY_ALIGN double p[hn::MaxLanes(d)];
-  for (; i + N <= n; i += N) {
-    const auto x = hn::LoadU(d, r + i);
-    const auto pv = hn::Min(one, hn::Mul(vl, x));
-    const auto take =
-        hn::And(hn::Lt(hn::LoadU(d, u + i), pv), hn::Gt(hn::LoadU(d, score + i), ninf));
+#if HWY_TARGET != HWY_SCALAR && HWY_TARGET != HWY_EMU128
+  const hn::ScalableTag<std::uint64_t> du;
+  const hn::Rebind<double, decltype(du)> d;
+  const std::size_t N = hn::Lanes(d);
+  const auto vl = hn::Set(d, lambda), one = hn::Set(d, 1.0), ninf = hn::Set(d, kNegInf);
+  const auto vs = hn::Set(du, seed), step = hn::Set(du, std::uint64_t(N) * spec::kGoldenGamma);
+  auto weyl = WeylOf(du, std::uint64_t(begin));
+  HWY_ALIGN double p[hn::MaxLanes(d)], u[hn::MaxLanes(d)];
+  for (; i + N <= n; i += N, weyl = hn::Add(weyl, step)) {
+    const auto pv = hn::Min(one, hn::Mul(vl, hn::LoadU(d, r + i)));
+    const auto uv = UniformsOf(du, d, weyl, vs);
+    const auto take = hn::And(hn::Lt(uv, pv), hn::Gt(hn::LoadU(d, score + i), ninf));
     if (hn::AllFalse(d, take))
       continue;
     hn::Store(pv, d, p);
+    hn::Store(uv, d, u);
     for (std::size_t j = 0; j < N; ++j)
-      if (u[i + j] < p[j] && score[i + j] > -std::numeric_limits<double>::infinity()) {
+      if (u[j] < p[j] && score[i + j] > kNegInf) {
         ids[count] = std::uint32_t(i + j);
         pi[count++] = p[j];
       }
   }
+#endif
   for (; i < n; ++i) {
     const double pv = std::min(1.0, lambda * r[i]);
-    if (u[i] < pv && score[i] > -std::numeric_limits<double>::infinity()) {
+    if (UniformOf(seed, std::uint64_t(begin + i)) < pv && score[i] > kNegInf) {
       ids[count] = std::uint32_t(i);
       pi[count++] = pv;
     }
@@ -211,7 +225,6 @@ namespace pig::runtime::lsh {
 
 HWY_EXPORT(ExpShifted);
 HWY_EXPORT(Uniforms);
-HWY_EXPORT(MaxOf);
 HWY_EXPORT(BlockMax);
 HWY_EXPORT(LanesF64);
 HWY_EXPORT(Normalize);
@@ -237,11 +250,13 @@ void hybrid_uniforms(std::uint64_t seed, std::size_t begin, std::size_t n, doubl
   HWY_DYNAMIC_DISPATCH(Uniforms)(seed, begin, n, u);
 }
 
-void HybridSampler::Rank(std::span<const double> score, std::size_t head, std::uint64_t seed,
+void HybridSampler::Rank(std::vector<double> &score, std::size_t head, std::uint64_t seed,
                          std::size_t indexed_begin) {
-  const std::size_t n = score.size();
+  ts_.swap(score); // the scores are the sampler's now; the caller gets a buffer back
+  const std::size_t n = ts_.size();
   n_ = n;
   seed_ = seed;
+  begin_ = indexed_begin;
   head = std::min(head, n);
   // The head: the `head` best by (score desc, position asc). Positions come in ascending order,
   // so a later token beats the heap's worst only with a strictly higher score.
@@ -254,20 +269,25 @@ void HybridSampler::Rank(std::span<const double> score, std::size_t head, std::u
   // maximum >= beta, so the head's last one does too), and the heap visits only the others.
   const std::size_t lanes = hybrid_block_lanes(), blocks = (n + lanes - 1) / lanes;
   block_max_.resize(blocks);
-  const std::size_t unscored = HWY_DYNAMIC_DISPATCH(BlockMax)(score.data(), n, block_max_.data());
+  const std::size_t unscored = HWY_DYNAMIC_DISPATCH(BlockMax)(ts_.data(), n, block_max_.data());
   double beta = -kInf;
-  if (head > 0 && head <= blocks) {
-    sorted_max_ = block_max_;
-    std::nth_element(sorted_max_.begin(), sorted_max_.begin() + std::ptrdiff_t(head - 1),
-                     sorted_max_.end(), std::greater<double>());
-    beta = sorted_max_[head - 1];
+  if (head > 0 && head <= blocks) { // beta: the smallest of the `head` largest, by a min-heap
+    top_blocks_.assign(block_max_.begin(), block_max_.begin() + std::ptrdiff_t(head));
+    std::make_heap(top_blocks_.begin(), top_blocks_.end(), std::greater<double>());
+    for (std::size_t b = head; b < blocks; ++b)
+      if (block_max_[b] > top_blocks_.front()) {
+        std::pop_heap(top_blocks_.begin(), top_blocks_.end(), std::greater<double>());
+        top_blocks_.back() = block_max_[b];
+        std::push_heap(top_blocks_.begin(), top_blocks_.end(), std::greater<double>());
+      }
+    beta = top_blocks_.front();
   }
   heap_.clear();
   for (std::size_t blk = 0; blk < blocks && head > 0; ++blk) {
     if (head <= blocks && block_max_[blk] < beta)
       continue;
     for (std::size_t i = blk * lanes; i < std::min(n, (blk + 1) * lanes); ++i) {
-      const double x = score[i];
+      const double x = ts_[i];
       if (heap_.size() < head) {
         heap_.emplace_back(x, std::uint32_t(i));
         std::push_heap(heap_.begin(), heap_.end(), better); // the worst on top
@@ -283,17 +303,25 @@ void HybridSampler::Rank(std::span<const double> score, std::size_t head, std::u
   for (const auto &[x, i] : heap_)
     head_.push_back(i);
   std::sort(head_.begin(), head_.end());
-  // The tail's scores: the head's set to -inf (so they are neither the max nor summed), told
-  // apart from the unscored tokens by r = 0 in Draw.
-  ts_.assign(score.begin(), score.end());
+  // The tail's scores: the head's set to -inf (so they are neither the max nor summed; Draw tells
+  // them from the unscored tokens by r = 0), and the tail's largest from the blocks' maxima,
+  // those that held a head token taken again.
   std::size_t head_unscored = 0;
   for (std::uint32_t i : head_) {
     head_unscored += ts_[i] == -kInf;
     ts_[i] = -kInf;
   }
   n_unscored_ = unscored - head_unscored;
-  u_.resize(n);
-  HWY_DYNAMIC_DISPATCH(Uniforms)(seed, indexed_begin, n, u_.data());
+  for (std::uint32_t i : head_) {
+    const std::size_t blk = i / lanes;
+    double m = -kInf;
+    for (std::size_t j = blk * lanes; j < std::min(n, (blk + 1) * lanes); ++j)
+      m = std::max(m, ts_[j]);
+    block_max_[blk] = m;
+  }
+  tail_max_ = -kInf;
+  for (double m : block_max_)
+    tail_max_ = std::max(tail_max_, m);
 }
 
 void HybridSampler::Draw(double T, double floor) {
@@ -313,7 +341,7 @@ void HybridSampler::Draw(double T, double floor) {
     for (std::uint32_t i : head_)
       r_[i] = 0;
   } else {
-    const double m = HWY_DYNAMIC_DISPATCH(MaxOf)(ts_.data(), n_);
+    const double m = tail_max_;
     double z = 0, ru = 0;
     if (m == -kInf) { // nothing scored in the tail: each r is r_u = (1 - floor) / n + floor / n
       std::fill(r_.begin(), r_.end(), 1.0);
@@ -324,19 +352,26 @@ void HybridSampler::Draw(double T, double floor) {
     }
     const double c1 = 1.0 - floor, c2 = floor / double(n);
     ru = c1 * ru / z + c2;
-    HWY_DYNAMIC_DISPATCH(Normalize)(r_.data(), n_, c1, z, c2);
-    for (std::uint32_t i : head_)
+    double r_max = 0;
+    double rest = HWY_DYNAMIC_DISPATCH(Normalize)(r_.data(), n_, c1, z, c2, &r_max);
+    for (std::uint32_t i : head_) {
+      rest -= r_[i]; // the head is not in the tail
       r_[i] = 0;
+    }
     // The water-filling: cap, re-solve lambda over the rest, repeat until nothing more caps.
-    rr_ = r_;
+    // Usually nothing caps at the first lambda (lambda max r < 1), and no pass is needed.
     std::size_t ncapped = 0, more = 0;
-    double rest = HWY_DYNAMIC_DISPATCH(Cap)(rr_.data(), n_, 0.0, &more); // the sum: caps none
-    for (;;) {
-      lambda = (B - double(ncapped)) / rest;
-      rest = HWY_DYNAMIC_DISPATCH(Cap)(rr_.data(), n_, lambda, &more);
-      if (more == 0)
-        break;
-      ncapped += more;
+    lambda = B / rest;
+    if (lambda * r_max >= 1.0) {
+      rr_ = r_;
+      for (;;) {
+        const double next = HWY_DYNAMIC_DISPATCH(Cap)(rr_.data(), n_, lambda, &more);
+        if (more == 0)
+          break;
+        ncapped += more;
+        rest = next;
+        lambda = (B - double(ncapped)) / rest;
+      }
     }
     pi_u = std::min(1.0, lambda * ru);
   }
@@ -345,7 +380,7 @@ void HybridSampler::Draw(double T, double floor) {
   drawn_ids_.resize(n_);
   drawn_pi_.resize(n_);
   const std::size_t k = HWY_DYNAMIC_DISPATCH(DrawScored)(
-      ts_.data(), r_.data(), u_.data(), n_, lambda, drawn_ids_.data(), drawn_pi_.data());
+      ts_.data(), r_.data(), n_, lambda, seed_, begin_, drawn_ids_.data(), drawn_pi_.data());
   std::vector<std::size_t> skips;
   if (n_unscored_ > 0)
     skips = ref::hybrid_skip_draw(seed_, n_, pi_u);

@@ -65,6 +65,13 @@ TEST(HybridRank, ScanCountsTheReferencesHammingDistances) {
                 << "token " << i << " head " << g;
         EXPECT_EQ(H[0], 0);
         EXPECT_EQ(H[1], c.bits);
+        // In chunks of tokens (as the runtime splits it over threads): the same H.
+        std::vector<std::uint16_t> Hc(std::size_t(G) * n, 0xffff);
+        const std::size_t cuts[] = {0, 61, 64, n};
+        for (int k = 0; k < 3; ++k)
+          hybrid_hamming_scan(sketch.data() + cuts[k] * words, words, cuts[k + 1] - cuts[k],
+                              q.data(), G, Hc.data() + cuts[k], n);
+        EXPECT_EQ(Hc, H);
       }
     });
   }

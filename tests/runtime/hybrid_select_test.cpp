@@ -157,7 +157,8 @@ TEST(HybridSelect, SelectsWhatTheReferenceSelects) {
       const double target = c.cfg.budget * double(N);
       const std::size_t head =
           std::min<std::size_t>(N, std::size_t(std::llround(c.cfg.head_share * target)));
-      sampler.Rank(c.score, head, c.cfg.seed, begin);
+      std::vector<double> score = c.score; // Rank takes it
+      sampler.Rank(score, head, c.cfg.seed, begin);
       sampler.Draw(std::max(0.0, target - double(head)), c.cfg.floor);
       ASSERT_EQ(sampler.head().size(), want.head.size());
       for (std::size_t j = 0; j < want.head.size(); ++j)

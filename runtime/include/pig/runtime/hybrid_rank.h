@@ -19,11 +19,13 @@ std::size_t hybrid_sketch_words(int bits);
 void hybrid_pack(const std::uint16_t *codes, std::size_t rows, int K, int L, int bits,
                  std::uint64_t *out);
 
-/// H[g * n + i] = popcount(sketch_i XOR query_g) for tokens i in [0, n) and heads g in [0, G):
-/// pig::ref::hybrid_hamming of the codes the sketches were packed from. words: the sketches'
-/// hybrid_sketch_words (every sketch and query that long).
+/// H[g * stride + i] = popcount(sketch_i XOR query_g) for tokens i in [0, n) and heads g in
+/// [0, G): pig::ref::hybrid_hamming of the codes the sketches were packed from. words: the
+/// sketches' hybrid_sketch_words (every sketch and query that long). stride 0: n (a chunk of
+/// tokens [a, b) of a longer scan passes sketches + a words, H + a and the whole scan's n).
 void hybrid_hamming_scan(const std::uint64_t *sketches, std::size_t words, std::size_t n,
-                         const std::uint64_t *queries, int G, std::uint16_t *H);
+                         const std::uint64_t *queries, int G, std::uint16_t *H,
+                         std::size_t stride = 0);
 
 /// The Hamming ranker's scores: z[i] = sq norms[i] cos_of[H[i]] (+ log_vnorms[i] when given),
 /// NaN mapped to -inf, for i in [0, n): what ref::hybrid_scores computes for rank=hamming given

@@ -44,12 +44,13 @@ double hybrid_attend(const float *q, const void *K, const void *V, bool bf16, st
 
 class HybridSampler {
 public:
-  /// Steps 1-2 for one head: `score` holds the n indexed tokens' estimated logits (-inf: unscored;
-  /// NaN is not allowed: the caller maps it to -inf, as the runtime's ranker does). Keeps the
-  /// `head` best (score descending, position ascending), splits the rest into the scored tail
-  /// and the unscored tail, and draws the scored tail's uniforms U_i = ref::hybrid_uniform(seed,
-  /// indexed_begin + i).
-  void Rank(std::span<const double> score, std::size_t head, std::uint64_t seed,
+  /// Steps 1-2 for one head: `score` holds the n indexed tokens' estimated logits (-inf:
+  /// unscored; NaN is not allowed: the caller maps it to -inf, as the runtime's ranker does). The
+  /// sampler takes them (a swap: `score` comes back holding an unspecified buffer, for reuse).
+  /// Keeps the `head` best (score descending, position ascending); the rest is the tail, its
+  /// scored tokens drawn by the uniforms U_i = ref::hybrid_uniform(seed, indexed_begin + i),
+  /// its unscored ones by ref::hybrid_skip_draw(seed, n, pi_0).
+  void Rank(std::vector<double> &score, std::size_t head, std::uint64_t seed,
             std::size_t indexed_begin);
 
   /// Step 3: the tail drawn at expected size T with the uniform `floor`
@@ -64,14 +65,16 @@ public:
 
 private:
   std::uint64_t seed_ = 0;
-  std::size_t n_ = 0, scored_ = 0, n_unscored_ = 0;
+  std::size_t n_ = 0, begin_ = 0, scored_ = 0, n_unscored_ = 0;
+  double tail_max_ = 0; // the largest score outside the head (-inf: none scored)
   std::vector<std::uint32_t> head_, tail_;
   std::vector<double> pi_drawn_;
   std::vector<std::pair<double, std::uint32_t>> heap_; // the head candidates, worst on top
-  std::vector<double> block_max_, sorted_max_;         // per block of f64 lanes: its largest score
-  // Per indexed token: the score with the head's set to -inf; the uniform; the tail's proposal r
-  // (0 for the head) and its uncapped part in the water-filling.
-  std::vector<double> ts_, u_, r_, rr_;
+  std::vector<double> block_max_;                      // per block of f64 lanes: its largest score
+  std::vector<double> top_blocks_; // a min-heap of the `head` largest block maxima
+  // Per indexed token: the score with the head's set to -inf; the tail's proposal r (0 for the
+  // head) and, when the water-filling caps, its uncapped part.
+  std::vector<double> ts_, r_, rr_;
   std::vector<std::uint32_t> drawn_ids_; // the scored tail's draw, before the merge
   std::vector<double> drawn_pi_;
 };
