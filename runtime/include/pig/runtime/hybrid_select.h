@@ -1,17 +1,19 @@
-// lsh-hybrid's selection for the runtime (docs/HYBRID.md, steps 2-3): from one head's ranker
-// scores, the exact head, the tail's inclusion probabilities and the seeded draw.
+// lsh-hybrid's step after the ranker, for the runtime (docs/HYBRID.md, steps 2-3): from one
+// head's scores, the exact head, the tail's inclusion probabilities and the seeded draw
+// (HybridSampler), then one softmax over the attended rows with the tail's weights 1/pi
+// (hybrid_attend). Each is a few passes over the head's indexed tokens on the best Highway target.
 //
-// It computes what pig::ref::hybrid_estimate computes before it attends, in the same f64
-// arithmetic and order, with three changes that make it O(N) with a small constant:
-//   - the head (the `head` best by score descending, position ascending) comes from one pass with
-//     a bounded heap, not a partition of an index array: the same set, since the order is total;
-//   - exp(s_i - max) runs on the best Highway target (hwy/contrib/math Exp, within 2 ulp of
-//     std::exp where the reference calls std::exp), so an inclusion probability differs from the
-//     reference's in its last bits only, and a draw U_i < pi_i can differ only for a U_i within
-//     that distance of pi_i;
-//   - buffers live in the sampler and are reused from one call to the next.
-// The uniforms U_i (ref::hybrid_uniform) and the unscored tokens' skip draw
-// (ref::hybrid_skip_draw) are the reference's own functions: the same seeds draw the same tokens.
+// HybridSampler computes what pig::ref::hybrid_estimate computes before it attends, in f64, and
+// differs from it only where that is cheaper and provably harmless:
+//   - the head (the `head` best by score descending, position ascending) comes from blocks of
+//     f64 lanes: their maxima, a min-heap for the head-th largest one, then a bounded heap over
+//     the blocks that can hold a head token. The same set, since the order is total;
+//   - exp(s_i - max) is hwy/contrib/math's Exp (within 2 ulp of std::exp) and sums run in vector
+//     lanes, so an inclusion probability differs from the reference's in its last bits (tested
+//     to 1e-13 relative), and a draw U_i < pi_i could differ only for a U_i that close to pi_i;
+//   - the water-filling's capping passes run only when something caps (lambda max r >= 1).
+// The uniforms U_i are the reference's integers (bit for bit on every target) and the unscored
+// tokens' skip draw is ref::hybrid_skip_draw itself: the same seeds draw the same tokens.
 #pragma once
 
 #include <cstddef>
