@@ -42,16 +42,6 @@ double dot(std::span<const float> a, std::span<const float> b) {
   return s;
 }
 
-// z with P(|N(0,1)| > z) = delta: erfc(z / sqrt 2) = delta, by bisection (erfc is decreasing).
-double two_sided_quantile(double delta) {
-  double lo = 0, hi = 40;
-  for (int i = 0; i < 200; ++i) {
-    const double mid = 0.5 * (lo + hi);
-    (std::erfc(mid / std::numbers::sqrt2) > delta ? lo : hi) = mid;
-  }
-  return 0.5 * (lo + hi);
-}
-
 } // namespace
 
 const char *to_string(HybridRank r) {
@@ -359,6 +349,16 @@ std::vector<double> inclusion_probabilities(std::span<const double> scores, doub
   return pi;
 }
 
+double hybrid_error_quantile(double delta) {
+  // erfc(z / sqrt 2) = delta by bisection (erfc is decreasing).
+  double lo = 0, hi = 40;
+  for (int i = 0; i < 200; ++i) {
+    const double mid = 0.5 * (lo + hi);
+    (std::erfc(mid / std::numbers::sqrt2) > delta ? lo : hi) = mid;
+  }
+  return 0.5 * (lo + hi);
+}
+
 double hybrid_uniform(std::uint64_t seed, std::size_t token) {
   std::uint64_t state = seed ^ (0x9E3779B97F4A7C15ull * (std::uint64_t(token) + 1));
   splitmix64(state);
@@ -476,7 +476,7 @@ HybridResult hybrid_estimate(std::span<const double> score, const HybridTokens &
   bias.resize(ids.size(), 0.0);
 
   // 3-4: the tail, growing its budget while the estimated error is above epsilon.
-  const double z = two_sided_quantile(cfg.delta);
+  const double z = hybrid_error_quantile(cfg.delta);
   const double cap = std::max(0.0, std::max(cfg.max_budget, cfg.budget) * double(N) - double(head));
   double T = std::max(0.0, target - double(head));
   if (cfg.epsilon > 0)

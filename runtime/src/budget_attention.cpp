@@ -190,7 +190,8 @@ struct BudgetAttention::Scratch {
   std::vector<double> z;            // logits of the indexed tokens (oracle: then their CDF)
   std::vector<std::uint32_t> order; // indexed tokens or pages being ranked; oracle draws
   std::vector<std::uint32_t> ids;   // attended tokens, ascending
-  std::vector<double> zs;           // their logits
+  std::vector<double> zs;           // their logits (lsh-hybrid: their biases)
+  std::vector<double> lz;           // lsh-hybrid: their logits minus their biases
   std::vector<double> acc;          // head_dim
   std::vector<float> part;          // head_dim: oracle's sampled part
   lsh::HybridSampler hybrid;        // lsh-hybrid's head and draw (epsilon = 0)
@@ -236,12 +237,10 @@ BudgetAttention::BudgetAttention(const AttentionSpec &spec, const AttentionShape
            (h.rank != ref::HybridRank::hamming ? "scalar collision-count scores"
             : h.candidates > 0 ? "Highway Hamming scan per kv-head, scalar scores (cand)"
                                : "Highway Hamming scan per kv-head and scores") +
-           (h.epsilon > 0                     ? "; pig::ref's selection, draw and scalar f64 "
-                                                "softmax (eps > 0)"
-            : spec.kv_dtype == lsh::DType::q8 ? "; Highway selection and draw; scalar f64 "
-                                                "softmax (q8 rows)"
-                                              : "; Highway selection, draw and f64 softmax") +
-           ")";
+           (spec.kv_dtype == lsh::DType::q8 ? "; Highway selection and draw; scalar f64 softmax "
+                                              "(q8 rows)"
+                                            : "; Highway selection, draw and f64 softmax") +
+           (h.epsilon > 0 ? ", the tail grown by the error bound" : "") + ")";
   }
   stats_.kernels = what + "; dense: " + lsh::KernelRegistry::describe(set_);
 }
@@ -696,21 +695,29 @@ void BudgetAttention::HybridHead(size_t layer, size_t head, size_t pos, const fl
   count.kv_bytes_indexed = double(2 * n_idx * cache_.RowBytes());
   count.index_bytes_read = double(n_idx) * (ranker + 8.0);
 
-  if (cfg.epsilon <= 0) {
-    // 2-3. The fixed tail budget: HybridSampler's head and draw (ref::hybrid_estimate's, see
-    // hybrid_select.h), then one softmax over the sink and local tokens, the head (bias 0) and
-    // the tail (bias log pi: weight 1 / pi).
-    const double target = cfg.budget * double(n_idx);
-    const size_t head_n = std::min<size_t>(n_idx, size_t(std::llround(cfg.head_share * target)));
-    s.hybrid.Rank(s.z, head_n, cfg.seed, b);
-    s.hybrid.Draw(std::max(0.0, target - double(head_n)), cfg.floor);
+  // 2-4. HybridSampler's head and draw (ref::hybrid_estimate's, see hybrid_select.h), then one
+  // softmax over the sink and local tokens, the head (bias 0) and the tail (bias log pi: weight
+  // 1 / pi). With epsilon > 0 the tail budget doubles from its start until the estimated relative
+  // error is at most epsilon or the cap is reached (step 4, the reference's rule).
+  const double target = cfg.budget * double(n_idx);
+  const size_t head_n = std::min<size_t>(n_idx, size_t(std::llround(cfg.head_share * target)));
+  s.hybrid.Rank(s.z, head_n, cfg.seed, b);
+  const double cap =
+      std::max(0.0, std::max(cfg.max_budget, cfg.budget) * double(n_idx) - double(head_n));
+  double T = std::max(0.0, target - double(head_n));
+  if (cfg.epsilon > 0)
+    T = std::min(T, cap);
+  const double zq = cfg.epsilon > 0 ? ref::hybrid_error_quantile(cfg.delta) : 0.0;
+  for (;;) {
+    s.hybrid.Draw(T, cfg.floor);
     const auto head_ids = s.hybrid.head(), tail_ids = s.hybrid.tail();
     const auto pi = s.hybrid.pi();
     const size_t total = b + (n_tok - e) + head_ids.size() + tail_ids.size();
-    // The attended tokens and their biases: 0 for the static tokens and the head, log pi for
-    // the tail.
+    // The attended tokens and their biases (s.zs): 0 for the static tokens and the head, log pi
+    // for the tail, which comes last. s.lz: each one's logit minus its bias.
     s.ids.resize(total);
     s.zs.resize(total);
+    s.lz.resize(total);
     size_t at = 0;
     auto put = [&](size_t token, double bias) {
       s.ids[at] = std::uint32_t(token);
@@ -724,63 +731,43 @@ void BudgetAttention::HybridHead(size_t layer, size_t head, size_t pos, const fl
       put(b + i, 0.0);
     for (size_t j = 0; j < tail_ids.size(); ++j)
       put(b + tail_ids[j], std::log(pi[j]));
+    double lse = 0;
     if constexpr (std::is_same_v<E, lsh::Q8>) { // rows dequantised one by one, scalar
       for (size_t j = 0; j < total; ++j) {
-        double z = 0;
-        Logits(q, K, d, scale, s.ids[j], s.ids[j] + 1, &z);
-        s.zs[j] = z - s.zs[j];
+        Logits(q, K, d, scale, s.ids[j], s.ids[j] + 1, &s.lz[j]);
+        s.lz[j] -= s.zs[j];
       }
       s.acc.resize(d);
-      SoftmaxValues(s.zs.data(), s.ids.data(), total, V, d, s.acc.data(), out);
+      lse = SoftmaxValues(s.lz.data(), s.ids.data(), total, V, d, s.acc.data(), out);
     } else {
-      lsh::hybrid_attend(q, K, V, std::is_same_v<E, std::uint16_t>, d, scale, s.ids.data(),
-                         s.zs.data(), total, out);
+      lse = lsh::hybrid_attend(q, K, V, std::is_same_v<E, std::uint16_t>, d, scale, s.ids.data(),
+                               s.zs.data(), total, out, s.lz.data());
     }
     count.sampled = double(head_ids.size() + tail_ids.size());
-    return;
+    if (cfg.epsilon <= 0)
+      return;
+    // V^ = sum_tail (1 - pi)/pi^2 a_i^2 |v_i - o^|^2 with a_i = e^{l_i - lse}, as the reference;
+    // the relative error bound is zq sqrt(V^) / |o^|.
+    double var = 0, onorm = 0;
+    for (size_t j = 0; j < d; ++j)
+      onorm += double(out[j]) * double(out[j]);
+    onorm = std::sqrt(onorm);
+    const size_t t0 = total - tail_ids.size();
+    for (size_t j = 0; j < tail_ids.size(); ++j) {
+      const double a = std::exp(s.lz[t0 + j] + s.zs[t0 + j] - lse);
+      const auto *v = RowOf(V, b + tail_ids[j], d, tmp);
+      double dv = 0;
+      for (size_t c = 0; c < d; ++c) {
+        const double x = double(ToF32(v[c])) - double(out[c]);
+        dv += x * x;
+      }
+      var += (1.0 - pi[j]) / (pi[j] * pi[j]) * a * a * dv;
+    }
+    const double err = tail_ids.empty() ? 0.0 : zq * std::sqrt(var) / onorm;
+    if (!(err > cfg.epsilon) || T >= cap || tail_ids.size() + head_n >= n_idx)
+      return;
+    T = std::min(cap, std::max(2.0 * T, 1.0));
   }
-
-  // 2-4 with a growing tail (epsilon > 0): ref::hybrid_estimate over this cache's rows.
-  std::vector<std::size_t> statics;
-  for (size_t i = 0; i < b; ++i)
-    statics.push_back(i);
-  for (size_t i = e; i < n_tok; ++i)
-    statics.push_back(i);
-  ref::HybridTokens t;
-  t.static_ids = statics;
-  t.indexed_begin = b;
-  t.attend = [&](std::span<const std::size_t> ids, std::span<const double> bias) {
-    s.ids.resize(ids.size());
-    s.zs.resize(ids.size());
-    for (size_t j = 0; j < ids.size(); ++j) {
-      s.ids[j] = std::uint32_t(ids[j]);
-      Logits(q, K, d, scale, ids[j], ids[j] + 1, &s.zs[j]);
-      s.zs[j] -= bias[j];
-    }
-    ref::Attention r;
-    r.out.resize(d);
-    r.lse =
-        SoftmaxValues(s.zs.data(), s.ids.data(), s.ids.size(), V, d, s.acc.data(), r.out.data());
-    return r;
-  };
-  t.logit = [&](std::size_t token) {
-    double z = 0;
-    Logits(q, K, d, scale, token, token + 1, &z);
-    return z;
-  };
-  t.value_dist2 = [&](std::size_t token, std::span<const float> o) {
-    const auto *v = RowOf(V, token, d, tmp);
-    double dv = 0;
-    for (size_t j = 0; j < d; ++j) {
-      const double x = double(ToF32(v[j])) - double(o[j]);
-      dv += x * x;
-    }
-    return dv;
-  };
-  s.acc.resize(d);
-  const ref::HybridResult r = ref::hybrid_estimate(s.z, t, cfg);
-  std::copy(r.attention.out.begin(), r.attention.out.end(), out);
-  count.sampled = double(r.head.size() + r.tail.size());
 }
 
 void BudgetAttention::Reset() {

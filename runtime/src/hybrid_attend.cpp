@@ -112,7 +112,7 @@ HWY_EXPORT(ValuesF32);
 
 double hybrid_attend(const float *q, const void *K, const void *V, bool bf16, std::size_t d,
                      double scale, const std::uint32_t *ids, const double *bias, std::size_t count,
-                     float *out) {
+                     float *out, double *logits) {
   constexpr double kInf = std::numeric_limits<double>::infinity();
   thread_local std::vector<double> qd, z, acc;
   qd.assign(q, q + d);
@@ -121,6 +121,8 @@ double hybrid_attend(const float *q, const void *K, const void *V, bool bf16, st
     HWY_DYNAMIC_DISPATCH(LogitsBf16)(qd.data(), K, d, scale, ids, bias, count, z.data());
   else
     HWY_DYNAMIC_DISPATCH(LogitsF32)(qd.data(), K, d, scale, ids, bias, count, z.data());
+  if (logits)
+    std::copy(z.begin(), z.end(), logits);
   // The reference's softmax_values: weights relative to the largest non-NaN logit; a NaN logit
   // makes the output and the lse NaN, no finite logit makes them 0 and -inf.
   double m = -kInf;

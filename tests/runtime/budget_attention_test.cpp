@@ -477,13 +477,15 @@ TEST(BudgetAttention, RejectsInvalidSpecs) {
 }
 
 // The ranker's options run the same code as the reference's: |v| (folded once per token), a
-// shorter Hamming sketch, collision counts, candidates only (the rest drawn by skips).
+// shorter Hamming sketch, collision counts, candidates only (the rest drawn by skips), and the
+// growing tail (eps > 0: the same doublings, so the same sampled counts).
 TEST(BudgetAttention, HybridRankerOptionsMatchReference) {
   ThreadPool pool(2);
   const AttentionShape s = Shape();
   const size_t n = 101;
   const Data x = MakeData(s, n, 31);
-  for (const char *h : {"vnorm=1", "bits=37", "rank=collisions:head=0.5", "cand=1", "cand=2"}) {
+  for (const char *h : {"vnorm=1", "bits=37", "rank=collisions:head=0.5", "cand=1", "cand=2",
+                        "eps=0.05:cap=0.6", "eps=0.01:head=0.5:cap=1", "eps=0.2:cand=1"}) {
     AttentionSpec spec = Spec("lsh-hybrid", DType::bf16, 0.2);
     spec.hybrid = ref::HybridConfig::parse(h);
     auto att = MakeBudgetAttention(spec, s);

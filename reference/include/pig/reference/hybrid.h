@@ -162,6 +162,9 @@ struct SplitInclusion {
 };
 SplitInclusion inclusion_probabilities(std::span<const double> scores, std::size_t unscored,
                                        double budget, double floor);
+/// z with P(|N(0,1)| > z) = delta: the two-sided normal quantile of step 4's error bound.
+double hybrid_error_quantile(double delta);
+
 /// The uniform U_i in [0, 1) of token `token` under `seed` (a splitmix64 hash of both: no state,
 /// so the draw of a token does not depend on which other tokens are considered).
 double hybrid_uniform(std::uint64_t seed, std::size_t token);

@@ -40,9 +40,10 @@ void hybrid_uniforms(std::uint64_t seed, std::size_t begin, std::size_t n, doubl
 /// 1 / pi). Dot products and values in f64 lanes on the best Highway target: every product of
 /// two floats is exact in double, so the result differs from the reference's f64 sums in their
 /// order only. Returns the lse (-inf for no finite logit; NaN, with a NaN output, for a NaN one).
+/// `logits`, when given, receives each logit_c (count entries).
 double hybrid_attend(const float *q, const void *K, const void *V, bool bf16, std::size_t d,
                      double scale, const std::uint32_t *ids, const double *bias, std::size_t count,
-                     float *out);
+                     float *out, double *logits = nullptr);
 
 class HybridSampler {
 public:
