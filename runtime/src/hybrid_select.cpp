@@ -258,15 +258,14 @@ void HybridSampler::Rank(std::vector<double> &score, std::size_t head, std::uint
   seed_ = seed;
   begin_ = indexed_begin;
   head = std::min(head, n);
-  // The head: the `head` best by (score desc, position asc). Positions come in ascending order,
-  // so a later token beats the heap's worst only with a strictly higher score.
+  // The head: the `head` best by (score desc, position asc), a total order.
   auto better = [](const std::pair<double, std::uint32_t> &a,
                    const std::pair<double, std::uint32_t> &b) {
     return a.first != b.first ? a.first > b.first : a.second < b.second;
   };
-  // Blocks of `lanes` tokens: a block whose largest score is below the head-th largest block
-  // maximum beta holds no head token (at least `head` tokens score >= beta, one per block of
-  // maximum >= beta, so the head's last one does too), and the heap visits only the others.
+  // Blocks of `lanes` tokens: no token below the head-th largest block maximum beta is in the
+  // head (at least `head` tokens score >= beta, one per block of maximum >= beta, so the head's
+  // last one does too).
   const std::size_t lanes = hybrid_block_lanes(), blocks = (n + lanes - 1) / lanes;
   block_max_.resize(blocks);
   const std::size_t unscored = HWY_DYNAMIC_DISPATCH(BlockMax)(ts_.data(), n, block_max_.data());
@@ -282,21 +281,19 @@ void HybridSampler::Rank(std::vector<double> &score, std::size_t head, std::uint
       }
     beta = top_blocks_.front();
   }
+  // The candidates: the tokens scoring >= beta in those blocks (every head token does), then
+  // the `head` best of them by a partition in the order above.
   heap_.clear();
   for (std::size_t blk = 0; blk < blocks && head > 0; ++blk) {
-    if (head <= blocks && block_max_[blk] < beta)
+    if (block_max_[blk] < beta)
       continue;
-    for (std::size_t i = blk * lanes; i < std::min(n, (blk + 1) * lanes); ++i) {
-      const double x = ts_[i];
-      if (heap_.size() < head) {
-        heap_.emplace_back(x, std::uint32_t(i));
-        std::push_heap(heap_.begin(), heap_.end(), better); // the worst on top
-      } else if (x > heap_.front().first) {
-        std::pop_heap(heap_.begin(), heap_.end(), better);
-        heap_.back() = {x, std::uint32_t(i)};
-        std::push_heap(heap_.begin(), heap_.end(), better);
-      }
-    }
+    for (std::size_t i = blk * lanes; i < std::min(n, (blk + 1) * lanes); ++i)
+      if (ts_[i] >= beta)
+        heap_.emplace_back(ts_[i], std::uint32_t(i));
+  }
+  if (heap_.size() > head) {
+    std::nth_element(heap_.begin(), heap_.begin() + std::ptrdiff_t(head), heap_.end(), better);
+    heap_.resize(head);
   }
   scored_ = n - unscored;
   head_.clear();

@@ -6,8 +6,8 @@
 // HybridSampler computes what pig::ref::hybrid_estimate computes before it attends, in f64, and
 // differs from it only where that is cheaper and provably harmless:
 //   - the head (the `head` best by score descending, position ascending) comes from blocks of
-//     f64 lanes: their maxima, a min-heap for the head-th largest one, then a bounded heap over
-//     the blocks that can hold a head token. The same set, since the order is total;
+//     f64 lanes: their maxima, a min-heap for the head-th largest one (beta), then a partition of
+//     the tokens scoring >= beta. The same set, since the order is total;
 //   - exp(s_i - max) is hwy/contrib/math's Exp (within 2 ulp of std::exp) and sums run in vector
 //     lanes, so an inclusion probability differs from the reference's in its last bits (tested
 //     to 1e-13 relative), and a draw U_i < pi_i could differ only for a U_i that close to pi_i;
@@ -72,7 +72,7 @@ private:
   double tail_max_ = 0; // the largest score outside the head (-inf: none scored)
   std::vector<std::uint32_t> head_, tail_;
   std::vector<double> pi_drawn_;
-  std::vector<std::pair<double, std::uint32_t>> heap_; // the head candidates, worst on top
+  std::vector<std::pair<double, std::uint32_t>> heap_; // the head's candidates
   std::vector<double> block_max_;                      // per block of f64 lanes: its largest score
   std::vector<double> top_blocks_; // a min-heap of the `head` largest block maxima
   // Per indexed token: the score with the head's set to -inf; the tail's proposal r (0 for the
