@@ -495,6 +495,49 @@ TEST(BudgetAttention, HybridRankerOptionsMatchReference) {
   }
 }
 
+// A NaN in one key (NaN in): the centring mean, every centred key's norm and so every score turn
+// NaN, i.e. unscored (-inf), in the runtime as in the reference, and whatever attends to the NaN
+// row outputs NaN. Each head must equal the reference: NaN where it is NaN, else within 1e-5.
+TEST(BudgetAttention, HybridNaNKeyIsTheReferences) {
+  ThreadPool pool(2);
+  const AttentionShape s = Shape();
+  const size_t n = 77, d = s.head_dim;
+  for (size_t pos : {2, 30}) { // a sink token; an indexed one
+    Data x = MakeData(s, n, 91);
+    for (auto &k : x.k)
+      k[(pos * s.n_kv_heads + 1) * d + 5] = std::numeric_limits<float>::quiet_NaN(); // kv-head 1
+    for (const char *h : {"head=0.25", "cand=1"}) {
+      AttentionSpec spec = Spec("lsh-hybrid", DType::bf16, 0.2);
+      spec.hybrid = ref::HybridConfig::parse(h);
+      auto att = MakeBudgetAttention(spec, s);
+      const auto out = Decode(*att, x, n, pool);
+      const auto dense = spec.DenseLayers(s.n_layers);
+      size_t nan_heads = 0;
+      for (size_t l = 0; l < s.n_layers; ++l) {
+        if (std::find(dense.begin(), dense.end(), l) != dense.end())
+          continue;
+        for (size_t hd = 0; hd < s.n_heads; ++hd) {
+          const Expected e = Reference(spec, s, x, n, l, hd);
+          const std::span<const float> got(out[l].data() + hd * d, d);
+          const bool want_nan = std::any_of(e.attention.out.begin(), e.attention.out.end(),
+                                            [](float v) { return std::isnan(v); });
+          const bool got_nan =
+              std::any_of(got.begin(), got.end(), [](float v) { return std::isnan(v); });
+          EXPECT_EQ(got_nan, want_nan) << h << " pos=" << pos << " layer=" << l << " head=" << hd;
+          if (!want_nan && !got_nan) {
+            EXPECT_LE(ref::relative_l2_error(got, e.attention.out), 1e-5)
+                << h << " pos=" << pos << " layer=" << l << " head=" << hd;
+          }
+          nan_heads += want_nan;
+        }
+      }
+      if (pos == 2) { // a sink token is attended by every head of its kv-head
+        EXPECT_GT(nan_heads, 0u) << h;
+      }
+    }
+  }
+}
+
 TEST(BudgetAttention, HybridStats) {
   ThreadPool pool(2);
   const AttentionShape s = Shape();
