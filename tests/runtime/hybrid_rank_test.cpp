@@ -11,21 +11,17 @@
 #include <vector>
 
 #include <gtest/gtest.h>
-#include <hwy/targets.h>
 
+#include "../kernels/test_util.h" // pig::test::for_each_target
 #include "pig/reference/hybrid.h"
 #include "pig/reference/random.h"
 
 namespace pig::runtime::lsh {
 namespace {
 
+// Once per compiled Highway target this CPU supports (tests/kernels/test_util.h).
 void for_each_target(const std::function<void()> &fn) {
-  for (std::int64_t target : hwy::SupportedAndGeneratedTargets()) {
-    hwy::SetSupportedTargetsForTest(target);
-    SCOPED_TRACE(hwy::TargetName(target));
-    fn();
-  }
-  hwy::SetSupportedTargetsForTest(0);
+  pig::test::for_each_target([&](const char *) { fn(); });
 }
 
 TEST(HybridRank, ScanCountsTheReferencesHammingDistances) {

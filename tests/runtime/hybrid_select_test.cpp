@@ -13,8 +13,8 @@
 #include <vector>
 
 #include <gtest/gtest.h>
-#include <hwy/targets.h>
 
+#include "../kernels/test_util.h" // pig::test::for_each_target
 #include "pig/reference/hybrid.h"
 #include "pig/reference/random.h"
 
@@ -23,13 +23,9 @@ namespace {
 
 constexpr double kInf = std::numeric_limits<double>::infinity();
 
+// Once per compiled Highway target this CPU supports (tests/kernels/test_util.h).
 void for_each_target(const std::function<void()> &fn) {
-  for (std::int64_t target : hwy::SupportedAndGeneratedTargets()) {
-    hwy::SetSupportedTargetsForTest(target);
-    SCOPED_TRACE(hwy::TargetName(target));
-    fn();
-  }
-  hwy::SetSupportedTargetsForTest(0);
+  pig::test::for_each_target([&](const char *) { fn(); });
 }
 
 // Highway's Exp claims 1 ulp on [-DBL_MAX, 706]; std::exp is within 1 ulp of e^x too, so the two
