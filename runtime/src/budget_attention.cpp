@@ -237,9 +237,7 @@ BudgetAttention::BudgetAttention(const AttentionSpec &spec, const AttentionShape
            (h.rank != ref::HybridRank::hamming ? "scalar collision-count scores"
             : h.candidates > 0 ? "Highway Hamming scan per kv-head, scalar scores (cand)"
                                : "Highway Hamming scan per kv-head and scores") +
-           (spec.kv_dtype == lsh::DType::q8 ? "; Highway selection and draw; scalar f64 softmax "
-                                              "(q8 rows)"
-                                            : "; Highway selection, draw and f64 softmax") +
+           "; Highway selection, draw and f64 softmax" +
            (h.epsilon > 0 ? ", the tail grown by the error bound" : "") + ")";
   }
   stats_.kernels = what + "; dense: " + lsh::KernelRegistry::describe(set_);
@@ -731,18 +729,8 @@ void BudgetAttention::HybridHead(size_t layer, size_t head, size_t pos, const fl
       put(b + i, 0.0);
     for (size_t j = 0; j < tail_ids.size(); ++j)
       put(b + tail_ids[j], std::log(pi[j]));
-    double lse = 0;
-    if constexpr (std::is_same_v<E, lsh::Q8>) { // rows dequantised one by one, scalar
-      for (size_t j = 0; j < total; ++j) {
-        Logits(q, K, d, scale, s.ids[j], s.ids[j] + 1, &s.lz[j]);
-        s.lz[j] -= s.zs[j];
-      }
-      s.acc.resize(d);
-      lse = SoftmaxValues(s.lz.data(), s.ids.data(), total, V, d, s.acc.data(), out);
-    } else {
-      lse = lsh::hybrid_attend(q, K, V, std::is_same_v<E, std::uint16_t>, d, scale, s.ids.data(),
-                               s.zs.data(), total, out, s.lz.data());
-    }
+    const double lse = lsh::hybrid_attend(q, K, V, cache_.dtype(), d, scale, s.ids.data(),
+                                          s.zs.data(), total, out, s.lz.data());
     count.sampled = double(head_ids.size() + tail_ids.size());
     if (cfg.epsilon <= 0)
       return;

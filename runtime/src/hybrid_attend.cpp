@@ -103,6 +103,8 @@ void ValuesF32(const void *V, std::size_t d, const std::uint32_t *ids, const dou
 HWY_AFTER_NAMESPACE();
 
 #if HWY_ONCE
+#include "pig/reference/kv_quant.h" // q8 rows
+
 namespace pig::runtime::lsh {
 
 HWY_EXPORT(LogitsBf16);
@@ -110,13 +112,32 @@ HWY_EXPORT(LogitsF32);
 HWY_EXPORT(ValuesBf16);
 HWY_EXPORT(ValuesF32);
 
-double hybrid_attend(const float *q, const void *K, const void *V, bool bf16, std::size_t d,
+double hybrid_attend(const float *q, const void *K, const void *V, DType dtype, std::size_t d,
                      double scale, const std::uint32_t *ids, const double *bias, std::size_t count,
                      float *out, double *logits) {
   constexpr double kInf = std::numeric_limits<double>::infinity();
   thread_local std::vector<double> qd, z, acc;
+  thread_local std::vector<float> kq, vq; // q8: the gathered rows, dequantised
+  thread_local std::vector<std::uint32_t> seq;
   qd.assign(q, q + d);
   z.resize(count);
+  const bool bf16 = dtype == DType::bf16;
+  if (dtype == DType::q8) { // dequantise the gathered rows once, then the f32 kernels on them
+    const std::size_t rb = ref::q8_row_bytes(d);
+    kq.resize(count * d);
+    vq.resize(count * d);
+    seq.resize(count);
+    for (std::size_t c = 0; c < count; ++c) {
+      ref::dequantize_q8(static_cast<const std::uint8_t *>(K) + std::size_t(ids[c]) * rb, d,
+                         kq.data() + c * d);
+      ref::dequantize_q8(static_cast<const std::uint8_t *>(V) + std::size_t(ids[c]) * rb, d,
+                         vq.data() + c * d);
+      seq[c] = std::uint32_t(c);
+    }
+    K = kq.data();
+    V = vq.data();
+    ids = seq.data();
+  }
   if (bf16)
     HWY_DYNAMIC_DISPATCH(LogitsBf16)(qd.data(), K, d, scale, ids, bias, count, z.data());
   else

@@ -5,6 +5,7 @@
 #include "pig/runtime/hybrid_select.h"
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstdint>
 #include <functional>
@@ -16,6 +17,7 @@
 
 #include "../kernels/test_util.h" // pig::test::for_each_target
 #include "pig/reference/hybrid.h"
+#include "pig/reference/kv_quant.h"
 #include "pig/reference/random.h"
 
 namespace pig::runtime::lsh {
@@ -74,6 +76,103 @@ TEST(HybridSelect, UniformsAreTheReferencesBitForBit) {
           EXPECT_EQ(u[n], -1.0); // nothing written past n
         }
   });
+}
+
+// hybrid_attend on f32, bf16 and q8 rows against the softmax written out in double over the same
+// numbers (bf16's widening, q8's dequantisation): the output to float rounding, the lse and the
+// logits to 1e-12; head dims with a vector remainder; an empty set and a NaN logit.
+TEST(HybridSelect, AttendIsTheWeightedSoftmax) {
+  ref::Rng rng(17);
+  for (std::size_t d : {std::size_t{64}, std::size_t{96}, std::size_t{40}}) {
+    const std::size_t n = 50;
+    std::vector<float> q(d), k(n * d), v(n * d);
+    for (float &x : q)
+      x = float(rng.gaussian());
+    for (float &x : k)
+      x = float(rng.gaussian());
+    for (float &x : v)
+      x = float(rng.gaussian());
+    const std::vector<std::uint32_t> ids{3, 0, 49, 17, 17, 8, 25};
+    const std::vector<double> bias{0.0, 0.0, -1.5, 2.0, 0.25, 0.0, -0.5};
+    for (DType t : {DType::f32, DType::bf16, DType::q8}) {
+      if (t == DType::q8 && d % 32 != 0)
+        continue;
+      // The rows as the cache holds them, and the floats they stand for.
+      std::vector<std::uint8_t> kb, vb;
+      std::vector<float> kf(n * d), vf(n * d);
+      if (t == DType::f32) {
+        kf = k;
+        vf = v;
+        kb.assign(reinterpret_cast<const std::uint8_t *>(k.data()),
+                  reinterpret_cast<const std::uint8_t *>(k.data() + k.size()));
+        vb.assign(reinterpret_cast<const std::uint8_t *>(v.data()),
+                  reinterpret_cast<const std::uint8_t *>(v.data() + v.size()));
+      } else if (t == DType::bf16) {
+        std::vector<std::uint16_t> k16(n * d), v16(n * d);
+        convert_to_bf16(k.data(), k16.data(), k16.size());
+        convert_to_bf16(v.data(), v16.data(), v16.size());
+        for (std::size_t i = 0; i < n * d; ++i) {
+          kf[i] = std::bit_cast<float>(std::uint32_t(k16[i]) << 16);
+          vf[i] = std::bit_cast<float>(std::uint32_t(v16[i]) << 16);
+        }
+        kb.assign(reinterpret_cast<const std::uint8_t *>(k16.data()),
+                  reinterpret_cast<const std::uint8_t *>(k16.data() + k16.size()));
+        vb.assign(reinterpret_cast<const std::uint8_t *>(v16.data()),
+                  reinterpret_cast<const std::uint8_t *>(v16.data() + v16.size()));
+      } else {
+        const std::size_t rb = ref::q8_row_bytes(d);
+        kb.resize(n * rb);
+        vb.resize(n * rb);
+        for (std::size_t i = 0; i < n; ++i) {
+          ref::quantize_q8(&k[i * d], d, &kb[i * rb]);
+          ref::quantize_q8(&v[i * d], d, &vb[i * rb]);
+          ref::dequantize_q8(&kb[i * rb], d, &kf[i * d]);
+          ref::dequantize_q8(&vb[i * rb], d, &vf[i * d]);
+        }
+      }
+      const double scale = 1.0 / std::sqrt(double(d));
+      std::vector<double> z(ids.size());
+      double m = -kInf;
+      for (std::size_t c = 0; c < ids.size(); ++c) {
+        double dot = 0;
+        for (std::size_t j = 0; j < d; ++j)
+          dot += double(q[j]) * double(kf[ids[c] * d + j]);
+        z[c] = scale * dot - bias[c];
+        m = std::max(m, z[c]);
+      }
+      double sum = 0;
+      for (double x : z)
+        sum += std::exp(x - m);
+      std::vector<double> want(d, 0.0);
+      for (std::size_t c = 0; c < ids.size(); ++c)
+        for (std::size_t j = 0; j < d; ++j)
+          want[j] += std::exp(z[c] - m) / sum * double(vf[ids[c] * d + j]);
+      for_each_target([&] {
+        SCOPED_TRACE("d=" + std::to_string(d) + " " + to_string(t));
+        std::vector<float> out(d);
+        std::vector<double> logits(ids.size());
+        const double lse = hybrid_attend(q.data(), kb.data(), vb.data(), t, d, scale, ids.data(),
+                                         bias.data(), ids.size(), out.data(), logits.data());
+        EXPECT_NEAR(lse, m + std::log(sum), 1e-12 * std::abs(m + std::log(sum)) + 1e-12);
+        for (std::size_t c = 0; c < ids.size(); ++c)
+          EXPECT_NEAR(logits[c], z[c], 1e-12 * (std::abs(z[c]) + 1));
+        for (std::size_t j = 0; j < d; ++j)
+          EXPECT_NEAR(out[j], want[j], 1e-6 * (std::abs(want[j]) + 1e-3)) << j;
+        // Nothing attended: lse -inf, output 0.
+        std::vector<float> none(d, 7.0f);
+        EXPECT_EQ(hybrid_attend(q.data(), kb.data(), vb.data(), t, d, scale, ids.data(),
+                                bias.data(), 0, none.data()),
+                  -kInf);
+        EXPECT_EQ(none[0], 0.0f);
+        // A NaN bias (a NaN logit): NaN out, as the reference's softmax.
+        std::vector<double> nan_bias = bias;
+        nan_bias[2] = std::numeric_limits<double>::quiet_NaN();
+        EXPECT_TRUE(std::isnan(hybrid_attend(q.data(), kb.data(), vb.data(), t, d, scale,
+                                             ids.data(), nan_bias.data(), ids.size(), out.data())));
+        EXPECT_TRUE(std::isnan(out[0]));
+      });
+    }
+  }
 }
 
 struct Case {

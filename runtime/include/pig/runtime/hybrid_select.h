@@ -21,6 +21,8 @@
 #include <span>
 #include <vector>
 
+#include "pig/runtime/lsh_kernels.h" // DType
+
 namespace pig::runtime::lsh {
 
 /// e[i] = exp(s[i] - m) for i in [0, n), on the best Highway target; returns their sum (in vector
@@ -34,14 +36,15 @@ std::size_t hybrid_block_lanes();
 /// same integers, so the same doubles).
 void hybrid_uniforms(std::uint64_t seed, std::size_t begin, std::size_t n, double *u);
 
-/// One softmax over `count` rows of one kv-head's cache (bf16 or f32, row i at i * d elements):
-/// logit_c = scale q.k_{ids[c]} - bias[c], out = sum softmax(logit)_c v_{ids[c]} (pig::ref's
-/// attention_over with biases, as budget attention's lsh-hybrid attends: bias log pi is weight
-/// 1 / pi). Dot products and values in f64 lanes on the best Highway target: every product of
-/// two floats is exact in double, so the result differs from the reference's f64 sums in their
-/// order only. Returns the lse (-inf for no finite logit; NaN, with a NaN output, for a NaN one).
-/// `logits`, when given, receives each logit_c (count entries).
-double hybrid_attend(const float *q, const void *K, const void *V, bool bf16, std::size_t d,
+/// One softmax over `count` rows of one kv-head's cache (bf16, f32 or q8 rows, row i at
+/// i * row_bytes(d)): logit_c = scale q.k_{ids[c]} - bias[c], out = sum softmax(logit)_c
+/// v_{ids[c]} (pig::ref's attention_over with biases, as budget attention's lsh-hybrid attends:
+/// bias log pi is weight 1 / pi). Dot products and values in f64 lanes on the best Highway
+/// target: every product of two floats is exact in double, so the result differs from the
+/// reference's f64 sums in their order only (q8 rows are dequantised first, exactly). Returns the
+/// lse (-inf for no finite logit; NaN, with a NaN output, for a NaN one). `logits`, when given,
+/// receives each logit_c (count entries).
+double hybrid_attend(const float *q, const void *K, const void *V, DType dtype, std::size_t d,
                      double scale, const std::uint32_t *ids, const double *bias, std::size_t count,
                      float *out, double *logits = nullptr);
 
