@@ -24,6 +24,7 @@
 // and the pairs below moved from 41-43x to 27-30x (d = 128), 23x to 16-18x (d = 64), and for
 // retrieval from 1.55-1.71x to 2.71-2.74x (the public method's int32 lists are twice the bytes).
 #include <algorithm>
+#include <bit>
 #include <chrono>
 #include <cmath>
 #include <cstdint>
@@ -41,10 +42,12 @@
 #include <benchmark/benchmark.h>
 
 #include "attention_benchmarks.h"
+#include "pig/reference/hybrid.h"
 #include "pig/reference/kv_quant.h"
 #include "pig/reference/random.h"
 #include "pig/reference/synthetic.h"
 #include "pig/runtime/hybrid_rank.h"
+#include "pig/runtime/hybrid_select.h"
 #include "pig/runtime/lsh_index.h"
 #include "pig/runtime/lsh_kernels.h"
 #include "pig/runtime/lsh_step.h"
@@ -692,6 +695,85 @@ void BM_PairHybridScanSampled(benchmark::State &state, std::size_t n, std::size_
   });
 }
 
+// lsh-hybrid's whole step for one kv-head group against MagicPIG's: A: the sampled step; B: the
+// Hamming scan of the G heads' sketches, then for each head the scores (hybrid_hamming_scores),
+// the head and the draw (HybridSampler, at MagicPIG's cost2 measured on these rows, head share
+// 0.25, floor 0.1) and the weighted softmax over the head's rows and the drawn ones
+// (hybrid_attend). B / A is lsh-hybrid's step in MagicPIG steps at equal cost2. The sketches are
+// random bits as in pair_hybrid_scan_sampled (the scores then rank at random, which costs the
+// selection what real ones do: every pass visits every token); the norms and rows are the
+// dataset's.
+void BM_PairHybridStepSampled(benchmark::State &state, std::size_t n, std::size_t d, int G) {
+  Dataset &ds = dataset(n, d, G, true);
+  SampledCall sampled(ds, false);
+  lsh::StepStats st;
+  sampled.stats = &st;
+  sampled();
+  sampled.stats = nullptr;
+  double cost2 = 0; // the group's mean sampled fraction per head
+  for (int g = 0; g < G; ++g)
+    cost2 += double(st.sampled_per_head[g]) / double(n) / double(G);
+  const int bits = 1500;
+  const std::size_t words = lsh::hybrid_sketch_words(bits);
+  std::vector<lsh::HugeVector<std::uint64_t>> sketch(ds.copies);
+  pig::ref::Rng rng(7);
+  for (auto &s : sketch) {
+    s.resize(n * words);
+    for (auto &w : s)
+      w = rng.next_u64();
+  }
+  std::vector<std::uint64_t> qs(std::size_t(G) * words);
+  for (auto &w : qs)
+    w = rng.next_u64();
+  // |k_i| of the bf16 rows (the same in every copy), and cos(pi h / bits) for h in [0, bits].
+  std::vector<double> norms(n), cos_of(bits + 1);
+  for (std::size_t i = 0; i < n; ++i) {
+    double s2 = 0;
+    for (std::size_t j = 0; j < d; ++j) {
+      const double x = std::bit_cast<float>(std::uint32_t(ds.k[0][i * d + j]) << 16);
+      s2 += x * x;
+    }
+    norms[i] = std::sqrt(s2);
+  }
+  for (int h = 0; h <= bits; ++h)
+    cos_of[std::size_t(h)] = pig::ref::hamming_cosine(h, bits);
+  std::vector<std::uint16_t> H(std::size_t(G) * n);
+  std::vector<double> z, bias;
+  std::vector<std::uint32_t> ids;
+  std::vector<float> out(d);
+  lsh::HybridSampler sampler;
+  const double scale = 1.0 / std::sqrt(double(d)), target = cost2 * double(n);
+  const std::size_t head = std::size_t(std::llround(0.25 * target));
+  std::size_t c = 0, calls = 0;
+  run_pair(state, key("pair_hybrid_step_sampled", d, G, n), sampled, [&] {
+    const float *q = ds.query(calls);
+    lsh::hybrid_hamming_scan(sketch[c].data(), words, n, qs.data(), G, H.data());
+    for (int g = 0; g < G; ++g) {
+      const float *qg = q + std::size_t(g) * d;
+      double qn = 0;
+      for (std::size_t j = 0; j < d; ++j)
+        qn += double(qg[j]) * double(qg[j]);
+      z.resize(n);
+      lsh::hybrid_hamming_scores(H.data() + std::size_t(g) * n, norms.data(), nullptr, n,
+                                 cos_of.data(), scale * std::sqrt(qn), z.data());
+      sampler.Rank(z, head, 0x5eed + std::uint64_t(calls * 8 + std::size_t(g)), 0);
+      sampler.Draw(std::max(0.0, target - double(head)), 0.1);
+      ids.assign(sampler.head().begin(), sampler.head().end());
+      bias.assign(ids.size(), 0.0);
+      for (std::size_t j = 0; j < sampler.tail().size(); ++j) {
+        ids.push_back(sampler.tail()[j]);
+        bias.push_back(std::log(sampler.pi()[j]));
+      }
+      lsh::hybrid_attend(qg, ds.k[c].data(), ds.values(lsh::DType::bf16, c), lsh::DType::bf16, d,
+                         scale, ids.data(), bias.data(), ids.size(), out.data());
+    }
+    benchmark::DoNotOptimize(out.data());
+    c = (c + 1) % ds.copies;
+    ++calls;
+  });
+  state.counters["cost2"] = cost2;
+}
+
 // q8 rows against bf16 rows (the same values quantised): A: q8, B: bf16; B / A = q8's speed-up.
 // `sampled`: the sampled step of each (its own index: of the q8 keys for q8), else dense.
 void BM_PairQ8(benchmark::State &state, std::size_t n, std::size_t d, int G, bool sampled) {
@@ -927,6 +1009,12 @@ void print_ratios() {
                   "magicpig's speed (target >= 0.9x)\n",
                   shape, r.b / r.a, us(r.b), us(r.b_min), us(r.b_max), us(r.a), us(r.a_min),
                   us(r.a_max), r.calls, r.a / (r.a + r.b));
+    } else if (what == "pair_hybrid_step_sampled") {
+      std::printf("hybrid whole step vs sampled step %s : hybrid = %.2fx the step (hybrid %.0f us "
+                  "[%.0f-%.0f], sampled %.0f us [%.0f-%.0f], %zu calls): lsh-hybrid's attention "
+                  "at %.2fx magicpig's speed (target >= 0.9x)\n",
+                  shape, r.b / r.a, us(r.b), us(r.b_min), us(r.b_max), us(r.a), us(r.a_min),
+                  us(r.a_max), r.calls, r.a / r.b);
     } else if (what == "pair_retrieval") {
       std::printf("retrieval ours vs public %s : %5.2fx (ours %.1f us [%.1f-%.1f], public %.1f us "
                   "[%.1f-%.1f], %zu calls)  (target >= 2x)\n",
@@ -1020,9 +1108,12 @@ void RegisterAttentionBenchmarks(const std::optional<lsh::Schedule> &only) {
         [=](benchmark::State &st) { BM_PairQ8(st, n, s.d, s.G, true); });
     reg(key("pair_sampled_dense_q8", s.d, s.G, n),
         [=](benchmark::State &st) { BM_PairSampledDenseQ8(st, n, s.d, s.G); });
-    if (s.d == 64)
+    if (s.d == 64) {
       reg(key("pair_hybrid_scan_sampled", s.d, s.G, n),
           [=](benchmark::State &st) { BM_PairHybridScanSampled(st, n, s.d, s.G); });
+      reg(key("pair_hybrid_step_sampled", s.d, s.G, n),
+          [=](benchmark::State &st) { BM_PairHybridStepSampled(st, n, s.d, s.G); });
+    }
     if (s.G == 1) {
       reg(key("pair_spec_generic_dense", s.d, s.G, n),
           [=](benchmark::State &st) { BM_PairSpecGeneric(st, n, s.d, s.G, false); });
