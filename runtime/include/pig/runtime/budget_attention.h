@@ -121,7 +121,7 @@ private:
   };
   std::vector<HybridIndex> hybrid_;
   std::vector<std::vector<std::uint16_t>> hybrid_qcodes_, hybrid_H_; // per kv-head, this step
-  std::vector<std::vector<std::uint64_t>> hybrid_qsketch_;            // per kv-head, this step
+  std::vector<std::vector<std::uint64_t>> hybrid_qsketch_;           // per kv-head, this step
   std::unique_ptr<lsh::SimHash> simhash_; // lsh-hybrid: W of (K, L, seed)
   std::vector<std::unique_ptr<Scratch>> scratch_;
   std::vector<HeadCount> head_count_;
