@@ -672,26 +672,36 @@ void BM_PairSampledDense(benchmark::State &state, std::size_t n, std::size_t d, 
 // B / A is what ranking every token costs before lsh-hybrid attends to anything: lsh-hybrid at
 // MagicPIG's cost2 runs at most A / (A + B) of its speed. The sketches are random bits (the scan's
 // time does not depend on them), one copy per dataset copy like the rows.
+// Random packed sketches of `bits` SimHash columns for the hybrid pairs: one per token of every
+// dataset copy (like the rows), and the G heads' query sketches.
+struct RandomSketches {
+  std::size_t words;
+  std::vector<lsh::HugeVector<std::uint64_t>> tokens; // per copy, n x words
+  std::vector<std::uint64_t> queries;                 // G x words
+  RandomSketches(const Dataset &ds, int bits) : words(lsh::hybrid_sketch_words(bits)) {
+    pig::ref::Rng rng(7);
+    tokens.resize(ds.copies);
+    for (auto &s : tokens) {
+      s.resize(ds.n * words);
+      for (auto &w : s)
+        w = rng.next_u64();
+    }
+    queries.resize(std::size_t(ds.G) * words);
+    for (auto &w : queries)
+      w = rng.next_u64();
+  }
+};
+
 void BM_PairHybridScanSampled(benchmark::State &state, std::size_t n, std::size_t d, int G) {
   Dataset &ds = dataset(n, d, G, true);
   SampledCall sampled(ds, false);
-  const std::size_t words = lsh::hybrid_sketch_words(1500);
-  std::vector<lsh::HugeVector<std::uint64_t>> sketch(ds.copies);
-  pig::ref::Rng rng(7);
-  for (auto &s : sketch) {
-    s.resize(n * words);
-    for (auto &w : s)
-      w = rng.next_u64();
-  }
-  std::vector<std::uint64_t> q(std::size_t(G) * words);
-  for (auto &w : q)
-    w = rng.next_u64();
+  const RandomSketches sk(ds, 1500);
   std::vector<std::uint16_t> H(std::size_t(G) * n);
   std::size_t c = 0;
   run_pair(state, key("pair_hybrid_scan_sampled", d, G, n), sampled, [&] {
-    lsh::hybrid_hamming_scan(sketch[c].data(), words, n, q.data(), G, H.data());
+    lsh::hybrid_hamming_scan(sk.tokens[c].data(), sk.words, n, sk.queries.data(), G, H.data());
     benchmark::DoNotOptimize(H.data());
-    c = (c + 1) % sketch.size();
+    c = (c + 1) % sk.tokens.size();
   });
 }
 
@@ -714,17 +724,7 @@ void BM_PairHybridStepSampled(benchmark::State &state, std::size_t n, std::size_
   for (int g = 0; g < G; ++g)
     cost2 += double(st.sampled_per_head[g]) / double(n) / double(G);
   const int bits = 1500;
-  const std::size_t words = lsh::hybrid_sketch_words(bits);
-  std::vector<lsh::HugeVector<std::uint64_t>> sketch(ds.copies);
-  pig::ref::Rng rng(7);
-  for (auto &s : sketch) {
-    s.resize(n * words);
-    for (auto &w : s)
-      w = rng.next_u64();
-  }
-  std::vector<std::uint64_t> qs(std::size_t(G) * words);
-  for (auto &w : qs)
-    w = rng.next_u64();
+  const RandomSketches sk(ds, bits);
   // |k_i| of the bf16 rows (the same in every copy), and cos(pi h / bits) for h in [0, bits].
   std::vector<double> norms(n), cos_of(bits + 1);
   for (std::size_t i = 0; i < n; ++i) {
@@ -747,7 +747,7 @@ void BM_PairHybridStepSampled(benchmark::State &state, std::size_t n, std::size_
   std::size_t c = 0, calls = 0;
   run_pair(state, key("pair_hybrid_step_sampled", d, G, n), sampled, [&] {
     const float *q = ds.query(calls);
-    lsh::hybrid_hamming_scan(sketch[c].data(), words, n, qs.data(), G, H.data());
+    lsh::hybrid_hamming_scan(sk.tokens[c].data(), sk.words, n, sk.queries.data(), G, H.data());
     for (int g = 0; g < G; ++g) {
       const float *qg = q + std::size_t(g) * d;
       double qn = 0;
