@@ -194,7 +194,7 @@ struct BudgetAttention::Scratch {
   std::vector<double> lz;           // lsh-hybrid: their logits minus their biases
   std::vector<double> acc;          // head_dim
   std::vector<float> part;          // head_dim: oracle's sampled part
-  lsh::HybridSampler hybrid;        // lsh-hybrid's head and draw (epsilon = 0)
+  lsh::HybridSampler hybrid;        // lsh-hybrid's head and draw
 };
 
 namespace {
@@ -668,24 +668,26 @@ void BudgetAttention::HybridHead(size_t layer, size_t head, size_t pos, const fl
   const int cand = cfg.candidates;
   // hamming: ref::hybrid_hamming's integers, from the group's scan.
   const std::uint16_t *H = hamming ? hybrid_H_[kvh].data() + g * n_idx : nullptr;
-  if (hamming && cand == 0)
+  if (hamming && cand == 0) {
     lsh::hybrid_hamming_scores(H, h.norms.data(), cfg.value_norm ? h.log_vnorms.data() : nullptr,
                                n_idx, cos_of.data(), sq, s.z.data());
-  for (size_t i = 0; i < n_idx && !(hamming && cand == 0); ++i) {
-    const std::uint16_t *c = h.codes.empty() ? nullptr : &h.codes[i * L];
-    if (cand > 0 && ref::hybrid_collisions(spec_.L, c, qc) < cand) {
-      s.z[i] = -kInf; // not a candidate: unscored, as ref::hybrid_scores
-      continue;
+  } else {
+    for (size_t i = 0; i < n_idx; ++i) {
+      const std::uint16_t *c = h.codes.empty() ? nullptr : &h.codes[i * L];
+      if (cand > 0 && ref::hybrid_collisions(spec_.L, c, qc) < cand) {
+        s.z[i] = -kInf; // not a candidate: unscored, as ref::hybrid_scores
+        continue;
+      }
+      const double cos_hat =
+          hamming ? cos_of[H[i]] : ref::hybrid_cosine(cfg.rank, cfg.bits, spec_.K, spec_.L, c, qc);
+      double x = sq * h.norms[i] * cos_hat;
+      if (cfg.value_norm)
+        x += h.log_vnorms[i];
+      s.z[i] = std::isnan(x) ? -kInf : x;
     }
-    const double cos_hat =
-        hamming ? cos_of[H[i]] : ref::hybrid_cosine(cfg.rank, cfg.bits, spec_.K, spec_.L, c, qc);
-    double x = sq * h.norms[i] * cos_hat;
-    if (cfg.value_norm)
-      x += h.log_vnorms[i];
-    s.z[i] = std::isnan(x) ? -kInf : x;
   }
 
-  // The hamming ranker's read per token: this head's share of the group's one pass over the
+  // What the ranker read per token: this head's share of the group's one pass over the
   // packed sketches (hamming) or its own pass over the codes, and the norm.
   const double ranker =
       hamming ? double(lsh::hybrid_sketch_words(B) * 8) / double(shape().group()) : double(L * 2);

@@ -12,6 +12,7 @@
 
 #include "hwy/contrib/math/math-inl.h"
 #include "hwy/highway.h"
+#include "pig/reference/hybrid.h" // hybrid_uniform, hybrid_skip_draw: the reference's draws
 #include "pig/runtime/hybrid_select.h"
 #include "pig/spec/hash.h"
 
@@ -72,14 +73,6 @@ template <class DU> HWY_INLINE hn::Vec<DU> WeylOf(DU du, std::uint64_t token) {
 }
 #endif
 
-// ref::hybrid_uniform(seed, token): mix64(seed ^ (gamma (token + 1)) + 2 gamma) (the second
-// splitmix64 step of the reference's two), its top 53 bits times 2^-53. Integer arithmetic: the
-// same doubles on every target.
-inline double UniformOf(std::uint64_t seed, std::uint64_t token) {
-  const std::uint64_t state = (seed ^ (spec::kGoldenGamma * (token + 1))) + 2 * spec::kGoldenGamma;
-  return double(spec::mix64(state) >> 11) * 0x1.0p-53;
-}
-
 // u[i] = ref::hybrid_uniform(seed, begin + i).
 void Uniforms(std::uint64_t seed, std::size_t begin, std::size_t n, double *u) {
   std::size_t i = 0;
@@ -92,7 +85,7 @@ void Uniforms(std::uint64_t seed, std::size_t begin, std::size_t n, double *u) {
     hn::StoreU(UniformsOf(du, dd, WeylOf(du, std::uint64_t(begin + i)), vs), dd, u + i);
 #endif
   for (; i < n; ++i)
-    u[i] = UniformOf(seed, std::uint64_t(begin + i));
+    u[i] = ref::hybrid_uniform(seed, begin + i);
 }
 
 std::size_t LanesF64() { return hn::Lanes(hn::ScalableTag<double>()); }
@@ -207,7 +200,7 @@ std::size_t DrawScored(const double *score, const double *r, std::size_t n, doub
 #endif
   for (; i < n; ++i) {
     const double pv = std::min(1.0, lambda * r[i]);
-    if (UniformOf(seed, std::uint64_t(begin + i)) < pv && score[i] > kNegInf) {
+    if (ref::hybrid_uniform(seed, begin + i) < pv && score[i] > kNegInf) {
       ids[count] = std::uint32_t(i);
       pi[count++] = pv;
     }
@@ -219,7 +212,6 @@ std::size_t DrawScored(const double *score, const double *r, std::size_t n, doub
 HWY_AFTER_NAMESPACE();
 
 #if HWY_ONCE
-#include "pig/reference/hybrid.h" // hybrid_skip_draw: the reference's draw of unscored tokens
 
 namespace pig::runtime::lsh {
 
@@ -233,7 +225,9 @@ HWY_EXPORT(DrawScored);
 
 namespace {
 constexpr double kInf = std::numeric_limits<double>::infinity();
-}
+// Lanes of an f64 vector on the dispatched target: the head's selection's block size.
+std::size_t BlockLanes() { return HWY_DYNAMIC_DISPATCH(LanesF64)(); }
+} // namespace
 
 double hybrid_exp_shifted(const double *s, std::size_t n, double m, double *e) {
   if (std::isfinite(m)) // Highway's Exp holds on [-DBL_MAX, 706]: every s - m <= 0 here
@@ -243,8 +237,6 @@ double hybrid_exp_shifted(const double *s, std::size_t n, double m, double *e) {
     z += (e[i] = std::exp(s[i] - m));
   return z;
 }
-
-std::size_t hybrid_block_lanes() { return HWY_DYNAMIC_DISPATCH(LanesF64)(); }
 
 void hybrid_uniforms(std::uint64_t seed, std::size_t begin, std::size_t n, double *u) {
   HWY_DYNAMIC_DISPATCH(Uniforms)(seed, begin, n, u);
@@ -266,7 +258,7 @@ void HybridSampler::Rank(std::vector<double> &score, std::size_t head, std::uint
   // Blocks of `lanes` tokens: no token below the head-th largest block maximum beta is in the
   // head (at least `head` tokens score >= beta, one per block of maximum >= beta, so the head's
   // last one does too).
-  const std::size_t lanes = hybrid_block_lanes(), blocks = (n + lanes - 1) / lanes;
+  const std::size_t lanes = BlockLanes(), blocks = (n + lanes - 1) / lanes;
   block_max_.resize(blocks);
   const std::size_t unscored = HWY_DYNAMIC_DISPATCH(BlockMax)(ts_.data(), n, block_max_.data());
   double beta = -kInf;

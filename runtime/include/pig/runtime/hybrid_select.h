@@ -29,9 +29,6 @@ namespace pig::runtime::lsh {
 /// lanes: within n ulp of the reference's sum in index order). s[i] <= m, no NaN.
 double hybrid_exp_shifted(const double *s, std::size_t n, double m, double *e);
 
-/// Lanes of an f64 vector on the best Highway target: the head's selection's block size.
-std::size_t hybrid_block_lanes();
-
 /// u[i] = ref::hybrid_uniform(seed, begin + i) for i in [0, n), on the best Highway target (the
 /// same integers, so the same doubles).
 void hybrid_uniforms(std::uint64_t seed, std::size_t begin, std::size_t n, double *u);
