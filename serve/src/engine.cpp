@@ -406,9 +406,12 @@ void Engine::UpdateMemoryGauges() {
 }
 
 // Runs work_ (owned by work_owner_); on failure retires every owner with a 500 and returns false.
+// On success the memory gauges are updated before any token of the work is published, so a client
+// that has its first token sees its request's KV in /metrics.
 bool Engine::RunWork() {
   try {
     batch_.Run(work_.data(), work_.size());
+    UpdateMemoryGauges();
     return true;
   } catch (const std::exception &e) {
     // LlamaBatch checks before it changes anything: a failure here is the server's fault.
