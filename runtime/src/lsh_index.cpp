@@ -235,38 +235,54 @@ void LshIndex::extend(const LshKernelSet &set, const void *keys, DType dtype, st
 
 void LshIndex::extend(const LshKernelSet &set, const void *keys, DType dtype,
                       const PagedRows &paged, std::size_t new_n, const SimHash &W) {
-  if (new_n < n_)
-    throw std::invalid_argument("LshIndex::extend: the sequence cannot shrink");
   if (W.K() != K_ || W.L() != L_ || W.d() != mean_.size())
     throw std::invalid_argument("LshIndex::extend: W does not match the index");
-  const std::size_t first = local_begin();
+  thread_local std::vector<float> rows;
+  thread_local std::vector<std::uint16_t> codes;
+  const std::size_t n = extend_rows(keys, dtype, paged, new_n, rows);
+  codes.resize(n * std::size_t(L_));
+  if (n > 0) {
+    EncodeArgs ea;
+    ea.x = rows.data();
+    ea.dtype = DType::f32;
+    ea.rows = n;
+    ea.W = W.view();
+    ea.codes = codes.data();
+    set.encode(ea);
+  }
+  extend_codes(set, new_n, codes.data());
+}
+
+std::size_t LshIndex::extend_rows(const void *keys, DType dtype, const PagedRows &paged,
+                                  std::size_t new_n, std::vector<float> &rows) {
+  if (new_n < n_)
+    throw std::invalid_argument("LshIndex::extend: the sequence cannot shrink");
+  // Tokens [first, last) leave the local window and join the index.
+  const std::size_t first = local_begin(), last = new_n > local_ ? new_n - local_ : 0;
+  const std::size_t n = last > first ? last - first : 0, d = mean_.size();
+  rows.resize(n * d);
+  if (fitted_) { // k' of the joining keys, hashed instead
+    fitted_->map_keys(keys, dtype, first, n, mean_, rows.data(), paged);
+    return n;
+  }
+  for (std::size_t i = 0; i < n; ++i) { // centred in f32, as set.encode centres with a mean
+    float *r = rows.data() + i * d;
+    row_to_f32(keys, dtype, paged, first + i, d, r);
+    for (std::size_t j = 0; j < d; ++j)
+      r[j] -= mean_[j];
+  }
+  return n;
+}
+
+void LshIndex::extend_codes(const LshKernelSet &set, std::size_t new_n,
+                            const std::uint16_t *codes) {
+  if (new_n < n_)
+    throw std::invalid_argument("LshIndex::extend: the sequence cannot shrink");
+  const std::size_t first = local_begin(), last = new_n > local_ ? new_n - local_ : 0;
   n_ = new_n;
-  const std::size_t last = new_n > local_ ? new_n - local_ : 0; // tokens [first, last) enter
   if (last <= first)
     return;
-  const std::size_t rows = last - first, L = std::size_t(L_), d = mean_.size();
-  const std::size_t old = tail_.size();
-  tail_.resize(old + rows * L);
-  EncodeArgs ea;
-  ea.x = keys;
-  ea.first = first;
-  ea.paged = paged;
-  ea.dtype = dtype;
-  ea.rows = rows;
-  ea.mean = mean_.data();
-  std::vector<float> mapped; // fitted hashing: k' of the joining keys, hashed instead
-  if (fitted_) {
-    mapped.resize(rows * d);
-    fitted_->map_keys(keys, dtype, first, rows, mean_, mapped.data(), paged);
-    ea.x = mapped.data();
-    ea.first = 0;
-    ea.paged = {};
-    ea.dtype = DType::f32;
-    ea.mean = nullptr;
-  }
-  ea.W = W.view();
-  ea.codes = tail_.data() + old;
-  set.encode(ea);
+  tail_.insert(tail_.end(), codes, codes + (last - first) * std::size_t(L_));
   if (tail_count() >= tail_limit())
     merge_tail(set);
 }

@@ -6,38 +6,51 @@
 
 namespace pig::runtime::lsh {
 
+const float *query_rows(const LshIndex &index, const float *q, int G, StepBuffers &buf) {
+  const FittedHash *f = index.fitted();
+  if (!f)
+    return q;
+  const std::size_t d = index.mean().size();
+  buf.qmapped.resize(std::size_t(G) * d);
+  buf.qnorms.resize(std::size_t(G));
+  for (int h = 0; h < G; ++h)
+    buf.qnorms[std::size_t(h)] =
+        f->map_query(q + std::size_t(h) * d, buf.qmapped.data() + std::size_t(h) * d);
+  return buf.qmapped.data();
+}
+
 std::size_t retrieve_step(const LshKernelSet &set, const LshIndex &index, const SimHash &W, int t,
                           RetrievalScratch &scratch, StepBuffers &buf, const float *q, int G,
                           StepStats *stats) {
   if (G < 1 || G > kMaxGroup)
     throw std::invalid_argument("retrieve_step: group of " + std::to_string(G) + " heads");
-  const std::size_t L = std::size_t(W.L()), sorted = index.layout().count;
-  const std::size_t count = index.count();
-  if (scratch.capacity() < sorted)
-    throw std::invalid_argument("retrieve_step: retrieval scratch too small");
-  buf.qcodes.resize(std::size_t(G) * L);
-  buf.tokens.resize(std::max<std::size_t>(count, 1));
-  buf.masks.resize(std::max<std::size_t>(count, 1));
-  std::size_t n_union = 0, per_head[kMaxGroup] = {};
-  std::uint8_t *masks = G > 1 ? buf.masks.data() : nullptr;
-  if (count > 0) {
-    EncodeArgs ea;
-    ea.x = q;
-    if (const FittedHash *f = index.fitted()) { // queries hashed in the fitted space
-      const std::size_t d = W.d();
-      buf.qmapped.resize(std::size_t(G) * d);
-      buf.qnorms.resize(std::size_t(G));
-      for (int h = 0; h < G; ++h)
-        buf.qnorms[std::size_t(h)] =
-            f->map_query(q + std::size_t(h) * d, buf.qmapped.data() + std::size_t(h) * d);
-      ea.x = buf.qmapped.data();
-    }
+  buf.qcodes.resize(std::size_t(G) * std::size_t(W.L()));
+  if (index.count() > 0) {
+    EncodeArgs ea; // the queries hashed as they are, or in the fitted space
+    ea.x = query_rows(index, q, G, buf);
     ea.dtype = DType::f32;
     ea.rows = std::size_t(G);
     ea.W = W.view();
     ea.codes = buf.qcodes.data();
     set.encode(ea);
   }
+  return retrieve_encoded(set, index, t, scratch, buf, G, stats);
+}
+
+std::size_t retrieve_encoded(const LshKernelSet &set, const LshIndex &index, int t,
+                             RetrievalScratch &scratch, StepBuffers &buf, int G, StepStats *stats) {
+  if (G < 1 || G > kMaxGroup)
+    throw std::invalid_argument("retrieve_step: group of " + std::to_string(G) + " heads");
+  const std::size_t L = std::size_t(index.L()), sorted = index.layout().count;
+  const std::size_t count = index.count();
+  if (buf.qcodes.size() < std::size_t(G) * L)
+    throw std::invalid_argument("retrieve_step: no query codes");
+  if (scratch.capacity() < sorted)
+    throw std::invalid_argument("retrieve_step: retrieval scratch too small");
+  buf.tokens.resize(std::max<std::size_t>(count, 1));
+  buf.masks.resize(std::max<std::size_t>(count, 1));
+  std::size_t n_union = 0, per_head[kMaxGroup] = {};
+  std::uint8_t *masks = G > 1 ? buf.masks.data() : nullptr;
   if (sorted > 0) {
     RetrieveArgs ra;
     ra.index = index.view();
@@ -56,7 +69,7 @@ std::size_t retrieve_step(const LshKernelSet &set, const LshIndex &index, const 
     ta.codes = index.tail_codes();
     ta.count = index.tail_count();
     ta.first = index.sink_end() + sorted;
-    ta.L = W.L();
+    ta.L = int(L);
     ta.query_codes = buf.qcodes.data();
     ta.G = G;
     ta.t = t;

@@ -31,9 +31,18 @@ const AttentionSpec &Checked(const AttentionSpec &spec, const AttentionShape &sh
 
 struct PagedLshAttention::PerThread {
   lsh::RetrievalScratch scratch;
-  lsh::StepBuffers buf;
   std::vector<float> lse;
   explicit PerThread(size_t capacity) : scratch(capacity) {}
+};
+
+struct PagedLshAttention::Unit {
+  bool sampled = false;              // false: attended densely by Prepare
+  std::vector<float> key_rows;       // the keys joining the index (LshIndex::extend_rows)
+  size_t keys = 0;                   // their count
+  const float *query_rows = nullptr; // the G rows hashed for the queries (lsh::query_rows)
+  size_t first_row = 0;              // where the unit's rows start in the call's batch
+  lsh::StepBuffers buf;              // the queries' codes, the retrieved union
+  CostCounters cost;
 };
 
 PagedLshAttention::PagedLshAttention(const AttentionSpec &spec, const AttentionShape &shape,
@@ -98,48 +107,101 @@ void PagedLshAttention::Decode(size_t layer, const PagedCache &cache,
   for (auto &t : threads_)
     if (!t)
       t = std::make_unique<PerThread>(shape_.capacity);
-  std::vector<CostCounters> per_unit(rows.size() * H);
-  pool.ParallelFor(rows.size() * H, [&](size_t u, size_t thread) {
-    Unit(layer, cache, rows[u / H], *reqs[u / H], u % H, scale, *threads_[thread], per_unit[u]);
+  const size_t U = rows.size() * H, G = shape_.group(), d = shape_.head_dim;
+  if (units_.size() < U)
+    units_.resize(U);
+  // 1. Each unit attended densely, or its index built at first sight and its rows to hash given.
+  pool.ParallelFor(U, [&](size_t u, size_t thread) {
+    Prepare(layer, cache, rows[u / H], *reqs[u / H], u % H, scale, *threads_[thread], units_[u]);
   });
-  for (const CostCounters &c : per_unit)
-    total_ += c;
+  // 2. One encode for the joining keys and the queries of every sampled unit: W (K L x d floats,
+  // 384 KB at K L = 1500, d = 64) is read once per 8 rows, where hashing each unit's rows on
+  // their own read it twice per unit (its one key, then its G queries).
+  size_t total = 0;
+  for (size_t u = 0; u < U; ++u)
+    if (units_[u].sampled) {
+      units_[u].first_row = total;
+      total += units_[u].keys + G;
+    }
+  if (total > 0) {
+    const LshLayers::Config &cfg = *layers_.layer(layer);
+    const size_t L = size_t(spec_.L);
+    batch_rows_.resize(total * d);
+    batch_codes_.resize(total * L);
+    for (size_t u = 0; u < U; ++u) {
+      const Unit &x = units_[u];
+      if (!x.sampled)
+        continue;
+      float *dst = batch_rows_.data() + x.first_row * d;
+      std::copy_n(x.key_rows.data(), x.keys * d, dst);
+      std::copy_n(x.query_rows, G * d, dst + x.keys * d);
+    }
+    // In blocks of 8 rows (the encode kernel's widest pass) over the threads.
+    const size_t per = std::max<size_t>(8, (total + 8 * pool.size() - 1) / (8 * pool.size()) * 8);
+    pool.ParallelFor((total + per - 1) / per, [&](size_t c, size_t) {
+      lsh::EncodeArgs ea;
+      ea.x = batch_rows_.data() + c * per * d;
+      ea.dtype = lsh::DType::f32;
+      ea.rows = std::min(per, total - c * per);
+      ea.W = cfg.W->view();
+      ea.codes = batch_codes_.data() + c * per * L;
+      cfg.set.encode(ea);
+    });
+  }
+  // 3. Each sampled unit: its index extended, its queries' union retrieved, the fused pass.
+  pool.ParallelFor(U, [&](size_t u, size_t thread) {
+    if (units_[u].sampled)
+      Sample(layer, cache, rows[u / H], *reqs[u / H], u % H, scale, *threads_[thread], units_[u]);
+  });
+  for (size_t u = 0; u < U; ++u)
+    total_ += units_[u].cost;
   if (layer == 0)
     decode_steps_ += rows.size();
 }
 
-void PagedLshAttention::Unit(size_t layer, const PagedCache &cache, const PagedRow &row,
-                             Request &req, size_t kvh, float scale, PerThread &pt,
-                             CostCounters &c) {
-  const size_t d = shape_.head_dim, G = shape_.group(), H = shape_.n_kv_heads, bs = block_size_,
-               n = row.n_tokens;
-  const size_t rb = spec::row_bytes(cache.dtype, d);
-  // vLLM's block: every kv-head's K rows then its V rows; a kv-head's pages are one block apart.
-  const char *k = static_cast<const char *>(cache.data) + kvh * 2 * bs * rb;
-  const char *v = k + bs * rb;
-  const lsh::PagedRows paged{row.blocks.data(), bs, H * 2 * bs * rb};
+namespace {
+// A kv-head's rows of a request in vLLM's block: every kv-head's K rows then its V rows; a
+// kv-head's pages are one block apart.
+struct HeadRows {
+  const char *k, *v;
+  lsh::PagedRows paged;
+  HeadRows(const PagedCache &cache, const PagedRow &row, size_t kvh, size_t H, size_t bs,
+           size_t d) {
+    const size_t rb = spec::row_bytes(cache.dtype, d);
+    k = static_cast<const char *>(cache.data) + kvh * 2 * bs * rb;
+    v = k + bs * rb;
+    paged = lsh::PagedRows{row.blocks.data(), bs, H * 2 * bs * rb};
+  }
+};
+} // namespace
+
+void PagedLshAttention::Prepare(size_t layer, const PagedCache &cache, const PagedRow &row,
+                                Request &req, size_t kvh, float scale, PerThread &pt, Unit &u) {
+  const size_t d = shape_.head_dim, G = shape_.group(), n = row.n_tokens;
+  const HeadRows hr(cache, row, kvh, shape_.n_kv_heads, block_size_, d);
   const float *q = row.q + kvh * G * d;
-  float *out = row.out + kvh * G * d;
-  pt.lse.resize(G);
-  auto &slot = req.index[layer * H + kvh];
+  u.sampled = false;
+  u.cost = {};
+  auto &slot = req.index[layer * shape_.n_kv_heads + kvh];
   const LshLayers::Config *cfg =
       spec_.method == spec::Method::magicpig ? layers_.layer(layer) : nullptr;
   // A sequence that went back (recomputed by the engine without a Free) starts over.
   if (slot && slot->n() > n)
     slot.reset();
   if (!cfg || (!slot && Indexable(n) < LshAttention::kMinIndexed)) {
+    pt.lse.resize(G);
     lsh::DenseAttentionArgs a;
     a.q = q;
     a.G = int(G);
     a.d = d;
     a.scale = scale;
-    a.k = k;
-    a.v = v;
+    a.k = hr.k;
+    a.v = hr.v;
     a.dtype = cache.dtype;
-    a.paged = paged;
+    a.paged = hr.paged;
     a.begin = 0;
     a.end = n;
-    a.out = out;
+    a.out = row.out + kvh * G * d;
     a.lse = pt.lse.data();
     layers_.dense_set().dense_attention(a);
     return;
@@ -147,20 +209,38 @@ void PagedLshAttention::Unit(size_t layer, const PagedCache &cache, const PagedR
   // First sight: the index of the positions before this step (as pig-run builds it at its first
   // decode step), then every step extends it by its token.
   if (!slot) {
-    slot = lsh::LshIndex::build(cfg->set, k, cache.dtype, paged, n - 1, *cfg->W,
+    slot = lsh::LshIndex::build(cfg->set, hr.k, cache.dtype, hr.paged, n - 1, *cfg->W,
                                 lsh::StaticTokens{spec_.sink, spec_.local}, spec_.transform);
     slot->drop_codes();
   }
-  slot->extend(cfg->set, k, cache.dtype, paged, n, *cfg->W);
+  u.keys = slot->extend_rows(hr.k, cache.dtype, hr.paged, n, u.key_rows);
+  u.query_rows = lsh::query_rows(*slot, q, int(G), u.buf);
+  u.sampled = true;
+}
+
+void PagedLshAttention::Sample(size_t layer, const PagedCache &cache, const PagedRow &row,
+                               Request &req, size_t kvh, float scale, PerThread &pt, Unit &u) {
+  const size_t d = shape_.head_dim, G = shape_.group(), L = size_t(spec_.L);
+  const HeadRows hr(cache, row, kvh, shape_.n_kv_heads, block_size_, d);
+  const LshLayers::Config &cfg = *layers_.layer(layer);
+  lsh::LshIndex &index = *req.index[layer * shape_.n_kv_heads + kvh];
+  const std::uint16_t *codes = batch_codes_.data() + u.first_row * L;
+  index.extend_codes(cfg.set, row.n_tokens, codes);
+  u.buf.qcodes.assign(codes + u.keys * L, codes + (u.keys + G) * L);
   lsh::StepStats st;
-  lsh::sampled_step(cfg->set, *slot, *cfg->W, cfg->log_u, cfg->t, pt.scratch, pt.buf,
-                    {q, int(G), scale, out, pt.lse.data()}, {k, v, cache.dtype, d, paged}, &st);
+  const size_t n_union =
+      lsh::retrieve_encoded(cfg.set, index, cfg.t, pt.scratch, u.buf, int(G), &st);
+  pt.lse.resize(G);
+  lsh::attend_step(cfg.set, index, cfg.log_u, u.buf, 0, n_union, true,
+                   {row.q + kvh * G * d, int(G), scale, row.out + kvh * G * d, pt.lse.data()},
+                   {hr.k, hr.v, cache.dtype, d, hr.paged});
+  CostCounters &c = u.cost;
   c.indexed += double(st.indexed) * double(G);
   for (size_t h = 0; h < G; ++h)
     c.sampled += double(st.sampled_per_head[h]);
   c.gathered += double(st.sampled_union);
   c.index_bytes_read += st.index_bytes_read;
-  c.kv_bytes_indexed += double(st.indexed) * 2.0 * double(rb);
+  c.kv_bytes_indexed += double(st.indexed) * 2.0 * double(spec::row_bytes(cache.dtype, d));
 }
 
 void PagedLshAttention::Free(std::string_view request) { requests_.erase(std::string(request)); }

@@ -23,11 +23,12 @@ namespace {
 using namespace pig::runtime;
 
 constexpr size_t kLayers = 3, kHeads = 6, kKv = 2, kD = 64, kBs = 16, kCap = 1024;
-constexpr size_t kBlocks = 2 * kCap / kBs + 5;
+constexpr size_t kBlocks = 3 * kCap / kBs + 5;
 
-AttentionSpec Spec(pig::spec::Method m) {
+AttentionSpec Spec(pig::spec::Method m, const char *transform = "plain") {
   AttentionSpec s;
   s.method = m;
+  s.transform = pig::ref::TransformSpec::parse(transform);
   s.K = 8;
   s.L = 75;
   s.dense_layers = {1};
@@ -56,20 +57,23 @@ struct Seq {
   std::unique_ptr<Attention> contiguous;
 };
 
-void RunSideBySide(pig::spec::Method method) {
-  const AttentionSpec spec = Spec(method);
+void RunSideBySide(pig::spec::Method method, const char *transform = "plain") {
+  const AttentionSpec spec = Spec(method, transform);
   const AttentionShape shape{kLayers, kHeads, kKv, kD, kCap};
   PagedLshAttention paged(spec, shape, kBs);
   ThreadPool one(1), two(2);
   std::vector<std::int32_t> perm(kBlocks);
   std::iota(perm.begin(), perm.end(), 0);
   std::shuffle(perm.begin(), perm.end(), std::mt19937(5));
-  // "long" is indexed at its first step; "short" (40 tokens) crosses sink + local + kMinIndexed
-  // while decoding, so it is attended densely first and indexed later.
+  // "long" and "mid" are indexed at their first step; "short" (40 tokens) crosses sink + local +
+  // kMinIndexed while decoding, so it is attended densely first and indexed later. Each call
+  // hashes the joining keys and queries of all of them in one encode (4, 8 or 12 groups' rows,
+  // split over 1 or 2 threads): every request must still get its own codes.
+  constexpr size_t kTable = kCap / kBs;
   std::vector<Seq> seqs;
-  seqs.push_back({"long", 300, {perm.begin(), perm.begin() + kCap / kBs}, nullptr});
-  seqs.push_back(
-      {"short", 40, {perm.begin() + kCap / kBs, perm.begin() + 2 * kCap / kBs}, nullptr});
+  seqs.push_back({"long", 300, {perm.begin(), perm.begin() + kTable}, nullptr});
+  seqs.push_back({"short", 40, {perm.begin() + kTable, perm.begin() + 2 * kTable}, nullptr});
+  seqs.push_back({"mid", 170, {perm.begin() + 2 * kTable, perm.begin() + 3 * kTable}, nullptr});
   std::vector<Cache> caches(kLayers);
   std::mt19937 rng(9);
   std::normal_distribution<float> nd;
@@ -126,7 +130,7 @@ void RunSideBySide(pig::spec::Method method) {
         for (size_t h = 0; h < kKv; ++h)
           if (const lsh::LshIndex *ix =
                   dynamic_cast<const LshAttention &>(*s.contiguous).index(l, h))
-            want_bytes += ix->bytes();
+            want_bytes += ix->bytes() + (ix->fitted() ? ix->fitted()->bytes() : 0);
     EXPECT_GT(want_bytes, 0u);
     EXPECT_EQ(paged.IndexBytes(), want_bytes);
     const AttentionStats st = paged.stats();
@@ -135,10 +139,11 @@ void RunSideBySide(pig::spec::Method method) {
   } else {
     EXPECT_EQ(paged.IndexBytes(), 0u);
   }
-  EXPECT_EQ(paged.Requests(), (std::vector<std::string>{"long", "short"}));
+  EXPECT_EQ(paged.Requests(), (std::vector<std::string>{"long", "mid", "short"}));
   paged.Free("long");
   paged.Free("never seen");
-  EXPECT_EQ(paged.Requests(), std::vector<std::string>{"short"});
+  EXPECT_EQ(paged.Requests(), (std::vector<std::string>{"mid", "short"}));
+  paged.Free("mid");
   paged.Free("short");
   EXPECT_TRUE(paged.Requests().empty());
   EXPECT_EQ(paged.IndexBytes(), 0u);
@@ -146,6 +151,9 @@ void RunSideBySide(pig::spec::Method method) {
 
 TEST(PagedLshAttention, MagicPigEqualsContiguousDecoding) {
   RunSideBySide(pig::spec::Method::magicpig);
+}
+TEST(PagedLshAttention, FittedMagicPigEqualsContiguousDecoding) {
+  RunSideBySide(pig::spec::Method::magicpig, "whiten:a=0.15");
 }
 TEST(PagedLshAttention, DenseEqualsContiguousDecoding) { RunSideBySide(pig::spec::Method::dense); }
 

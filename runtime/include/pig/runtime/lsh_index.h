@@ -177,6 +177,16 @@ public:
   /// The same over keys in pages.
   void extend(const LshKernelSet &set, const void *keys, DType dtype, const PagedRows &paged,
               std::size_t new_n, const SimHash &W);
+  /// extend() in two halves, for a caller that hashes the joining keys of many indexes in one
+  /// encode (one pass over W for every 8 rows: PagedLshAttention). extend_rows writes into `rows`
+  /// the f32 rows that extend(new_n) hashes -- the keys leaving the local window, centred by the
+  /// mean, or mapped into the fitted space (whose key norms it records) -- and returns their
+  /// count; extend_codes then takes their codes (set.encode of those rows with the index's W)
+  /// and grows the index to new_n. extend() is the two with set.encode between them, so both give
+  /// the same index. Nothing may change the index between the two calls.
+  std::size_t extend_rows(const void *keys, DType dtype, const PagedRows &paged, std::size_t new_n,
+                          std::vector<float> &rows);
+  void extend_codes(const LshKernelSet &set, std::size_t new_n, const std::uint16_t *codes);
 
   /// The sorted part (what set.retrieve reads).
   IndexView view() const;
@@ -203,6 +213,7 @@ public:
   /// The fitted hashing space, or null for plain hashing.
   const FittedHash *fitted() const { return fitted_ ? &*fitted_ : nullptr; }
   std::size_t local() const { return local_; }
+  int L() const { return L_; } ///< tables (codes per token)
 
 private:
   void merge_tail(const LshKernelSet &set);

@@ -63,6 +63,16 @@ std::size_t retrieve_step(const LshKernelSet &set, const LshIndex &index, const 
                           RetrievalScratch &scratch, StepBuffers &buf, const float *q, int G,
                           StepStats *stats = nullptr);
 
+/// retrieve_step in two halves, for a caller that hashes many groups' queries in one encode
+/// (one pass over W for every 8 rows: PagedLshAttention). query_rows returns the G x d f32 rows
+/// retrieve_step hashes -- q itself, or under fitted hashing q'_h (in buf.qmapped, their norms in
+/// buf.qnorms for attend_step); retrieve_encoded is the rest of retrieve_step once buf.qcodes
+/// holds their G x L codes (set.encode of those rows with the index's W).
+const float *query_rows(const LshIndex &index, const float *q, int G, StepBuffers &buf);
+std::size_t retrieve_encoded(const LshKernelSet &set, const LshIndex &index, int t,
+                             RetrievalScratch &scratch, StepBuffers &buf, int G,
+                             StepStats *stats = nullptr);
+
 /// The second half: the fused pass over the retrieved tokens [begin, end) of buf, with the sink
 /// and local-window tokens if with_static. Passes over disjoint ranges (one of them with the
 /// static tokens) combine exactly with the merge kernel: a step can be split across threads.

@@ -72,9 +72,15 @@ private:
     std::vector<std::optional<lsh::LshIndex>> index; // [layer * n_kv_heads + kvh]
   };
   struct PerThread;
+  struct Unit;
   size_t Indexable(size_t n_tokens) const;
-  void Unit(size_t layer, const PagedCache &cache, const PagedRow &row, Request &req, size_t kvh,
-            float scale, PerThread &pt, CostCounters &c);
+  // A (row, kv-head)'s step in three phases: Prepare attends it densely, or builds its index at
+  // first sight and gives the rows to hash (the keys joining the index, the group's queries);
+  // Decode hashes every unit's rows in one encode; Sample extends, retrieves and attends.
+  void Prepare(size_t layer, const PagedCache &cache, const PagedRow &row, Request &req, size_t kvh,
+               float scale, PerThread &pt, Unit &u);
+  void Sample(size_t layer, const PagedCache &cache, const PagedRow &row, Request &req, size_t kvh,
+              float scale, PerThread &pt, Unit &u);
 
   AttentionSpec spec_;
   AttentionShape shape_;
@@ -82,6 +88,9 @@ private:
   LshLayers layers_;
   std::unordered_map<std::string, Request> requests_;
   std::vector<std::unique_ptr<PerThread>> threads_;
+  std::vector<Unit> units_;       // [row * n_kv_heads + kvh] of the current call
+  std::vector<float> batch_rows_; // every unit's rows to hash, one f32 matrix
+  std::vector<std::uint16_t> batch_codes_;
   CostCounters total_;
   size_t decode_steps_ = 0;
 };
