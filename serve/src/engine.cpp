@@ -348,6 +348,10 @@ void Engine::Retire(size_t i, Finish f, const std::string &error, int status) {
     batch_.Remove(a.seq); // frees the KV store and the index
   }
   {
+    // The memory gauges change with reserved_, under one lock: a client that sees the reserve
+    // given back also sees the request's KV and index bytes gone (the test of a cancelled request
+    // read pig_kv_bytes in between).
+    const MemoryByMethod bytes = ActiveMemory();
     std::lock_guard lock(mu_);
     reserved_ -= a.reserved;
     MethodMetrics &mm = metrics_.methods[a.req->method()];
@@ -355,8 +359,8 @@ void Engine::Retire(size_t i, Finish f, const std::string &error, int status) {
     ++mm.finished[FinishReason(f)];
     if (a.generated)
       mm.e2e.Observe(s.total_s);
+    SetMemoryGauges(bytes);
   }
-  UpdateMemoryGauges();
   a.req->Close(f, std::move(s), error, status);
 }
 
@@ -389,15 +393,24 @@ Finish Engine::Emit(Active &a, int32_t token, const float *logits) {
   return a.generated >= p.max_tokens ? Finish::kLength : Finish::kNone;
 }
 
-void Engine::UpdateMemoryGauges() {
-  std::map<std::string, std::pair<uint64_t, uint64_t>> bytes;
+Engine::MemoryByMethod Engine::ActiveMemory() const {
+  MemoryByMethod bytes;
   for (const auto &a : active_) {
     const runtime::LlamaBatch::SequenceMemory m = batch_.Memory(a->seq);
     auto &b = bytes[a->req->method()];
     b.first += m.kv;
     b.second += m.index;
   }
+  return bytes;
+}
+
+void Engine::UpdateMemoryGauges() {
+  const MemoryByMethod bytes = ActiveMemory();
   std::lock_guard lock(mu_);
+  SetMemoryGauges(bytes);
+}
+
+void Engine::SetMemoryGauges(const MemoryByMethod &bytes) {
   for (auto &[name, mm] : metrics_.methods) {
     const auto it = bytes.find(name);
     mm.kv_bytes = it == bytes.end() ? 0 : it->second.first;

@@ -20,6 +20,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <deque>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -191,7 +192,11 @@ private:
   // Publishes a sampled token; returns how the request finished with it (kNone: it goes on).
   Finish Emit(Active &a, int32_t token, const float *logits);
   void Retire(size_t i, Finish f, const std::string &error = {}, int status = 0);
+  // KV and index bytes of the active requests, per method: {kv, index}.
+  using MemoryByMethod = std::map<std::string, std::pair<uint64_t, uint64_t>>;
+  MemoryByMethod ActiveMemory() const;
   void UpdateMemoryGauges();
+  void SetMemoryGauges(const MemoryByMethod &bytes); // mu_ held
 
   const runtime::LlamaModel &model_;
   EngineOptions opts_;
