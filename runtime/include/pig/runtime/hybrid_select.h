@@ -6,7 +6,7 @@
 // HybridSampler computes what pig::ref::hybrid_estimate computes before it attends, in f64, and
 // differs from it only where that is cheaper and provably harmless:
 //   - the head (the `head` best by score descending, position ascending) comes from blocks of
-//     f64 lanes: their maxima, a min-heap for the head-th largest one (beta), then a partition of
+//     f64 lanes: their maxima, a selection of the head-th largest one (beta), then a partition of
 //     the tokens scoring >= beta. The same set, since the order is total;
 //   - exp(s_i - max) is hwy/contrib/math's Exp (within 2 ulp of std::exp) and sums run in vector
 //     lanes, so an inclusion probability differs from the reference's in its last bits (tested
@@ -74,7 +74,7 @@ private:
   std::vector<double> pi_drawn_;
   std::vector<std::pair<double, std::uint32_t>> heap_; // the head's candidates
   std::vector<double> block_max_;                      // per block of f64 lanes: its largest score
-  std::vector<double> top_blocks_; // a min-heap of the `head` largest block maxima
+  std::vector<double> top_blocks_; // block maxima, for the selection of beta
   // Per indexed token: the score with the head's set to -inf; the tail's proposal r (0 for the
   // head) and, when the water-filling caps, its uncapped part.
   std::vector<double> ts_, r_, rr_;
