@@ -125,7 +125,7 @@ void PagedLshAttention::Decode(size_t layer, const PagedCache &cache,
     }
   if (total > 0) {
     const LshLayers::Config &cfg = *layers_.layer(layer);
-    const size_t L = size_t(spec_.L);
+    const size_t L = size_t(cfg.L);
     batch_rows_.resize(total * d);
     batch_codes_.resize(total * L);
     for (size_t u = 0; u < U; ++u) {
@@ -220,9 +220,9 @@ void PagedLshAttention::Prepare(size_t layer, const PagedCache &cache, const Pag
 
 void PagedLshAttention::Sample(size_t layer, const PagedCache &cache, const PagedRow &row,
                                Request &req, size_t kvh, float scale, PerThread &pt, Unit &u) {
-  const size_t d = shape_.head_dim, G = shape_.group(), L = size_t(spec_.L);
-  const HeadRows hr(cache, row, kvh, shape_.n_kv_heads, block_size_, d);
   const LshLayers::Config &cfg = *layers_.layer(layer);
+  const size_t d = shape_.head_dim, G = shape_.group(), L = size_t(cfg.L); // the layer's own L
+  const HeadRows hr(cache, row, kvh, shape_.n_kv_heads, block_size_, d);
   lsh::LshIndex &index = *req.index[layer * shape_.n_kv_heads + kvh];
   const std::uint16_t *codes = batch_codes_.data() + u.first_row * L;
   index.extend_codes(cfg.set, row.n_tokens, codes);

@@ -25,7 +25,7 @@ using namespace pig::runtime;
 constexpr size_t kLayers = 3, kHeads = 6, kKv = 2, kD = 64, kBs = 16, kCap = 1024;
 constexpr size_t kBlocks = 3 * kCap / kBs + 5;
 
-AttentionSpec Spec(pig::spec::Method m, const char *transform = "plain") {
+AttentionSpec Spec(pig::spec::Method m, const char *transform = "plain", bool per_layer = false) {
   AttentionSpec s;
   s.method = m;
   s.transform = pig::ref::TransformSpec::parse(transform);
@@ -33,6 +33,11 @@ AttentionSpec Spec(pig::spec::Method m, const char *transform = "plain") {
   s.L = 75;
   s.dense_layers = {1};
   s.dense_layers_set = true;
+  if (per_layer) { // a tuned operating point: each sampled layer its own (K, L), not the spec's
+    s.layers = {LayerLsh{false, 10, 150, 2}, LayerLsh{true}, LayerLsh{false, 8, 64, 1}};
+    s.dense_layers = {};
+    s.dense_layers_set = false;
+  }
   return s;
 }
 
@@ -57,8 +62,9 @@ struct Seq {
   std::unique_ptr<Attention> contiguous;
 };
 
-void RunSideBySide(pig::spec::Method method, const char *transform = "plain") {
-  const AttentionSpec spec = Spec(method, transform);
+void RunSideBySide(pig::spec::Method method, const char *transform = "plain",
+                   bool per_layer = false) {
+  const AttentionSpec spec = Spec(method, transform, per_layer);
   const AttentionShape shape{kLayers, kHeads, kKv, kD, kCap};
   PagedLshAttention paged(spec, shape, kBs);
   ThreadPool one(1), two(2);
@@ -154,6 +160,9 @@ TEST(PagedLshAttention, MagicPigEqualsContiguousDecoding) {
 }
 TEST(PagedLshAttention, FittedMagicPigEqualsContiguousDecoding) {
   RunSideBySide(pig::spec::Method::magicpig, "whiten:a=0.15");
+}
+TEST(PagedLshAttention, PerLayerMagicPigEqualsContiguousDecoding) {
+  RunSideBySide(pig::spec::Method::magicpig, "plain", true);
 }
 TEST(PagedLshAttention, DenseEqualsContiguousDecoding) { RunSideBySide(pig::spec::Method::dense); }
 
