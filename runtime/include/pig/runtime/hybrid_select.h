@@ -74,7 +74,7 @@ private:
   std::vector<double> pi_drawn_;
   std::vector<std::pair<double, std::uint32_t>> heap_; // the head's candidates
   std::vector<double> block_max_;                      // per block of f64 lanes: its largest score
-  std::vector<double> top_blocks_; // block maxima, for the selection of beta
+  std::vector<double> top_blocks_;                     // block maxima, for the selection of beta
   // Per indexed token: the score with the head's set to -inf; the tail's proposal r (0 for the
   // head) and, when the water-filling caps, its uncapped part.
   std::vector<double> ts_, r_, rr_;
