@@ -253,13 +253,17 @@ void LshIndex::extend(const LshKernelSet &set, const void *keys, DType dtype,
   extend_codes(set, new_n, codes.data());
 }
 
-std::size_t LshIndex::extend_rows(const void *keys, DType dtype, const PagedRows &paged,
-                                  std::size_t new_n, std::vector<float> &rows) {
+std::size_t LshIndex::joining(std::size_t new_n) const {
   if (new_n < n_)
     throw std::invalid_argument("LshIndex::extend: the sequence cannot shrink");
-  // Tokens [first, last) leave the local window and join the index.
+  // Tokens [local_begin(), new_n - local) leave the local window and join the index.
   const std::size_t first = local_begin(), last = new_n > local_ ? new_n - local_ : 0;
-  const std::size_t n = last > first ? last - first : 0, d = mean_.size();
+  return last > first ? last - first : 0;
+}
+
+std::size_t LshIndex::extend_rows(const void *keys, DType dtype, const PagedRows &paged,
+                                  std::size_t new_n, std::vector<float> &rows) {
+  const std::size_t first = local_begin(), n = joining(new_n), d = mean_.size();
   rows.resize(n * d);
   if (fitted_) { // k' of the joining keys, hashed instead
     fitted_->map_keys(keys, dtype, first, n, mean_, rows.data(), paged);
@@ -276,13 +280,11 @@ std::size_t LshIndex::extend_rows(const void *keys, DType dtype, const PagedRows
 
 void LshIndex::extend_codes(const LshKernelSet &set, std::size_t new_n,
                             const std::uint16_t *codes) {
-  if (new_n < n_)
-    throw std::invalid_argument("LshIndex::extend: the sequence cannot shrink");
-  const std::size_t first = local_begin(), last = new_n > local_ ? new_n - local_ : 0;
+  const std::size_t n = joining(new_n);
   n_ = new_n;
-  if (last <= first)
+  if (n == 0)
     return;
-  tail_.insert(tail_.end(), codes, codes + (last - first) * std::size_t(L_));
+  tail_.insert(tail_.end(), codes, codes + n * std::size_t(L_));
   if (tail_count() >= tail_limit())
     merge_tail(set);
 }

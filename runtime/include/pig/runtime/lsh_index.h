@@ -217,6 +217,9 @@ public:
 
 private:
   void merge_tail(const LshKernelSet &set);
+  // How many tokens extend(new_n) moves from the local window into the index (throws when the
+  // sequence would shrink).
+  std::size_t joining(std::size_t new_n) const;
 
   std::size_t n_ = 0, begin_ = 0, local_ = 0;
   int K_ = 0, L_ = 0;
