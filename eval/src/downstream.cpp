@@ -176,6 +176,8 @@ void Downstream::Tasks() {
             return MakeMultiKeyNeedle(size, 4, seed);
           if (task == "vt")
             return MakeVariableTracking(size, 4, seed);
+          if (task == "count")
+            return MakeCounting(size, 2, 9, seed);
           if (task == "cwe")
             return MakeCommonWords(size, 3, CweCommonFreq(size), CweRareFreq(size), seed);
           return MakeFrequentWords(size, 2.0, seed);
@@ -236,7 +238,10 @@ void Downstream::RunTask(const TaskInstance &t, const std::vector<int32_t> &ids,
                          size_t inst) {
   const Tokenizer &tok = model_.tokenizer();
   // The answer's length: a number; three words; five variable names of up to ~4 tokens each.
-  const size_t max_new = t.name == "needle" || t.name == "multikey" ? 12 : t.name == "vt" ? 32 : 24;
+  const size_t max_new = t.name == "count"                            ? 8
+                         : t.name == "needle" || t.name == "multikey" ? 12
+                         : t.name == "vt"                             ? 32
+                                                                      : 24;
   const size_t capacity = ids.size() + max_new + 1;
   const auto t0 = Clock::now();
   LlamaSession base(model_, pool_, capacity,
@@ -267,7 +272,8 @@ void Downstream::RunTask(const TaskInstance &t, const std::vector<int32_t> &ids,
     for (int32_t id : out)
       if (!tok.IsControl(id))
         answer += tok.Decode(id);
-    const double score = ScoreAnswer(answer, t.expected);
+    const double score = t.name == "count" ? ScoreFirstNumber(answer, t.expected[0])
+                                           : ScoreAnswer(answer, t.expected);
     task_csv_.row({t.name, std::to_string(ctx), std::to_string(inst), std::to_string(ids.size()),
                    m.label, m.config, m.matched_to >= 0 ? Fmt("%.5f", spec.budget) : "",
                    Fmt("%.5f", r.cost1), Fmt("%.5f", r.cost2), Fmt("%.3f", score), answer,
@@ -423,7 +429,10 @@ void Downstream::Markdown(double seconds, double prefill_seconds) const {
   if (!cells_.empty()) {
     md += "**Tasks**: mean score over " + std::to_string(o_.instances) +
           " seeded instances per task and context (needle: the number is in the answer; "
-          "multikey: the asked key's number, of 4 keys, is in it; vt: fraction of the 5 variables "
+          "multikey: the asked key's number, of 4 keys, is in it; count: the answer's first number "
+          "is how "
+          "often a sentence was repeated, 2 to 9 times (chance 0.125); vt: fraction of the 5 "
+          "variables "
           "of a 4-hop chain named, beside a distractor chain; cwe: fraction of the 3 common "
           "words named; fwe: fraction of the 3 most frequent coded words named), greedy decoding "
           "after a dense prefill of the chat-formatted prompt; "

@@ -208,6 +208,28 @@ TaskInstance MakeVariableTracking(std::size_t size, std::size_t hops, std::uint6
   return t;
 }
 
+TaskInstance MakeCounting(std::size_t size, std::size_t min_count, std::size_t max_count,
+                          std::uint64_t seed) {
+  if (min_count < 1 || min_count > max_count || max_count > 99)
+    throw std::invalid_argument("count: need 1 <= min_count <= max_count <= 99");
+  Rng rng(seed);
+  const std::size_t n = min_count + rng.below(max_count - min_count + 1);
+  const std::string marker = "The red fox jumped over the " + DistinctWords(1, rng)[0] + ".";
+  std::vector<std::pair<std::size_t, std::string>> inserts;
+  for (std::size_t k = 0; k < n; ++k)
+    inserts.emplace_back(rng.below(size + 1), marker);
+  TaskInstance t;
+  t.name = "count";
+  t.size = size;
+  t.prompt = "A special sentence is repeated several times within the following text. Count how "
+             "many times it appears.\n" +
+             Haystack(size, inserts) + "\nHow many times does the sentence \"" + marker +
+             "\" appear in the text above? Answer with a number in digits.";
+  t.answer_prefix = "Answer: The number of times the sentence appears in the text is";
+  t.expected = {std::to_string(n)};
+  return t;
+}
+
 TaskInstance MakeCommonWords(std::size_t size, std::size_t n_common, std::size_t common_freq,
                              std::size_t rare_freq, std::uint64_t seed) {
   if (n_common == 0 || common_freq <= rare_freq || rare_freq == 0)
@@ -291,6 +313,16 @@ TaskInstance MakeFrequentWords(std::size_t size, double alpha, std::uint64_t see
     t.expected = {by[0].second, by[1].second, by[2].second};
     return t;
   }
+}
+
+double ScoreFirstNumber(std::string_view answer, std::string_view expected) {
+  const std::size_t b = answer.find_first_of("0123456789");
+  if (b == std::string_view::npos)
+    return 0.0;
+  const std::size_t e = answer.find_first_not_of("0123456789", b);
+  return answer.substr(b, e == std::string_view::npos ? std::string_view::npos : e - b) == expected
+             ? 1.0
+             : 0.0;
 }
 
 std::vector<std::string> AnswerWords(std::string_view text) {

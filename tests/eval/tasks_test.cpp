@@ -106,6 +106,45 @@ TEST(VariableTracking, TheChainIsInOrderBesideADistractorChain) {
   EXPECT_THROW(MakeVariableTracking(60, 0, 1), std::invalid_argument);
 }
 
+TEST(Counting, TheMarkerAppearsTheExpectedNumberOfTimes) {
+  std::set<std::string> counts;
+  for (std::uint64_t seed = 1; seed <= 40; ++seed) {
+    const TaskInstance t = MakeCounting(100, 2, 9, seed);
+    EXPECT_EQ(t.name, "count");
+    ASSERT_EQ(t.expected.size(), 1u);
+    const int n = std::stoi(t.expected[0]);
+    EXPECT_GE(n, 2);
+    EXPECT_LE(n, 9);
+    counts.insert(t.expected[0]);
+    // The marker is quoted once in the question, and appears n times in the haystack before it.
+    const std::string q = "How many times does the sentence \"";
+    const std::size_t at = t.prompt.find(q);
+    ASSERT_NE(at, std::string::npos);
+    const std::string marker =
+        t.prompt.substr(at + q.size(), t.prompt.find('"', at + q.size()) - (at + q.size()));
+    EXPECT_EQ(marker.rfind("The red fox jumped over the ", 0), 0u) << marker;
+    EXPECT_EQ(Count(t.prompt.substr(0, at), marker), std::size_t(n)) << "seed " << seed;
+    EXPECT_EQ(ScoreFirstNumber(" " + t.expected[0] + " times.", t.expected[0]), 1.0);
+  }
+  // 40 seeds over 8 values: every count is drawn (a count stuck at one value would fail).
+  EXPECT_EQ(counts.size(), 8u);
+  EXPECT_EQ(MakeCounting(60, 2, 9, 9).prompt, MakeCounting(60, 2, 9, 9).prompt);
+  EXPECT_NE(MakeCounting(60, 2, 9, 9).prompt, MakeCounting(60, 2, 9, 10).prompt);
+  EXPECT_EQ(MakeCounting(60, 5, 5, 3).expected, std::vector<std::string>{"5"});
+  EXPECT_THROW(MakeCounting(60, 0, 3, 1), std::invalid_argument);
+  EXPECT_THROW(MakeCounting(60, 4, 3, 1), std::invalid_argument);
+  EXPECT_THROW(MakeCounting(60, 2, 100, 1), std::invalid_argument);
+}
+
+TEST(Counting, OnlyTheFirstNumberScores) {
+  EXPECT_EQ(ScoreFirstNumber(" 7.", "7"), 1.0);
+  EXPECT_EQ(ScoreFirstNumber("It appears 7 times", "7"), 1.0);
+  EXPECT_EQ(ScoreFirstNumber(" 3, 5, 7", "7"), 0.0); // listing numbers does not score
+  EXPECT_EQ(ScoreFirstNumber(" 17", "7"), 0.0);      // the whole run of digits is compared
+  EXPECT_EQ(ScoreFirstNumber(" seven", "7"), 0.0);
+  EXPECT_EQ(ScoreFirstNumber("", "7"), 0.0);
+}
+
 // A seed names the same instance in every build: the generators' splitmix64 (pig::spec's) and
 // their use of it are pinned by answers the generators gave before they shared spec's copy.
 TEST(Tasks, SeedsNameTheSameInstancesAsBefore) {

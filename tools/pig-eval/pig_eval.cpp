@@ -237,13 +237,15 @@ int main(int argc, char **argv) {
       ->group(kEval);
   app.add_option_function<std::string>(
          "--tasks", [&o](const std::string &s) { o.down.tasks = Split(s); },
-         "of needle,multikey,vt,cwe,fwe (multikey: 4 keys, one asked; vt: a 4-hop variable chain "
-         "and a distractor chain)")
+         "of needle,multikey,vt,count,cwe,fwe (multikey: 4 keys, one asked; vt: a 4-hop variable "
+         "chain and a distractor chain; count: how often a sentence repeats, 2 to 9)")
       ->check(CLI::Validator(
           [](std::string &s) -> std::string {
             for (const std::string &t : Split(s))
-              if (t != "needle" && t != "multikey" && t != "vt" && t != "cwe" && t != "fwe")
-                return "expects tasks of needle, multikey, vt, cwe, fwe separated by commas, "
+              if (t != "needle" && t != "multikey" && t != "vt" && t != "count" && t != "cwe" &&
+                  t != "fwe")
+                return "expects tasks of needle, multikey, vt, count, cwe, fwe separated by "
+                       "commas, "
                        "got '" +
                        s + "'";
             return "";

@@ -17,7 +17,7 @@ namespace pig::eval {
 /// it steers the answer's format, not its content); `expected` are the words the answer must
 /// contain.
 struct TaskInstance {
-  std::string name; ///< "needle", "multikey", "vt", "cwe" or "fwe"
+  std::string name; ///< "needle", "multikey", "vt", "count", "cwe" or "fwe"
   std::string prompt;
   std::string answer_prefix;
   std::vector<std::string> expected;
@@ -39,6 +39,14 @@ TaskInstance MakeMultiKeyNeedle(std::size_t size, std::size_t keys, std::uint64_
 /// `expected`: the hops + 1 names of the first chain (5 upper-case letters each). hops >= 1.
 TaskInstance MakeVariableTracking(std::size_t size, std::size_t hops, std::uint64_t seed);
 
+/// Counting: `size` filler sentences with one marker sentence ("The red fox jumped over the
+/// WORD.", WORD seeded) inserted N times at seeded depths, N uniform in [min_count, max_count];
+/// asks how many times it appears, answered in digits. `expected` is {N}. A model that always
+/// answers the same number scores 1 / (max_count - min_count + 1) on average.
+/// 1 <= min_count <= max_count <= 99.
+TaskInstance MakeCounting(std::size_t size, std::size_t min_count, std::size_t max_count,
+                          std::uint64_t seed);
+
 /// Common-words extraction (RULER "cwe"): a numbered list of `size` words in which `n_common`
 /// words appear `common_freq` times each and the rest of the list is filled with distinct words
 /// appearing `rare_freq` times each (the last one possibly fewer); asks for the n_common most
@@ -58,6 +66,10 @@ std::vector<std::string> AnswerWords(std::string_view text);
 /// Fraction of `expected` found among the answer's words (each expected word counts once; an
 /// empty expected list scores 1).
 double ScoreAnswer(std::string_view answer, const std::vector<std::string> &expected);
+
+/// The counting task's score: 1 when the answer's first number (maximal run of ASCII digits) is
+/// `expected`, else 0 (so listing several numbers does not score).
+double ScoreFirstNumber(std::string_view answer, std::string_view expected);
 
 /// Counts of every word of the CWE / FWE list, for the tests and for the report.
 std::vector<std::pair<std::string, std::size_t>> WordCounts(std::string_view list_text);
