@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <bit>
+#include <charconv>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -95,6 +96,31 @@ std::string HybridConfig::str() const {
     s += " |v|";
   if (candidates > 0)
     s += " cand=" + std::to_string(candidates);
+  return s;
+}
+
+std::string HybridConfig::spec() const {
+  auto num = [](double x) {
+    char buf[32];
+    const auto r = std::to_chars(buf, buf + sizeof buf, x);
+    return std::string(buf, r.ptr);
+  };
+  const HybridConfig d;
+  std::string s = "head=" + num(head_share) + ":floor=" + num(floor) + ":rank=" + to_string(rank);
+  if (bits != d.bits)
+    s += ":bits=" + std::to_string(bits);
+  if (dims != d.dims)
+    s += ":dims=" + std::to_string(dims);
+  if (candidates != d.candidates)
+    s += ":cand=" + std::to_string(candidates);
+  if (value_norm)
+    s += ":vnorm=1";
+  if (epsilon != d.epsilon)
+    s += ":eps=" + num(epsilon);
+  if (delta != d.delta)
+    s += ":delta=" + num(delta);
+  if (max_budget != d.max_budget)
+    s += ":cap=" + num(max_budget);
   return s;
 }
 

@@ -229,6 +229,37 @@ TEST(Hybrid, CandidatesAreWhatRetrievalReturns) {
   EXPECT_THROW(HybridConfig::parse("cand=1.5"), std::invalid_argument);
 }
 
+// spec() is what pig-tune hybrid writes and --hybrid @FILE reads: parse(spec()) must give back
+// every field but the budget and the seed, including values with no short decimal form.
+TEST(Hybrid, SpecReadsBackToTheSameConfiguration) {
+  std::vector<HybridConfig> cs(5);
+  cs[1] = HybridConfig::parse("head=0.1:floor=0.05:bits=512");
+  cs[2] = HybridConfig::parse("rank=collisions:vnorm=1:cand=2:head=0.75");
+  cs[3] = HybridConfig::parse("eps=0.05:delta=0.1:cap=30%:floor=0.2");
+  cs[4] = HybridConfig::parse("rank=lowrank:dims=8");
+  cs[4].head_share = 1.0 / 3.0; // no short decimal form
+  cs[4].floor = 0.1 + 0.2;
+  for (HybridConfig c : cs) {
+    c.budget = 0.07;
+    c.seed = 99;
+    const HybridConfig r = HybridConfig::parse(c.spec());
+    EXPECT_EQ(r.head_share, c.head_share) << c.spec();
+    EXPECT_EQ(r.floor, c.floor) << c.spec();
+    EXPECT_EQ(r.epsilon, c.epsilon) << c.spec();
+    EXPECT_EQ(r.delta, c.delta) << c.spec();
+    EXPECT_EQ(r.max_budget, c.max_budget) << c.spec();
+    EXPECT_EQ(r.rank, c.rank) << c.spec();
+    EXPECT_EQ(r.value_norm, c.value_norm) << c.spec();
+    EXPECT_EQ(r.bits, c.bits) << c.spec();
+    EXPECT_EQ(r.dims, c.dims) << c.spec();
+    EXPECT_EQ(r.candidates, c.candidates) << c.spec();
+    EXPECT_EQ(r.budget, HybridConfig{}.budget) << c.spec(); // not written
+    EXPECT_EQ(r.seed, HybridConfig{}.seed) << c.spec();
+  }
+  EXPECT_EQ(HybridConfig{}.spec(), "head=0.25:floor=0.1:rank=hamming");
+  EXPECT_EQ(cs[1].spec(), "head=0.1:floor=0.05:rank=hamming:bits=512");
+}
+
 // lowrank at full rank is a rotation of the centred keys, so its score is scale q.(k - mu) up to
 // the int8 rounding: each of the d components is off by at most s_k / 2 (s_k = max |k'_j| / 127),
 // so |l^ - l| <= scale (s_k / 2) sum_j |q'_j|, plus f32 rounding of the rotation (1e-4 relative

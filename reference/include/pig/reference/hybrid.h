@@ -101,6 +101,10 @@ struct HybridConfig {
   /// "b=5% head=0.25 floor=0.1 hamming" (+ " bits=256", " lowrank dims=16", " eps=0.05 ...",
   /// " |v|", " cand=1").
   std::string str() const;
+  /// The SPEC that parse() reads back to this configuration, budget and seed excepted (a tool's
+  /// --budget and --seed set them): "head=0.25:floor=0.1:rank=hamming", then each other field that differs from the
+  /// defaults, numbers in their shortest round-trip form.
+  std::string spec() const;
   /// Fields from "key=value" pairs separated by ':' over the defaults: budget (a fraction or
   /// "5%"), head, floor, eps, delta, cap, rank (collisions | hamming | lowrank), bits, dims, cand,
   /// vnorm (0 | 1), seed;
