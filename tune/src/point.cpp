@@ -12,6 +12,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "json_fields.h"
 #include "pig/spec/kernel_key.h"
 #include "pig/spec/lsh_params.h"
 #include "pig/spec/schedule.h"
@@ -21,6 +22,7 @@ namespace pig::tune {
 namespace {
 
 using json = nlohmann::json;
+using namespace json_fields;
 
 std::string choice_str(const Candidate &c) {
   if (c.dense)
@@ -29,40 +31,6 @@ std::string choice_str(const Candidate &c) {
   s.append(std::to_string(c.K)).append(" L=").append(std::to_string(c.L));
   s.append(" t=").append(std::to_string(c.t));
   return s;
-}
-
-const json &need(const json &o, const char *name, const std::string &where) {
-  if (!o.is_object())
-    throw RecordError(where + "must be an object");
-  auto it = o.find(name);
-  if (it == o.end())
-    throw RecordError(where + "missing field '" + name + "'");
-  return *it;
-}
-double number(const json &o, const char *name, const std::string &where) {
-  const json &v = need(o, name, where);
-  if (!v.is_number())
-    throw RecordError(where + "field '" + name + "' must be a number, not " + v.type_name());
-  return v.get<double>();
-}
-int integer(const json &o, const char *name, const std::string &where) {
-  const json &v = need(o, name, where);
-  if (!v.is_number_integer())
-    throw RecordError(where + "field '" + name + "' must be an integer, not " + v.type_name());
-  // get<int>() would wrap 4294967306 to 10: a value outside int is refused, not cast.
-  const bool fits = v.is_number_unsigned()
-                        ? v.get<std::uint64_t>() <= std::uint64_t(std::numeric_limits<int>::max())
-                        : v.get<std::int64_t>() >= std::numeric_limits<int>::min() &&
-                              v.get<std::int64_t>() <= std::numeric_limits<int>::max();
-  if (!fits)
-    throw RecordError(where + "field '" + name + "' = " + v.dump() + " is outside int");
-  return v.get<int>();
-}
-std::string text(const json &o, const char *name, const std::string &where) {
-  const json &v = need(o, name, where);
-  if (!v.is_string())
-    throw RecordError(where + "field '" + name + "' must be a string, not " + v.type_name());
-  return v.get<std::string>();
 }
 
 // "K=10 L=150 d=64 bf16" (pig::spec::KernelKey's spelling) -> K, L and the tail "d=64 bf16".
@@ -469,20 +437,7 @@ OperatingPoint load_point(const std::string &path) {
 
 void save_point(const std::string &path, const OperatingPoint &p) {
   validate_point(p);
-  const std::string tmp = path + ".tmp";
-  std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-  if (!out) // nothing was created: whatever holds the name (a directory) is not ours to remove
-    throw RecordError("cannot create " + tmp);
-  out << to_json(p);
-  out.close(); // flushes: a full disk shows here
-  if (!out) {
-    std::remove(tmp.c_str());
-    throw RecordError("cannot write " + tmp);
-  }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-    std::remove(tmp.c_str());
-    throw RecordError("cannot rename " + tmp + " to " + path);
-  }
+  write_atomically(path, to_json(p));
 }
 
 std::vector<Candidate> QualityTable::common() const {
