@@ -8,6 +8,8 @@
 #include <sstream>
 
 #include "pig/spec/method.h"
+#include "pig/tune/hybrid.h"
+#include "pig/tune/record.h"
 
 namespace pig::app {
 namespace {
@@ -318,13 +320,18 @@ AttentionFlags AddAttentionOptions(CLI::App &app, runtime::AttentionSpec &spec) 
              "--hybrid",
              [&spec](const std::string &text) {
                try {
-                 spec.hybrid = ref::HybridConfig::parse(text);
+                 // @FILE: the spec of a hybrid point (pig-tune hybrid's choice).
+                 spec.hybrid = ref::HybridConfig::parse(
+                     text.starts_with('@') ? tune::load_hybrid_point(text.substr(1)).spec : text);
                } catch (const std::invalid_argument &e) {
+                 throw CLI::ValidationError("--hybrid", e.what());
+               } catch (const tune::RecordError &e) {
                  throw CLI::ValidationError("--hybrid", e.what());
                }
              },
              "lsh-hybrid: head=SHARE:floor=F:rank=hamming|collisions:bits=B:cand=T:vnorm=0|1:"
-             "eps=E:delta=D:cap=C (default head=0.25:floor=0.1:rank=hamming; docs/HYBRID.md)")
+             "eps=E:delta=D:cap=C (default head=0.25:floor=0.1:rank=hamming; docs/HYBRID.md), "
+             "or @FILE: the spec pig-tune hybrid chose")
           ->type_name("SPEC")
           ->group(kAttentionGroup);
   f.schedule = AddScheduleOption(app, spec.schedule);

@@ -8,6 +8,8 @@
 //   pig-tune select          an operating point: --max-error E, --max-cost2 C or --min-speedup S
 //   pig-tune emit-manifest   the configs/kernels.txt lines a point needs
 //   pig-tune show            the frontier: a table and a PNG (gnuplot)
+//   pig-tune hybrid          lsh-hybrid's knobs on the model's real KV caches at MagicPIG's cost2
+//                            (a hybrid point for --hybrid @FILE)
 //
 // Every measurement is one JSON Lines record appended atomically to --records (pig-tune.jsonl):
 // Ctrl-C keeps every record written so far, and a rerun skips what is already measured. select,
@@ -199,6 +201,42 @@ int main(int argc, char **argv) {
   sh->add_option("--as-machine", sho.select.as_machine, "replay as another machine (tests)")
       ->group("");
 
+  tune::HybridTuneOptions ho;
+  auto *hyb = app.add_subcommand("hybrid", "lsh-hybrid's knobs (head share, floor, ranker bits, "
+                                           "epsilon) on the model's real KV caches");
+  hyb->add_option("--text", ho.text, "text prefilled (densely) to build the KV caches")
+      ->capture_default_str();
+  AddContexts(*hyb, ho.contexts, "KV cache lengths measured");
+  hyb->add_option_function<std::string>(
+         "--layers",
+         [&ho](const std::string &s) {
+           for (size_t l : pig::app::ParseList(s))
+             ho.layers.push_back(l);
+         },
+         "layers whose decode-step queries are measured (default: 2,5,8,12,16,20,24,28)")
+      ->check(pig::app::IntegerList(0, 1u << 16))
+      ->type_name("LIST");
+  pig::app::AddLshOption(*hyb, "--lsh", ho.lsh, "the index the configurations rank with");
+  hyb->add_option("--budget", ho.budget,
+                  "cost2 of every sample (default 0: MagicPIG's measured cost on that sample)")
+      ->check(pig::app::Number(0, 1))
+      ->capture_default_str();
+  for (auto [name, values, what] :
+       {std::tuple{"--head", &ho.heads, "shares of the budget attended exactly"},
+        std::tuple{"--floor", &ho.floors, "uniform floors of the tail's proposal"},
+        std::tuple{"--eps", &ho.epsilons, "target relative errors of the growing tail (0: off)"}})
+    hyb->add_option(name, *values, what)
+        ->delimiter(',')
+        ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll)
+        ->check(pig::app::Number(0, 1))
+        ->capture_default_str();
+  hyb->add_option("--bits", ho.bits, "ranker bits (0: all K L)")
+      ->delimiter(',')
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll)
+      ->check(pig::app::Integer(0, 1u << 20))
+      ->capture_default_str();
+  hyb->add_option("--out", ho.out, "hybrid point written")->capture_default_str();
+
   // A bad command line exits 2 naming the flag, as the project's other tools do (--help: 0).
   if (argc > 1 && argv[1][0] != '-' &&
       app.get_subcommands([&](const CLI::App *c) { return c->check_name(argv[1]); }).empty())
@@ -221,6 +259,8 @@ int main(int argc, char **argv) {
       return tune::RunEmitManifest(eo);
     if (*sh)
       return tune::RunShow(common, sho);
+    if (*hyb)
+      return tune::RunHybrid(common, ho);
   } catch (const tune::UsageError &e) {
     // A bad option value found while running: reported as a bad command line.
     pig::app::UsageError(app, e.what());

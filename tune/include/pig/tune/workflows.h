@@ -9,6 +9,8 @@
 //   RunSelect        an operating point: max_error E, max_cost2 C or min_speedup S
 //   RunEmitManifest  the configs/kernels.txt lines a point needs
 //   RunShow          the frontier: a table and a PNG (gnuplot)
+//   RunHybrid        lsh-hybrid's knobs (head share, floor, ranker bits, epsilon) on the model's
+//                    real KV caches at MagicPIG's cost2; the best written as a hybrid point
 //
 // Every measurement is one JSON Lines record appended atomically to the records file: a stop
 // request keeps every record written so far, and a rerun skips what is already measured.
@@ -105,7 +107,21 @@ struct ShowOptions {
   SelectOptions select; ///< data_hash, context, as_machine
 };
 
+/// pig-tune hybrid: the grid is every combination of the lists (pig/tune/hybrid.h).
+struct HybridTuneOptions {
+  std::string text = DefaultAccuracyText(); ///< prefilled densely to build the KV caches
+  std::vector<std::size_t> contexts{2048, 4096, 8192};
+  std::vector<std::size_t> layers; ///< empty: pig-eval attention-error's (2, 5, 8, ..., 28)
+  spec::LshParams lsh{10, 150, 2}; ///< the index every configuration ranks with
+  double budget = 0;               ///< cost2 of every sample (0: MagicPIG's measured cost)
+  std::vector<double> heads{0.1, 0.25, 0.5, 0.75}, floors{0.05, 0.1, 0.2};
+  std::vector<int> bits{0}; ///< ranker bits (0: all K L)
+  std::vector<double> epsilons{0};
+  std::string out = "pig-tune-hybrid.json"; ///< the hybrid point written
+};
+
 int RunAccuracy(const CommonOptions &common, const AccuracyOptions &o);
+int RunHybrid(const CommonOptions &common, const HybridTuneOptions &o);
 int RunSpeed(const CommonOptions &common, SpeedRunOptions o);
 int RunSelect(const CommonOptions &common, const SelectOptions &o);
 int RunEmitManifest(const EmitManifestOptions &o);
