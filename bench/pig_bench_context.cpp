@@ -137,13 +137,14 @@ Options ParseOptions(int argc, char **argv) {
              "--hybrid",
              [&o](const std::string &text) {
                try {
-                 o.hybrid = pig::ref::HybridConfig::parse(text);
+                 o.hybrid = pig::app::ParseHybridSpec(text);
                } catch (const std::invalid_argument &e) {
                  throw CLI::ValidationError("--hybrid", e.what());
                }
              },
-             "a method lsh-hybrid with SPEC (docs/HYBRID.md), e.g. budget=6%:head=0.25, its "
-             "budget matching magicpig's cost2; vs magicpig and dense")
+             "a method lsh-hybrid with SPEC (docs/HYBRID.md), e.g. budget=6%:head=0.25 or "
+             "@FILE:budget=6% (pig-tune hybrid's choice), its budget matching magicpig's cost2; "
+             "vs magicpig and dense")
           ->type_name("SPEC");
   h->excludes(x);
   pig::app::Parse(app, argc, argv);

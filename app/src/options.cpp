@@ -106,7 +106,7 @@ runtime::AttentionSpec ParseAttentionArgs(const std::vector<std::string> &args,
                                           runtime::AttentionSpec base) {
   CLI::App app{"attention", "pig"};
   Init(app);
-  AddAttentionOptions(app, base);
+  AddAttentionOptions(app, base, /*files=*/false);
   AddKvOption(app, base.kv_dtype);
   std::vector<std::string> reversed(args.rbegin(), args.rend()); // CLI11 takes the last first
   try {
@@ -235,7 +235,26 @@ std::vector<spec::LshParams> ParseLsh(const std::string &flag, const std::string
   return out;
 }
 
-AttentionFlags AddAttentionOptions(CLI::App &app, runtime::AttentionSpec &spec) {
+ref::HybridConfig ParseHybridSpec(const std::string &text, bool files) {
+  if (!text.starts_with('@'))
+    return ref::HybridConfig::parse(text);
+  if (!files)
+    throw std::invalid_argument("@FILE is read only from a tool's command line; give the spec "
+                                "(key=value pairs)");
+  const std::size_t colon = text.find(':');
+  const std::string path = text.substr(1, colon == std::string::npos ? colon : colon - 1);
+  if (path.empty())
+    throw std::invalid_argument("'@' names no file");
+  std::string spec;
+  try {
+    spec = tune::load_hybrid_point(path).spec;
+  } catch (const tune::RecordError &e) {
+    throw std::invalid_argument(e.what());
+  }
+  return ref::HybridConfig::parse(colon == std::string::npos ? spec : spec + text.substr(colon));
+}
+
+AttentionFlags AddAttentionOptions(CLI::App &app, runtime::AttentionSpec &spec, bool files) {
   AttentionFlags f;
   const std::string tool = ToolName(app);
   f.attention =
@@ -318,20 +337,16 @@ AttentionFlags AddAttentionOptions(CLI::App &app, runtime::AttentionSpec &spec) 
   f.hybrid =
       app.add_option_function<std::string>(
              "--hybrid",
-             [&spec](const std::string &text) {
+             [&spec, files](const std::string &text) {
                try {
-                 // @FILE: the spec of a hybrid point (pig-tune hybrid's choice).
-                 spec.hybrid = ref::HybridConfig::parse(
-                     text.starts_with('@') ? tune::load_hybrid_point(text.substr(1)).spec : text);
+                 spec.hybrid = ParseHybridSpec(text, files);
                } catch (const std::invalid_argument &e) {
-                 throw CLI::ValidationError("--hybrid", e.what());
-               } catch (const tune::RecordError &e) {
                  throw CLI::ValidationError("--hybrid", e.what());
                }
              },
              "lsh-hybrid: head=SHARE:floor=F:rank=hamming|collisions:bits=B:cand=T:vnorm=0|1:"
              "eps=E:delta=D:cap=C (default head=0.25:floor=0.1:rank=hamming; docs/HYBRID.md), "
-             "or @FILE: the spec pig-tune hybrid chose")
+             "or @FILE[:pairs]: the spec pig-tune hybrid chose")
           ->type_name("SPEC")
           ->group(kAttentionGroup);
   f.schedule = AddScheduleOption(app, spec.schedule);

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "pig/app/options.h"
+#include "pig/tune/hybrid.h"
 
 namespace {
 
@@ -370,6 +371,56 @@ TEST(AppOptions, ScheduleOption) {
   EXPECT_EXIT(ParseScheduleIn({"--schedule=block=48"}), ExitedWithCode(2),
               "tool: --schedule: schedule knob 'block' = 48 is illegal");
   EXPECT_EXIT(ParseScheduleIn({"--schedule"}), ExitedWithCode(2), "tool: --schedule needs a value");
+}
+
+} // namespace
+
+namespace {
+
+// --hybrid @FILE[:pairs]: the spec of pig-tune hybrid's file, pairs after it override it; a
+// request (ParseAttentionArgs: pig-serve's "pig" object, Python's AttentionSpec) cannot name a
+// file, whatever the file holds.
+TEST(AppOptions, HybridSpecFromAFile) {
+  pig::tune::HybridPoint p;
+  p.spec = "head=0.5:floor=0.05:rank=hamming:bits=512";
+  p.budget = "= magicpig K=10 L=150";
+  p.cost2 = 0.03;
+  p.contexts = {2048};
+  const std::string path = testing::TempDir() + "/options-hybrid.json";
+  pig::tune::save_hybrid_point(path, p);
+
+  const pig::ref::HybridConfig a = pig::app::ParseHybridSpec("@" + path);
+  EXPECT_EQ(a.head_share, 0.5);
+  EXPECT_EQ(a.floor, 0.05);
+  EXPECT_EQ(a.bits, 512);
+  const pig::ref::HybridConfig b = pig::app::ParseHybridSpec("@" + path + ":floor=0.2:budget=3%");
+  EXPECT_EQ(b.head_share, 0.5);
+  EXPECT_EQ(b.floor, 0.2);
+  EXPECT_DOUBLE_EQ(b.budget, 0.03);
+  EXPECT_EQ(pig::app::ParseHybridSpec("head=0.1").head_share, 0.1);
+
+  AttentionSpec spec;
+  Argv argv({"--attention", "lsh-hybrid", "--hybrid", "@" + path});
+  CLI::App app{"t", "tool"};
+  pig::app::Init(app);
+  pig::app::AddAttentionOptions(app, spec);
+  pig::app::Parse(app, argv.argc(), argv.argv());
+  EXPECT_EQ(spec.hybrid.head_share, 0.5);
+  EXPECT_EQ(spec.hybrid.bits, 512);
+
+  EXPECT_THROW(pig::app::ParseHybridSpec("@"), std::invalid_argument);
+  EXPECT_THROW(pig::app::ParseHybridSpec("@" + path + ":floor=7"), std::invalid_argument);
+  EXPECT_THROW(pig::app::ParseHybridSpec("@" + testing::TempDir() + "/no-such.json"),
+               std::invalid_argument);
+  EXPECT_THROW(pig::app::ParseHybridSpec("@" + path, /*files=*/false), std::invalid_argument);
+  try {
+    pig::app::ParseAttentionArgs({"--attention", "lsh-hybrid", "--hybrid", "@" + path});
+    ADD_FAILURE() << "a request read a file";
+  } catch (const std::invalid_argument &e) {
+    EXPECT_NE(std::string(e.what()).find("--hybrid: @FILE is read only from a tool's command line"),
+              std::string::npos)
+        << e.what();
+  }
 }
 
 } // namespace

@@ -295,14 +295,14 @@ int main(int argc, char **argv) {
            for (const std::string &h : v)
              if (h != "none")
                try {
-                 o.error.hybrid.push_back(pig::ref::HybridConfig::parse(h));
+                 o.error.hybrid.push_back(pig::app::ParseHybridSpec(h));
                } catch (const std::invalid_argument &e) {
                  throw CLI::ValidationError("--hybrid", e.what());
                }
          },
          "attention-error: the LSH-hybrid variants, each at every budget and at MagicPIG's cost "
          "(repeatable; e.g. head=0.5:floor=0.1:rank=collisions, cand=1, rank=lowrank:dims=32, "
-         "\"none\")")
+         "@FILE of pig-tune hybrid, \"none\")")
       ->type_name("SPEC")
       ->default_str("head=0.25:floor=0.1:rank=hamming")
       ->group(kEval);

@@ -191,6 +191,17 @@ int RunHybrid(const CommonOptions &common, const HybridTuneOptions &o) {
       return 130;
   }
 
+  // The mean of f over the samples of context P (every context has layers x heads of them).
+  auto context_mean = [&samples](size_t P, auto &&f) {
+    double sum = 0;
+    size_t n = 0;
+    for (const Sample &s : samples)
+      if (s.context == P) {
+        sum += f(s);
+        ++n;
+      }
+    return sum / double(n);
+  };
   std::vector<HybridMeasure> measures(grid.size());
   double topk_error = 0;
   for (const Sample &s : samples)
@@ -211,16 +222,8 @@ int RunHybrid(const CommonOptions &common, const HybridTuneOptions &o) {
     }
     std::sort(errors.begin(), errors.end());
     m.p90 = errors[std::min(errors.size() - 1, size_t(std::ceil(0.9 * double(errors.size()))) - 1)];
-    for (size_t P : contexts) {
-      double sum = 0;
-      size_t n = 0;
-      for (const Sample &s : samples)
-        if (s.context == P) {
-          sum += s.error[v];
-          ++n;
-        }
-      m.context_error.push_back(sum / double(n));
-    }
+    for (size_t P : contexts)
+      m.context_error.push_back(context_mean(P, [v](const Sample &s) { return s.error[v]; }));
   }
   const std::optional<size_t> best = select_hybrid(measures, budget_cost2);
   std::printf("## lsh-hybrid at %s (mean cost2 %.2f %%): %zu samples (%zu layers x %zu query "
@@ -246,8 +249,8 @@ int RunHybrid(const CommonOptions &common, const HybridTuneOptions &o) {
                 over ? " (over the budget)" : "");
   }
   std::printf("| TopK (exact q.k of every key) | %zu | %.4f | |", d * 2, topk_error);
-  for (size_t i = 0; i < contexts.size(); ++i)
-    std::printf(" |");
+  for (size_t P : contexts)
+    std::printf(" %.4f |", context_mean(P, [](const Sample &s) { return s.topk; }));
   std::printf(" 1.00x | |\n\n");
   if (!best)
     throw std::runtime_error("every configuration read more than 1.02 x the budget's cost2 (" +

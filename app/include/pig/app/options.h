@@ -82,11 +82,19 @@ struct AttentionFlags {
 };
 /// --attention METHOD (pig::spec's names), --lsh K=..,L=..,t=.. (spec::LshParams; aliases below),
 /// --transform SPEC (runtime::ParseServedTransform), --sink N, --local N, --dense-layers LIST|none,
-/// --budget F, --hybrid SPEC (ref::HybridConfig::parse; its budget is --budget's), --schedule
+/// --budget F, --hybrid SPEC (ParseHybridSpec; its budget is --budget's), --schedule
 /// KNOBS. Each writes its field of `spec` (dense_layers_set too).
 /// Aliases of --lsh for one release (a warning on stderr names the new spelling): "10:150"
 /// (K:L), "10,150,2" (K,L,t) and a transform=SPEC item ("K=8,transform=whiten:a=0.25").
-AttentionFlags AddAttentionOptions(CLI::App &app, runtime::AttentionSpec &spec);
+/// With files = false --hybrid refuses @FILE (ParseAttentionArgs: a server request must not make
+/// the server read its files).
+AttentionFlags AddAttentionOptions(CLI::App &app, runtime::AttentionSpec &spec, bool files = true);
+
+/// --hybrid's SPEC: key=value pairs joined by ':' (ref::HybridConfig::parse), or "@FILE" or
+/// "@FILE:pairs": the spec of a hybrid point file (pig-tune hybrid; FILE without ':'), then
+/// pairs that override it (e.g. "@pig-tune-hybrid.json:budget=3%"). files = false refuses "@".
+/// Throws std::invalid_argument naming what is wrong.
+ref::HybridConfig ParseHybridSpec(const std::string &text, bool files = true);
 
 /// Parses attention options given as arguments, e.g. {"--attention", "magicpig", "--lsh",
 /// "K=8,L=75", "--kv", "q8"}, over `base` with AddAttentionOptions and AddKvOption: the spellings
