@@ -78,6 +78,12 @@ void HybridConfig::validate() const {
   if (candidates < 0 || candidates > 65535)
     bad("cand (the collisions a candidate needs) must be in [0, L], got " +
         std::to_string(candidates));
+  if (!in_range(prefilter, 0, 1) || (prefilter > 0 && rank != HybridRank::hamming))
+    bad("pre (the share the coarse ranker keeps) must be in [0, 1] and only with rank=hamming, "
+        "got " +
+        std::to_string(prefilter));
+  if (prebits < 1 || prebits > 1 << 20)
+    bad("prebits must be >= 1, got " + std::to_string(prebits));
 }
 
 std::string HybridConfig::str() const {
@@ -96,6 +102,8 @@ std::string HybridConfig::str() const {
     s += " |v|";
   if (candidates > 0)
     s += " cand=" + std::to_string(candidates);
+  if (prefilter > 0)
+    s += " pre=" + pct(prefilter) + "/" + std::to_string(prebits) + (prenorm ? " prenorm" : "");
   return s;
 }
 
@@ -121,6 +129,12 @@ std::string HybridConfig::spec() const {
     s += ":delta=" + num(delta);
   if (max_budget != d.max_budget)
     s += ":cap=" + num(max_budget);
+  if (prefilter != d.prefilter)
+    s += ":pre=" + num(prefilter);
+  if (prebits != d.prebits)
+    s += ":prebits=" + std::to_string(prebits);
+  if (prenorm)
+    s += ":prenorm=1";
   return s;
 }
 
@@ -137,7 +151,8 @@ HybridConfig HybridConfig::parse(const std::string &text) {
     auto bad = [&] {
       throw std::invalid_argument(
           "lsh-hybrid: cannot read \"" + pair +
-          "\" (budget, head, floor, eps, delta, cap, rank, bits, dims, cand, vnorm, seed)");
+          "\" (budget, head, floor, eps, delta, cap, rank, bits, dims, cand, vnorm, pre, prebits, "
+          "prenorm, seed)");
     };
     if (eq == std::string::npos || eq == 0 || eq + 1 == pair.size())
       bad();
@@ -155,7 +170,7 @@ HybridConfig HybridConfig::parse(const std::string &text) {
       continue;
     }
     double div = 1;
-    if ((key == "budget" || key == "cap") && value.back() == '%') {
+    if ((key == "budget" || key == "cap" || key == "pre") && value.back() == '%') {
       value.pop_back();
       div = 100;
     }
@@ -187,6 +202,12 @@ HybridConfig HybridConfig::parse(const std::string &text) {
       c.dims = int(x);
     else if (key == "cand" && x >= 0 && x == std::floor(x) && x <= 65535)
       c.candidates = int(x);
+    else if (key == "pre")
+      c.prefilter = x;
+    else if (key == "prebits" && x >= 1 && x == std::floor(x) && x <= 1 << 20)
+      c.prebits = int(x);
+    else if (key == "prenorm" && (x == 0 || x == 1))
+      c.prenorm = x == 1;
     else if (key == "vnorm" && (x == 0 || x == 1))
       c.value_norm = x == 1;
     else if (key == "seed" && x >= 0 && x == std::floor(x) && x < 0x1p64)
@@ -262,6 +283,45 @@ std::vector<double> hybrid_scores(std::span<const float> q, Matrix V, Matrix W,
   if (cfg.candidates > L)
     throw std::invalid_argument("lsh-hybrid: cand=" + std::to_string(cfg.candidates) +
                                 " but the index has L = " + std::to_string(L) + " tables");
+  if (cfg.prefilter > 0 && cfg.prebits > K * L)
+    throw std::invalid_argument("lsh-hybrid: prebits=" + std::to_string(cfg.prebits) +
+                                " but the index has " + std::to_string(K * L) + " (K L)");
+  // The cascade's coarse ranker: step 1's score over the first prebits columns, for every token;
+  // the best `prefilter` share of them is scored below with every column, the rest keep it.
+  std::vector<char> kept;
+  std::vector<double> coarse_of; // the coarse score of every token
+  if (cfg.prefilter > 0) {
+    std::vector<std::pair<double, std::size_t>> coarse(count);
+    // The key norm of the coarse score: each token's (prenorm=1), or their mean, so that the
+    // coarse score is a function of the coarse distance alone (a kernel can then handle the
+    // tokens below the cut per distance, not per token).
+    double mean_norm = 0;
+    if (!cfg.prenorm)
+      for (std::size_t i = 0; i < count; ++i)
+        mean_norm += norm(index.hashed_key(split.indexed_begin + i)) / double(count);
+    for (std::size_t i = 0; i < count; ++i) {
+      const std::uint16_t *codes = index.codes.data() + i * std::size_t(L);
+      const int H = hybrid_hamming(cfg.prebits, K, codes, qc.data());
+      const double kn = cfg.prenorm ? norm(index.hashed_key(split.indexed_begin + i)) : mean_norm;
+      double x = s * kn * hamming_cosine(H, cfg.prebits);
+      if (cfg.value_norm)
+        x += std::log(norm(V.row_span(split.indexed_begin + i)));
+      coarse[i] = {std::isnan(x) ? -kInf : x, i};
+    }
+    const std::size_t m =
+        std::clamp<std::size_t>(std::size_t(std::llround(cfg.prefilter * double(count))), 1, count);
+    // Score descending, position ascending: a total order, so the kept set is unique.
+    std::nth_element(coarse.begin(), coarse.begin() + std::ptrdiff_t(m - 1), coarse.end(),
+                     [](const auto &a, const auto &b) {
+                       return a.first != b.first ? a.first > b.first : a.second < b.second;
+                     });
+    coarse_of.resize(count);
+    for (const auto &[x, i] : coarse)
+      coarse_of[i] = x;
+    kept.assign(count, 0);
+    for (std::size_t j = 0; j < m; ++j)
+      kept[coarse[j].second] = 1;
+  }
   std::optional<HybridLowRank> low;
   std::vector<float> qp;
   if (cfg.rank == HybridRank::lowrank) {
@@ -272,6 +332,10 @@ std::vector<double> hybrid_scores(std::span<const float> q, Matrix V, Matrix W,
     const std::uint16_t *codes = index.codes.data() + i * std::size_t(L);
     if (cfg.candidates > 0 && hybrid_collisions(L, codes, qc.data()) < cfg.candidates)
       continue; // not retrieved: unscored
+    if (!kept.empty() && !kept[i]) {
+      score[i] = coarse_of[i]; // below the coarse ranker's cut: its coarse score
+      continue;
+    }
     if (low) {
       const HybridLowRank::Key k = low->key(index.centered_key(split.indexed_begin + i));
       score[i] = sc * low->dot(qp, k);

@@ -157,6 +157,10 @@ void AttentionSpec::Validate(size_t n_layers) const {
       throw std::invalid_argument(
           "lsh-hybrid: rank=lowrank is in pig::ref only for now (pig-eval attention-error); the "
           "runtime ranks by hamming or collisions");
+    if (h.prefilter > 0)
+      throw std::invalid_argument(
+          "lsh-hybrid: pre (the coarse-then-full cascade) is in pig::ref only for now (pig-eval "
+          "attention-error); the runtime ranks every token with the whole sketch");
     if (h.candidates > L)
       throw std::invalid_argument("lsh-hybrid: cand=" + std::to_string(h.candidates) +
                                   " but the codes have L = " + std::to_string(L) + " tables");

@@ -4,7 +4,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <limits>
+#include <map>
 #include <numeric>
 #include <set>
 
@@ -235,7 +237,7 @@ TEST(Hybrid, SpecReadsBackToTheSameConfiguration) {
   std::vector<HybridConfig> cs(5);
   cs[1] = HybridConfig::parse("head=0.1:floor=0.05:bits=512");
   cs[2] = HybridConfig::parse("rank=collisions:vnorm=1:cand=2:head=0.75");
-  cs[3] = HybridConfig::parse("eps=0.05:delta=0.1:cap=30%:floor=0.2");
+  cs[3] = HybridConfig::parse("eps=0.05:delta=0.1:cap=30%:floor=0.2:pre=0.1:prebits=256:prenorm=1");
   cs[4] = HybridConfig::parse("rank=lowrank:dims=8");
   cs[4].head_share = 1.0 / 3.0; // no short decimal form
   cs[4].floor = 0.1 + 0.2;
@@ -253,11 +255,75 @@ TEST(Hybrid, SpecReadsBackToTheSameConfiguration) {
     EXPECT_EQ(r.bits, c.bits) << c.spec();
     EXPECT_EQ(r.dims, c.dims) << c.spec();
     EXPECT_EQ(r.candidates, c.candidates) << c.spec();
+    EXPECT_EQ(r.prefilter, c.prefilter) << c.spec();
+    EXPECT_EQ(r.prebits, c.prebits) << c.spec();
+    EXPECT_EQ(r.prenorm, c.prenorm) << c.spec();
     EXPECT_EQ(r.budget, HybridConfig{}.budget) << c.spec(); // not written
     EXPECT_EQ(r.seed, HybridConfig{}.seed) << c.spec();
   }
   EXPECT_EQ(HybridConfig{}.spec(), "head=0.25:floor=0.1:rank=hamming");
   EXPECT_EQ(cs[1].spec(), "head=0.1:floor=0.05:rank=hamming:bits=512");
+}
+
+// The cascade (pre = p): the first prebits columns score every token coarsely; the best p share
+// of them by that score (ties to the lower position) is scored with every column, the others keep
+// the coarse score. prenorm=1: the coarse score is step 1's formula over prebits columns (each
+// token's norm); the default uses the mean norm, so the coarse score and the cut depend on the
+// coarse distance alone. pre = 1 is no cascade.
+TEST(Hybrid, CascadeScoresTheCoarseRankersBestWithEveryColumn) {
+  const Head s = setup(31, 1200, 32); // K = 6, L = 40: 240 columns
+  const std::size_t n = s.index.split.indexed();
+  const std::vector<double> all = hybrid_scores(s.p.q, s.p.V, s.W, s.index, HybridConfig{});
+  const std::vector<double> c48 =
+      hybrid_scores(s.p.q, s.p.V, s.W, s.index, HybridConfig::parse("bits=48"));
+  const std::vector<std::uint16_t> qc = encode(s.p.q, s.W, s.index.cfg);
+  std::vector<int> H(n);
+  for (std::size_t i = 0; i < n; ++i)
+    H[i] = hybrid_hamming(48, 6, s.index.codes.data() + i * 40, qc.data());
+  for (double pre : {0.05, 0.3}) {
+    const std::size_t m = std::size_t(std::llround(pre * double(n)));
+    // prenorm=1: the kept set is the top m of c48, and the others keep c48.
+    HybridConfig c = HybridConfig::parse("prebits=48:prenorm=1");
+    c.prefilter = pre;
+    const std::vector<double> score = hybrid_scores(s.p.q, s.p.V, s.W, s.index, c);
+    std::vector<std::size_t> order(n);
+    std::iota(order.begin(), order.end(), 0);
+    std::stable_sort(order.begin(), order.end(),
+                     [&](std::size_t a, std::size_t b) { return c48[a] > c48[b]; });
+    for (std::size_t j = 0; j < n; ++j) {
+      const std::size_t i = order[j];
+      EXPECT_EQ(score[i], j < m ? all[i] : c48[i]) << "token " << i << " rank " << j;
+    }
+    // The default: the kept set is the m smallest coarse distances (ties: lower position), and a
+    // token below the cut scores by its distance alone.
+    c.prenorm = false;
+    const std::vector<double> mean = hybrid_scores(s.p.q, s.p.V, s.W, s.index, c);
+    std::iota(order.begin(), order.end(), 0);
+    std::stable_sort(order.begin(), order.end(),
+                     [&](std::size_t a, std::size_t b) { return H[a] < H[b]; });
+    std::map<int, double> by_distance;
+    for (std::size_t j = 0; j < n; ++j) {
+      const std::size_t i = order[j];
+      if (j < m) {
+        EXPECT_EQ(mean[i], all[i]) << "kept token " << i;
+        continue;
+      }
+      const auto [it, fresh] = by_distance.try_emplace(H[i], mean[i]);
+      EXPECT_EQ(mean[i], it->second) << "token " << i << " at distance " << H[i];
+      EXPECT_NE(mean[i], all[i]) << "token " << i << " below the cut";
+    }
+    EXPECT_GT(by_distance.size(), 3u);
+  }
+  HybridConfig one = HybridConfig::parse("pre=1:prebits=48");
+  EXPECT_EQ(hybrid_scores(s.p.q, s.p.V, s.W, s.index, one), all);
+  // Refused: prebits above K L, pre outside [0, 1] or with another ranker.
+  EXPECT_THROW(hybrid_scores(s.p.q, s.p.V, s.W, s.index, HybridConfig::parse("pre=0.1")),
+               std::invalid_argument); // prebits 512 > 240
+  EXPECT_THROW(HybridConfig::parse("pre=1.5"), std::invalid_argument);
+  EXPECT_THROW(HybridConfig::parse("pre=0.1:rank=collisions"), std::invalid_argument);
+  EXPECT_THROW(HybridConfig::parse("prebits=0"), std::invalid_argument);
+  EXPECT_THROW(HybridConfig::parse("prenorm=2"), std::invalid_argument);
+  EXPECT_EQ(HybridConfig::parse("pre=10%").prefilter, 0.1);
 }
 
 // lowrank at full rank is a rotation of the centred keys, so its score is scale q.(k - mu) up to
@@ -370,12 +436,14 @@ TEST(Hybrid, NumeratorAndPartitionFunctionAreUnbiasedOverTheDraw) {
     int K, L;
     HybridRank rank;
     bool vnorm;
-    int cand; // > 0: the unscored tokens are drawn by skips (hybrid_skip_draw)
+    int cand;       // > 0: the unscored tokens are drawn by skips (hybrid_skip_draw)
+    double pre = 0; // > 0: the cascade, 64 coarse bits (the rest unscored, drawn by skips)
   };
   for (const Case cs :
        {Case{6, 40, HybridRank::collisions, false, 0}, Case{6, 40, HybridRank::hamming, true, 0},
         Case{1, 1, HybridRank::collisions, false, 0}, Case{6, 40, HybridRank::hamming, false, 2},
-        Case{6, 40, HybridRank::lowrank, false, 0}}) {
+        Case{6, 40, HybridRank::lowrank, false, 0},
+        Case{6, 40, HybridRank::hamming, false, 0, 0.2}}) {
     const std::size_t n = 400, d = 16, R = 1500;
     const Head s = setup(11, n, d, cs.K, cs.L);
     const Attention exact = dense_attention(s.p.q, s.p.K, s.p.V);
@@ -388,12 +456,14 @@ TEST(Hybrid, NumeratorAndPartitionFunctionAreUnbiasedOverTheDraw) {
           c.rank = cs.rank;
           c.value_norm = cs.vnorm;
           c.candidates = cs.cand;
+          c.prefilter = cs.pre;
+          c.prebits = 64;
           c.seed = 77 + r;
           return hybrid_attention(s.p.q, s.p.K, s.p.V, s.W, s.index, c);
         },
         [](const HybridResult &e) { return e.tail.size(); },
         "K=" + std::to_string(cs.K) + " L=" + std::to_string(cs.L) +
-            " cand=" + std::to_string(cs.cand));
+            " cand=" + std::to_string(cs.cand) + " pre=" + std::to_string(cs.pre));
     // The tail's expected size is its budget (0.08 * 332 * 0.75 = 19.9): the draw has teeth.
     EXPECT_NEAR(drawn, 0.08 * 332 * 0.75, 1.5);
   }
@@ -476,7 +546,8 @@ TEST(Hybrid, TheCentralLimitBudgetGrowsTheTailUntilTheBoundHolds) {
 TEST(Hybrid, AdversarialInputs) {
   // The rankers that read less face the same inputs as the default.
   const std::vector<HybridConfig> rankers = {HybridConfig{}, HybridConfig::parse("cand=1"),
-                                             HybridConfig::parse("rank=lowrank:dims=4")};
+                                             HybridConfig::parse("rank=lowrank:dims=4"),
+                                             HybridConfig::parse("pre=0.1:prebits=60")};
   // Fewer tokens than the static window: nothing indexed, exactly dense.
   for (const HybridConfig &c : rankers)
     for (std::size_t n : {1, 5, 68}) {

@@ -474,6 +474,15 @@ TEST(BudgetAttention, RejectsInvalidSpecs) {
   } catch (const std::invalid_argument &e) {
     EXPECT_NE(std::string(e.what()).find("lowrank"), std::string::npos) << e.what();
   }
+  spec = Spec("lsh-hybrid", DType::f32);
+  spec.hybrid.prefilter = 0.1; // the cascade, pig::ref only: refused, not run without it
+  try {
+    MakeBudgetAttention(spec, s);
+    ADD_FAILURE() << "pre accepted";
+  } catch (const std::invalid_argument &e) {
+    EXPECT_NE(std::string(e.what()).find("pre (the coarse-then-full cascade)"), std::string::npos)
+        << e.what();
+  }
 }
 
 // The ranker's options run the same code as the reference's: |v| (folded once per token), a

@@ -94,20 +94,29 @@ struct HybridConfig {
   /// L); the others are left unscored (score -inf: the uniform floor alone, drawn by skips, see
   /// hybrid_estimate). 0: every indexed token is ranked.
   int candidates = 0;
+  /// hamming: a cascade. The first `prebits` columns score every indexed token coarsely: step 1's
+  /// formula over those bits, with the mean key norm of the indexed tokens (prenorm: each
+  /// token's own). The best `prefilter` share of them (at least one; ties to the lower position)
+  /// is then scored with all `bits`; the others keep the coarse score. 0: off. A kernel reads
+  /// prebits / 8 bytes of every token and the rest of the sketch of the kept ones, and (without
+  /// prenorm or vnorm) can treat the others per coarse distance instead of per token.
+  double prefilter = 0;
+  int prebits = 512;    ///< in [1, K L]
+  bool prenorm = false; ///< the coarse score with each token's key norm
   std::uint64_t seed = 0x5eed;
 
   /// Throws std::invalid_argument naming the first field out of range (NaN included).
   void validate() const;
   /// "b=5% head=0.25 floor=0.1 hamming" (+ " bits=256", " lowrank dims=16", " eps=0.05 ...",
-  /// " |v|", " cand=1").
+  /// " |v|", " cand=1", " pre=10%/512", " prenorm").
   std::string str() const;
   /// The SPEC that parse() reads back to this configuration, budget and seed excepted (a tool's
-  /// --budget and --seed set them): "head=0.25:floor=0.1:rank=hamming", then each other field that differs from the
-  /// defaults, numbers in their shortest round-trip form.
+  /// --budget and --seed set them): "head=0.25:floor=0.1:rank=hamming", then each other field that
+  /// differs from the defaults, numbers in their shortest round-trip form.
   std::string spec() const;
   /// Fields from "key=value" pairs separated by ':' over the defaults: budget (a fraction or
   /// "5%"), head, floor, eps, delta, cap, rank (collisions | hamming | lowrank), bits, dims, cand,
-  /// vnorm (0 | 1), seed;
+  /// vnorm (0 | 1), pre (a fraction or "10%"), prebits, prenorm (0 | 1), seed;
   /// then validate(). Throws std::invalid_argument naming the bad pair.
   static HybridConfig parse(const std::string &text);
 };
