@@ -12,6 +12,7 @@
 #include <limits>
 #include <vector>
 
+#include "hwy/cache_control.h"
 #include "hwy/highway.h"
 #include "pig/runtime/hybrid_select.h"
 
@@ -34,6 +35,15 @@ HWY_INLINE hn::Vec<DD> LoadRow(DD dd, const void *row, std::size_t j) {
   }
 }
 
+// The gathered rows come from anywhere in the cache (DRAM at long contexts): the loops below ask
+// for the row kAhead positions on while they work on this one, every cache line of it.
+constexpr std::size_t kAhead = 8;
+HWY_INLINE void PrefetchRow(const void *base, std::uint32_t id, std::size_t row_bytes) {
+  const char *row = static_cast<const char *>(base) + std::size_t(id) * row_bytes;
+  for (std::size_t off = 0; off < row_bytes; off += 64)
+    hwy::Prefetch(row + off);
+}
+
 template <bool kBf16> float ElementOf(const void *row, std::size_t j) {
   if constexpr (kBf16)
     return std::bit_cast<float>(std::uint32_t(static_cast<const std::uint16_t *>(row)[j]) << 16);
@@ -48,6 +58,8 @@ void RowLogits(const double *qd, const void *K, std::size_t d, double scale,
   const hn::ScalableTag<double> dd;
   const std::size_t N = hn::Lanes(dd), full = d - d % N, esize = kBf16 ? 2 : 4;
   for (std::size_t c = 0; c < count; ++c) {
+    if (c + kAhead < count)
+      PrefetchRow(K, ids[c + kAhead], d * esize);
     const void *row = static_cast<const char *>(K) + std::size_t(ids[c]) * d * esize;
     auto a0 = hn::Zero(dd), a1 = hn::Zero(dd);
     std::size_t j = 0;
@@ -72,6 +84,8 @@ void AccumulateValues(const void *V, std::size_t d, const std::uint32_t *ids, co
   const std::size_t N = hn::Lanes(dd), full = d - d % N, esize = kBf16 ? 2 : 4;
   std::fill(acc, acc + d, 0.0);
   for (std::size_t c = 0; c < count; ++c) {
+    if (c + kAhead < count)
+      PrefetchRow(V, ids[c + kAhead], d * esize);
     const void *row = static_cast<const char *>(V) + std::size_t(ids[c]) * d * esize;
     const auto wc = hn::Set(dd, w[c]);
     std::size_t j = 0;
@@ -128,6 +142,12 @@ double hybrid_attend(const float *q, const void *K, const void *V, DType dtype, 
     vq.resize(count * d);
     seq.resize(count);
     for (std::size_t c = 0; c < count; ++c) {
+      if (c + 8 < count) // the row 8 on, as the kernels below do (rb bytes, not 64-aligned)
+        for (const void *base : {K, V}) {
+          const char *row = static_cast<const char *>(base) + std::size_t(ids[c + 8]) * rb;
+          hwy::Prefetch(row);
+          hwy::Prefetch(row + rb - 1);
+        }
       ref::dequantize_q8(static_cast<const std::uint8_t *>(K) + std::size_t(ids[c]) * rb, d,
                          kq.data() + c * d);
       ref::dequantize_q8(static_cast<const std::uint8_t *>(V) + std::size_t(ids[c]) * rb, d,
