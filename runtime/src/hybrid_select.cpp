@@ -263,10 +263,31 @@ void HybridSampler::Rank(std::vector<double> &score, std::size_t head, std::uint
   const std::size_t unscored = HWY_DYNAMIC_DISPATCH(BlockMax)(ts_.data(), n, block_max_.data());
   double beta = -kInf;
   if (head > 0 && head <= blocks) {
-    // beta: the head-th largest block maximum, by a selection on a copy (linear in the blocks; a
-    // bounded min-heap paid a mispredicted sift for every block that entered it, which was 15 %
-    // of pair_hybrid_step_sampled's lsh-hybrid step).
-    top_blocks_.assign(block_max_.begin(), block_max_.end());
+    // beta: the head-th largest block maximum, by a selection (linear; a bounded min-heap paid a
+    // mispredicted sift for every block that entered it, 15 % of pair_hybrid_step_sampled's
+    // lsh-hybrid step). With at least `head` superblocks of kSuper blocks, the selection runs
+    // first over their maxima: the head-th largest of those, beta_s, is <= beta (they are `head`
+    // block maxima >= beta_s), so only the block maxima >= beta_s need selecting among (between
+    // head and head * kSuper of them, not every block).
+    constexpr std::size_t kSuper = 8;
+    const std::size_t supers = (blocks + kSuper - 1) / kSuper;
+    double floor_s = -kInf;
+    if (head <= supers) {
+      top_blocks_.resize(supers);
+      for (std::size_t sb = 0; sb < supers; ++sb) {
+        double m = -kInf;
+        for (std::size_t blk = sb * kSuper; blk < std::min(blocks, (sb + 1) * kSuper); ++blk)
+          m = std::max(m, block_max_[blk]);
+        top_blocks_[sb] = m;
+      }
+      const auto nth = top_blocks_.begin() + std::ptrdiff_t(head - 1);
+      std::nth_element(top_blocks_.begin(), nth, top_blocks_.end(), std::greater<double>());
+      floor_s = *nth;
+    }
+    top_blocks_.clear();
+    for (double m : block_max_)
+      if (m >= floor_s)
+        top_blocks_.push_back(m);
     const auto nth = top_blocks_.begin() + std::ptrdiff_t(head - 1);
     std::nth_element(top_blocks_.begin(), nth, top_blocks_.end(), std::greater<double>());
     beta = *nth;

@@ -10,7 +10,8 @@
 //     the tokens scoring >= beta. The same set, since the order is total;
 //   - exp(s_i - max) is hwy/contrib/math's Exp (within 2 ulp of std::exp) and sums run in vector
 //     lanes, so an inclusion probability differs from the reference's in its last bits (tested
-//     to 1e-13 relative), and a draw U_i < pi_i could differ only for a U_i that close to pi_i;
+//     to max(1e-13, n 2^-53) relative: a sum of n terms in another order), and a draw U_i < pi_i
+//     could differ only for a U_i that close to pi_i;
 //   - the water-filling's capping passes run only when something caps (lambda max r >= 1).
 // The uniforms U_i are the reference's integers (bit for bit on every target) and the unscored
 // tokens' skip draw is ref::hybrid_skip_draw itself: the same seeds draw the same tokens.
