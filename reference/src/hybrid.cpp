@@ -295,10 +295,13 @@ std::vector<double> hybrid_scores(std::span<const float> q, Matrix V, Matrix W,
     // The key norm of the coarse score: each token's (prenorm=1), or their mean, so that the
     // coarse score is a function of the coarse distance alone (a kernel can then handle the
     // tokens below the cut per distance, not per token).
+    // (The sum in position order, then one division: a kernel keeps the running sum.)
     double mean_norm = 0;
-    if (!cfg.prenorm)
+    if (!cfg.prenorm) {
       for (std::size_t i = 0; i < count; ++i)
-        mean_norm += norm(index.hashed_key(split.indexed_begin + i)) / double(count);
+        mean_norm += norm(index.hashed_key(split.indexed_begin + i));
+      mean_norm /= double(count);
+    }
     for (std::size_t i = 0; i < count; ++i) {
       const std::uint16_t *codes = index.codes.data() + i * std::size_t(L);
       const int H = hybrid_hamming(cfg.prebits, K, codes, qc.data());
