@@ -157,17 +157,10 @@ void AttentionSpec::Validate(size_t n_layers) const {
       throw std::invalid_argument(
           "lsh-hybrid: rank=lowrank is in pig::ref only for now (pig-eval attention-error); the "
           "runtime ranks by hamming or collisions");
-    if (h.prefilter > 0) { // the cascade: what its kernel path takes (budget_attention.cpp)
-      const int bits = h.bits > 0 ? h.bits : K * L;
-      if (h.prebits % 64 != 0 || h.prebits >= bits)
-        throw std::invalid_argument(
-            "lsh-hybrid: the runtime's cascade needs prebits a multiple of 64 below the ranker's " +
-            std::to_string(bits) + " bits, got prebits=" + std::to_string(h.prebits));
-      if (h.prenorm || h.value_norm || h.candidates > 0)
-        throw std::invalid_argument(
-            "lsh-hybrid: pre with prenorm, vnorm or cand is in pig::ref only for now (pig-eval "
-            "attention-error): the runtime's cascade scores the coarse part by distance alone");
-    }
+    if (h.prefilter > 0)
+      throw std::invalid_argument(
+          "lsh-hybrid: pre (the coarse-then-full cascade) is in pig::ref only for now (pig-eval "
+          "attention-error); the runtime ranks every token with the whole sketch");
     if (h.candidates > L)
       throw std::invalid_argument("lsh-hybrid: cand=" + std::to_string(h.candidates) +
                                   " but the codes have L = " + std::to_string(L) + " tables");

@@ -233,16 +233,12 @@ BudgetAttention::BudgetAttention(const AttentionSpec &spec, const AttentionShape
   if (method_ == Method::lsh_hybrid) {
     // Which of its steps run as Highway kernels in this configuration (docs/HYBRID.md).
     const ref::HybridConfig &h = spec_.hybrid;
-    what =
-        std::string("lsh-hybrid (encode kernel codes; ") +
-        (h.rank != ref::HybridRank::hamming ? "scalar collision-count scores"
-         : h.candidates > 0 ? "Highway Hamming scan per kv-head, scalar scores (cand)"
-         : h.prefilter > 0  ? "cascade: Highway scan of " + std::to_string(h.prebits) +
-                                 " coarse bits per kv-head, the best " +
-                                 std::to_string(int(std::lround(h.prefilter * 100))) + " % rescored"
-                           : "Highway Hamming scan per kv-head and scores") +
-        "; Highway selection, draw and f64 softmax" +
-        (h.epsilon > 0 ? ", the tail grown by the error bound" : "") + ")";
+    what = std::string("lsh-hybrid (encode kernel codes; ") +
+           (h.rank != ref::HybridRank::hamming ? "scalar collision-count scores"
+            : h.candidates > 0 ? "Highway Hamming scan per kv-head, scalar scores (cand)"
+                               : "Highway Hamming scan per kv-head and scores") +
+           "; Highway selection, draw and f64 softmax" +
+           (h.epsilon > 0 ? ", the tail grown by the error bound" : "") + ")";
   }
   stats_.kernels = what + "; dense: " + lsh::KernelRegistry::describe(set_);
 }
@@ -527,12 +523,7 @@ void BudgetAttention::HybridTruncate(size_t layer, size_t pos) {
     if (!h.codes.empty())
       h.codes.resize((pos - spec_.sink) * L);
     if (!h.sketch.empty())
-      h.sketch.resize((pos - spec_.sink) * ScanWords());
-    if (!h.sketch_hi.empty())
-      h.sketch_hi.resize((pos - spec_.sink) *
-                         (lsh::hybrid_sketch_words(RankerBits()) - PreWords()));
-    if (!h.norm_sum.empty())
-      h.norm_sum.resize(pos - spec_.sink + 1);
+      h.sketch.resize((pos - spec_.sink) * lsh::hybrid_sketch_words(RankerBits()));
     h.norms.resize(pos - spec_.sink);
     if (!h.log_vnorms.empty())
       h.log_vnorms.resize(pos - spec_.sink);
@@ -574,23 +565,10 @@ void BudgetAttention::HybridFold(size_t layer, size_t end) {
     if (spec_.hybrid.rank == ref::HybridRank::collisions || spec_.hybrid.candidates > 0)
       h.codes.insert(h.codes.end(), codes.begin(), codes.end());
     if (spec_.hybrid.rank == ref::HybridRank::hamming) {
-      const size_t words = lsh::hybrid_sketch_words(RankerBits()), lo = PreWords();
-      if (lo == 0) {
-        h.sketch.resize((end - b) * words);
-        lsh::hybrid_pack(codes.data(), end - from, spec_.K, spec_.L, RankerBits(),
-                         h.sketch.data() + (from - b) * words);
-      } else { // the cascade: the coarse words apart from the rest
-        thread_local std::vector<std::uint64_t> packed;
-        packed.resize((end - from) * words);
-        lsh::hybrid_pack(codes.data(), end - from, spec_.K, spec_.L, RankerBits(), packed.data());
-        const size_t hi = words - lo;
-        h.sketch.resize((end - b) * lo);
-        h.sketch_hi.resize((end - b) * hi);
-        for (size_t r = 0; r < end - from; ++r) {
-          std::copy_n(packed.data() + r * words, lo, h.sketch.data() + (from - b + r) * lo);
-          std::copy_n(packed.data() + r * words + lo, hi, h.sketch_hi.data() + (from - b + r) * hi);
-        }
-      }
+      const size_t words = lsh::hybrid_sketch_words(RankerBits());
+      h.sketch.resize((end - b) * words);
+      lsh::hybrid_pack(codes.data(), end - from, spec_.K, spec_.L, RankerBits(),
+                       h.sketch.data() + (from - b) * words);
     }
     for (size_t t = from; t < end; ++t) {
       cache_.KeyRow(layer, kvh, t, row.data());
@@ -600,11 +578,6 @@ void BudgetAttention::HybridFold(size_t layer, size_t end) {
         n2 += double(c) * double(c);
       }
       h.norms[t - b] = std::sqrt(n2);
-      if (PreWords() > 0) { // the running sum, in position order as the reference sums
-        if (h.norm_sum.empty())
-          h.norm_sum.push_back(0.0);
-        h.norm_sum.push_back(h.norm_sum.back() + h.norms[t - b]);
-      }
       if (spec_.hybrid.value_norm) { // log |v| as ref::hybrid_scores, once per token
         cache_.ValueRow(layer, kvh, t, row.data());
         double v2 = 0;
@@ -615,10 +588,6 @@ void BudgetAttention::HybridFold(size_t layer, size_t end) {
     }
     h.end = end;
   }
-}
-
-size_t BudgetAttention::ScanWords() const {
-  return PreWords() > 0 ? PreWords() : lsh::hybrid_sketch_words(RankerBits());
 }
 
 void BudgetAttention::HybridRankGroups(size_t layer, size_t n_idx, const float *q,
@@ -643,18 +612,8 @@ void BudgetAttention::HybridRankGroups(size_t layer, size_t n_idx, const float *
     set_.encode(a);
     if (!hamming)
       return;
-    // The G queries' coarse words first (what the scan reads), then the rest of each (the
-    // cascade's refinement; empty without it).
-    thread_local std::vector<std::uint64_t> packed;
-    packed.resize(G * words);
-    lsh::hybrid_pack(qc.data(), G, spec_.K, spec_.L, B, packed.data());
-    const size_t lo = ScanWords(), hi = words - lo;
-    std::vector<std::uint64_t> &qs = hybrid_qsketch_[kvh];
-    qs.resize(G * words);
-    for (size_t g = 0; g < G; ++g) {
-      std::copy_n(packed.data() + g * words, lo, qs.data() + g * lo);
-      std::copy_n(packed.data() + g * words + lo, hi, qs.data() + G * lo + g * hi);
-    }
+    hybrid_qsketch_[kvh].resize(G * words);
+    lsh::hybrid_pack(qc.data(), G, spec_.K, spec_.L, B, hybrid_qsketch_[kvh].data());
     hybrid_H_[kvh].resize(G * n_idx);
   });
   if (!hamming || n_idx == 0)
@@ -667,8 +626,7 @@ void BudgetAttention::HybridRankGroups(size_t layer, size_t n_idx, const float *
     const size_t kvh = item / chunks, from = (item % chunks) * chunk;
     const size_t to = std::min(n_idx, from + chunk);
     const HybridIndex &h = hybrid_[layer * shape().n_kv_heads + kvh];
-    const size_t lo = ScanWords(); // every word, or the cascade's coarse ones
-    lsh::hybrid_hamming_scan(h.sketch.data() + from * lo, lo, to - from,
+    lsh::hybrid_hamming_scan(h.sketch.data() + from * words, words, to - from,
                              hybrid_qsketch_[kvh].data(), int(G), hybrid_H_[kvh].data() + from,
                              n_idx);
   });
@@ -710,90 +668,7 @@ void BudgetAttention::HybridHead(size_t layer, size_t head, size_t pos, const fl
   const int cand = cfg.candidates;
   // hamming: ref::hybrid_hamming's integers, from the group's scan.
   const std::uint16_t *H = hamming ? hybrid_H_[kvh].data() + g * n_idx : nullptr;
-  double kept_share = 1; // the cascade: the share of the tokens rescored with every column
-  if (hamming && PreWords() > 0 && n_idx > 0) {
-    // The cascade (ref::hybrid_scores with prefilter, without prenorm): H holds the distances
-    // over the first prebits columns. A token's coarse score sq nu cos(pi H / prebits), nu the
-    // mean key norm, depends on H alone: coarse_of[H]. The kept tokens, the best m by (score
-    // desc, position asc), are then the m smallest H, ties to the lower position, whenever
-    // coarse_of strictly falls; else (nu sq zero or NaN: a zero query, NaN keys) the reference's
-    // order is taken on the doubles themselves.
-    const int pb = cfg.prebits;
-    const size_t m =
-        std::clamp<size_t>(size_t(std::llround(cfg.prefilter * double(n_idx))), 1, n_idx);
-    kept_share = double(m) / double(n_idx);
-    const double nu = h.norm_sum[n_idx] / double(n_idx);
-    thread_local std::vector<double> cos_pre, coarse_of;
-    if (cos_pre.size() != size_t(pb) + 1) {
-      cos_pre.resize(size_t(pb) + 1);
-      for (int x = 0; x <= pb; ++x)
-        cos_pre[size_t(x)] = ref::hamming_cosine(x, pb);
-    }
-    coarse_of.resize(size_t(pb) + 1);
-    bool falls = true;
-    for (size_t x = 0; x <= size_t(pb); ++x) {
-      const double v = sq * nu * cos_pre[x];
-      coarse_of[x] = std::isnan(v) ? -kInf : v;
-      falls = falls && (x == 0 || coarse_of[x] < coarse_of[x - 1]);
-    }
-    thread_local std::vector<std::uint32_t> kept; // ascending
-    kept.clear();
-    if (falls) {
-      // The distances' histogram, in four interleaved copies (a run of equal distances would
-      // otherwise wait on its own increments).
-      thread_local std::vector<std::uint32_t> hist4;
-      const size_t bins = size_t(pb) + 1;
-      hist4.assign(4 * bins, 0);
-      size_t i4 = 0;
-      for (; i4 + 4 <= n_idx; i4 += 4)
-        for (size_t c = 0; c < 4; ++c)
-          ++hist4[c * bins + H[i4 + c]];
-      for (; i4 < n_idx; ++i4)
-        ++hist4[H[i4]];
-      thread_local std::vector<std::uint32_t> hist;
-      hist.resize(bins);
-      for (size_t x = 0; x < bins; ++x)
-        hist[x] = hist4[x] + hist4[bins + x] + hist4[2 * bins + x] + hist4[3 * bins + x];
-      size_t below = 0, cut = 0; // the m-th smallest distance, and the tokens below it
-      while (below + hist[cut] < m)
-        below += hist[cut++];
-      size_t at_cut = m - below; // the first ones at the cut, by position
-      for (size_t i = 0; i < n_idx; ++i) {
-        if (H[i] < cut) {
-          kept.push_back(std::uint32_t(i));
-        } else if (H[i] == cut && at_cut > 0) {
-          kept.push_back(std::uint32_t(i));
-          --at_cut;
-        }
-      }
-    } else {
-      thread_local std::vector<std::pair<double, std::uint32_t>> order;
-      order.resize(n_idx);
-      for (size_t i = 0; i < n_idx; ++i)
-        order[i] = {coarse_of[H[i]], std::uint32_t(i)};
-      std::nth_element(order.begin(), order.begin() + std::ptrdiff_t(m - 1), order.end(),
-                       [](const auto &a, const auto &b) {
-                         return a.first != b.first ? a.first > b.first : a.second < b.second;
-                       });
-      for (size_t j = 0; j < m; ++j)
-        kept.push_back(order[j].second);
-      std::sort(kept.begin(), kept.end());
-    }
-    // Every token its coarse score; the kept ones rescored with all B columns: the coarse
-    // distance plus the rest of the sketch's.
-    lsh::hybrid_table_scores(H, n_idx, coarse_of.data(), s.z.data());
-    const size_t lo = PreWords(), hi = lsh::hybrid_sketch_words(B) - lo;
-    const std::uint64_t *qhi = hybrid_qsketch_[kvh].data() + shape().group() * lo + g * hi;
-    thread_local std::vector<std::uint16_t> full;
-    full.resize(kept.size());
-    lsh::hybrid_hamming_gather(h.sketch_hi.data(), hi, kept.data(), kept.size(), qhi, H,
-                               full.data());
-    for (size_t j = 0; j < kept.size(); ++j) {
-      const size_t i = kept[j];
-      const double x = sq * h.norms[i] * cos_of[full[j]];
-      s.z[i] = std::isnan(x) ? -kInf : x;
-    }
-  } else if (hamming && cand == 0) {
+  if (hamming && cand == 0) {
     lsh::hybrid_hamming_scores(H, h.norms.data(), cfg.value_norm ? h.log_vnorms.data() : nullptr,
                                n_idx, cos_of.data(), sq, s.z.data());
   } else {
@@ -815,10 +690,7 @@ void BudgetAttention::HybridHead(size_t layer, size_t head, size_t pos, const fl
   // What the ranker read per token: this head's share of the group's one pass over the
   // packed sketches (hamming) or its own pass over the codes, and the norm.
   const double ranker =
-      !hamming         ? double(L * 2)
-      : PreWords() > 0 ? double(PreWords() * 8) / double(shape().group()) +
-                             kept_share * double((lsh::hybrid_sketch_words(B) - PreWords()) * 8)
-                       : double(lsh::hybrid_sketch_words(B) * 8) / double(shape().group());
+      hamming ? double(lsh::hybrid_sketch_words(B) * 8) / double(shape().group()) : double(L * 2);
   count.indexed = double(n_idx);
   count.kv_bytes_indexed = double(2 * n_idx * cache_.RowBytes());
   count.index_bytes_read = double(n_idx) * (ranker + 8.0);
@@ -910,10 +782,9 @@ size_t BudgetAttention::MemoryBytes() const {
   for (size_t i = 0; i < qmin_.size(); ++i)
     bytes += (qmin_[i].capacity() + qmax_[i].capacity()) * sizeof(float);
   for (const HybridIndex &h : hybrid_)
-    bytes +=
-        h.mean.capacity() * sizeof(float) + h.codes.capacity() * sizeof(std::uint16_t) +
-        (h.sketch.capacity() + h.sketch_hi.capacity()) * sizeof(std::uint64_t) +
-        (h.norms.capacity() + h.log_vnorms.capacity() + h.norm_sum.capacity()) * sizeof(double);
+    bytes += h.mean.capacity() * sizeof(float) + h.codes.capacity() * sizeof(std::uint16_t) +
+             h.sketch.capacity() * sizeof(std::uint64_t) +
+             (h.norms.capacity() + h.log_vnorms.capacity()) * sizeof(double);
   return bytes;
 }
 
@@ -924,7 +795,7 @@ AttentionStats BudgetAttention::stats() const {
     s.index_bytes += (qmin_[i].size() + qmax_[i].size()) * sizeof(float);
   for (const HybridIndex &h : hybrid_)
     s.index_bytes += h.codes.size() * sizeof(std::uint16_t) +
-                     (h.sketch.size() + h.sketch_hi.size()) * sizeof(std::uint64_t) +
+                     h.sketch.size() * sizeof(std::uint64_t) +
                      (h.norms.size() + h.log_vnorms.size()) * sizeof(double);
   return s;
 }

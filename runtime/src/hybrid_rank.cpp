@@ -8,7 +8,6 @@
 #include <cmath>
 #include <limits>
 
-#include "hwy/cache_control.h"
 #include "hwy/highway.h"
 #include "pig/runtime/hybrid_rank.h"
 
@@ -64,48 +63,6 @@ void HammingScores(const std::uint16_t *H, const double *norms, const double *lo
   }
 }
 
-// out[j] = base[ids[j]] + popcount(rows_{ids[j]} XOR query): the cascade's kept tokens, their
-// rows gathered (8 ahead asked for: they lie anywhere in the index).
-void HammingGather(const std::uint64_t *rows, std::size_t words, const std::uint32_t *ids,
-                   std::size_t count, const std::uint64_t *query, const std::uint16_t *base,
-                   std::uint16_t *out) {
-  const hn::ScalableTag<std::uint64_t> d;
-  const std::size_t N = hn::Lanes(d), full = words - words % N;
-  for (std::size_t j = 0; j < count; ++j) {
-    if (j + 8 < count) {
-      const std::uint64_t *ahead = rows + std::size_t(ids[j + 8]) * words;
-      for (std::size_t w = 0; w < words; w += 8)
-        hwy::Prefetch(ahead + w);
-    }
-    const std::uint64_t *t = rows + std::size_t(ids[j]) * words;
-    auto acc = hn::Zero(d);
-    for (std::size_t w = 0; w < full; w += N)
-      acc =
-          hn::Add(acc, hn::PopulationCount(hn::Xor(hn::LoadU(d, t + w), hn::LoadU(d, query + w))));
-    std::uint64_t h = hn::GetLane(hn::SumOfLanes(d, acc));
-    for (std::size_t w = full; w < words; ++w)
-      h += std::uint64_t(std::popcount(t[w] ^ query[w]));
-    out[j] = std::uint16_t(base[ids[j]] + h);
-  }
-}
-
-// z[i] = table[H[i]].
-void TableScores(const std::uint16_t *H, std::size_t n, const double *table, double *z) {
-  const hn::ScalableTag<double> dd;
-  const hn::Rebind<std::uint16_t, decltype(dd)> d16;
-  const hn::Rebind<std::uint32_t, decltype(dd)> d32;
-  const hn::Rebind<std::uint64_t, decltype(dd)> d64;
-  const hn::Rebind<std::int64_t, decltype(dd)> di;
-  const std::size_t N = hn::Lanes(dd);
-  std::size_t i = 0;
-  for (; i + N <= n; i += N) {
-    const auto idx = hn::BitCast(di, hn::PromoteTo(d64, hn::PromoteTo(d32, hn::LoadU(d16, H + i))));
-    hn::StoreU(hn::GatherIndex(dd, table, idx), dd, z + i);
-  }
-  for (; i < n; ++i)
-    z[i] = table[H[i]];
-}
-
 } // namespace pig::runtime::lsh::HWY_NAMESPACE
 HWY_AFTER_NAMESPACE();
 
@@ -114,8 +71,6 @@ namespace pig::runtime::lsh {
 
 HWY_EXPORT(HammingScan);
 HWY_EXPORT(HammingScores);
-HWY_EXPORT(HammingGather);
-HWY_EXPORT(TableScores);
 
 std::size_t hybrid_sketch_words(int bits) {
   const std::size_t w = (std::size_t(bits) + 63) / 64;
@@ -150,16 +105,6 @@ void hybrid_hamming_scan(const std::uint64_t *sketches, std::size_t words, std::
 void hybrid_hamming_scores(const std::uint16_t *H, const double *norms, const double *log_vnorms,
                            std::size_t n, const double *cos_of, double sq, double *z) {
   HWY_DYNAMIC_DISPATCH(HammingScores)(H, norms, log_vnorms, n, cos_of, sq, z);
-}
-
-void hybrid_hamming_gather(const std::uint64_t *rows, std::size_t words, const std::uint32_t *ids,
-                           std::size_t count, const std::uint64_t *query, const std::uint16_t *base,
-                           std::uint16_t *out) {
-  HWY_DYNAMIC_DISPATCH(HammingGather)(rows, words, ids, count, query, base, out);
-}
-
-void hybrid_table_scores(const std::uint16_t *H, std::size_t n, const double *table, double *z) {
-  HWY_DYNAMIC_DISPATCH(TableScores)(H, n, table, z);
 }
 
 } // namespace pig::runtime::lsh

@@ -474,17 +474,14 @@ TEST(BudgetAttention, RejectsInvalidSpecs) {
   } catch (const std::invalid_argument &e) {
     EXPECT_NE(std::string(e.what()).find("lowrank"), std::string::npos) << e.what();
   }
-  // The cascade's variants the runtime does not run: refused, not run as another.
-  for (const char *h : {"pre=0.1:prebits=100", "pre=0.1:prebits=1536", "pre=0.1:prenorm=1",
-                        "pre=0.1:vnorm=1", "pre=0.1:cand=1"}) {
-    spec = Spec("lsh-hybrid", DType::f32);
-    spec.hybrid = ref::HybridConfig::parse(h);
-    try {
-      MakeBudgetAttention(spec, s);
-      ADD_FAILURE() << h << " accepted";
-    } catch (const std::invalid_argument &e) {
-      EXPECT_NE(std::string(e.what()).find("cascade"), std::string::npos) << e.what();
-    }
+  spec = Spec("lsh-hybrid", DType::f32);
+  spec.hybrid.prefilter = 0.1; // the cascade, pig::ref only: refused, not run without it
+  try {
+    MakeBudgetAttention(spec, s);
+    ADD_FAILURE() << "pre accepted";
+  } catch (const std::invalid_argument &e) {
+    EXPECT_NE(std::string(e.what()).find("pre (the coarse-then-full cascade)"), std::string::npos)
+        << e.what();
   }
 }
 
@@ -497,10 +494,7 @@ TEST(BudgetAttention, HybridRankerOptionsMatchReference) {
   const size_t n = 101;
   const Data x = MakeData(s, n, 31);
   for (const char *h : {"vnorm=1", "bits=37", "rank=collisions:head=0.5", "cand=1", "cand=2",
-                        "eps=0.05:cap=0.6", "eps=0.01:head=0.5:cap=1", "eps=0.2:cand=1",
-                        // the cascade: coarse words scanned, the kept tokens rescored from the rest
-                        "pre=0.1", "pre=0.3:prebits=64", "pre=1", "pre=0.2:prebits=1024:bits=1200",
-                        "pre=0.1:eps=0.05:cap=0.6"}) {
+                        "eps=0.05:cap=0.6", "eps=0.01:head=0.5:cap=1", "eps=0.2:cand=1"}) {
     AttentionSpec spec = Spec("lsh-hybrid", DType::bf16, 0.2);
     spec.hybrid = ref::HybridConfig::parse(h);
     auto att = MakeBudgetAttention(spec, s);
@@ -521,7 +515,7 @@ TEST(BudgetAttention, HybridNaNKeyIsTheReferences) {
     Data x = MakeData(s, n, 91);
     for (auto &k : x.k)
       k[(pos * s.n_kv_heads + 1) * d + 5] = std::numeric_limits<float>::quiet_NaN(); // kv-head 1
-    for (const char *h : {"head=0.25", "cand=1", "pre=0.2"}) {
+    for (const char *h : {"head=0.25", "cand=1"}) {
       AttentionSpec spec = Spec("lsh-hybrid", DType::bf16, 0.2);
       spec.hybrid = ref::HybridConfig::parse(h);
       auto att = MakeBudgetAttention(spec, s);

@@ -92,12 +92,6 @@ private:
   void HybridRankGroups(size_t layer, size_t n_idx, const float *q, ThreadPool &pool);
   // The Hamming ranker's columns: hybrid.bits, or all K L.
   int RankerBits() const { return spec_.hybrid.bits > 0 ? spec_.hybrid.bits : spec_.K * spec_.L; }
-  // The cascade's coarse words per position (hybrid.prebits / 64), 0 without the cascade.
-  size_t PreWords() const {
-    return spec_.hybrid.prefilter > 0 ? size_t(spec_.hybrid.prebits) / 64 : 0;
-  }
-  // The words of each position's sketch the group scan reads: the coarse ones with the cascade.
-  size_t ScanWords() const;
   template <typename E>
   void HybridHead(size_t layer, size_t head, size_t pos, const float *q, float *out, Scratch &s,
                   HeadCount &count) const;
@@ -121,14 +115,7 @@ private:
     std::vector<float> mean;
     std::vector<std::uint16_t> codes;  ///< with rank=collisions or cand only
     std::vector<std::uint64_t> sketch; ///< rank=hamming: packed (hybrid_rank.h), per position
-    /// With the cascade (hybrid.prefilter > 0) `sketch` holds each position's first PreWords()
-    /// words (the coarse ranker's bits, scanned for every token) and sketch_hi the rest (read for
-    /// the kept tokens only).
-    std::vector<std::uint64_t> sketch_hi;
     std::vector<double> norms;
-    /// The cascade: norm_sum[i] = norms[0] + ... + norms[i - 1] summed in that order (the
-    /// reference's mean key norm of i indexed tokens is norm_sum[i] / i).
-    std::vector<double> norm_sum;
     std::vector<double> log_vnorms; ///< log |v| per position, with hybrid.value_norm only
     size_t end = 0;
   };

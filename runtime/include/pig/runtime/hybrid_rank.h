@@ -34,14 +34,4 @@ void hybrid_hamming_scan(const std::uint64_t *sketches, std::size_t words, std::
 void hybrid_hamming_scores(const std::uint16_t *H, const double *norms, const double *log_vnorms,
                            std::size_t n, const double *cos_of, double sq, double *z);
 
-/// The cascade's rescoring of its kept tokens: out[j] = base[ids[j]] + popcount(row_{ids[j]} XOR
-/// query) over `words` words, row i at rows + i * words, for j in [0, count). base: the coarse
-/// distances, so out is the distance over both parts.
-void hybrid_hamming_gather(const std::uint64_t *rows, std::size_t words, const std::uint32_t *ids,
-                           std::size_t count, const std::uint64_t *query, const std::uint16_t *base,
-                           std::uint16_t *out);
-
-/// z[i] = table[H[i]] for i in [0, n): the cascade's coarse scores, a function of the distance.
-void hybrid_table_scores(const std::uint16_t *H, std::size_t n, const double *table, double *z);
-
 } // namespace pig::runtime::lsh
