@@ -1,8 +1,6 @@
 #include "pig/tune/hybrid.h"
 
 #include <cmath>
-#include <fstream>
-#include <sstream>
 #include <stdexcept>
 
 #include "json_fields.h"
@@ -119,21 +117,14 @@ HybridPoint parse_hybrid_point(std::string_view s) {
 }
 
 HybridPoint load_hybrid_point(const std::string &path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in)
-    throw RecordError("cannot read hybrid point " + path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  try {
-    return parse_hybrid_point(ss.str());
-  } catch (const RecordError &e) {
-    throw RecordError(path + ": " + e.what());
-  }
+  return load_file(path, "hybrid point",
+                   [](std::string_view text) { return parse_hybrid_point(text); });
 }
 
 void save_hybrid_point(const std::string &path, const HybridPoint &p) {
-  parse_hybrid_point(to_json(p)); // what could not be read back is not written
-  write_atomically(path, to_json(p));
+  const std::string text = to_json(p);
+  parse_hybrid_point(text); // what could not be read back is not written
+  write_atomically(path, text);
 }
 
 } // namespace pig::tune

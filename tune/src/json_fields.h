@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <fstream>
 #include <limits>
+#include <sstream>
 #include <string>
 
 #include <nlohmann/json.hpp>
@@ -49,6 +50,21 @@ inline std::string text(const json &o, const char *name, const std::string &wher
   if (!v.is_string())
     throw RecordError(where + "field '" + name + "' must be a string, not " + v.type_name());
   return v.get<std::string>();
+}
+
+/// parse(the contents of `path`); RecordError when it cannot be read ("cannot read `what` path"),
+/// and parse's RecordError prefixed by the path.
+template <class Parse> auto load_file(const std::string &path, const char *what, Parse parse) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in)
+    throw RecordError(std::string("cannot read ") + what + " " + path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  try {
+    return parse(ss.str());
+  } catch (const RecordError &e) {
+    throw RecordError(path + ": " + e.what());
+  }
 }
 
 /// Writes `text` to `path`.tmp, then renames it over `path`. On any failure (the temporary

@@ -4,7 +4,6 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
-#include <fstream>
 #include <limits>
 #include <map>
 #include <set>
@@ -423,16 +422,8 @@ OperatingPoint parse_point(std::string_view s) {
 }
 
 OperatingPoint load_point(const std::string &path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in)
-    throw RecordError("cannot read operating point " + path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  try {
-    return parse_point(ss.str());
-  } catch (const RecordError &e) {
-    throw RecordError(path + ": " + e.what());
-  }
+  return load_file(path, "operating point",
+                   [](std::string_view text) { return parse_point(text); });
 }
 
 void save_point(const std::string &path, const OperatingPoint &p) {
