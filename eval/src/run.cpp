@@ -180,14 +180,8 @@ void Run(const EvalOptions &e, const AttentionErrorOptions *error, const Downstr
                                    pig::ref::OwnedMatrix &V, std::vector<std::vector<float>> &qs) {
           K = pig::ref::OwnedMatrix(P, d);
           V = pig::ref::OwnedMatrix(P, d);
-          for (size_t i = 0; i < P; ++i) {
-            cache.KeyRow(layer, kvh, i, K.row(i));
-            cache.ValueRow(layer, kvh, i, V.row(i));
-          }
-          for (size_t h = kvh * group; h < (kvh + 1) * group; ++h) {
-            const float *q = cap.query(layer).data() + h * d;
-            qs.emplace_back(q, q + d);
-          }
+          cache.ReadRows(layer, kvh, P, K.data.data(), V.data.data());
+          qs = cap.group_queries(layer, kvh);
         };
         if (formats) {
           kv_formats.Measure(P, e.layers, cfg.n_kv_heads, load);

@@ -124,4 +124,14 @@ void KvCache::ValueRow(size_t layer, size_t kvh, size_t pos, float *out) const {
   lsh::row_to_f32(Row(v_, layer, kvh, pos), dtype_, 0, shape_.head_dim, out);
 }
 
+void KvCache::ReadRows(size_t layer, size_t kvh, size_t n, float *keys, float *values) const {
+  const size_t d = shape_.head_dim;
+  for (size_t i = 0; i < n; ++i) {
+    if (keys)
+      KeyRow(layer, kvh, i, keys + i * d);
+    if (values)
+      ValueRow(layer, kvh, i, values + i * d);
+  }
+}
+
 } // namespace pig::runtime

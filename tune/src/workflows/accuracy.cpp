@@ -181,10 +181,7 @@ int RunAccuracy(const CommonOptions &common, const AccuracyOptions &o) {
     for (size_t kvh = 0; kvh < H; ++kvh) {
       Km.emplace_back(n_max, d);
       Vm.emplace_back(n_max, d);
-      for (size_t i = 0; i < n_max; ++i) {
-        cache.KeyRow(l, kvh, i, Km.back().row(i));
-        cache.ValueRow(l, kvh, i, Vm.back().row(i));
-      }
+      cache.ReadRows(l, kvh, n_max, Km.back().data.data(), Vm.back().data.data());
     }
   int max_cols = 0;
   for (const auto &c : cands)

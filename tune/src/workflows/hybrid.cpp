@@ -98,7 +98,7 @@ int RunHybrid(const CommonOptions &common, const HybridTuneOptions &o) {
     throw std::runtime_error("--text " + o.text + " has " + std::to_string(tokens.size()) +
                              " tokens; the contexts need " + std::to_string(contexts.back()));
 
-  const size_t d = cfg.head_dim, G = cfg.n_heads / cfg.n_kv_heads, H = cfg.n_kv_heads;
+  const size_t d = cfg.head_dim, H = cfg.n_kv_heads;
   const std::string budget_rule =
       o.budget > 0 ? "cost2 " + Fmt("%g", o.budget)
                    : "= magicpig K=" + std::to_string(o.lsh.K) + " L=" + std::to_string(o.lsh.L);
@@ -155,17 +155,9 @@ int RunHybrid(const CommonOptions &common, const HybridTuneOptions &o) {
     pool.ParallelFor(per_job.size(), [&](size_t job, size_t) {
       const size_t layer = layers[job / H], kvh = job % H;
       ref::OwnedMatrix K(P, d), V(P, d);
-      for (size_t i = 0; i < P; ++i) {
-        cache.KeyRow(layer, kvh, i, K.row(i));
-        cache.ValueRow(layer, kvh, i, V.row(i));
-      }
-      std::vector<std::vector<float>> qs;
-      for (size_t h = kvh * G; h < (kvh + 1) * G; ++h) {
-        const float *q = cap.query(layer).data() + h * d;
-        qs.emplace_back(q, q + d);
-      }
+      cache.ReadRows(layer, kvh, P, K.data.data(), V.data.data());
       for (const std::vector<pig::eval::ErrorPoint> &pts :
-           pig::eval::MeasureGroup(qs, K, V, W, eo)) {
+           pig::eval::MeasureGroup(cap.group_queries(layer, kvh), K, V, W, eo)) {
         // MeasureGroup's order: TopK, Quest, Oracle at each budget, MagicPIG, the variants at
         // each budget; then at the matched cost TopK, Quest, Oracle and the variants.
         const size_t topk = o.budget > 0 ? 0 : 1, first = 4;

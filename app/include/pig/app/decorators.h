@@ -58,6 +58,18 @@ public:
     static const std::vector<float> none;
     return queries_[layer].empty() ? none : queries_[layer].back().q;
   }
+  /// The last captured query of `layer` of each head of kv-head kvh's group, head_dim floats
+  /// each (none when nothing was captured).
+  std::vector<std::vector<float>> group_queries(size_t layer, size_t kvh) const {
+    std::vector<std::vector<float>> qs;
+    const std::vector<float> &q = query(layer);
+    const size_t d = shape().head_dim, G = shape().group();
+    if (q.empty())
+      return qs;
+    for (size_t h = kvh * G; h < (kvh + 1) * G; ++h)
+      qs.emplace_back(q.begin() + std::ptrdiff_t(h * d), q.begin() + std::ptrdiff_t((h + 1) * d));
+    return qs;
+  }
 
 private:
   bool Captures(size_t layer) const {

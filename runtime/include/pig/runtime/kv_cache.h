@@ -57,6 +57,9 @@ public:
   /// One row converted to f32 (head_dim floats).
   void KeyRow(size_t layer, size_t kvh, size_t pos, float *out) const;
   void ValueRow(size_t layer, size_t kvh, size_t pos, float *out) const;
+  /// Positions [0, n) of one (layer, kv-head) converted to f32, n x head_dim floats each into
+  /// `keys` and `values` (either may be null).
+  void ReadRows(size_t layer, size_t kvh, size_t n, float *keys, float *values) const;
 
   DType dtype() const { return dtype_; }
   const AttentionShape &shape() const { return shape_; }
