@@ -84,6 +84,9 @@ void HybridConfig::validate() const {
         std::to_string(prefilter));
   if (prebits < 1 || prebits > 1 << 20)
     bad("prebits must be >= 1, got " + std::to_string(prebits));
+  if (reuse < 1 || reuse > 4096)
+    bad("reuse (the decode steps one selection serves) must be in [1, 4096], got " +
+        std::to_string(reuse));
 }
 
 std::string HybridConfig::str() const {
@@ -104,6 +107,8 @@ std::string HybridConfig::str() const {
     s += " cand=" + std::to_string(candidates);
   if (prefilter > 0)
     s += " pre=" + pct(prefilter) + "/" + std::to_string(prebits) + (prenorm ? " prenorm" : "");
+  if (reuse != 1)
+    s += " reuse=" + std::to_string(reuse);
   return s;
 }
 
@@ -135,6 +140,8 @@ std::string HybridConfig::spec() const {
     s += ":prebits=" + std::to_string(prebits);
   if (prenorm)
     s += ":prenorm=1";
+  if (reuse != d.reuse)
+    s += ":reuse=" + std::to_string(reuse);
   return s;
 }
 
@@ -152,7 +159,7 @@ HybridConfig HybridConfig::parse(const std::string &text) {
       throw std::invalid_argument(
           "lsh-hybrid: cannot read \"" + pair +
           "\" (budget, head, floor, eps, delta, cap, rank, bits, dims, cand, vnorm, pre, prebits, "
-          "prenorm, seed)");
+          "prenorm, reuse, seed)");
     };
     if (eq == std::string::npos || eq == 0 || eq + 1 == pair.size())
       bad();
@@ -208,6 +215,8 @@ HybridConfig HybridConfig::parse(const std::string &text) {
       c.prebits = int(x);
     else if (key == "prenorm" && (x == 0 || x == 1))
       c.prenorm = x == 1;
+    else if (key == "reuse" && x >= 1 && x == std::floor(x) && x <= 4096)
+      c.reuse = int(x);
     else if (key == "vnorm" && (x == 0 || x == 1))
       c.value_norm = x == 1;
     else if (key == "seed" && x >= 0 && x == std::floor(x) && x < 0x1p64)
@@ -653,6 +662,38 @@ HybridResult hybrid_attention(std::span<const float> q, Matrix K, Matrix V, Matr
     return dv;
   };
   return hybrid_estimate(score, t, cfg);
+}
+
+Attention hybrid_reuse(std::span<const float> q, Matrix K, Matrix V, const HybridResult &sel,
+                       std::size_t sink, std::size_t indexed_end, std::optional<double> scale) {
+  const std::size_t n = K.rows;
+  if (V.rows != n || sink > indexed_end || indexed_end > n || sel.tail.size() != sel.pi.size())
+    throw std::invalid_argument("hybrid_reuse: sink " + std::to_string(sink) + ", indexed end " +
+                                std::to_string(indexed_end) + ", " + std::to_string(n) +
+                                " keys and " + std::to_string(V.rows) + " values");
+  std::vector<std::size_t> ids;
+  std::vector<double> bias;
+  auto put = [&](std::size_t token, double b) {
+    if (token < sink || token >= indexed_end)
+      throw std::invalid_argument("hybrid_reuse: the selection's token " + std::to_string(token) +
+                                  " is outside its indexed part [" + std::to_string(sink) + ", " +
+                                  std::to_string(indexed_end) + ")");
+    ids.push_back(token);
+    bias.push_back(b);
+  };
+  for (std::size_t i = 0; i < sink; ++i) {
+    ids.push_back(i);
+    bias.push_back(0.0);
+  }
+  for (std::size_t i = indexed_end; i < n; ++i) {
+    ids.push_back(i);
+    bias.push_back(0.0);
+  }
+  for (std::size_t i : sel.head)
+    put(i, 0.0);
+  for (std::size_t j = 0; j < sel.tail.size(); ++j)
+    put(sel.tail[j], std::log(sel.pi[j]));
+  return attention_over(q, K, V, ids, bias, scale);
 }
 
 } // namespace pig::ref

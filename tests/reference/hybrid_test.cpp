@@ -79,7 +79,17 @@ TEST(Hybrid, ConfigValidationNamesTheField) {
   HybridConfig cap = c;
   cap.max_budget = 0;
   expect_bad(cap, "cap");
+  for (int r : {0, -1, 4097}) {
+    HybridConfig x = c;
+    x.reuse = r;
+    expect_bad(x, "reuse");
+  }
   EXPECT_EQ(c.str(), "b=5% head=0.25 floor=0.1 hamming");
+  HybridConfig reused = c;
+  reused.reuse = 8;
+  EXPECT_EQ(reused.str(), "b=5% head=0.25 floor=0.1 hamming reuse=8");
+  EXPECT_THROW(HybridConfig::parse("reuse=0"), std::invalid_argument);
+  EXPECT_THROW(HybridConfig::parse("reuse=2.5"), std::invalid_argument);
 }
 
 // pi_i = min(1, lambda r_i) with sum pi = B: checked against its definition, with the cap at 1
@@ -234,7 +244,8 @@ TEST(Hybrid, CandidatesAreWhatRetrievalReturns) {
 // spec() is what pig-tune hybrid writes and --hybrid @FILE reads: parse(spec()) must give back
 // every field but the budget and the seed, including values with no short decimal form.
 TEST(Hybrid, SpecReadsBackToTheSameConfiguration) {
-  std::vector<HybridConfig> cs(5);
+  std::vector<HybridConfig> cs(6);
+  cs[5] = HybridConfig::parse("reuse=16:head=0.5");
   cs[1] = HybridConfig::parse("head=0.1:floor=0.05:bits=512");
   cs[2] = HybridConfig::parse("rank=collisions:vnorm=1:cand=2:head=0.75");
   cs[3] = HybridConfig::parse("eps=0.05:delta=0.1:cap=30%:floor=0.2:pre=0.1:prebits=256:prenorm=1");
@@ -258,11 +269,13 @@ TEST(Hybrid, SpecReadsBackToTheSameConfiguration) {
     EXPECT_EQ(r.prefilter, c.prefilter) << c.spec();
     EXPECT_EQ(r.prebits, c.prebits) << c.spec();
     EXPECT_EQ(r.prenorm, c.prenorm) << c.spec();
+    EXPECT_EQ(r.reuse, c.reuse) << c.spec();
     EXPECT_EQ(r.budget, HybridConfig{}.budget) << c.spec(); // not written
     EXPECT_EQ(r.seed, HybridConfig{}.seed) << c.spec();
   }
   EXPECT_EQ(HybridConfig{}.spec(), "head=0.25:floor=0.1:rank=hamming");
   EXPECT_EQ(cs[1].spec(), "head=0.1:floor=0.05:rank=hamming:bits=512");
+  EXPECT_EQ(cs[5].spec(), "head=0.5:floor=0.1:rank=hamming:reuse=16");
 }
 
 // The cascade (pre = p): the first prebits columns score every token coarsely; the best p share
@@ -467,6 +480,69 @@ TEST(Hybrid, NumeratorAndPartitionFunctionAreUnbiasedOverTheDraw) {
     // The tail's expected size is its budget (0.08 * 332 * 0.75 = 19.9): the draw has teeth.
     EXPECT_NEAR(drawn, 0.08 * 332 * 0.75, 1.5);
   }
+}
+
+// A selection reused (reuse > 1) at the step it was made, over the same tokens, is that step's
+// estimate: the same tokens, biases and order, so the same doubles.
+TEST(Hybrid, AReusedSelectionAtItsOwnStepIsTheEstimate) {
+  const Head s = setup(21, 600, 16);
+  HybridConfig c;
+  c.budget = 0.1;
+  c.seed = 5;
+  const HybridResult r = hybrid_attention(s.p.q, s.p.K, s.p.V, s.W, s.index, c);
+  ASSERT_FALSE(r.tail.empty());
+  const Attention a =
+      hybrid_reuse(s.p.q, s.p.K, s.p.V, r, s.index.split.indexed_begin, s.index.split.indexed_end);
+  EXPECT_EQ(a.out, r.attention.out);
+  EXPECT_EQ(a.lse, r.attention.lse);
+}
+
+// A selection made for an earlier query q0 over the first n0 tokens, attended by a later query q1
+// over n > n0 tokens: the tokens from the old indexed end on are exact and pi did not depend on
+// this draw, so the numerator and the partition function for q1 stay unbiased over the draw (the
+// bound of NumeratorAndPartitionFunctionAreUnbiasedOverTheDraw: 5 standard errors of the mean of
+// R = 1500 seeds). q1 is unrelated to q0, the worst case for the proposal, not for the mean.
+TEST(Hybrid, AReusedSelectionStaysUnbiasedForALaterQuery) {
+  const std::size_t n = 400, n0 = 380, d = 16, R = 1500;
+  const Head s = setup(13, n, d);
+  const Matrix K0{s.p.K.row(0), n0, d}, V0{s.p.V.row(0), n0, d};
+  const LshIndex index0 = build_index(K0, s.W, s.index.cfg);
+  Rng rng(99);
+  const std::vector<float> q1 = gaussian_vector(rng, d, 2.0);
+  const Attention exact = dense_attention(q1, s.p.K, s.p.V);
+  struct Reused {
+    Attention attention;
+    std::size_t tail = 0;
+  };
+  const double drawn = testing::expect_unbiased(
+      exact, R,
+      [&](std::size_t r) {
+        HybridConfig c;
+        c.budget = 0.08;
+        c.seed = 1000 + r;
+        const HybridResult sel = hybrid_attention(s.p.q, K0, V0, s.W, index0, c);
+        return Reused{hybrid_reuse(q1, s.p.K, s.p.V, sel, index0.split.indexed_begin,
+                                   index0.split.indexed_end),
+                      sel.tail.size()};
+      },
+      [](const Reused &e) { return e.tail; }, "reused");
+  // The old tail's budget: 0.08 * (380 - 68) * 0.75 = 18.7 tokens.
+  EXPECT_NEAR(drawn, 0.08 * 312 * 0.75, 1.5);
+}
+
+TEST(Hybrid, ReuseRefusesASelectionOutsideItsIndexedPart) {
+  const Head s = setup(3, 300, 16);
+  HybridConfig c;
+  c.budget = 0.1;
+  const HybridResult r = hybrid_attention(s.p.q, s.p.K, s.p.V, s.W, s.index, c);
+  const std::size_t b = s.index.split.indexed_begin, e = s.index.split.indexed_end;
+  // The selection reaches past an indexed end placed before its last token.
+  EXPECT_THROW(hybrid_reuse(s.p.q, s.p.K, s.p.V, r, b, b + 1), std::invalid_argument);
+  EXPECT_THROW(hybrid_reuse(s.p.q, s.p.K, s.p.V, r, b, 301), std::invalid_argument);
+  EXPECT_THROW(hybrid_reuse(s.p.q, s.p.K, s.p.V, r, e + 1, e), std::invalid_argument);
+  HybridResult bad = r;
+  bad.pi.pop_back();
+  EXPECT_THROW(hybrid_reuse(s.p.q, s.p.K, s.p.V, bad, b, e), std::invalid_argument);
 }
 
 // The mean error over queries falls as the budget grows (synthetic heads, several seeds).

@@ -103,12 +103,17 @@ struct HybridConfig {
   double prefilter = 0;
   int prebits = 512;    ///< in [1, K L]
   bool prenorm = false; ///< the coarse score with each token's key norm
+  /// Decode steps one selection serves (docs/HYBRID.md, "Reusing a selection"): a selection (head,
+  /// drawn tail, pi) is made at one step and attended by the queries of the next reuse - 1 steps
+  /// too (hybrid_reuse), with every token from the selection's indexed end on attended exactly.
+  /// 1: a selection per step. In [1, 4096].
+  int reuse = 1;
   std::uint64_t seed = 0x5eed;
 
   /// Throws std::invalid_argument naming the first field out of range (NaN included).
   void validate() const;
   /// "b=5% head=0.25 floor=0.1 hamming" (+ " bits=256", " lowrank dims=16", " eps=0.05 ...",
-  /// " |v|", " cand=1", " pre=10%/512", " prenorm").
+  /// " |v|", " cand=1", " pre=10%/512", " prenorm", " reuse=8").
   std::string str() const;
   /// The SPEC that parse() reads back to this configuration, budget and seed excepted (a tool's
   /// --budget and --seed set them): "head=0.25:floor=0.1:rank=hamming", then each other field that
@@ -116,7 +121,7 @@ struct HybridConfig {
   std::string spec() const;
   /// Fields from "key=value" pairs separated by ':' over the defaults: budget (a fraction or
   /// "5%"), head, floor, eps, delta, cap, rank (collisions | hamming | lowrank), bits, dims, cand,
-  /// vnorm (0 | 1), pre (a fraction or "10%"), prebits, prenorm (0 | 1), seed;
+  /// vnorm (0 | 1), pre (a fraction or "10%"), prebits, prenorm (0 | 1), reuse, seed;
   /// then validate(). Throws std::invalid_argument naming the bad pair.
   static HybridConfig parse(const std::string &text);
 };
@@ -227,5 +232,16 @@ HybridResult hybrid_estimate(std::span<const double> score, const HybridTokens &
 HybridResult hybrid_attention(std::span<const float> q, Matrix K, Matrix V, Matrix W,
                               const LshIndex &index, const HybridConfig &cfg,
                               std::optional<double> scale = {});
+
+/// A selection reused (HybridConfig::reuse): `sel`, made by hybrid_attention (or
+/// hybrid_estimate) for an earlier query over tokens whose indexed part was [sink, indexed_end),
+/// attended by a later query q over all n = K.rows tokens. One softmax over the sink [0, sink),
+/// every token of [indexed_end, n) (the local window then and every token appended since), exactly,
+/// and sel's head (bias 0) and tail (bias log pi), in that order. pi was fixed before this draw and
+/// does not depend on q, so the partition function and the numerator stay unbiased over the draw
+/// for q too; only the proposal is older. Throws when sel reaches past indexed_end, indexed_end
+/// past n, or sink past indexed_end.
+Attention hybrid_reuse(std::span<const float> q, Matrix K, Matrix V, const HybridResult &sel,
+                       std::size_t sink, std::size_t indexed_end, std::optional<double> scale = {});
 
 } // namespace pig::ref
