@@ -4,6 +4,7 @@
 #include <bit>
 #include <cmath>
 #include <cstdio>
+#include <map>
 #include <stdexcept>
 
 #include "pig/spec/hash.h"
@@ -55,7 +56,8 @@ std::string Percent(double x) {
 
 std::vector<std::vector<ErrorPoint>> MeasureGroup(const std::vector<std::vector<float>> &queries,
                                                   Matrix K, Matrix V, Matrix W,
-                                                  const ErrorOptions &opt) {
+                                                  const ErrorOptions &opt,
+                                                  const EarlierQueries &earlier) {
   const std::size_t n = K.rows;
   const TokenSplit split = split_tokens(n, opt.statics);
   const std::size_t indexed = split.indexed();
@@ -95,8 +97,42 @@ std::vector<std::vector<ErrorPoint>> MeasureGroup(const std::vector<std::vector<
     }
   }
 
+  // Reused selections (reuse = R > 1): per lag R - 1, the earlier queries and an index of each
+  // matched configuration over the rows cached then.
+  struct Stale {
+    std::vector<std::vector<float>> queries;
+    std::vector<LshIndex> indexes; // [c] for the matched configurations
+  };
+  std::map<std::size_t, Stale> stale;
+  for (const HybridConfig &v : opt.hybrid) {
+    if (v.reuse <= 1 || stale.count(std::size_t(v.reuse - 1)))
+      continue;
+    const std::size_t lag = std::size_t(v.reuse) - 1;
+    if (!earlier)
+      throw std::invalid_argument("MeasureGroup: lsh-hybrid reuse=" + std::to_string(v.reuse) +
+                                  " needs the queries of earlier decode steps");
+    if (lag >= n || split_tokens(n - lag, opt.statics).indexed() == 0)
+      throw std::invalid_argument("MeasureGroup: lsh-hybrid reuse=" + std::to_string(v.reuse) +
+                                  " reaches back before the indexed part of " + std::to_string(n) +
+                                  " cached tokens");
+    Stale st;
+    st.queries = earlier(lag);
+    if (st.queries.size() != queries.size())
+      throw std::invalid_argument("MeasureGroup: the earlier queries are " +
+                                  std::to_string(st.queries.size()) + ", the queries " +
+                                  std::to_string(queries.size()));
+    const Matrix K0{K.row(0), n - lag, K.cols};
+    for (std::size_t c = 0;
+         c < std::min(std::max<std::size_t>(opt.matched, 1), opt.magicpig.size()); ++c)
+      st.indexes.push_back(build_index(
+          K0, W, LshConfig{opt.magicpig[c].K, opt.magicpig[c].L, opt.threshold, opt.seed},
+          opt.statics));
+    stale.emplace(lag, std::move(st));
+  }
+
   std::vector<std::vector<ErrorPoint>> result;
-  for (const std::vector<float> &q : queries) {
+  for (std::size_t qi = 0; qi < queries.size(); ++qi) {
+    const std::vector<float> &q = queries[qi];
     std::vector<ErrorPoint> pts;
     const Attention exact = dense_attention(q, K, V);
     const Attention stat = static_attention(q, K, V, split);
@@ -136,7 +172,8 @@ std::vector<std::vector<ErrorPoint>> MeasureGroup(const std::vector<std::vector<
           e.cost(), e.attention);
     }
     // LSH-hybrid on an index: the variant's description without its budget.
-    auto hybrid = [&](const LshIndex &index, double b, const HybridConfig &v, std::string tag) {
+    auto hybrid = [&](std::size_t at, double b, const HybridConfig &v, std::string tag) {
+      const LshIndex &index = indexes[at];
       HybridConfig c = v;
       c.budget = std::clamp(b, 1.0 / ni, 1.0);
       c.max_budget = std::max(c.max_budget, c.budget);
@@ -146,14 +183,29 @@ std::vector<std::vector<ErrorPoint>> MeasureGroup(const std::vector<std::vector<
       for (float x : q)
         seed = spec::mix64(seed ^ std::bit_cast<std::uint32_t>(x));
       c.seed = seed;
-      const HybridResult e = hybrid_attention(q, K, V, W, index, c);
       const std::string desc = c.str();
-      add("LSH-hybrid", tag + desc.substr(desc.find(' ')), e.cost(), e.attention);
+      if (c.reuse <= 1) {
+        const HybridResult e = hybrid_attention(q, K, V, W, index, c);
+        add("LSH-hybrid", tag + desc.substr(desc.find(' ')), e.cost(), e.attention);
+        return;
+      }
+      // The selection made reuse - 1 steps earlier (on that step's index of this configuration),
+      // attended by this query.
+      const std::size_t lag = std::size_t(c.reuse) - 1;
+      const Stale &st = stale.at(lag);
+      const LshIndex &index0 = st.indexes.at(at);
+      const Matrix K0{K.row(0), n - lag, K.cols}, V0{V.row(0), n - lag, V.cols};
+      const HybridResult sel = hybrid_attention(st.queries[qi], K0, V0, W, index0, c);
+      const Attention a =
+          hybrid_reuse(q, K, V, sel, index0.split.indexed_begin, index0.split.indexed_end);
+      const double read =
+          double(sel.head.size() + sel.tail.size() + split.indexed_end - index0.split.indexed_end);
+      add("LSH-hybrid", tag + desc.substr(desc.find(' ')), read / ni, a);
     };
     if (!indexes.empty())
       for (const HybridConfig &v : opt.hybrid)
         for (double b : opt.budgets)
-          hybrid(indexes.front(), b, v, Percent(b));
+          hybrid(0, b, v, Percent(b));
     // The baselines at the cost this query's MagicPIG sample actually had (at least one token).
     for (std::size_t c = 0; c < std::min(opt.matched, indexes.size()); ++c) {
       const std::string tag = "= MagicPIG " + std::to_string(opt.magicpig[c].K) + "," +
@@ -163,7 +215,7 @@ std::vector<std::vector<ErrorPoint>> MeasureGroup(const std::vector<std::vector<
       quest(b, tag);
       oracle(b, tag);
       for (const HybridConfig &v : opt.hybrid)
-        hybrid(indexes[c], b, v, tag);
+        hybrid(c, b, v, tag);
     }
     result.push_back(std::move(pts));
   }

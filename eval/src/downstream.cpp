@@ -58,11 +58,20 @@ std::vector<Method> Methods(const EvalOptions &e, const DownstreamOptions &o,
       x.transform = *o.lsh_transform;
       m.push_back({TransformLabel(*o.lsh_transform), config, x});
     }
-    for (const pig::spec::Method b :
-         {pig::spec::Method::topk, pig::spec::Method::quest, pig::spec::Method::lsh_hybrid}) {
+    for (const pig::spec::Method b : {pig::spec::Method::topk, pig::spec::Method::quest}) {
       AttentionSpec t = base;
       t.method = b;
       m.push_back({pig::spec::name(b), "= magicpig " + KLName(o.lsh[c]), t, int(c)});
+    }
+    // lsh-hybrid (on the default (K, L)'s codes, as before); a configuration other than the
+    // default is named.
+    for (const pig::ref::HybridConfig &h : o.hybrid) {
+      AttentionSpec t = base;
+      t.method = pig::spec::Method::lsh_hybrid;
+      t.hybrid = h;
+      const std::string spec = h.spec();
+      m.push_back({spec == pig::ref::HybridConfig{}.spec() ? "lsh-hybrid" : "lsh-hybrid " + spec,
+                   "= magicpig " + KLName(o.lsh[c]), t, int(c)});
     }
   }
   if (tuning)
@@ -326,7 +335,8 @@ void Downstream::Plot() const {
     if (o_.lsh_transform)
       series.push_back(TransformLabel(*o_.lsh_transform));
     for (const Method &m : methods_)
-      if (m.label == "tuned")
+      if ((m.label == "tuned" || m.label.rfind("lsh-hybrid ", 0) == 0) &&
+          std::find(series.begin(), series.end(), m.label) == series.end())
         series.push_back(m.label);
     for (const std::string &m : series) {
       std::vector<std::pair<double, double>> pts;

@@ -160,14 +160,25 @@ void Run(const EvalOptions &e, const AttentionErrorOptions *error, const Downstr
     eo.sample_seed = e.seed;
     if (error)
       eo.hybrid = error->hybrid;
+    // lsh-hybrid variants that reuse a selection need the queries of the steps before: the last
+    // `lag` positions before P - 1 are decode steps too.
+    size_t lag = 0;
+    if (error)
+      for (const pig::ref::HybridConfig &h : eo.hybrid)
+        lag = std::max(lag, size_t(h.reuse) - 1);
     for (size_t P : checkpoints) {
-      // Prefill to P - 1, then position P - 1 as a decode step: its queries are a real decode
-      // step's, and the cache then holds exactly P positions.
+      // Prefill to P - 1 - lag, then positions P - 1 - lag .. P - 1 as decode steps: their queries
+      // are real decode steps', and the cache then holds exactly P positions.
       auto t0 = Clock::now();
-      if (base.position() < P - 1)
-        base.Forward(tokens.data() + base.position(), P - 1 - base.position(), logits.data());
+      if (lag + 1 >= P || base.position() > P - 1 - lag)
+        throw UsageError("--hybrid reuse=" + std::to_string(lag + 1) + " needs " +
+                         std::to_string(lag) + " decode steps before the context of " +
+                         std::to_string(P) + " tokens, after the one before it");
+      if (base.position() < P - 1 - lag)
+        base.Forward(tokens.data() + base.position(), P - 1 - lag - base.position(), logits.data());
       cap.Arm(true);
-      base.Forward(&tokens[P - 1], 1, logits.data());
+      for (size_t p = P - 1 - lag; p < P; ++p)
+        base.Forward(&tokens[p], 1, logits.data());
       cap.Arm(false);
       prefill_s += Since(t0);
       std::fprintf(stderr, "pig-eval: prefilled %zu tokens (%.0f s so far)\n", P, prefill_s);
@@ -192,7 +203,9 @@ void Run(const EvalOptions &e, const AttentionErrorOptions *error, const Downstr
             pig::ref::OwnedMatrix K, V;
             std::vector<std::vector<float>> qs;
             load(layer, kvh, K, V, qs);
-            const auto pts = MeasureGroup(qs, K, V, W, eo);
+            const auto pts = MeasureGroup(qs, K, V, W, eo, [&](size_t back) {
+              return cap.group_queries(layer, kvh, P - 1 - back);
+            });
             for (size_t g = 0; g < pts.size(); ++g)
               for (const auto &p : pts[g])
                 errors->Add(P, layer, kvh * group + g, p);

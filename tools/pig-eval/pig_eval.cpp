@@ -261,6 +261,23 @@ int main(int argc, char **argv) {
       ->type_name("PCT")
       ->default_str("50")
       ->group(kEval);
+  app.add_option_function<std::vector<std::string>>(
+         "--downstream-hybrid",
+         [&o](const std::vector<std::string> &v) {
+           o.down.hybrid.clear();
+           for (const std::string &h : v)
+             if (h != "none")
+               try {
+                 o.down.hybrid.push_back(pig::app::ParseHybridSpec(h));
+               } catch (const std::invalid_argument &e) {
+                 throw CLI::ValidationError("--downstream-hybrid", e.what());
+               }
+         },
+         "downstream: lsh-hybrid's configurations, each at every magicpig configuration's cost2 "
+         "(repeatable; e.g. reuse=16, @FILE of pig-tune hybrid, \"none\")")
+      ->type_name("SPEC")
+      ->default_str("head=0.25:floor=0.1:rank=hamming")
+      ->group(kEval);
   app.add_flag("--dense-only", o.down.dense_only,
                "downstream with dense attention only (to size the tasks)")
       ->group(kEval);

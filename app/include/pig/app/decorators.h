@@ -5,6 +5,7 @@
 
 #include <chrono>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "pig/runtime/attention.h"
@@ -58,11 +59,20 @@ public:
     static const std::vector<float> none;
     return queries_[layer].empty() ? none : queries_[layer].back().q;
   }
-  /// The last captured query of `layer` of each head of kv-head kvh's group, head_dim floats
-  /// each (none when nothing was captured).
-  std::vector<std::vector<float>> group_queries(size_t layer, size_t kvh) const {
+  /// The last captured query of `layer` (with `pos`: the last one at that position) of each head
+  /// of kv-head kvh's group, head_dim floats each (none when nothing was captured).
+  std::vector<std::vector<float>> group_queries(size_t layer, size_t kvh,
+                                                std::optional<size_t> pos = {}) const {
     std::vector<std::vector<float>> qs;
-    const std::vector<float> &q = query(layer);
+    static const std::vector<float> none;
+    const std::vector<float> *found = &query(layer);
+    if (pos) {
+      found = &none;
+      for (const Query &c : queries_[layer])
+        if (c.pos == *pos)
+          found = &c.q;
+    }
+    const std::vector<float> &q = *found;
     const size_t d = shape().head_dim, G = shape().group();
     if (q.empty())
       return qs;

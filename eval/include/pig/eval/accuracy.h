@@ -9,6 +9,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <span>
 #include <string>
@@ -50,9 +51,16 @@ struct ErrorOptions {
   std::size_t max_oracle_draws = std::size_t(1) << 20;
   /// LSH-hybrid variants (ref::hybrid_attention) on the widest MagicPIG index: each runs at every
   /// entry of `budgets` and at the measured cost of the `matched` MagicPIG configurations (on that
-  /// configuration's index); their budget fields are replaced.
+  /// configuration's index); their budget fields are replaced. A variant with reuse = R > 1 is
+  /// measured at its stalest step: its selection is made with the query R - 1 decode steps
+  /// earlier, over the first n - (R - 1) rows (index, split and all), and attended by this query
+  /// with ref::hybrid_reuse; its cost counts the R - 1 tokens attended exactly because of it.
   std::vector<ref::HybridConfig> hybrid{ref::HybridConfig{}};
 };
+
+/// The group's queries `lag` decode steps before the ones measured (one per query, in the same
+/// order): what a reused selection was made with (ErrorOptions::hybrid, reuse > 1).
+using EarlierQueries = std::function<std::vector<std::vector<float>>(std::size_t lag)>;
 
 /// One estimate of one query head.
 struct ErrorPoint {
@@ -65,9 +73,12 @@ struct ErrorPoint {
 /// Every method on each query of one kv-head's cache (K, V: n x d rows of positions [0, n)).
 /// W must have d rows and at least max K*L columns (ref::simhash_matrix(seed, d, 10, 150)).
 /// Returns, per query, the points in a fixed order.
+/// `earlier` is needed only by hybrid variants with reuse > 1 (std::invalid_argument without it,
+/// or when the cache is too short for their lag).
 std::vector<std::vector<ErrorPoint>> MeasureGroup(const std::vector<std::vector<float>> &queries,
                                                   ref::Matrix K, ref::Matrix V, ref::Matrix W,
-                                                  const ErrorOptions &opt);
+                                                  const ErrorOptions &opt,
+                                                  const EarlierQueries &earlier = {});
 
 /// Plain MagicPIG and hashing in fitted spaces (ref::TransformSpec, transform.h) over a grid of
 /// (K, L), for the matched-cost comparison of attention-error's transform table: a transform

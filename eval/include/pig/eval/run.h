@@ -76,6 +76,9 @@ struct DownstreamOptions {
   bool force_tuning = false; ///< a point made for another model or KV type only warns
   /// The method "magicpig+SPEC": every lsh configuration hashing in this fitted space.
   std::optional<ref::TransformSpec> lsh_transform;
+  /// lsh-hybrid's configurations, each run after every magicpig configuration at its cost2 (the
+  /// budget fields are replaced).
+  std::vector<ref::HybridConfig> hybrid{ref::HybridConfig{}};
 };
 
 struct KvFormatsOptions {
