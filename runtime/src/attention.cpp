@@ -161,6 +161,11 @@ void AttentionSpec::Validate(size_t n_layers) const {
       throw std::invalid_argument(
           "lsh-hybrid: pre (the coarse-then-full cascade) is in pig::ref only for now (pig-eval "
           "attention-error); the runtime ranks every token with the whole sketch");
+    if (h.reuse > 1)
+      throw std::invalid_argument(
+          "lsh-hybrid: reuse (a selection attended by later steps) is in pig::ref only "
+          "(pig-eval attention-error): a one-step-old selection was measured worse than TopK's "
+          "(docs/HYBRID.md)");
     if (h.candidates > L)
       throw std::invalid_argument("lsh-hybrid: cand=" + std::to_string(h.candidates) +
                                   " but the codes have L = " + std::to_string(L) + " tables");

@@ -222,11 +222,6 @@ BudgetAttention::BudgetAttention(const AttentionSpec &spec, const AttentionShape
     dense_layer_[l] = true;
   if (method_ == Method::lsh_hybrid) {
     hybrid_.resize(shape.n_layers * shape.n_kv_heads);
-    if (spec.hybrid.reuse > 1) {
-      hybrid_made_.assign(shape.n_layers, kNoSelection);
-      hybrid_made_end_.assign(shape.n_layers, 0);
-      hybrid_sel_.resize(shape.n_layers * shape.n_heads);
-    }
     simhash_ = std::make_unique<lsh::SimHash>(spec.seed, shape.head_dim, spec.K, spec.L);
   }
   // By name, not by index: method_ is spec::Method now (dense and magicpig come first).
@@ -243,8 +238,7 @@ BudgetAttention::BudgetAttention(const AttentionSpec &spec, const AttentionShape
             : h.candidates > 0 ? "Highway Hamming scan per kv-head, scalar scores (cand)"
                                : "Highway Hamming scan per kv-head and scores") +
            "; Highway selection, draw and f64 softmax" +
-           (h.epsilon > 0 ? ", the tail grown by the error bound" : "") +
-           (h.reuse > 1 ? ", a selection per " + std::to_string(h.reuse) + " steps" : "") + ")";
+           (h.epsilon > 0 ? ", the tail grown by the error bound" : "") + ")";
   }
   stats_.kernels = what + "; dense: " + lsh::KernelRegistry::describe(set_);
 }
@@ -300,9 +294,6 @@ void BudgetAttention::Forward(size_t layer, size_t pos, size_t n, const float *q
   cache_.Append(layer, pos, n, k, v); // validates layer and capacity
   if (n == 0)
     return;
-  // A rewrite of the position a reused selection was made at, or of an earlier one, forgets it.
-  if (!hybrid_made_.empty() && hybrid_made_[layer] != kNoSelection && pos <= hybrid_made_[layer])
-    hybrid_made_[layer] = kNoSelection;
   const size_t n_tok = pos + n;
   if (method_ == Method::quest && !dense_layer_[layer]) {
     // Positions from pos on are rewritten (normally: appended); and after a rewind the pages may
@@ -331,33 +322,6 @@ void BudgetAttention::Forward(size_t layer, size_t pos, size_t n, const float *q
   while (scratch_.size() < pool.size())
     scratch_.push_back(std::make_unique<Scratch>());
   std::fill(head_count_.begin(), head_count_.end(), HeadCount{});
-  // lsh-hybrid with reuse > 1: a step within `reuse` positions of the layer's last selection
-  // attends that selection (no ranking); any other step makes a new one.
-  bool reuse = false;
-  if (method_ == Method::lsh_hybrid && !hybrid_made_.empty()) {
-    size_t &made = hybrid_made_[layer];
-    reuse = made != kNoSelection && pos - made < size_t(spec_.hybrid.reuse);
-    if (!reuse) {
-      made = pos;
-      hybrid_made_end_[layer] = n_tok - spec_.local;
-    }
-  }
-  if (reuse) {
-    pool.ParallelFor(nh, [&](size_t h, size_t thread) {
-      if (cache_.dtype() == lsh::DType::f32)
-        HybridReuseHead<float>(layer, h, pos, q + h * d, out + h * d, *scratch_[thread],
-                               head_count_[h]);
-      else if (cache_.dtype() == lsh::DType::q8)
-        HybridReuseHead<lsh::Q8>(layer, h, pos, q + h * d, out + h * d, *scratch_[thread],
-                                 head_count_[h]);
-      else
-        HybridReuseHead<std::uint16_t>(layer, h, pos, q + h * d, out + h * d, *scratch_[thread],
-                                       head_count_[h]);
-    });
-    for (const HeadCount &c : head_count_)
-      stats_ += c;
-    return;
-  }
   if (method_ == Method::lsh_hybrid)
     HybridRankGroups(layer, n_tok - spec_.local - spec_.sink, q, pool);
   pool.ParallelFor(nh, [&](size_t h, size_t thread) {
@@ -400,7 +364,7 @@ void BudgetAttention::DenseDecode(size_t layer, size_t n_tok, const float *q, fl
 
 template <typename E>
 void BudgetAttention::SparseHead(size_t layer, size_t head, size_t pos, const float *q, float *out,
-                                 Scratch &s, HeadCount &count) {
+                                 Scratch &s, HeadCount &count) const {
   const size_t d = shape().head_dim, kvh = head / shape().group();
   const E *K = static_cast<const E *>(cache_.Keys(layer, kvh));
   const E *V = static_cast<const E *>(cache_.Values(layer, kvh));
@@ -670,7 +634,7 @@ void BudgetAttention::HybridRankGroups(size_t layer, size_t n_idx, const float *
 
 template <typename E>
 void BudgetAttention::HybridHead(size_t layer, size_t head, size_t pos, const float *q, float *out,
-                                 Scratch &s, HeadCount &count) {
+                                 Scratch &s, HeadCount &count) const {
   const size_t d = shape().head_dim, kvh = head / shape().group(), L = size_t(spec_.L);
   const E *K = static_cast<const E *>(cache_.Keys(layer, kvh));
   const E *V = static_cast<const E *>(cache_.Values(layer, kvh));
@@ -770,12 +734,6 @@ void BudgetAttention::HybridHead(size_t layer, size_t head, size_t pos, const fl
     const double lse = lsh::hybrid_attend(q, K, V, cache_.dtype(), d, scale, s.ids.data(),
                                           s.zs.data(), total, out, s.lz.data());
     count.sampled = double(head_ids.size() + tail_ids.size());
-    if (!hybrid_sel_.empty()) { // reuse > 1: the selection the next steps attend (the last one)
-      HybridSelection &sel = hybrid_sel_[layer * shape().n_heads + head];
-      const size_t first = total - head_ids.size() - tail_ids.size();
-      sel.ids.assign(s.ids.begin() + std::ptrdiff_t(first), s.ids.begin() + std::ptrdiff_t(total));
-      sel.bias.assign(s.zs.begin() + std::ptrdiff_t(first), s.zs.begin() + std::ptrdiff_t(total));
-    }
     if (cfg.epsilon <= 0)
       return;
     // V^ = sum_tail (1 - pi)/pi^2 a_i^2 |v_i - o^|^2 with a_i = e^{l_i - lse}, as the reference;
@@ -802,43 +760,7 @@ void BudgetAttention::HybridHead(size_t layer, size_t head, size_t pos, const fl
   }
 }
 
-template <typename E>
-void BudgetAttention::HybridReuseHead(size_t layer, size_t head, size_t pos, const float *q,
-                                      float *out, Scratch &s, HeadCount &count) const {
-  const size_t d = shape().head_dim, kvh = head / shape().group();
-  const E *K = static_cast<const E *>(cache_.Keys(layer, kvh));
-  const E *V = static_cast<const E *>(cache_.Values(layer, kvh));
-  const size_t n_tok = pos + 1, b = spec_.sink, e = n_tok - spec_.local, n_idx = e - b;
-  const size_t made_end = hybrid_made_end_[layer];
-  const HybridSelection &sel = hybrid_sel_[layer * shape().n_heads + head];
-  // ref::hybrid_reuse's order: the sink, every token from the selection's indexed end on, then
-  // the selection (head, tail) with its biases.
-  const size_t total = b + (n_tok - made_end) + sel.ids.size();
-  s.ids.resize(total);
-  s.zs.resize(total);
-  s.lz.resize(total);
-  size_t at = 0;
-  for (size_t i = 0; i < b; ++i, ++at) {
-    s.ids[at] = std::uint32_t(i);
-    s.zs[at] = 0.0;
-  }
-  for (size_t i = made_end; i < n_tok; ++i, ++at) {
-    s.ids[at] = std::uint32_t(i);
-    s.zs[at] = 0.0;
-  }
-  std::copy(sel.ids.begin(), sel.ids.end(), s.ids.begin() + std::ptrdiff_t(at));
-  std::copy(sel.bias.begin(), sel.bias.end(), s.zs.begin() + std::ptrdiff_t(at));
-  lsh::hybrid_attend(q, K, V, cache_.dtype(), d, 1.0 / std::sqrt(double(d)), s.ids.data(),
-                     s.zs.data(), total, out, s.lz.data());
-  // Cost: the selection, and the tokens that left the local window since it was made, read
-  // exactly; nothing is ranked.
-  count.indexed = double(n_idx);
-  count.kv_bytes_indexed = double(2 * n_idx * cache_.RowBytes());
-  count.sampled = double(sel.ids.size() + (e - made_end));
-}
-
 void BudgetAttention::Reset() {
-  std::fill(hybrid_made_.begin(), hybrid_made_.end(), kNoSelection);
   for (size_t l = 0; l < shape().n_layers; ++l) {
     QuestTruncate(l, 0);
     HybridTruncate(l, 0);
@@ -847,7 +769,6 @@ void BudgetAttention::Reset() {
 
 void BudgetAttention::LoadPrefix(const KvCache &src, size_t n) {
   cache_.CopyPrefix(src, n);
-  std::fill(hybrid_made_.begin(), hybrid_made_.end(), kNoSelection);
   for (size_t l = 0; l < shape().n_layers; ++l) {
     QuestTruncate(l, 0);
     HybridTruncate(l, 0); // encoded again at the next decode step
@@ -864,8 +785,6 @@ size_t BudgetAttention::MemoryBytes() const {
     bytes += h.mean.capacity() * sizeof(float) + h.codes.capacity() * sizeof(std::uint16_t) +
              h.sketch.capacity() * sizeof(std::uint64_t) +
              (h.norms.capacity() + h.log_vnorms.capacity()) * sizeof(double);
-  for (const HybridSelection &sel : hybrid_sel_)
-    bytes += sel.ids.capacity() * sizeof(std::uint32_t) + sel.bias.capacity() * sizeof(double);
   return bytes;
 }
 

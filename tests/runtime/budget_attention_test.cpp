@@ -483,6 +483,16 @@ TEST(BudgetAttention, RejectsInvalidSpecs) {
     EXPECT_NE(std::string(e.what()).find("pre (the coarse-then-full cascade)"), std::string::npos)
         << e.what();
   }
+  spec = Spec("lsh-hybrid", DType::f32);
+  spec.hybrid.reuse = 2; // a reused selection, pig::ref only: refused, not run as one per step
+  try {
+    MakeBudgetAttention(spec, s);
+    ADD_FAILURE() << "reuse accepted";
+  } catch (const std::invalid_argument &e) {
+    EXPECT_NE(std::string(e.what()).find("reuse (a selection attended by later steps)"),
+              std::string::npos)
+        << e.what();
+  }
 }
 
 // The ranker's options run the same code as the reference's: |v| (folded once per token), a

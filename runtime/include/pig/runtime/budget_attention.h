@@ -77,7 +77,7 @@ private:
   void DenseDecode(size_t layer, size_t n_tok, const float *q, float *out, ThreadPool &pool);
   template <typename E>
   void SparseHead(size_t layer, size_t head, size_t pos, const float *q, float *out, Scratch &s,
-                  HeadCount &count);
+                  HeadCount &count) const;
   // Quest: folds the keys of positions [quest_end_[layer], end) of every kv-head into its pages.
   void QuestFold(size_t layer, size_t end);
   // Quest: forgets the pages from the one holding `pos` on (those positions are being rewritten).
@@ -92,14 +92,9 @@ private:
   void HybridRankGroups(size_t layer, size_t n_idx, const float *q, ThreadPool &pool);
   // The Hamming ranker's columns: hybrid.bits, or all K L.
   int RankerBits() const { return spec_.hybrid.bits > 0 ? spec_.hybrid.bits : spec_.K * spec_.L; }
-  // Ranks, selects, draws and attends; with reuse > 1 it keeps the selection in hybrid_sel_.
   template <typename E>
   void HybridHead(size_t layer, size_t head, size_t pos, const float *q, float *out, Scratch &s,
-                  HeadCount &count);
-  // lsh-hybrid with reuse > 1, at a step that reuses the layer's selection: ref::hybrid_reuse.
-  template <typename E>
-  void HybridReuseHead(size_t layer, size_t head, size_t pos, const float *q, float *out,
-                       Scratch &s, HeadCount &count) const;
+                  HeadCount &count) const;
   // The end of the indexed part for a sequence of n tokens, or sink when nothing is indexed.
   size_t IndexedEnd(size_t n) const;
 
@@ -128,18 +123,6 @@ private:
   std::vector<std::vector<std::uint16_t>> hybrid_qcodes_, hybrid_H_; // per kv-head, this step
   std::vector<std::vector<std::uint64_t>> hybrid_qsketch_;           // per kv-head, this step
   std::unique_ptr<lsh::SimHash> simhash_; // lsh-hybrid: W of (K, L, seed)
-  // lsh-hybrid with reuse > 1 (docs/HYBRID.md, "Reusing a selection"). Per layer: the position of
-  // the decode step whose selection the next steps reuse (kNoSelection: none, the next step makes
-  // one) and that step's indexed end; per (layer, query head): the selection, its head and then
-  // its tail tokens with their biases (0, log pi). A selection serves the steps at positions
-  // [made, made + reuse); writing any position <= made forgets it.
-  struct HybridSelection {
-    std::vector<std::uint32_t> ids;
-    std::vector<double> bias;
-  };
-  static constexpr size_t kNoSelection = ~size_t{0};
-  std::vector<size_t> hybrid_made_, hybrid_made_end_;
-  std::vector<HybridSelection> hybrid_sel_;
   std::vector<std::unique_ptr<Scratch>> scratch_;
   std::vector<HeadCount> head_count_;
   AttentionStats stats_;
