@@ -131,6 +131,19 @@ void Run(const EvalOptions &e, const AttentionErrorOptions *error, const Downstr
                  tuning->source.c_str(), p.layers_str().c_str(), p.error, 100.0 * p.cost2,
                  p.criterion.empty() ? "" : "; criterion ", p.criterion.c_str());
   }
+  if (part2)
+    for (const pig::ref::HybridConfig &h : down->hybrid) {
+      // What the runtime refuses (reuse, pre, lowrank) fails here, before any prefill.
+      AttentionSpec probe;
+      probe.method = pig::spec::Method::lsh_hybrid;
+      probe.kv_dtype = e.kv;
+      probe.hybrid = h;
+      try {
+        probe.Validate(cfg.n_layers);
+      } catch (const std::invalid_argument &err) {
+        throw UsageError(std::string("--downstream-hybrid: ") + err.what());
+      }
+    }
   KvFormatReport kv_formats;
   std::unique_ptr<Downstream> downstream;
   if (part2)

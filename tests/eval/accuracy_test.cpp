@@ -72,6 +72,52 @@ TEST(MeasureGroup, ErrorsShrinkWithBudgetAndCostsMatch) {
   EXPECT_NEAR(find("LSH-hybrid", "= MagicPIG 10,150" + hy).cost, mp.cost, 0.5 * mp.cost + 0.02);
 }
 
+// reuse = R: the selection made with the query R - 1 steps back over the first n - (R - 1) rows,
+// attended by the measured query. With the same query and R - 1 new rows appended after the old
+// ones, it reads the old selection plus the R - 1 tokens that left the local window; without the
+// earlier queries, or reaching back past the indexed part, it refuses.
+TEST(MeasureGroup, AReusedSelectionIsMadeWithTheEarlierQuery) {
+  SyntheticConfig sc;
+  sc.n = 512;
+  sc.d = 32;
+  sc.seed = 9;
+  const AttentionProblem p = synthetic_problem(sc);
+  const OwnedMatrix W = simhash_matrix(1, 32, 10, 150);
+  ErrorOptions opt;
+  opt.budgets = {0.5};
+  opt.magicpig = {{10, 150}};
+  opt.matched = 1;
+  HybridConfig fresh, reused;
+  reused.reuse = 5;
+  opt.hybrid = {fresh, reused};
+  EXPECT_THROW(MeasureGroup({p.q}, p.K, p.V, W, opt), std::invalid_argument);
+  std::vector<std::size_t> lags;
+  const auto pts = MeasureGroup({p.q}, p.K, p.V, W, opt, [&](std::size_t lag) {
+    lags.push_back(lag);
+    return std::vector<std::vector<float>>{p.q};
+  });
+  EXPECT_EQ(lags, std::vector<std::size_t>{4});
+  auto find = [&](const std::string &c) {
+    for (const ErrorPoint &e : pts[0])
+      if (e.method == "LSH-hybrid" && e.config == c)
+        return e;
+    ADD_FAILURE() << c;
+    return ErrorPoint{};
+  };
+  const std::string hy = " head=0.25 floor=0.1 hamming";
+  const ErrorPoint now = find("b=50%" + hy), old = find("b=50%" + hy + " reuse=5");
+  // 508 rows then: 440 indexed, the selection ~ half of them; 4 more exact tokens now of 444.
+  EXPECT_NEAR(old.cost, (0.5 * 440 + 4) / 444.0, 0.06);
+  EXPECT_GT(old.error, 0.0);
+  EXPECT_NE(old.error, now.error);
+  // Reaching back before the indexed part: 512 - 449 = 63 rows, fewer than sink + local.
+  opt.hybrid = {fresh};
+  opt.hybrid[0].reuse = 450;
+  EXPECT_THROW(MeasureGroup({p.q}, p.K, p.V, W, opt,
+                            [&](std::size_t) { return std::vector<std::vector<float>>{p.q}; }),
+               std::invalid_argument);
+}
+
 } // namespace
 } // namespace pig::eval
 

@@ -274,7 +274,7 @@ int main(int argc, char **argv) {
                }
          },
          "downstream: lsh-hybrid's configurations, each at every magicpig configuration's cost2 "
-         "(repeatable; e.g. reuse=16, @FILE of pig-tune hybrid, \"none\")")
+         "(repeatable; e.g. head=0.5, @FILE of pig-tune hybrid, \"none\")")
       ->type_name("SPEC")
       ->default_str("head=0.25:floor=0.1:rank=hamming")
       ->group(kEval);
