@@ -53,6 +53,8 @@ const char *to_string(HybridRank r) {
     return "hamming";
   case HybridRank::lowrank:
     return "lowrank";
+  case HybridRank::quant:
+    return "quant";
   }
   return "?";
 }
@@ -75,6 +77,9 @@ void HybridConfig::validate() const {
     bad("the budget cap must be in (0, 1], got " + std::to_string(max_budget));
   if (dims < 1 || dims > 4096)
     bad("dims must be in [1, d], got " + std::to_string(dims));
+  if ((kbits != 0 && kbits != 4 && kbits != 8) ||
+      (kbits != 0 && rank != HybridRank::lowrank && rank != HybridRank::quant))
+    bad("kbits must be 8 or 4 and only with rank=lowrank or quant, got " + std::to_string(kbits));
   if (candidates < 0 || candidates > 65535)
     bad("cand (the collisions a candidate needs) must be in [0, L], got " +
         std::to_string(candidates));
@@ -97,6 +102,8 @@ std::string HybridConfig::str() const {
     s += " bits=" + std::to_string(bits);
   if (rank == HybridRank::lowrank)
     s += " dims=" + std::to_string(dims);
+  if (kbits != 0)
+    s += " kbits=" + std::to_string(kbits);
   if (epsilon > 0) {
     std::snprintf(buf, sizeof buf, " eps=%g delta=%g cap=", epsilon, delta);
     s += buf + pct(max_budget);
@@ -124,6 +131,8 @@ std::string HybridConfig::spec() const {
     s += ":bits=" + std::to_string(bits);
   if (dims != d.dims)
     s += ":dims=" + std::to_string(dims);
+  if (kbits != d.kbits)
+    s += ":kbits=" + std::to_string(kbits);
   if (candidates != d.candidates)
     s += ":cand=" + std::to_string(candidates);
   if (value_norm)
@@ -159,7 +168,7 @@ HybridConfig HybridConfig::parse(const std::string &text) {
       throw std::invalid_argument(
           "lsh-hybrid: cannot read \"" + pair +
           "\" (budget, head, floor, eps, delta, cap, rank, bits, dims, cand, vnorm, pre, prebits, "
-          "prenorm, reuse, seed)");
+          "prenorm, reuse, kbits, seed)");
     };
     if (eq == std::string::npos || eq == 0 || eq + 1 == pair.size())
       bad();
@@ -172,6 +181,8 @@ HybridConfig HybridConfig::parse(const std::string &text) {
         c.rank = HybridRank::hamming;
       else if (value == "lowrank")
         c.rank = HybridRank::lowrank;
+      else if (value == "quant")
+        c.rank = HybridRank::quant;
       else
         bad();
       continue;
@@ -215,6 +226,8 @@ HybridConfig HybridConfig::parse(const std::string &text) {
       c.prebits = int(x);
     else if (key == "prenorm" && (x == 0 || x == 1))
       c.prenorm = x == 1;
+    else if (key == "kbits" && (x == 4 || x == 8))
+      c.kbits = int(x);
     else if (key == "reuse" && x >= 1 && x == std::floor(x) && x <= 4096)
       c.reuse = int(x);
     else if (key == "vnorm" && (x == 0 || x == 1))
@@ -240,9 +253,10 @@ HybridLowRank HybridLowRank::fit(Matrix centered_keys, int dims) {
   return HybridLowRank{fit_transform(centered_keys, ts)};
 }
 
-HybridLowRank::Key HybridLowRank::key(std::span<const float> centered) const {
-  const std::vector<float> k = transform.key(centered);
-  Key out;
+namespace {
+// Each component rounded to [-top, top] with one scale (max |x_j| / top).
+HybridLowRank::Key round_to(const std::vector<float> &k, int top) {
+  HybridLowRank::Key out;
   out.x.assign(k.size(), 0);
   float m = 0;
   for (float x : k) {
@@ -254,11 +268,31 @@ HybridLowRank::Key HybridLowRank::key(std::span<const float> centered) const {
   }
   if (m == 0)
     return out;
-  out.scale = m / 127.0f;
+  out.scale = m / float(top);
   for (std::size_t j = 0; j < k.size(); ++j)
     out.x[j] =
-        std::int8_t(std::clamp<long>(std::lround(double(k[j]) / double(out.scale)), -127, 127));
+        std::int8_t(std::clamp<long>(std::lround(double(k[j]) / double(out.scale)), -top, top));
   return out;
+}
+} // namespace
+
+HybridLowRank::Key HybridLowRank::key(std::span<const float> centered, int kbits) const {
+  return round_to(transform.key(centered), kbits == 4 ? 7 : 127);
+}
+
+HybridLowRank::Key HybridLowRank::round_key(const std::vector<float> &k, int kbits) {
+  return round_to(k, kbits == 4 ? 7 : 127);
+}
+
+HybridLowRank::Key HybridLowRank::query8(std::span<const float> q_mapped) {
+  return round_to(std::vector<float>(q_mapped.begin(), q_mapped.end()), 127);
+}
+
+double HybridLowRank::dot8(const Key &q, const Key &k) {
+  std::int64_t acc = 0;
+  for (std::size_t j = 0; j < k.x.size(); ++j)
+    acc += std::int64_t(q.x[j]) * std::int64_t(k.x[j]);
+  return double(q.scale) * double(k.scale) * double(acc);
 }
 
 double HybridLowRank::dot(std::span<const float> q_mapped, const Key &k) {
@@ -336,10 +370,16 @@ std::vector<double> hybrid_scores(std::span<const float> q, Matrix V, Matrix W,
   }
   std::optional<HybridLowRank> low;
   std::vector<float> qp;
+  HybridLowRank::Key q8;
+  const int kbits = cfg.effective_kbits();
   if (cfg.rank == HybridRank::lowrank) {
     low = HybridLowRank::fit(index.centered, cfg.dims);
     qp = low->transform.query(q);
+    if (kbits == 4)
+      q8 = HybridLowRank::query8(qp);
   }
+  if (cfg.rank == HybridRank::quant)
+    q8 = HybridLowRank::query8(qh);
   for (std::size_t i = 0; i < count; ++i) {
     const std::uint16_t *codes = index.codes.data() + i * std::size_t(L);
     if (cfg.candidates > 0 && hybrid_collisions(L, codes, qc.data()) < cfg.candidates)
@@ -349,8 +389,13 @@ std::vector<double> hybrid_scores(std::span<const float> q, Matrix V, Matrix W,
       continue;
     }
     if (low) {
-      const HybridLowRank::Key k = low->key(index.centered_key(split.indexed_begin + i));
-      score[i] = sc * low->dot(qp, k);
+      const HybridLowRank::Key k = low->key(index.centered_key(split.indexed_begin + i), kbits);
+      score[i] = sc * (kbits == 4 ? HybridLowRank::dot8(q8, k) : low->dot(qp, k));
+    } else if (cfg.rank == HybridRank::quant) {
+      const std::span<const float> kc = index.centered_key(split.indexed_begin + i);
+      const HybridLowRank::Key k =
+          HybridLowRank::round_key(std::vector<float>(kc.begin(), kc.end()), kbits);
+      score[i] = sc * HybridLowRank::dot8(q8, k);
     } else {
       const double cos_hat = hybrid_cosine(cfg.rank, cfg.bits, K, L, codes, qc.data());
       score[i] = s * norm(index.hashed_key(split.indexed_begin + i)) * cos_hat;

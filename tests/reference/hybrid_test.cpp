@@ -404,6 +404,49 @@ TEST(Hybrid, TheLowRankRankerEstimatesTheCentredLogits) {
   EXPECT_THROW(HybridConfig::parse("rank=lowrank:dims=0"), std::invalid_argument);
 }
 
+// quant: the centred key rounded to int4 (k = s_k x + e_k, |e_k,j| <= s_k / 2, s_k = max |k_j| / 7)
+// and the query to int8 (q = s_q y + e_q, |e_q,j| <= s_q / 2, s_q = max |q_j| / 127). Then
+// q.k - s_q s_k y.x = q.e_k + e_q.(s_k x), so |l^ - l| <= scale (s_k / 2 sum_j |q_j| + s_q / 2
+// (sum_j |k_j| + d s_k / 2)). kbits=8 rounds the key to [-127, 127] instead: a tighter bound.
+TEST(Hybrid, TheQuantRankerEstimatesTheCentredLogits) {
+  const std::size_t n = 600, d = 32;
+  const Head s = setup(37, n, d);
+  const double scale = 1.0 / std::sqrt(double(d));
+  double qsum = 0, qmax = 0;
+  for (float x : s.p.q) {
+    qsum += std::fabs(double(x));
+    qmax = std::max(qmax, std::fabs(double(x)));
+  }
+  for (int kbits : {4, 8}) {
+    HybridConfig c;
+    c.rank = HybridRank::quant;
+    c.kbits = kbits;
+    const std::vector<double> score = hybrid_scores(s.p.q, s.p.V, s.W, s.index, c);
+    double worst = 0;
+    for (std::size_t i = 0; i < score.size(); ++i) {
+      const auto k = s.index.centered_key(s.index.split.indexed_begin + i);
+      double exact = 0, ksum = 0, kmax = 0;
+      for (std::size_t j = 0; j < d; ++j) {
+        exact += double(s.p.q[j]) * double(k[j]);
+        ksum += std::fabs(double(k[j]));
+        kmax = std::max(kmax, std::fabs(double(k[j])));
+      }
+      const double sk = kmax / (kbits == 4 ? 7.0 : 127.0), sq = qmax / 127.0;
+      const double bound = scale * (sk / 2 * qsum + sq / 2 * (ksum + double(d) * sk / 2));
+      EXPECT_NEAR(score[i], scale * exact, bound * (1 + 1e-6)) << "kbits " << kbits << " " << i;
+      worst = std::max(worst, std::fabs(score[i] - scale * exact) / bound);
+    }
+    EXPECT_GT(worst, 0.05) << "the bound is not vacuous";
+  }
+  EXPECT_EQ(HybridConfig::parse("rank=quant").str(), "b=5% head=0.25 floor=0.1 quant");
+  EXPECT_EQ(HybridConfig::parse("rank=quant").effective_kbits(), 4);
+  EXPECT_EQ(HybridConfig::parse("rank=lowrank").effective_kbits(), 8);
+  EXPECT_EQ(HybridConfig::parse("rank=quant:kbits=8").spec(),
+            "head=0.25:floor=0.1:rank=quant:kbits=8");
+  EXPECT_THROW(HybridConfig::parse("kbits=4"), std::invalid_argument); // hamming
+  EXPECT_THROW(HybridConfig::parse("rank=quant:kbits=5"), std::invalid_argument);
+}
+
 // The head is exact: with head_share 1 there is no tail and the output is one softmax over the
 // static tokens and the head; with budget 1 as well it is dense attention.
 TEST(Hybrid, TheExactHeadIsExact) {
@@ -455,7 +498,7 @@ TEST(Hybrid, NumeratorAndPartitionFunctionAreUnbiasedOverTheDraw) {
   for (const Case cs :
        {Case{6, 40, HybridRank::collisions, false, 0}, Case{6, 40, HybridRank::hamming, true, 0},
         Case{1, 1, HybridRank::collisions, false, 0}, Case{6, 40, HybridRank::hamming, false, 2},
-        Case{6, 40, HybridRank::lowrank, false, 0},
+        Case{6, 40, HybridRank::lowrank, false, 0}, Case{6, 40, HybridRank::quant, true, 0},
         Case{6, 40, HybridRank::hamming, false, 0, 0.2}}) {
     const std::size_t n = 400, d = 16, R = 1500;
     const Head s = setup(11, n, d, cs.K, cs.L);
@@ -623,7 +666,8 @@ TEST(Hybrid, AdversarialInputs) {
   // The rankers that read less face the same inputs as the default.
   const std::vector<HybridConfig> rankers = {HybridConfig{}, HybridConfig::parse("cand=1"),
                                              HybridConfig::parse("rank=lowrank:dims=4"),
-                                             HybridConfig::parse("pre=0.1:prebits=60")};
+                                             HybridConfig::parse("pre=0.1:prebits=60"),
+                                             HybridConfig::parse("rank=quant")};
   // Fewer tokens than the static window: nothing indexed, exactly dense.
   for (const HybridConfig &c : rankers)
     for (std::size_t n : {1, 5, 68}) {

@@ -72,6 +72,7 @@ enum class HybridRank : std::uint8_t {
   collisions, ///< c_i, the equal codes over L tables (what retrieval counts)
   hamming,    ///< H_i, the differing bits over the L codes (reads every code of every token)
   lowrank,    ///< q'.k^'_i: the centred key's top-`dims` principal components, int8 per token
+  quant,      ///< q.k~_i with k~_i the centred key itself rounded to `kbits`, the query to int8
 };
 const char *to_string(HybridRank r);
 
@@ -87,8 +88,15 @@ struct HybridConfig {
   /// hamming: the first `bits` SimHash columns only (table b / K, bit b % K), in [1, K L]; 0: all
   /// K L. A kernel keeps them packed per token (bits / 8 bytes), the ranker's whole read.
   int bits = 0;
-  /// lowrank: principal components kept, in [1, d]; a kernel reads dims + 4 bytes per token.
+  /// lowrank: principal components kept, in [1, d]; a kernel reads dims kbits / 8 + 4 bytes
+  /// per token.
   int dims = 16;
+  /// lowrank and quant: bits per key component, 8 or 4 (quant: 4 by default, see
+  /// effective_kbits). With 4, and always with quant, the query's components are rounded to int8
+  /// too (one scale), so that the dot product is an integer sum, the same in any order.
+  int kbits = 0;
+  /// kbits, or its default for the ranker (lowrank 8, quant 4).
+  int effective_kbits() const { return kbits ? kbits : rank == HybridRank::quant ? 4 : 8; }
   /// Rank only the candidates, the tokens whose codes equal the query's in >= `candidates`
   /// tables (what MagicPIG's retrieval at t = `candidates` returns from the bucket tables; at most
   /// L); the others are left unscored (score -inf: the uniform floor alone, drawn by skips, see
@@ -152,9 +160,18 @@ struct HybridLowRank {
   };
   /// Throws std::invalid_argument if dims > the keys' dimension or there is no key.
   static HybridLowRank fit(Matrix centered_keys, int dims);
-  Key key(std::span<const float> centered) const;
+  /// The key's components rounded to the integers [-(2^(kbits-1) - 1), 2^(kbits-1) - 1], one
+  /// scale (max |k'_j| over that top level).
+  Key key(std::span<const float> centered, int kbits = 8) const;
   /// q'.k^' in double: scale * sum_j q'_j x_j (q' = transform.query(q)).
   static double dot(std::span<const float> q_mapped, const Key &k);
+  /// kbits = 4: q' rounded to int8 (round(q'_j / s), s = max |q'_j| / 127), and the dot product
+  /// s_q s_k sum_j q_j x_j with the integer sum exact (|sum| <= 127 * 7 * d < 2^24 for d <= 2^14,
+  /// so a kernel summing in f32 in any order gets the same integer).
+  static Key query8(std::span<const float> q_mapped);
+  /// A vector rounded as key() rounds the mapped key (quant: the centred key itself).
+  static Key round_key(const std::vector<float> &k, int kbits);
+  static double dot8(const Key &q, const Key &k);
 };
 
 /// The estimated logits l^_i (index order: l^[i] for token indexed_begin + i), from the codes
