@@ -166,6 +166,10 @@ void AttentionSpec::Validate(size_t n_layers) const {
           "lsh-hybrid: reuse (a selection attended by later steps) is in pig::ref only "
           "(pig-eval attention-error): a one-step-old selection was measured worse than TopK's "
           "(docs/HYBRID.md)");
+    if (h.rank == ref::HybridRank::quant && (h.effective_kbits() != 4 || h.candidates > 0))
+      throw std::invalid_argument(
+          "lsh-hybrid: rank=quant runs with int4 keys (kbits=4) and every token ranked (no cand) "
+          "in the runtime; the other forms are in pig::ref only (pig-eval attention-error)");
     if (h.candidates > L)
       throw std::invalid_argument("lsh-hybrid: cand=" + std::to_string(h.candidates) +
                                   " but the codes have L = " + std::to_string(L) + " tables");

@@ -233,8 +233,10 @@ BudgetAttention::BudgetAttention(const AttentionSpec &spec, const AttentionShape
   if (method_ == Method::lsh_hybrid) {
     // Which of its steps run as Highway kernels in this configuration (docs/HYBRID.md).
     const ref::HybridConfig &h = spec_.hybrid;
-    what = std::string("lsh-hybrid (encode kernel codes; ") +
-           (h.rank != ref::HybridRank::hamming ? "scalar collision-count scores"
+    what = std::string("lsh-hybrid (") +
+           (h.rank == ref::HybridRank::quant ? "int4 keys; " : "encode kernel codes; ") +
+           (h.rank == ref::HybridRank::quant     ? "Highway int4-key scan per kv-head, scores"
+            : h.rank != ref::HybridRank::hamming ? "scalar collision-count scores"
             : h.candidates > 0 ? "Highway Hamming scan per kv-head, scalar scores (cand)"
                                : "Highway Hamming scan per kv-head and scores") +
            "; Highway selection, draw and f64 softmax" +
@@ -524,7 +526,12 @@ void BudgetAttention::HybridTruncate(size_t layer, size_t pos) {
       h.codes.resize((pos - spec_.sink) * L);
     if (!h.sketch.empty())
       h.sketch.resize((pos - spec_.sink) * lsh::hybrid_sketch_words(RankerBits()));
-    h.norms.resize(pos - spec_.sink);
+    if (!h.norms.empty())
+      h.norms.resize(pos - spec_.sink);
+    if (!h.kscale.empty()) {
+      h.qkeys.resize((pos - spec_.sink) * lsh::hybrid_quant_bytes(shape().head_dim));
+      h.kscale.resize(pos - spec_.sink);
+    }
     if (!h.log_vnorms.empty())
       h.log_vnorms.resize(pos - spec_.sink);
     h.end = pos;
@@ -547,20 +554,24 @@ void BudgetAttention::HybridFold(size_t layer, size_t end) {
       h.end = b;
     }
     const size_t from = h.end;
-    h.norms.resize(end - b);
+    if (!Quant()) // rank=quant reads no norms
+      h.norms.resize(end - b);
     if (spec_.hybrid.value_norm)
       h.log_vnorms.resize(end - b);
     thread_local std::vector<std::uint16_t> codes;
-    codes.resize((end - from) * L);
-    lsh::EncodeArgs a;
-    a.x = cache_.Keys(layer, kvh);
-    a.dtype = cache_.dtype();
-    a.rows = end - from;
-    a.first = from;
-    a.mean = h.mean.data();
-    a.W = simhash_->view();
-    a.codes = codes.data();
-    set_.encode(a);
+    // rank=quant reads no codes (the runtime refuses it with cand).
+    if (!Quant()) {
+      codes.resize((end - from) * L);
+      lsh::EncodeArgs a;
+      a.x = cache_.Keys(layer, kvh);
+      a.dtype = cache_.dtype();
+      a.rows = end - from;
+      a.first = from;
+      a.mean = h.mean.data();
+      a.W = simhash_->view();
+      a.codes = codes.data();
+      set_.encode(a);
+    }
     // The codes themselves for counting collisions; packed for the Hamming scan.
     if (spec_.hybrid.rank == ref::HybridRank::collisions || spec_.hybrid.candidates > 0)
       h.codes.insert(h.codes.end(), codes.begin(), codes.end());
@@ -570,14 +581,24 @@ void BudgetAttention::HybridFold(size_t layer, size_t end) {
       lsh::hybrid_pack(codes.data(), end - from, spec_.K, spec_.L, RankerBits(),
                        h.sketch.data() + (from - b) * words);
     }
+    const size_t qb = lsh::hybrid_quant_bytes(d);
+    if (Quant()) {
+      h.qkeys.resize((end - b) * qb);
+      h.kscale.resize(end - b);
+    }
+    std::vector<float> centred(d);
     for (size_t t = from; t < end; ++t) {
       cache_.KeyRow(layer, kvh, t, row.data());
       double n2 = 0;
       for (size_t j = 0; j < d; ++j) {
         const float c = row[j] - h.mean[j]; // in f32, as ref::build_index centres
+        centred[j] = c;
         n2 += double(c) * double(c);
       }
-      h.norms[t - b] = std::sqrt(n2);
+      if (Quant()) // ref::HybridLowRank::round_key(centred, 4), packed
+        h.kscale[t - b] = lsh::hybrid_quant_pack(centred.data(), d, h.qkeys.data() + (t - b) * qb);
+      else
+        h.norms[t - b] = std::sqrt(n2);
       if (spec_.hybrid.value_norm) { // log |v| as ref::hybrid_scores, once per token
         cache_.ValueRow(layer, kvh, t, row.data());
         double v2 = 0;
@@ -599,6 +620,39 @@ void BudgetAttention::HybridRankGroups(size_t layer, size_t n_idx, const float *
   const int B = RankerBits();
   const size_t words = lsh::hybrid_sketch_words(B);
   hybrid_qsketch_.resize(shape().n_kv_heads);
+  if (Quant()) {
+    // ref::HybridLowRank::query8 of each query, then one scan of the group's int4 keys per
+    // chunk of tokens (the integer dot products), as the Hamming scan below.
+    const size_t qb = lsh::hybrid_quant_bytes(d);
+    hybrid_q8_.resize(shape().n_kv_heads);
+    hybrid_qscale_.resize(shape().n_kv_heads);
+    hybrid_acc_.resize(shape().n_kv_heads);
+    for (size_t kvh = 0; kvh < shape().n_kv_heads; ++kvh) {
+      hybrid_q8_[kvh].assign(G * 2 * qb, 0.0f);
+      hybrid_qscale_[kvh].resize(G);
+      hybrid_acc_[kvh].resize(G * n_idx);
+      for (size_t g = 0; g < G; ++g) {
+        const float *qg = q + (kvh * G + g) * d;
+        const ref::HybridLowRank::Key k8 =
+            ref::HybridLowRank::query8(std::span<const float>(qg, d));
+        hybrid_qscale_[kvh][g] = k8.scale;
+        for (size_t j = 0; j < d; ++j) // component j: byte j's low nibble or byte j - qb's high
+          hybrid_q8_[kvh][g * 2 * qb + j] = float(k8.x[j]);
+      }
+    }
+    if (n_idx == 0)
+      return;
+    const size_t chunk = std::max<size_t>(1024, (n_idx * shape().n_kv_heads) / (4 * pool.size()));
+    const size_t chunks = (n_idx + chunk - 1) / chunk;
+    pool.ParallelFor(shape().n_kv_heads * chunks, [&](size_t item, size_t) {
+      const size_t kvh = item / chunks, from = (item % chunks) * chunk;
+      const size_t to = std::min(n_idx, from + chunk);
+      const HybridIndex &h = hybrid_[layer * shape().n_kv_heads + kvh];
+      lsh::hybrid_quant_scan(h.qkeys.data() + from * qb, d, to - from, hybrid_q8_[kvh].data(),
+                             int(G), hybrid_acc_[kvh].data() + from, n_idx);
+    });
+    return;
+  }
   pool.ParallelFor(shape().n_kv_heads, [&](size_t kvh, size_t) {
     // The queries hashed as they are, like ref::sample_tokens.
     std::vector<std::uint16_t> &qc = hybrid_qcodes_[kvh];
@@ -648,7 +702,7 @@ void BudgetAttention::HybridHead(size_t layer, size_t head, size_t pos, const fl
   // 1. The ranker: the query's codes and H from HybridRankGroups, then each token's estimated
   // logit exactly as ref::hybrid_scores computes it.
   const size_t g = head % shape().group();
-  const std::uint16_t *qc = hybrid_qcodes_[kvh].data() + g * L;
+  const std::uint16_t *qc = Quant() ? nullptr : hybrid_qcodes_[kvh].data() + g * L;
   double qn = 0;
   for (size_t j = 0; j < d; ++j)
     qn += double(q[j]) * double(q[j]);
@@ -668,7 +722,17 @@ void BudgetAttention::HybridHead(size_t layer, size_t head, size_t pos, const fl
   const int cand = cfg.candidates;
   // hamming: ref::hybrid_hamming's integers, from the group's scan.
   const std::uint16_t *H = hamming ? hybrid_H_[kvh].data() + g * n_idx : nullptr;
-  if (hamming && cand == 0) {
+  if (Quant()) {
+    // ref::hybrid_scores for rank=quant: scale * dot8, dot8 = (s_q s_k) * the integer sum.
+    const double sq8 = double(hybrid_qscale_[kvh][g]);
+    const float *acc = hybrid_acc_[kvh].data() + g * n_idx;
+    for (size_t i = 0; i < n_idx; ++i) {
+      double x = scale * (sq8 * double(h.kscale[i]) * double(acc[i]));
+      if (cfg.value_norm)
+        x += h.log_vnorms[i];
+      s.z[i] = std::isnan(x) ? -kInf : x;
+    }
+  } else if (hamming && cand == 0) {
     lsh::hybrid_hamming_scores(H, h.norms.data(), cfg.value_norm ? h.log_vnorms.data() : nullptr,
                                n_idx, cos_of.data(), sq, s.z.data());
   } else {
@@ -689,11 +753,13 @@ void BudgetAttention::HybridHead(size_t layer, size_t head, size_t pos, const fl
 
   // What the ranker read per token: this head's share of the group's one pass over the
   // packed sketches (hamming) or its own pass over the codes, and the norm.
-  const double ranker =
-      hamming ? double(lsh::hybrid_sketch_words(B) * 8) / double(shape().group()) : double(L * 2);
+  const double ranker = Quant() ? double(lsh::hybrid_quant_bytes(d) + 4) / double(shape().group())
+                        : hamming
+                            ? double(lsh::hybrid_sketch_words(B) * 8) / double(shape().group())
+                            : double(L * 2);
   count.indexed = double(n_idx);
   count.kv_bytes_indexed = double(2 * n_idx * cache_.RowBytes());
-  count.index_bytes_read = double(n_idx) * (ranker + 8.0);
+  count.index_bytes_read = double(n_idx) * (ranker + (Quant() ? 0.0 : 8.0)); // + the norm
 
   // 2-4. HybridSampler's head and draw (ref::hybrid_estimate's, see hybrid_select.h), then one
   // softmax over the sink and local tokens, the head (bias 0) and the tail (bias log pi: weight
@@ -783,7 +849,8 @@ size_t BudgetAttention::MemoryBytes() const {
     bytes += (qmin_[i].capacity() + qmax_[i].capacity()) * sizeof(float);
   for (const HybridIndex &h : hybrid_)
     bytes += h.mean.capacity() * sizeof(float) + h.codes.capacity() * sizeof(std::uint16_t) +
-             h.sketch.capacity() * sizeof(std::uint64_t) +
+             h.sketch.capacity() * sizeof(std::uint64_t) + h.qkeys.capacity() +
+             h.kscale.capacity() * sizeof(float) +
              (h.norms.capacity() + h.log_vnorms.capacity()) * sizeof(double);
   return bytes;
 }
@@ -795,7 +862,8 @@ AttentionStats BudgetAttention::stats() const {
     s.index_bytes += (qmin_[i].size() + qmax_[i].size()) * sizeof(float);
   for (const HybridIndex &h : hybrid_)
     s.index_bytes += h.codes.size() * sizeof(std::uint16_t) +
-                     h.sketch.size() * sizeof(std::uint64_t) +
+                     h.sketch.size() * sizeof(std::uint64_t) + h.qkeys.size() +
+                     h.kscale.size() * sizeof(float) +
                      (h.norms.size() + h.log_vnorms.size()) * sizeof(double);
   return s;
 }

@@ -63,14 +63,67 @@ void HammingScores(const std::uint16_t *H, const double *norms, const double *lo
   }
 }
 
+// One token's packed bytes are read once and multiplied with every head's query. The nibbles are
+// widened to i32 and converted to f32 (x + 8 in [1, 15]); the offset is taken out at the end as
+// 8 sum_j q_j. All values are integers, so every f32 sum is exact.
+template <int G>
+void QuantScanG(const std::uint8_t *keys, std::size_t half, std::size_t n, const float *qf,
+                const float *offset, float *acc, std::size_t stride) {
+  const hn::ScalableTag<float> df;
+  const hn::RebindToSigned<decltype(df)> di;
+  const hn::Rebind<std::uint8_t, decltype(df)> d8;
+  const std::size_t N = hn::Lanes(df), full = half - half % N;
+  const auto low = hn::Set(d8, std::uint8_t{15});
+  for (std::size_t i = 0; i < n; ++i) {
+    const std::uint8_t *row = keys + i * half;
+    hn::Vec<decltype(df)> sum[G];
+    for (int g = 0; g < G; ++g)
+      sum[g] = hn::Zero(df);
+    std::size_t j = 0;
+    for (; j < full; j += N) {
+      const auto b = hn::LoadU(d8, row + j);
+      const auto lo = hn::ConvertTo(df, hn::BitCast(di, hn::PromoteTo(di, hn::And(b, low))));
+      const auto hi = hn::ConvertTo(df, hn::BitCast(di, hn::PromoteTo(di, hn::ShiftRight<4>(b))));
+      for (int g = 0; g < G; ++g) {
+        const float *q = qf + std::size_t(g) * 2 * half;
+        sum[g] = hn::MulAdd(lo, hn::LoadU(df, q + j), sum[g]);
+        sum[g] = hn::MulAdd(hi, hn::LoadU(df, q + half + j), sum[g]);
+      }
+    }
+    for (int g = 0; g < G; ++g) {
+      const float *q = qf + std::size_t(g) * 2 * half;
+      float x = hn::GetLane(hn::SumOfLanes(df, sum[g]));
+      for (std::size_t t = j; t < half; ++t)
+        x += float(row[t] & 15) * q[t] + float(row[t] >> 4) * q[half + t];
+      acc[std::size_t(g) * stride + i] = x - offset[g];
+    }
+  }
+}
+
+void QuantScan(const std::uint8_t *keys, std::size_t half, std::size_t n, const float *qf, int G,
+               const float *offset, float *acc, std::size_t stride) {
+  int g = 0;
+  for (; g + 3 <= G; g += 3)
+    QuantScanG<3>(keys, half, n, qf + std::size_t(g) * 2 * half, offset + g,
+                  acc + std::size_t(g) * stride, stride);
+  for (; g < G; ++g)
+    QuantScanG<1>(keys, half, n, qf + std::size_t(g) * 2 * half, offset + g,
+                  acc + std::size_t(g) * stride, stride);
+}
+
 } // namespace pig::runtime::lsh::HWY_NAMESPACE
 HWY_AFTER_NAMESPACE();
 
 #if HWY_ONCE
+#include <vector>
+
+#include "pig/reference/hybrid.h" // HybridLowRank::round_key: the reference's rounding
+
 namespace pig::runtime::lsh {
 
 HWY_EXPORT(HammingScan);
 HWY_EXPORT(HammingScores);
+HWY_EXPORT(QuantScan);
 
 std::size_t hybrid_sketch_words(int bits) {
   const std::size_t w = (std::size_t(bits) + 63) / 64;
@@ -105,6 +158,35 @@ void hybrid_hamming_scan(const std::uint64_t *sketches, std::size_t words, std::
 void hybrid_hamming_scores(const std::uint16_t *H, const double *norms, const double *log_vnorms,
                            std::size_t n, const double *cos_of, double sq, double *z) {
   HWY_DYNAMIC_DISPATCH(HammingScores)(H, norms, log_vnorms, n, cos_of, sq, z);
+}
+
+std::size_t hybrid_quant_bytes(std::size_t d) { return (d + 1) / 2; }
+
+float hybrid_quant_pack(const float *c, std::size_t d, std::uint8_t *out) {
+  const std::size_t half = hybrid_quant_bytes(d);
+  std::fill(out, out + half, std::uint8_t{8 | 8 << 4});
+  const ref::HybridLowRank::Key k = ref::HybridLowRank::round_key(std::vector<float>(c, c + d), 4);
+  if (!(k.scale > 0)) // zero (codes 0) or NaN (codes 0, score NaN)
+    return k.scale;
+  for (std::size_t j = 0; j < d; ++j) {
+    const std::uint8_t x = std::uint8_t(k.x[j] + 8);
+    if (j < half)
+      out[j] = std::uint8_t((out[j] & 0xF0) | x);
+    else
+      out[j - half] = std::uint8_t((out[j - half] & 0x0F) | x << 4);
+  }
+  return k.scale;
+}
+
+void hybrid_quant_scan(const std::uint8_t *keys, std::size_t d, std::size_t n, const float *qf,
+                       int G, float *acc, std::size_t stride) {
+  const std::size_t half = hybrid_quant_bytes(d);
+  // 8 sum_j q_j per head: the nibbles' offset (exact: an integer below 2^24).
+  std::vector<float> offset(std::size_t(G), 0.0f);
+  for (int g = 0; g < G; ++g)
+    for (std::size_t j = 0; j < 2 * half; ++j)
+      offset[std::size_t(g)] += 8.0f * qf[std::size_t(g) * 2 * half + j];
+  HWY_DYNAMIC_DISPATCH(QuantScan)(keys, half, n, qf, G, offset.data(), acc, stride ? stride : n);
 }
 
 } // namespace pig::runtime::lsh

@@ -483,6 +483,17 @@ TEST(BudgetAttention, RejectsInvalidSpecs) {
     EXPECT_NE(std::string(e.what()).find("pre (the coarse-then-full cascade)"), std::string::npos)
         << e.what();
   }
+  for (const char *h : {"rank=quant:kbits=8", "rank=quant:cand=1"}) {
+    spec = Spec("lsh-hybrid", DType::f32);
+    spec.hybrid = ref::HybridConfig::parse(h);
+    try {
+      MakeBudgetAttention(spec, s);
+      ADD_FAILURE() << h << " accepted";
+    } catch (const std::invalid_argument &e) {
+      EXPECT_NE(std::string(e.what()).find("rank=quant runs with int4 keys"), std::string::npos)
+          << e.what();
+    }
+  }
   spec = Spec("lsh-hybrid", DType::f32);
   spec.hybrid.reuse = 2; // a reused selection, pig::ref only: refused, not run as one per step
   try {
@@ -504,14 +515,36 @@ TEST(BudgetAttention, HybridRankerOptionsMatchReference) {
   const size_t n = 101;
   const Data x = MakeData(s, n, 31);
   for (const char *h : {"vnorm=1", "bits=37", "rank=collisions:head=0.5", "cand=1", "cand=2",
-                        "eps=0.05:cap=0.6", "eps=0.01:head=0.5:cap=1", "eps=0.2:cand=1"}) {
-    AttentionSpec spec = Spec("lsh-hybrid", DType::bf16, 0.2);
-    spec.hybrid = ref::HybridConfig::parse(h);
-    auto att = MakeBudgetAttention(spec, s);
-    const auto out = Decode(*att, x, n, pool);
-    const Totals t = Check(spec, s, x, n, out);
-    EXPECT_EQ(att->stats().sampled, t.sampled) << h;
-  }
+                        "eps=0.05:cap=0.6", "eps=0.01:head=0.5:cap=1", "eps=0.2:cand=1",
+                        "rank=quant", "rank=quant:vnorm=1:head=0.1", "rank=quant:eps=0.05:cap=0.6"})
+    for (DType dtype : {DType::bf16, DType::f32}) {
+      AttentionSpec spec = Spec("lsh-hybrid", dtype, 0.2);
+      spec.hybrid = ref::HybridConfig::parse(h);
+      auto att = MakeBudgetAttention(spec, s);
+      const auto out = Decode(*att, x, n, pool);
+      const Totals t = Check(spec, s, x, n, out);
+      EXPECT_EQ(att->stats().sampled, t.sampled) << h;
+    }
+  // rank=quant across decode steps and a rewind: the int4 keys are folded in step by step with
+  // the mean of the first step, and truncated.
+  AttentionSpec spec = Spec("lsh-hybrid", DType::bf16, 0.15);
+  spec.hybrid = ref::HybridConfig::parse("rank=quant");
+  auto att = MakeBudgetAttention(spec, s);
+  const size_t d = s.head_dim, qw = s.n_heads * d, kw = s.n_kv_heads * d;
+  std::vector<float> scratch(n * qw);
+  for (size_t l = 0; l < s.n_layers; ++l)
+    att->Forward(l, 0, 40, x.q[l].data(), x.k[l].data(), x.v[l].data(), scratch.data(), pool);
+  auto decode = [&](size_t pos) {
+    std::vector<std::vector<float>> out(s.n_layers, std::vector<float>(qw));
+    for (size_t l = 0; l < s.n_layers; ++l)
+      att->Forward(l, pos, 1, x.q[l].data() + pos * qw, x.k[l].data() + pos * kw,
+                   x.v[l].data() + pos * kw, out[l].data(), pool);
+    Check(spec, s, x, pos + 1, out, true, 41 - spec.local); // the mean of the first step's
+  };
+  for (size_t pos = 40; pos < 60; ++pos)
+    decode(pos);
+  for (size_t pos = 45; pos < 50; ++pos) // rewind
+    decode(pos);
 }
 
 // A NaN in one key (NaN in): the centring mean, every centred key's norm and so every score turn
@@ -525,7 +558,7 @@ TEST(BudgetAttention, HybridNaNKeyIsTheReferences) {
     Data x = MakeData(s, n, 91);
     for (auto &k : x.k)
       k[(pos * s.n_kv_heads + 1) * d + 5] = std::numeric_limits<float>::quiet_NaN(); // kv-head 1
-    for (const char *h : {"head=0.25", "cand=1"}) {
+    for (const char *h : {"head=0.25", "cand=1", "rank=quant"}) {
       AttentionSpec spec = Spec("lsh-hybrid", DType::bf16, 0.2);
       spec.hybrid = ref::HybridConfig::parse(h);
       auto att = MakeBudgetAttention(spec, s);
@@ -574,6 +607,15 @@ TEST(BudgetAttention, HybridStats) {
   EXPECT_EQ(st.index_bytes_read, 8 * 88.0 * (24 * 8 / 2 + 8));
   EXPECT_NE(st.kernels.find("lsh-hybrid"), std::string::npos);
   EXPECT_GE(h->MemoryBytes(), h->cache().MemoryBytes() + st.index_bytes);
+  // rank=quant: d / 2 bytes of int4 key and a float scale per token, no norm.
+  AttentionSpec qs = Spec("lsh-hybrid", DType::bf16, 0.1);
+  qs.hybrid = ref::HybridConfig::parse("rank=quant");
+  auto quant = MakeBudgetAttention(qs, s);
+  Decode(*quant, x, n, pool);
+  const AttentionStats qst = quant->stats();
+  EXPECT_EQ(qst.index_bytes, 2u * 2 * 88 * (16 / 2 + 4));
+  EXPECT_EQ(qst.index_bytes_read, 8 * 88.0 * (16 / 2 + 4) / 2);
+  EXPECT_NE(qst.kernels.find("int4-key scan"), std::string::npos) << qst.kernels;
 }
 
 } // namespace

@@ -117,3 +117,75 @@ TEST(HybridRank, ScoresAreTheFormulasDoubles) {
 
 } // namespace
 } // namespace pig::runtime::lsh
+
+namespace pig::runtime::lsh {
+namespace {
+
+// rank=quant's scan: the packed int4 keys' integer dot products with int8 queries equal
+// ref::HybridLowRank::dot8's (divided by the scales) on every target, for G = 1, 2, 3 and 4, odd
+// and even d (a missing high nibble), d not a multiple of any vector width, the extremes (every
+// component at +-7 and +-127), a zero key (scale 0), a non-finite one (scale NaN) and a chunk of a
+// longer scan (stride).
+TEST(HybridRank, QuantScanGivesTheReferencesIntegers) {
+  for (std::size_t d : {64, 128, 33, 7, 1}) {
+    SCOPED_TRACE("d=" + std::to_string(d));
+    ref::Rng rng(d);
+    const std::size_t n = 157, qb = hybrid_quant_bytes(d);
+    ASSERT_EQ(qb, (d + 1) / 2);
+    std::vector<std::vector<float>> keys(n, std::vector<float>(d));
+    for (auto &k : keys)
+      for (float &x : k)
+        x = float(rng.gaussian() * 3.0);
+    for (std::size_t j = 0; j < d; ++j) {
+      keys[0][j] = j % 2 ? 5.0f : -5.0f; // every component at +-7
+      keys[1][j] = 0.0f;                 // zero key
+    }
+    keys[2][d / 2] = std::numeric_limits<float>::infinity();
+    std::vector<std::uint8_t> packed(n * qb);
+    std::vector<ref::HybridLowRank::Key> want(n);
+    for (std::size_t i = 0; i < n; ++i) {
+      want[i] = ref::HybridLowRank::round_key(keys[i], 4);
+      const float s = hybrid_quant_pack(keys[i].data(), d, packed.data() + i * qb);
+      if (std::isnan(want[i].scale))
+        EXPECT_TRUE(std::isnan(s));
+      else
+        EXPECT_EQ(s, want[i].scale) << i;
+    }
+    EXPECT_EQ(want[1].scale, 0.0f);
+    const int Gmax = 4;
+    std::vector<ref::HybridLowRank::Key> q(Gmax);
+    std::vector<float> qf(std::size_t(Gmax) * 2 * qb, 0.0f);
+    for (int g = 0; g < Gmax; ++g) {
+      std::vector<float> v(d);
+      for (std::size_t j = 0; j < d; ++j)
+        v[j] = g == 0 ? (j % 3 ? 1.0f : -1.0f) : float(rng.gaussian()); // head 0: every +-127
+      q[std::size_t(g)] = ref::HybridLowRank::query8(v);
+      for (std::size_t j = 0; j < d; ++j)
+        qf[std::size_t(g) * 2 * qb + j] = float(q[std::size_t(g)].x[j]);
+    }
+    for_each_target([&] {
+      for (int G : {1, 2, 3, 4}) {
+        std::vector<float> acc(std::size_t(G) * n, -1.0f);
+        hybrid_quant_scan(packed.data(), d, n, qf.data(), G, acc.data());
+        // The second half of the tokens as a chunk of the same scan.
+        const std::size_t a = n / 2;
+        std::vector<float> chunk(std::size_t(G) * n, -1.0f);
+        hybrid_quant_scan(packed.data() + a * qb, d, n - a, qf.data(), G, chunk.data() + a, n);
+        for (int g = 0; g < G; ++g)
+          for (std::size_t i = 0; i < n; ++i) {
+            std::int64_t dot = 0; // sum_j y_j x_j, the integer of dot8
+            for (std::size_t j = 0; j < d; ++j)
+              dot += std::int64_t(q[std::size_t(g)].x[j]) * std::int64_t(want[i].x[j]);
+            ASSERT_EQ(acc[std::size_t(g) * n + i], float(dot))
+                << "G=" << G << " g=" << g << " i=" << i;
+            if (i >= a) {
+              ASSERT_EQ(chunk[std::size_t(g) * n + i], float(dot)) << "chunk i=" << i;
+            }
+          }
+      }
+    });
+  }
+}
+
+} // namespace
+} // namespace pig::runtime::lsh

@@ -90,6 +90,7 @@ private:
   // (hybrid_qcodes_) and, with rank=hamming, every indexed token's H for the G heads from one scan
   // of the packed sketches (hybrid_H_): the sketches stream once per group, not once per head.
   void HybridRankGroups(size_t layer, size_t n_idx, const float *q, ThreadPool &pool);
+  bool Quant() const { return spec_.hybrid.rank == ref::HybridRank::quant; }
   // The Hamming ranker's columns: hybrid.bits, or all K L.
   int RankerBits() const { return spec_.hybrid.bits > 0 ? spec_.hybrid.bits : spec_.K * spec_.L; }
   template <typename E>
@@ -117,11 +118,18 @@ private:
     std::vector<std::uint64_t> sketch; ///< rank=hamming: packed (hybrid_rank.h), per position
     std::vector<double> norms;
     std::vector<double> log_vnorms; ///< log |v| per position, with hybrid.value_norm only
+    /// rank=quant: the centred keys in int4 (hybrid_quant_pack), hybrid_quant_bytes(d) per
+    /// position, and their scales.
+    std::vector<std::uint8_t> qkeys;
+    std::vector<float> kscale;
     size_t end = 0;
   };
   std::vector<HybridIndex> hybrid_;
   std::vector<std::vector<std::uint16_t>> hybrid_qcodes_, hybrid_H_; // per kv-head, this step
   std::vector<std::vector<std::uint64_t>> hybrid_qsketch_;           // per kv-head, this step
+  // rank=quant, per kv-head and this step: the G queries in int8 (as floats, 2 hybrid_quant_bytes
+  // each), their scales, and every indexed token's integer dot product with each (G x n).
+  std::vector<std::vector<float>> hybrid_q8_, hybrid_qscale_, hybrid_acc_;
   std::unique_ptr<lsh::SimHash> simhash_; // lsh-hybrid: W of (K, L, seed)
   std::vector<std::unique_ptr<Scratch>> scratch_;
   std::vector<HeadCount> head_count_;

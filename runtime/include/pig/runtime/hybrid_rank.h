@@ -34,4 +34,25 @@ void hybrid_hamming_scan(const std::uint64_t *sketches, std::size_t words, std::
 void hybrid_hamming_scores(const std::uint16_t *H, const double *norms, const double *log_vnorms,
                            std::size_t n, const double *cos_of, double sq, double *z);
 
+// rank=quant (docs/HYBRID.md): every token's centred key rounded to int4 with one scale
+// (ref::HybridLowRank::round_key), the query to int8 (ref::HybridLowRank::query8); the ranker
+// reads d / 2 + 4 bytes per token instead of the sketch's K L / 8.
+
+/// Bytes of one packed int4 key of dimension d: ceil(d / 2). Byte j holds component j in its low
+/// nibble and component j + ceil(d / 2) (when < d) in its high one, each as x + 8 in [1, 15]
+/// (a missing component: 8, that is 0).
+std::size_t hybrid_quant_bytes(std::size_t d);
+
+/// Rounds the centred key c (d floats) as ref::HybridLowRank::round_key(c, 4) and packs it:
+/// returns its scale (0 for a zero key, NaN when a component is not finite, the codes then 0).
+float hybrid_quant_pack(const float *c, std::size_t d, std::uint8_t *out);
+
+/// acc[g * stride + i] = sum_j q_g[j] x_ij, the integer dot product of head g's int8 query and
+/// token i's int4 key, for tokens i in [0, n) and heads g in [0, G): qf holds each head's query
+/// as floats (integers in [-127, 127]), 2 hybrid_quant_bytes(d) of them per head, zero past d.
+/// Every partial sum is an integer below 2^24 in magnitude for d <= 8192, so the f32 sums are
+/// exact in any order: the same integers as ref::HybridLowRank::dot8's. stride 0: n.
+void hybrid_quant_scan(const std::uint8_t *keys, std::size_t d, std::size_t n, const float *qf,
+                       int G, float *acc, std::size_t stride = 0);
+
 } // namespace pig::runtime::lsh
