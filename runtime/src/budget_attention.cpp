@@ -529,7 +529,7 @@ void BudgetAttention::HybridTruncate(size_t layer, size_t pos) {
     if (!h.norms.empty())
       h.norms.resize(pos - spec_.sink);
     if (!h.kscale.empty()) {
-      h.qkeys.resize((pos - spec_.sink) * lsh::hybrid_quant_bytes(shape().head_dim));
+      h.qkeys.resize(lsh::hybrid_quant_size(pos - spec_.sink, shape().head_dim));
       h.kscale.resize(pos - spec_.sink);
     }
     if (!h.log_vnorms.empty())
@@ -581,9 +581,8 @@ void BudgetAttention::HybridFold(size_t layer, size_t end) {
       lsh::hybrid_pack(codes.data(), end - from, spec_.K, spec_.L, RankerBits(),
                        h.sketch.data() + (from - b) * words);
     }
-    const size_t qb = lsh::hybrid_quant_bytes(d);
     if (Quant()) {
-      h.qkeys.resize((end - b) * qb);
+      h.qkeys.resize(lsh::hybrid_quant_size(end - b, d));
       h.kscale.resize(end - b);
     }
     std::vector<float> centred(d);
@@ -596,7 +595,7 @@ void BudgetAttention::HybridFold(size_t layer, size_t end) {
         n2 += double(c) * double(c);
       }
       if (Quant()) // ref::HybridLowRank::round_key(centred, 4), packed
-        h.kscale[t - b] = lsh::hybrid_quant_pack(centred.data(), d, h.qkeys.data() + (t - b) * qb);
+        h.kscale[t - b] = lsh::hybrid_quant_pack(centred.data(), d, t - b, h.qkeys.data());
       else
         h.norms[t - b] = std::sqrt(n2);
       if (spec_.hybrid.value_norm) { // log |v| as ref::hybrid_scores, once per token
@@ -642,14 +641,17 @@ void BudgetAttention::HybridRankGroups(size_t layer, size_t n_idx, const float *
     }
     if (n_idx == 0)
       return;
-    const size_t chunk = std::max<size_t>(1024, (n_idx * shape().n_kv_heads) / (4 * pool.size()));
+    // Chunks of whole blocks (the scan starts at a block's first token).
+    const size_t chunk = (std::max<size_t>(1024, (n_idx * shape().n_kv_heads) / (4 * pool.size())) +
+                          lsh::kQuantBlock - 1) /
+                         lsh::kQuantBlock * lsh::kQuantBlock;
     const size_t chunks = (n_idx + chunk - 1) / chunk;
     pool.ParallelFor(shape().n_kv_heads * chunks, [&](size_t item, size_t) {
       const size_t kvh = item / chunks, from = (item % chunks) * chunk;
       const size_t to = std::min(n_idx, from + chunk);
       const HybridIndex &h = hybrid_[layer * shape().n_kv_heads + kvh];
-      lsh::hybrid_quant_scan(h.qkeys.data() + from * qb, d, to - from, hybrid_q8_[kvh].data(),
-                             int(G), hybrid_acc_[kvh].data() + from, n_idx);
+      lsh::hybrid_quant_scan(h.qkeys.data() + lsh::hybrid_quant_size(from, d), d, to - from,
+                             hybrid_q8_[kvh].data(), int(G), hybrid_acc_[kvh].data() + from, n_idx);
     });
     return;
   }

@@ -63,39 +63,49 @@ void HammingScores(const std::uint16_t *H, const double *norms, const double *lo
   }
 }
 
-// One token's packed bytes are read once and multiplied with every head's query. The nibbles are
-// widened to i32 and converted to f32 (x + 8 in [1, 15]); the offset is taken out at the end as
-// 8 sum_j q_j. All values are integers, so every f32 sum is exact.
+// Per block of kQuantBlock tokens and per chunk of lanes: for each component pair, the lanes'
+// bytes widened to i32, split into the two nibbles, converted to f32 (x + 8 in [1, 15]) and
+// multiplied with each head's component (a broadcast); the offset 8 sum_j q_j is taken out at
+// the end. All values are integers below 2^24, so every f32 sum is exact.
 template <int G>
 void QuantScanG(const std::uint8_t *keys, std::size_t half, std::size_t n, const float *qf,
                 const float *offset, float *acc, std::size_t stride) {
-  const hn::ScalableTag<float> df;
+  const hn::CappedTag<float, kQuantBlock> df;
   const hn::RebindToSigned<decltype(df)> di;
   const hn::Rebind<std::uint8_t, decltype(df)> d8;
-  const std::size_t N = hn::Lanes(df), full = half - half % N;
-  const auto low = hn::Set(d8, std::uint8_t{15});
-  for (std::size_t i = 0; i < n; ++i) {
-    const std::uint8_t *row = keys + i * half;
-    hn::Vec<decltype(df)> sum[G];
-    for (int g = 0; g < G; ++g)
-      sum[g] = hn::Zero(df);
-    std::size_t j = 0;
-    for (; j < full; j += N) {
-      const auto b = hn::LoadU(d8, row + j);
-      const auto lo = hn::ConvertTo(df, hn::BitCast(di, hn::PromoteTo(di, hn::And(b, low))));
-      const auto hi = hn::ConvertTo(df, hn::BitCast(di, hn::PromoteTo(di, hn::ShiftRight<4>(b))));
-      for (int g = 0; g < G; ++g) {
-        const float *q = qf + std::size_t(g) * 2 * half;
-        sum[g] = hn::MulAdd(lo, hn::LoadU(df, q + j), sum[g]);
-        sum[g] = hn::MulAdd(hi, hn::LoadU(df, q + half + j), sum[g]);
+  const std::size_t N = hn::Lanes(df);
+  const auto low = hn::Set(di, 15);
+  HWY_ALIGN float tmp[kQuantBlock];
+  for (std::size_t blk = 0; blk * kQuantBlock < n; ++blk) {
+    const std::uint8_t *b = keys + blk * kQuantBlock * half;
+    for (std::size_t l0 = 0; l0 < kQuantBlock; l0 += N) {
+      hn::Vec<decltype(df)> sum[G];
+      for (int g = 0; g < G; ++g)
+        sum[g] = hn::Zero(df);
+      for (std::size_t p = 0; p < half; ++p) {
+        const auto w = hn::PromoteTo(di, hn::LoadU(d8, b + p * kQuantBlock + l0));
+        const auto lo = hn::ConvertTo(df, hn::And(w, low));
+        const auto hi = hn::ConvertTo(df, hn::ShiftRight<4>(w));
+        for (int g = 0; g < G; ++g) {
+          const float *q = qf + std::size_t(g) * 2 * half + 2 * p;
+          sum[g] = hn::MulAdd(lo, hn::Set(df, q[0]), sum[g]);
+          sum[g] = hn::MulAdd(hi, hn::Set(df, q[1]), sum[g]);
+        }
       }
-    }
-    for (int g = 0; g < G; ++g) {
-      const float *q = qf + std::size_t(g) * 2 * half;
-      float x = hn::GetLane(hn::SumOfLanes(df, sum[g]));
-      for (std::size_t t = j; t < half; ++t)
-        x += float(row[t] & 15) * q[t] + float(row[t] >> 4) * q[half + t];
-      acc[std::size_t(g) * stride + i] = x - offset[g];
+      const std::size_t t0 = blk * kQuantBlock + l0;
+      if (t0 >= n)
+        break;
+      const std::size_t valid = std::min(N, n - t0);
+      for (int g = 0; g < G; ++g) {
+        const auto r = hn::Sub(sum[g], hn::Set(df, offset[g]));
+        float *out = acc + std::size_t(g) * stride + t0;
+        if (valid == N) {
+          hn::StoreU(r, df, out);
+        } else {
+          hn::Store(r, df, tmp);
+          std::copy(tmp, tmp + valid, out);
+        }
+      }
     }
   }
 }
@@ -162,18 +172,19 @@ void hybrid_hamming_scores(const std::uint16_t *H, const double *norms, const do
 
 std::size_t hybrid_quant_bytes(std::size_t d) { return (d + 1) / 2; }
 
-float hybrid_quant_pack(const float *c, std::size_t d, std::uint8_t *out) {
+std::size_t hybrid_quant_size(std::size_t n, std::size_t d) {
+  return (n + kQuantBlock - 1) / kQuantBlock * kQuantBlock * hybrid_quant_bytes(d);
+}
+
+float hybrid_quant_pack(const float *c, std::size_t d, std::size_t token, std::uint8_t *keys) {
   const std::size_t half = hybrid_quant_bytes(d);
-  std::fill(out, out + half, std::uint8_t{8 | 8 << 4});
+  std::uint8_t *b = keys + token / kQuantBlock * kQuantBlock * half + token % kQuantBlock;
   const ref::HybridLowRank::Key k = ref::HybridLowRank::round_key(std::vector<float>(c, c + d), 4);
-  if (!(k.scale > 0)) // zero (codes 0) or NaN (codes 0, score NaN)
-    return k.scale;
-  for (std::size_t j = 0; j < d; ++j) {
-    const std::uint8_t x = std::uint8_t(k.x[j] + 8);
-    if (j < half)
-      out[j] = std::uint8_t((out[j] & 0xF0) | x);
-    else
-      out[j - half] = std::uint8_t((out[j - half] & 0x0F) | x << 4);
+  const bool codes = k.scale > 0; // zero (codes 0) or NaN (codes 0, score NaN): all 8
+  for (std::size_t p = 0; p < half; ++p) {
+    const int lo = codes ? k.x[2 * p] : 0;
+    const int hi = codes && 2 * p + 1 < d ? k.x[2 * p + 1] : 0;
+    b[p * kQuantBlock] = std::uint8_t((lo + 8) | (hi + 8) << 4);
   }
   return k.scale;
 }

@@ -607,13 +607,14 @@ TEST(BudgetAttention, HybridStats) {
   EXPECT_EQ(st.index_bytes_read, 8 * 88.0 * (24 * 8 / 2 + 8));
   EXPECT_NE(st.kernels.find("lsh-hybrid"), std::string::npos);
   EXPECT_GE(h->MemoryBytes(), h->cache().MemoryBytes() + st.index_bytes);
-  // rank=quant: d / 2 bytes of int4 key and a float scale per token, no norm.
+  // rank=quant: d / 2 bytes of int4 key (in whole blocks of 16 tokens: 96 for 88) and a float
+  // scale per token, no norm.
   AttentionSpec qs = Spec("lsh-hybrid", DType::bf16, 0.1);
   qs.hybrid = ref::HybridConfig::parse("rank=quant");
   auto quant = MakeBudgetAttention(qs, s);
   Decode(*quant, x, n, pool);
   const AttentionStats qst = quant->stats();
-  EXPECT_EQ(qst.index_bytes, 2u * 2 * 88 * (16 / 2 + 4));
+  EXPECT_EQ(qst.index_bytes, 2u * 2 * (96 * 16 / 2 + 88 * 4));
   EXPECT_EQ(qst.index_bytes_read, 8 * 88.0 * (16 / 2 + 4) / 2);
   EXPECT_NE(qst.kernels.find("int4-key scan"), std::string::npos) << qst.kernels;
 }

@@ -141,11 +141,12 @@ TEST(HybridRank, QuantScanGivesTheReferencesIntegers) {
       keys[1][j] = 0.0f;                 // zero key
     }
     keys[2][d / 2] = std::numeric_limits<float>::infinity();
-    std::vector<std::uint8_t> packed(n * qb);
+    std::vector<std::uint8_t> packed(hybrid_quant_size(n, d));
+    ASSERT_EQ(packed.size(), 160 * qb); // whole blocks of 16
     std::vector<ref::HybridLowRank::Key> want(n);
     for (std::size_t i = 0; i < n; ++i) {
       want[i] = ref::HybridLowRank::round_key(keys[i], 4);
-      const float s = hybrid_quant_pack(keys[i].data(), d, packed.data() + i * qb);
+      const float s = hybrid_quant_pack(keys[i].data(), d, i, packed.data());
       if (std::isnan(want[i].scale))
         EXPECT_TRUE(std::isnan(s));
       else
@@ -168,9 +169,10 @@ TEST(HybridRank, QuantScanGivesTheReferencesIntegers) {
         std::vector<float> acc(std::size_t(G) * n, -1.0f);
         hybrid_quant_scan(packed.data(), d, n, qf.data(), G, acc.data());
         // The second half of the tokens as a chunk of the same scan.
-        const std::size_t a = n / 2;
+        const std::size_t a = 4 * kQuantBlock; // a block's first token
         std::vector<float> chunk(std::size_t(G) * n, -1.0f);
-        hybrid_quant_scan(packed.data() + a * qb, d, n - a, qf.data(), G, chunk.data() + a, n);
+        hybrid_quant_scan(packed.data() + hybrid_quant_size(a, d), d, n - a, qf.data(), G,
+                          chunk.data() + a, n);
         for (int g = 0; g < G; ++g)
           for (std::size_t i = 0; i < n; ++i) {
             std::int64_t dot = 0; // sum_j y_j x_j, the integer of dot8

@@ -37,21 +37,31 @@ void hybrid_hamming_scores(const std::uint16_t *H, const double *norms, const do
 // rank=quant (docs/HYBRID.md): every token's centred key rounded to int4 with one scale
 // (ref::HybridLowRank::round_key), the query to int8 (ref::HybridLowRank::query8); the ranker
 // reads d / 2 + 4 bytes per token instead of the sketch's K L / 8.
+//
+// The keys are stored in blocks of kQuantBlock tokens, component-pair-major inside a block: byte
+// p * kQuantBlock + lane of block b holds token b kQuantBlock + lane's components 2p (low nibble)
+// and 2p + 1 (high nibble), each as x + 8 in [1, 15] (a component past d: 8, that is 0). A
+// vector of lanes then holds one component of several tokens, and the scan needs no horizontal
+// sums.
+constexpr std::size_t kQuantBlock = 16;
 
-/// Bytes of one packed int4 key of dimension d: ceil(d / 2). Byte j holds component j in its low
-/// nibble and component j + ceil(d / 2) (when < d) in its high one, each as x + 8 in [1, 15]
-/// (a missing component: 8, that is 0).
+/// Bytes per token of a packed int4 key of dimension d: ceil(d / 2).
 std::size_t hybrid_quant_bytes(std::size_t d);
+/// Bytes that n packed tokens occupy: whole blocks, ceil(n / kQuantBlock) kQuantBlock
+/// hybrid_quant_bytes(d).
+std::size_t hybrid_quant_size(std::size_t n, std::size_t d);
 
-/// Rounds the centred key c (d floats) as ref::HybridLowRank::round_key(c, 4) and packs it:
-/// returns its scale (0 for a zero key, NaN when a component is not finite, the codes then 0).
-float hybrid_quant_pack(const float *c, std::size_t d, std::uint8_t *out);
+/// Rounds the centred key c (d floats) as ref::HybridLowRank::round_key(c, 4) and writes it as
+/// token `token` of the blocked array `keys` (hybrid_quant_size(token + 1, d) bytes at least).
+/// Returns its scale: 0 for a zero key, NaN when a component is not finite (its codes are then 0).
+float hybrid_quant_pack(const float *c, std::size_t d, std::size_t token, std::uint8_t *keys);
 
 /// acc[g * stride + i] = sum_j q_g[j] x_ij, the integer dot product of head g's int8 query and
-/// token i's int4 key, for tokens i in [0, n) and heads g in [0, G): qf holds each head's query
-/// as floats (integers in [-127, 127]), 2 hybrid_quant_bytes(d) of them per head, zero past d.
-/// Every partial sum is an integer below 2^24 in magnitude for d <= 8192, so the f32 sums are
-/// exact in any order: the same integers as ref::HybridLowRank::dot8's. stride 0: n.
+/// token i's int4 key, for tokens i in [0, n) of `keys` (the array's first token is a block's
+/// first) and heads g in [0, G): qf holds each head's query as floats (integers in [-127, 127]),
+/// 2 hybrid_quant_bytes(d) of them per head, zero past d. Every partial sum is an integer below
+/// 2^24 in magnitude for d <= 8192, so the f32 sums are exact in any order: the same integers as
+/// ref::HybridLowRank::dot8's. stride 0: n.
 void hybrid_quant_scan(const std::uint8_t *keys, std::size_t d, std::size_t n, const float *qf,
                        int G, float *acc, std::size_t stride = 0);
 
