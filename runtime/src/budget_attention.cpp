@@ -726,14 +726,9 @@ void BudgetAttention::HybridHead(size_t layer, size_t head, size_t pos, const fl
   const std::uint16_t *H = hamming ? hybrid_H_[kvh].data() + g * n_idx : nullptr;
   if (Quant()) {
     // ref::hybrid_scores for rank=quant: scale * dot8, dot8 = (s_q s_k) * the integer sum.
-    const double sq8 = double(hybrid_qscale_[kvh][g]);
-    const float *acc = hybrid_acc_[kvh].data() + g * n_idx;
-    for (size_t i = 0; i < n_idx; ++i) {
-      double x = scale * (sq8 * double(h.kscale[i]) * double(acc[i]));
-      if (cfg.value_norm)
-        x += h.log_vnorms[i];
-      s.z[i] = std::isnan(x) ? -kInf : x;
-    }
+    lsh::hybrid_quant_scores(hybrid_acc_[kvh].data() + g * n_idx, h.kscale.data(),
+                             cfg.value_norm ? h.log_vnorms.data() : nullptr, n_idx,
+                             double(hybrid_qscale_[kvh][g]), scale, s.z.data());
   } else if (hamming && cand == 0) {
     lsh::hybrid_hamming_scores(H, h.norms.data(), cfg.value_norm ? h.log_vnorms.data() : nullptr,
                                n_idx, cos_of.data(), sq, s.z.data());

@@ -63,6 +63,32 @@ void HammingScores(const std::uint16_t *H, const double *norms, const double *lo
   }
 }
 
+// z[i] = scale ((sq kscale[i]) acc[i]) (+ log_vnorms[i]), NaN to -inf: ref::hybrid_scores's
+// sc * dot8 in its order.
+void QuantScores(const float *acc, const float *kscale, const double *log_vnorms, std::size_t n,
+                 double sq, double scale, double *z) {
+  const hn::ScalableTag<double> dd;
+  const hn::Rebind<float, decltype(dd)> df;
+  const std::size_t N = hn::Lanes(dd);
+  const auto vsq = hn::Set(dd, sq), vscale = hn::Set(dd, scale);
+  const auto ninf = hn::Set(dd, -std::numeric_limits<double>::infinity());
+  std::size_t i = 0;
+  for (; i + N <= n; i += N) {
+    const auto k = hn::PromoteTo(dd, hn::LoadU(df, kscale + i));
+    const auto a = hn::PromoteTo(dd, hn::LoadU(df, acc + i));
+    auto x = hn::Mul(vscale, hn::Mul(hn::Mul(vsq, k), a));
+    if (log_vnorms)
+      x = hn::Add(x, hn::LoadU(dd, log_vnorms + i));
+    hn::StoreU(hn::IfThenElse(hn::IsNaN(x), ninf, x), dd, z + i);
+  }
+  for (; i < n; ++i) {
+    double x = scale * (sq * double(kscale[i]) * double(acc[i]));
+    if (log_vnorms)
+      x += log_vnorms[i];
+    z[i] = std::isnan(x) ? -std::numeric_limits<double>::infinity() : x;
+  }
+}
+
 // Per block of kQuantBlock tokens and per chunk of lanes: for each component pair, the lanes'
 // bytes widened to i32, split into the two nibbles, converted to f32 (x + 8 in [1, 15]) and
 // multiplied with each head's component (a broadcast); the offset 8 sum_j q_j is taken out at
@@ -134,6 +160,7 @@ namespace pig::runtime::lsh {
 HWY_EXPORT(HammingScan);
 HWY_EXPORT(HammingScores);
 HWY_EXPORT(QuantScan);
+HWY_EXPORT(QuantScores);
 
 std::size_t hybrid_sketch_words(int bits) {
   const std::size_t w = (std::size_t(bits) + 63) / 64;
@@ -187,6 +214,11 @@ float hybrid_quant_pack(const float *c, std::size_t d, std::size_t token, std::u
     b[p * kQuantBlock] = std::uint8_t((lo + 8) | (hi + 8) << 4);
   }
   return k.scale;
+}
+
+void hybrid_quant_scores(const float *acc, const float *kscale, const double *log_vnorms,
+                         std::size_t n, double sq, double scale, double *z) {
+  HWY_DYNAMIC_DISPATCH(QuantScores)(acc, kscale, log_vnorms, n, sq, scale, z);
 }
 
 void hybrid_quant_scan(const std::uint8_t *keys, std::size_t d, std::size_t n, const float *qf,

@@ -189,5 +189,40 @@ TEST(HybridRank, QuantScanGivesTheReferencesIntegers) {
   }
 }
 
+// rank=quant's scores: ref::hybrid_scores's sc * dot8 = scale ((s_q s_k) acc) (+ log |v|), NaN
+// (a non-finite key's scale) to -inf, the same doubles on every target; lengths that leave a
+// remainder, and 0.
+TEST(HybridRank, QuantScoresAreTheReferencesDoubles) {
+  ref::Rng rng(8);
+  const std::size_t n = 203;
+  std::vector<float> acc(n), ks(n);
+  std::vector<double> logv(n);
+  for (std::size_t i = 0; i < n; ++i) {
+    acc[i] = float(std::int64_t(rng.below(200000)) - 100000);
+    ks[i] = float(rng.uniform());
+    logv[i] = rng.gaussian();
+  }
+  ks[3] = std::numeric_limits<float>::quiet_NaN();
+  ks[4] = 0.0f;
+  const double sq = double(0.0123f), scale = 0.1; // s_q is a float's value
+  for_each_target([&] {
+    for (bool vnorm : {false, true})
+      for (std::size_t len : {n, std::size_t{7}, std::size_t{0}}) {
+        std::vector<double> z(len + 1, 12345.0);
+        hybrid_quant_scores(acc.data(), ks.data(), vnorm ? logv.data() : nullptr, len, sq, scale,
+                            z.data());
+        for (std::size_t i = 0; i < len; ++i) {
+          double want = scale * (sq * double(ks[i]) * double(acc[i])); // sc * dot8's order
+          if (vnorm)
+            want += logv[i];
+          if (std::isnan(want))
+            want = -std::numeric_limits<double>::infinity();
+          ASSERT_EQ(z[i], want) << "token " << i << " vnorm " << vnorm;
+        }
+        EXPECT_EQ(z[len], 12345.0); // nothing written past n
+      }
+  });
+}
+
 } // namespace
 } // namespace pig::runtime::lsh

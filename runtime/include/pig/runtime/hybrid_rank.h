@@ -65,4 +65,11 @@ float hybrid_quant_pack(const float *c, std::size_t d, std::size_t token, std::u
 void hybrid_quant_scan(const std::uint8_t *keys, std::size_t d, std::size_t n, const float *qf,
                        int G, float *acc, std::size_t stride = 0);
 
+/// rank=quant's scores: z[i] = scale ((sq kscale[i]) acc[i]) (+ log_vnorms[i] when given), NaN
+/// mapped to -inf, for i in [0, n): ref::hybrid_scores's doubles given sq = the query's int8
+/// scale, the keys' scales and hybrid_quant_scan's integers (the same operations in the same
+/// order).
+void hybrid_quant_scores(const float *acc, const float *kscale, const double *log_vnorms,
+                         std::size_t n, double sq, double scale, double *z);
+
 } // namespace pig::runtime::lsh
