@@ -37,6 +37,14 @@ TEST(HybridTune, GridIsEveryCombinationHeadOutermost) {
   EXPECT_THROW(hybrid_grid({0.1}, {0.0}, {0}, {0}), std::invalid_argument); // floor in (0, 1]
   EXPECT_THROW(hybrid_grid({1.5}, {0.1}, {0}, {0}), std::invalid_argument);
   EXPECT_THROW(hybrid_grid({0.1}, {0.1}, {-1}, {0}), std::invalid_argument);
+  // Rankers outermost; bits are the Hamming ranker's only.
+  const auto r = hybrid_grid({0.1, 0.5}, {0.05}, {0, 512}, {0},
+                             {pig::ref::HybridRank::hamming, pig::ref::HybridRank::quant});
+  ASSERT_EQ(r.size(), 4u + 2u);
+  EXPECT_EQ(r[3].spec(), "head=0.5:floor=0.05:rank=hamming:bits=512");
+  EXPECT_EQ(r[4].spec(), "head=0.1:floor=0.05:rank=quant");
+  EXPECT_EQ(r[5].spec(), "head=0.5:floor=0.05:rank=quant");
+  EXPECT_THROW(hybrid_grid({0.1}, {0.1}, {0}, {0}, {}), std::invalid_argument);
 }
 
 TEST(HybridTune, ChoosesTheLowestErrorThatKeepsToTheBudget) {

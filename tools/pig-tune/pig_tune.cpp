@@ -235,6 +235,10 @@ int main(int argc, char **argv) {
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll)
       ->check(pig::app::Integer(0, 1u << 20))
       ->capture_default_str();
+  hyb->add_option("--rank", ho.ranks, "rankers: hamming, collisions, quant (docs/HYBRID.md)")
+      ->delimiter(',')
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll)
+      ->capture_default_str();
   hyb->add_option("--out", ho.out, "hybrid point written")->capture_default_str();
 
   // A bad command line exits 2 naming the flag, as the project's other tools do (--help: 0).

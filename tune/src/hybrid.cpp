@@ -31,22 +31,26 @@ std::optional<std::size_t> select_hybrid(const std::vector<HybridMeasure> &measu
 std::vector<ref::HybridConfig> hybrid_grid(const std::vector<double> &heads,
                                            const std::vector<double> &floors,
                                            const std::vector<int> &bits,
-                                           const std::vector<double> &epsilons) {
-  if (heads.empty() || floors.empty() || bits.empty() || epsilons.empty())
+                                           const std::vector<double> &epsilons,
+                                           const std::vector<ref::HybridRank> &ranks) {
+  if (heads.empty() || floors.empty() || bits.empty() || epsilons.empty() || ranks.empty())
     throw std::invalid_argument("lsh-hybrid grid: every list needs at least one value");
   std::vector<ref::HybridConfig> grid;
-  for (double h : heads)
-    for (double f : floors)
-      for (int b : bits)
-        for (double e : epsilons) {
-          ref::HybridConfig c;
-          c.head_share = h;
-          c.floor = f;
-          c.bits = b;
-          c.epsilon = e;
-          c.validate();
-          grid.push_back(c);
-        }
+  const std::vector<int> all_columns{0};
+  for (ref::HybridRank r : ranks)
+    for (double h : heads)
+      for (double f : floors)
+        for (int b : r == ref::HybridRank::hamming ? bits : all_columns)
+          for (double e : epsilons) {
+            ref::HybridConfig c;
+            c.rank = r;
+            c.head_share = h;
+            c.floor = f;
+            c.bits = b;
+            c.epsilon = e;
+            c.validate();
+            grid.push_back(c);
+          }
   return grid;
 }
 

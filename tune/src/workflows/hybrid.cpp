@@ -51,11 +51,30 @@ std::vector<ref::HybridConfig> Grid(const HybridTuneOptions &o, int columns) {
   }
   for (double e : o.epsilons)
     check("--eps", [e](ref::HybridConfig &c) { c.epsilon = e; });
-  return hybrid_grid(o.heads, o.floors, o.bits, o.epsilons);
+  // The rankers the runtime serves, so that the point chosen can be decoded with.
+  std::vector<ref::HybridRank> ranks;
+  for (const std::string &r : o.ranks) {
+    if (r == "hamming")
+      ranks.push_back(ref::HybridRank::hamming);
+    else if (r == "collisions")
+      ranks.push_back(ref::HybridRank::collisions);
+    else if (r == "quant")
+      ranks.push_back(ref::HybridRank::quant);
+    else
+      throw UsageError("--rank", "expects rankers of hamming, collisions, quant (the runtime's), "
+                                 "got '" +
+                                     r + "'");
+  }
+  return hybrid_grid(o.heads, o.floors, o.bits, o.epsilons, ranks);
 }
 
-// The ranker's bytes per token and kv-head: the packed sketch (whole u64 words).
-std::size_t RankerBytes(const ref::HybridConfig &c, int columns) {
+// The ranker's bytes per token and kv-head: the packed sketch (whole u64 words), the codes
+// (collisions), or the int4 key and its scale (quant).
+std::size_t RankerBytes(const ref::HybridConfig &c, int columns, int L, std::size_t d) {
+  if (c.rank == ref::HybridRank::quant)
+    return (d + 1) / 2 + 4;
+  if (c.rank == ref::HybridRank::collisions)
+    return std::size_t(L) * 2;
   const int bits = c.bits > 0 ? c.bits : columns;
   return std::size_t((bits + 63) / 64) * 8;
 }
@@ -233,7 +252,7 @@ int RunHybrid(const CommonOptions &common, const HybridTuneOptions &o) {
     const HybridMeasure &m = measures[v];
     const bool chosen = best && *best == v;
     std::printf("| %s%s%s | %zu | %.4f | %.4f |", chosen ? "**" : "", m.config.spec().c_str(),
-                chosen ? "**" : "", RankerBytes(m.config, columns), m.error, m.p90);
+                chosen ? "**" : "", RankerBytes(m.config, columns, o.lsh.L, d), m.error, m.p90);
     for (double e : m.context_error)
       std::printf(" %.4f |", e);
     const bool over = !keeps_budget(m, budget_cost2);

@@ -50,13 +50,15 @@ bool keeps_budget(const HybridMeasure &m, double budget_cost2);
 std::optional<std::size_t> select_hybrid(const std::vector<HybridMeasure> &measures,
                                          double budget_cost2);
 
-/// The grid: every combination of the lists (head shares, floors, ranker bits, epsilons), in
-/// that nesting order (head outermost); each validated (ref::HybridConfig::validate). Throws
-/// std::invalid_argument naming the first value out of range, or when a list is empty.
-std::vector<ref::HybridConfig> hybrid_grid(const std::vector<double> &heads,
-                                           const std::vector<double> &floors,
-                                           const std::vector<int> &bits,
-                                           const std::vector<double> &epsilons);
+/// The grid: for each ranker, every combination of the lists (head shares, floors, ranker bits,
+/// epsilons), in that nesting order (ranker, then head outermost); bits apply to rank=hamming
+/// only (the other rankers take one bits = 0 instead of the list). Each validated
+/// (ref::HybridConfig::validate). Throws std::invalid_argument naming the first value out of
+/// range, or when a list is empty.
+std::vector<ref::HybridConfig>
+hybrid_grid(const std::vector<double> &heads, const std::vector<double> &floors,
+            const std::vector<int> &bits, const std::vector<double> &epsilons,
+            const std::vector<ref::HybridRank> &ranks = {ref::HybridRank::hamming});
 
 struct HybridPoint {
   int schema = kHybridPointSchema;

@@ -115,7 +115,8 @@ struct HybridTuneOptions {
   spec::LshParams lsh{10, 150, 2}; ///< the index every configuration ranks with
   double budget = 0;               ///< cost2 of every sample (0: MagicPIG's measured cost)
   std::vector<double> heads{0.1, 0.25, 0.5, 0.75}, floors{0.05, 0.1, 0.2};
-  std::vector<int> bits{0}; ///< ranker bits (0: all K L)
+  std::vector<int> bits{0};                  ///< ranker bits (0: all K L), rank=hamming's
+  std::vector<std::string> ranks{"hamming"}; ///< hamming, collisions, quant (the runtime's)
   std::vector<double> epsilons{0};
   std::string out = "pig-tune-hybrid.json"; ///< the hybrid point written
 };
