@@ -212,6 +212,29 @@ LogicalResult HybridSelectOp::verify() {
   return success();
 }
 
+LogicalResult QuantSelectOp::verify() {
+  if (failed(checkOperand(*this, "query", getQuery(), 2, Role::Query)) ||
+      failed(checkOperand(*this, "centered keys", getCentered(), 2, Role::KeysOrValues)) ||
+      failed(checkSingleRow(*this, getQuery())))
+    return failure();
+  int64_t dq = tensorType(getQuery()).getDimSize(1), dk = tensorType(getCentered()).getDimSize(1);
+  if (!compatible(dq, dk))
+    return emitOpError() << "head dims disagree: query " << dimString(dq) << ", centered keys "
+                         << dimString(dk);
+  // The ranges of pig::ref::HybridConfig::validate (NaN fails every comparison).
+  double budget = getBudget().convertToDouble(), head = getHead().convertToDouble(),
+         floor = getFloor().convertToDouble();
+  if (!(budget > 0 && budget <= 1))
+    return emitOpError() << "budget must be in (0, 1], got " << budget;
+  if (!(head >= 0 && head <= 1))
+    return emitOpError() << "head share must be in [0, 1], got " << head;
+  if (!(floor > 0 && floor <= 1))
+    return emitOpError() << "floor must be in (0, 1], got " << floor;
+  if (getKbits() != 4 && getKbits() != 8)
+    return emitOpError() << "kbits must be 4 or 8, got " << getKbits();
+  return success();
+}
+
 LogicalResult CollisionProbOp::verify() {
   if (failed(checkOperand(*this, "query", getQuery(), 2, Role::Query)) ||
       failed(checkOperand(*this, "keys", getKeys(), 2, Role::KeysOrValues)) ||

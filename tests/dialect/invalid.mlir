@@ -633,3 +633,39 @@ func.func @hybrid_bits_above_kl(%qc: !pig.codes<1x150x10>, %kc: !pig.codes<?x150
   %ids, %pi = pig.hybrid_select %qc[0], %kc, %n {budget = 0.05 : f64, head = 0.25 : f64, floor = 0.1 : f64, rank = "hamming", bits = 1501 : i64, seed = 1 : i64} : (!pig.codes<1x150x10>, !pig.codes<?x150x10>, tensor<?xf32>) -> (tensor<?xi32>, tensor<?xf32>)
   return
 }
+
+//===----------------------------------------------------------------------===//
+// pig.quant_select
+//===----------------------------------------------------------------------===//
+
+// -----
+
+func.func @quant_kbits(%q: tensor<1x64xf32>, %c: tensor<?x64xf32>) {
+  // expected-error @+1 {{'pig.quant_select' op kbits must be 4 or 8, got 5}}
+  %ids, %pi = pig.quant_select %q, %c {budget = 0.05 : f64, head = 0.25 : f64, floor = 0.1 : f64, kbits = 5 : i64, seed = 1 : i64} : (tensor<1x64xf32>, tensor<?x64xf32>) -> (tensor<?xi32>, tensor<?xf32>)
+  return
+}
+
+// -----
+
+func.func @quant_dims(%q: tensor<1x64xf32>, %c: tensor<?x32xf32>) {
+  // expected-error @+1 {{'pig.quant_select' op head dims disagree: query 64, centered keys 32}}
+  %ids, %pi = pig.quant_select %q, %c {budget = 0.05 : f64, head = 0.25 : f64, floor = 0.1 : f64, kbits = 4 : i64, seed = 1 : i64} : (tensor<1x64xf32>, tensor<?x32xf32>) -> (tensor<?xi32>, tensor<?xf32>)
+  return
+}
+
+// -----
+
+func.func @quant_two_rows(%q: tensor<2x64xf32>, %c: tensor<?x64xf32>) {
+  // expected-error @+1 {{'pig.quant_select' op query must be one row (1 x d), got 'tensor<2x64xf32>'}}
+  %ids, %pi = pig.quant_select %q, %c {budget = 0.05 : f64, head = 0.25 : f64, floor = 0.1 : f64, kbits = 4 : i64, seed = 1 : i64} : (tensor<2x64xf32>, tensor<?x64xf32>) -> (tensor<?xi32>, tensor<?xf32>)
+  return
+}
+
+// -----
+
+func.func @quant_floor(%q: tensor<1x64xf32>, %c: tensor<?x64xf32>) {
+  // expected-error @+1 {{'pig.quant_select' op floor must be in (0, 1], got 0}}
+  %ids, %pi = pig.quant_select %q, %c {budget = 0.05 : f64, head = 0.25 : f64, floor = 0.0 : f64, kbits = 4 : i64, seed = 1 : i64} : (tensor<1x64xf32>, tensor<?x64xf32>) -> (tensor<?xi32>, tensor<?xf32>)
+  return
+}

@@ -68,6 +68,16 @@ func.func @hybrid_side(%qc: !pig.codes<2x150x10>, %kc: !pig.codes<?x150x10>, %no
   return %o, %lse : tensor<1x64xf32>, tensor<1xf32>
 }
 
+// CHECK-LABEL: func.func @quant_side
+// CHECK: %[[IDS:.*]], %[[PI:.*]] = pig.quant_select %{{.*}}, %{{.*}} {budget = 5.000000e-02 : f64, floor = 1.000000e-01 : f64, head = 2.500000e-01 : f64, kbits = 4 : i64, seed = 7 : i64} : (tensor<1x64xf32>, tensor<?x64xf32>) -> (tensor<?xi32>, tensor<?xf32>)
+// CHECK: pig.weighted_softmax %{{.*}}, %{{.*}}, %{{.*}}, %[[IDS]], %[[PI]]
+func.func @quant_side(%q: tensor<1x64xf32>, %c: tensor<?x64xf32>, %k: tensor<?x64xf32>,
+                      %v: tensor<?x64xf32>) -> (tensor<1x64xf32>, tensor<1xf32>) {
+  %ids, %pi = pig.quant_select %q, %c {budget = 0.05 : f64, head = 0.25 : f64, floor = 0.1 : f64, kbits = 4 : i64, seed = 7 : i64} : (tensor<1x64xf32>, tensor<?x64xf32>) -> (tensor<?xi32>, tensor<?xf32>)
+  %o, %lse = pig.weighted_softmax %q, %k, %v, %ids, %pi {static_tokens = #pig.static<sink = 4, local = 64>} : (tensor<1x64xf32>, tensor<?x64xf32>, tensor<?x64xf32>, tensor<?xi32>, tensor<?xf32>) -> (tensor<1x64xf32>, tensor<1xf32>)
+  return %o, %lse : tensor<1x64xf32>, tensor<1xf32>
+}
+
 // CHECK-LABEL: func.func @placement
 // CHECK: pig.encode %{{.*}} {lsh = #pig.lsh<k = 8, l = 75, t = 2, seed = 1>, pig.device = #pig.device<gpu>}
 // CHECK: pig.transfer %{{.*}} {from = #pig.device<gpu>, to = #pig.device<cpu>} : !pig.codes<1x75x8>

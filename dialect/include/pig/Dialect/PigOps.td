@@ -133,6 +133,29 @@ def Pig_HybridSelectOp : Pig_Op<"hybrid_select", [Pure]> {
   let hasVerifier = 1;
 }
 
+def Pig_QuantSelectOp : Pig_Op<"quant_select", [Pure]> {
+  let summary = "lsh-hybrid with rank=quant: rank by int4 keys, an exact head, a Horvitz-Thompson tail";
+  let description = [{
+    `pig.hybrid_select` with the ranker `rank=quant` (docs/HYBRID.md) instead of the codes: each
+    indexed token's estimated logit is `scale s_q s_i sum_j y_j x_ij`, with `x_i` the centred
+    key `centered[i]` rounded to `kbits` bits (4 or 8, one scale `s_i = max_j |k_ij| / (2^(kbits
+    - 1) - 1)`) and `y` the query rounded to int8 (`s_q = max_j |q_j| / 127`). The head, the
+    tail's inclusion probabilities and the seeded draw are `pig.hybrid_select`'s. Returns the
+    selected ids and their inclusion probabilities, which `pig.weighted_softmax` takes as `u`.
+
+    ```mlir
+    %ids, %pi = pig.quant_select %q, %centered
+        {budget = 0.05 : f64, head = 0.25 : f64, floor = 0.1 : f64, kbits = 4 : i64, seed = 7 : i64}
+        : (tensor<1x64xf32>, tensor<?x64xf32>) -> (tensor<?xi32>, tensor<?xf32>)
+    ```
+  }];
+  let arguments = (ins AnyRankedTensor:$query, AnyRankedTensor:$centered, F64Attr:$budget,
+                   F64Attr:$head, F64Attr:$floor, I64Attr:$kbits, I64Attr:$seed);
+  let results = (outs Pig_IdsTensor:$ids, Pig_F32Tensor:$prob);
+  let assemblyFormat = "$query `,` $centered attr-dict `:` functional-type(operands, results)";
+  let hasVerifier = 1;
+}
+
 def Pig_CollisionProbOp : Pig_Op<"collision_prob", [Pure]> {
   let summary = "probability u_i that token i is sampled";
   let description = [{
