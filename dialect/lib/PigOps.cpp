@@ -92,6 +92,21 @@ LogicalResult checkSingleRow(Operation *op, Value q) {
   return success();
 }
 
+// lsh-hybrid's selection ops: the ranges of pig::ref::HybridConfig::validate (NaN fails every
+// comparison).
+LogicalResult checkHybridRanges(Operation *op, const APFloat &budget_attr, const APFloat &head_attr,
+                                const APFloat &floor_attr) {
+  const double budget = budget_attr.convertToDouble(), head = head_attr.convertToDouble(),
+               floor = floor_attr.convertToDouble();
+  if (!(budget > 0 && budget <= 1))
+    return op->emitOpError() << "budget must be in (0, 1], got " << budget;
+  if (!(head >= 0 && head <= 1))
+    return op->emitOpError() << "head share must be in [0, 1], got " << head;
+  if (!(floor > 0 && floor <= 1))
+    return op->emitOpError() << "floor must be in (0, 1], got " << floor;
+  return success();
+}
+
 LogicalResult checkSampleSet(Operation *op, Value ids, Value prob) {
   RankedTensorType pt = tensorType(prob);
   if (pt.getRank() != 1 || !compatible(pt.getDimSize(0), tensorType(ids).getDimSize(0)))
@@ -190,15 +205,8 @@ LogicalResult HybridSelectOp::verify() {
   if (norms.getRank() != 1 || !compatible(norms.getDimSize(0), k.getRows()))
     return emitOpError() << "needs one norm per token: " << dimString(k.getRows())
                          << " tokens, norms " << getNorms().getType();
-  // The ranges of pig::ref::HybridConfig::validate (NaN fails every comparison).
-  double budget = getBudget().convertToDouble(), head = getHead().convertToDouble(),
-         floor = getFloor().convertToDouble();
-  if (!(budget > 0 && budget <= 1))
-    return emitOpError() << "budget must be in (0, 1], got " << budget;
-  if (!(head >= 0 && head <= 1))
-    return emitOpError() << "head share must be in [0, 1], got " << head;
-  if (!(floor > 0 && floor <= 1))
-    return emitOpError() << "floor must be in (0, 1], got " << floor;
+  if (failed(checkHybridRanges(*this, getBudget(), getHead(), getFloor())))
+    return failure();
   StringRef rank = getRank();
   if (rank != "hamming" && rank != "collisions")
     return emitOpError() << "rank must be \"hamming\" or \"collisions\", got \"" << rank << "\"";
@@ -221,15 +229,8 @@ LogicalResult QuantSelectOp::verify() {
   if (!compatible(dq, dk))
     return emitOpError() << "head dims disagree: query " << dimString(dq) << ", centered keys "
                          << dimString(dk);
-  // The ranges of pig::ref::HybridConfig::validate (NaN fails every comparison).
-  double budget = getBudget().convertToDouble(), head = getHead().convertToDouble(),
-         floor = getFloor().convertToDouble();
-  if (!(budget > 0 && budget <= 1))
-    return emitOpError() << "budget must be in (0, 1], got " << budget;
-  if (!(head >= 0 && head <= 1))
-    return emitOpError() << "head share must be in [0, 1], got " << head;
-  if (!(floor > 0 && floor <= 1))
-    return emitOpError() << "floor must be in (0, 1], got " << floor;
+  if (failed(checkHybridRanges(*this, getBudget(), getHead(), getFloor())))
+    return failure();
   if (getKbits() != 4 && getKbits() != 8)
     return emitOpError() << "kbits must be 4 or 8, got " << getKbits();
   return success();
