@@ -635,7 +635,7 @@ void BudgetAttention::HybridRankGroups(size_t layer, size_t n_idx, const float *
         const ref::HybridLowRank::Key k8 =
             ref::HybridLowRank::query8(std::span<const float>(qg, d));
         hybrid_qscale_[kvh][g] = k8.scale;
-        for (size_t j = 0; j < d; ++j) // component j: byte j's low nibble or byte j - qb's high
+        for (size_t j = 0; j < d; ++j) // component j at j (the scan reads 2p and 2p + 1)
           hybrid_q8_[kvh][g * 2 * qb + j] = float(k8.x[j]);
       }
     }

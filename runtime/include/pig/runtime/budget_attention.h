@@ -10,7 +10,11 @@
 //           rank the indexed tokens by an estimated logit (Hamming distance to the query's codes
 //           times the key norm); the best head_share * m are attended exactly, the rest drawn
 //           with Horvitz-Thompson weights 1/pi (seeded per layer, head and position as oracle's).
-//           The codes are computed by the LSH encode kernel once per token; the rest is scalar.
+//           The codes are computed by the LSH encode kernel once per token; the scan, the scores,
+//           the selection, the draw and the softmax are Highway kernels (hybrid_rank.h,
+//           hybrid_select.h), equal to the reference.
+//           With rank=quant the ranker is each centred key in int4 instead of its codes
+//           (hybrid_rank.h: hybrid_quant_scan), an integer dot product with the int8 query.
 //   quest   pages of spec.quest_page indexed tokens, each keeping the element-wise min and max of
 //           its keys (folded in as tokens leave the local window, never recomputed); the pages
 //           with the highest bound sum_j max(q_j min_j, q_j max_j) covering >= m tokens
