@@ -712,8 +712,11 @@ void BM_PairHybridScanSampled(benchmark::State &state, std::size_t n, std::size_
 // (hybrid_attend). B / A is lsh-hybrid's step in MagicPIG steps at equal cost2. The sketches are
 // random bits as in pair_hybrid_scan_sampled (the scores then rank at random, which costs the
 // selection what real ones do: every pass visits every token); the norms and rows are the
-// dataset's.
-void BM_PairHybridStepSampled(benchmark::State &state, std::size_t n, std::size_t d, int G) {
+// dataset's. quant: the ranker is rank=quant's instead (docs/HYBRID.md): the int4-key scan of
+// random packed keys (hybrid_quant_scan) and its scores (hybrid_quant_scores), the rest the same;
+// pair_hybrid_quant_step_sampled.
+void BM_PairHybridStepSampled(benchmark::State &state, std::size_t n, std::size_t d, int G,
+                              bool quant) {
   Dataset &ds = dataset(n, d, G, true);
   SampledCall sampled(ds, false);
   lsh::StepStats st;
@@ -738,6 +741,23 @@ void BM_PairHybridStepSampled(benchmark::State &state, std::size_t n, std::size_
   for (int h = 0; h <= bits; ++h)
     cos_of[std::size_t(h)] = pig::ref::hamming_cosine(h, bits);
   std::vector<std::uint16_t> H(std::size_t(G) * n);
+  // rank=quant: random int4 keys (nibbles 1..15) per copy, their scales, int8 queries.
+  std::vector<std::vector<std::uint8_t>> qkeys(quant ? ds.copies : 0);
+  std::vector<float> kscale(quant ? n : 0),
+      q8(quant ? std::size_t(G) * 2 * lsh::hybrid_quant_bytes(d) : 0),
+      acc(quant ? std::size_t(G) * n : 0);
+  if (quant) {
+    pig::ref::Rng rng(9);
+    for (auto &k : qkeys) {
+      k.resize(lsh::hybrid_quant_size(n, d));
+      for (auto &b : k)
+        b = std::uint8_t(1 + rng.below(15) + 16 * (1 + rng.below(15)));
+    }
+    for (auto &x : kscale)
+      x = float(0.01 + rng.uniform());
+    for (std::size_t i = 0; i < q8.size(); ++i)
+      q8[i] = i % (2 * lsh::hybrid_quant_bytes(d)) < d ? float(int(rng.below(255)) - 127) : 0.0f;
+  }
   std::vector<double> z, bias;
   std::vector<std::uint32_t> ids;
   std::vector<float> out(d);
@@ -745,17 +765,25 @@ void BM_PairHybridStepSampled(benchmark::State &state, std::size_t n, std::size_
   const double scale = 1.0 / std::sqrt(double(d)), target = cost2 * double(n);
   const std::size_t head = std::size_t(std::llround(0.25 * target));
   std::size_t c = 0, calls = 0;
-  run_pair(state, key("pair_hybrid_step_sampled", d, G, n), sampled, [&] {
+  const char *name = quant ? "pair_hybrid_quant_step_sampled" : "pair_hybrid_step_sampled";
+  run_pair(state, key(name, d, G, n), sampled, [&] {
     const float *q = ds.query(calls);
-    lsh::hybrid_hamming_scan(sk.tokens[c].data(), sk.words, n, sk.queries.data(), G, H.data());
+    if (quant)
+      lsh::hybrid_quant_scan(qkeys[c].data(), d, n, q8.data(), G, acc.data());
+    else
+      lsh::hybrid_hamming_scan(sk.tokens[c].data(), sk.words, n, sk.queries.data(), G, H.data());
     for (int g = 0; g < G; ++g) {
       const float *qg = q + std::size_t(g) * d;
       double qn = 0;
       for (std::size_t j = 0; j < d; ++j)
         qn += double(qg[j]) * double(qg[j]);
       z.resize(n);
-      lsh::hybrid_hamming_scores(H.data() + std::size_t(g) * n, norms.data(), nullptr, n,
-                                 cos_of.data(), scale * std::sqrt(qn), z.data());
+      if (quant)
+        lsh::hybrid_quant_scores(acc.data() + std::size_t(g) * n, kscale.data(), nullptr, n, 0.01,
+                                 scale, z.data());
+      else
+        lsh::hybrid_hamming_scores(H.data() + std::size_t(g) * n, norms.data(), nullptr, n,
+                                   cos_of.data(), scale * std::sqrt(qn), z.data());
       sampler.Rank(z, head, 0x5eed + std::uint64_t(calls * 8 + std::size_t(g)), 0);
       sampler.Draw(std::max(0.0, target - double(head)), 0.1);
       ids.assign(sampler.head().begin(), sampler.head().end());
@@ -1009,12 +1037,13 @@ void print_ratios() {
                   "magicpig's speed (target >= 0.9x)\n",
                   shape, r.b / r.a, us(r.b), us(r.b_min), us(r.b_max), us(r.a), us(r.a_min),
                   us(r.a_max), r.calls, r.a / (r.a + r.b));
-    } else if (what == "pair_hybrid_step_sampled") {
-      std::printf("hybrid whole step vs sampled step %s : hybrid = %.2fx the step (hybrid %.0f us "
-                  "[%.0f-%.0f], sampled %.0f us [%.0f-%.0f], %zu calls): lsh-hybrid's attention "
-                  "at %.2fx magicpig's speed (target >= 0.9x)\n",
-                  shape, r.b / r.a, us(r.b), us(r.b_min), us(r.b_max), us(r.a), us(r.a_min),
-                  us(r.a_max), r.calls, r.a / r.b);
+    } else if (what == "pair_hybrid_step_sampled" || what == "pair_hybrid_quant_step_sampled") {
+      std::printf(
+          "hybrid%s whole step vs sampled step %s : hybrid = %.2fx the step (hybrid %.0f us "
+          "[%.0f-%.0f], sampled %.0f us [%.0f-%.0f], %zu calls): lsh-hybrid's attention "
+          "at %.2fx magicpig's speed (target >= 0.9x)\n",
+          what == "pair_hybrid_quant_step_sampled" ? " (rank=quant)" : "", shape, r.b / r.a,
+          us(r.b), us(r.b_min), us(r.b_max), us(r.a), us(r.a_min), us(r.a_max), r.calls, r.a / r.b);
     } else if (what == "pair_retrieval") {
       std::printf("retrieval ours vs public %s : %5.2fx (ours %.1f us [%.1f-%.1f], public %.1f us "
                   "[%.1f-%.1f], %zu calls)  (target >= 2x)\n",
@@ -1112,7 +1141,9 @@ void RegisterAttentionBenchmarks(const std::optional<lsh::Schedule> &only) {
       reg(key("pair_hybrid_scan_sampled", s.d, s.G, n),
           [=](benchmark::State &st) { BM_PairHybridScanSampled(st, n, s.d, s.G); });
       reg(key("pair_hybrid_step_sampled", s.d, s.G, n),
-          [=](benchmark::State &st) { BM_PairHybridStepSampled(st, n, s.d, s.G); });
+          [=](benchmark::State &st) { BM_PairHybridStepSampled(st, n, s.d, s.G, false); });
+      reg(key("pair_hybrid_quant_step_sampled", s.d, s.G, n),
+          [=](benchmark::State &st) { BM_PairHybridStepSampled(st, n, s.d, s.G, true); });
     }
     if (s.G == 1) {
       reg(key("pair_spec_generic_dense", s.d, s.G, n),
