@@ -76,9 +76,14 @@ def test_reference_hybrid_head_tail_and_exact_limits():
     o_dense, l_dense = pig.ref.dense(q, K, V)
     np.testing.assert_allclose(o_all, o_dense, rtol=1e-5, atol=1e-6)
     assert l_all == pytest.approx(l_dense, rel=1e-12)
-    for bad in ("head=2", "floor=0", "rank=cosine", "nope"):
+    for bad in ("head=2", "floor=0", "rank=cosine", "nope", "rank=quant:kbits=5"):
         with pytest.raises(ValueError, match="lsh-hybrid"):
             pig.ref.hybrid(q, K, V, spec=bad)
+    # The int4-key ranker (docs/HYBRID.md, rank=quant): the same head size, a seeded tail.
+    quant = pig.ref.hybrid(q, K, V, budget=0.1, spec="rank=quant", sink=4, local=16)
+    assert quant[2].size == head.size and np.all((quant[4] > 0) & (quant[4] <= 1))
+    np.testing.assert_array_equal(
+        pig.ref.hybrid(q, K, V, budget=0.1, spec="rank=quant", sink=4, local=16)[3], quant[3])
 
 
 def test_attention_spec_takes_the_hybrid_flags():
@@ -87,6 +92,7 @@ def test_attention_spec_takes_the_hybrid_flags():
     assert "head=0.5 floor=0.2 hamming" in repr(s) and "budget=0.03" in repr(s)
     with pytest.raises(ValueError, match="hybrid"):
         pig.AttentionSpec("lsh-hybrid", hybrid="head=-1")
+    assert "quant" in repr(pig.AttentionSpec("lsh-hybrid", hybrid="rank=quant"))
 
 
 # --- the dense kernel ----------------------------------------------------------------------------
