@@ -664,10 +664,9 @@ TEST(Hybrid, TheCentralLimitBudgetGrowsTheTailUntilTheBoundHolds) {
 
 TEST(Hybrid, AdversarialInputs) {
   // The rankers that read less face the same inputs as the default.
-  const std::vector<HybridConfig> rankers = {HybridConfig{}, HybridConfig::parse("cand=1"),
-                                             HybridConfig::parse("rank=lowrank:dims=4"),
-                                             HybridConfig::parse("pre=0.1:prebits=60"),
-                                             HybridConfig::parse("rank=quant")};
+  const std::vector<HybridConfig> rankers = {
+      HybridConfig{}, HybridConfig::parse("cand=1"), HybridConfig::parse("rank=lowrank:dims=4"),
+      HybridConfig::parse("pre=0.1:prebits=60"), HybridConfig::parse("rank=quant")};
   // Fewer tokens than the static window: nothing indexed, exactly dense.
   for (const HybridConfig &c : rankers)
     for (std::size_t n : {1, 5, 68}) {
