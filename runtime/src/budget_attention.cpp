@@ -4,6 +4,7 @@
 #include <bit>
 #include <cmath>
 #include <cstring>
+#include <functional>
 #include <limits>
 #include <numbers>
 #include <numeric>
@@ -610,6 +611,19 @@ void BudgetAttention::HybridFold(size_t layer, size_t end) {
   }
 }
 
+void BudgetAttention::ScanInChunks(size_t n_idx, size_t granule, ThreadPool &pool,
+                                   const std::function<void(size_t, size_t, size_t)> &scan) {
+  // Chunks of tokens (multiples of `granule`), several per thread, so that the kv-heads (3 on
+  // SmolLM2) do not leave a thread idle: each chunk writes its own columns of the group's result.
+  const size_t want = std::max<size_t>(1024, (n_idx * shape().n_kv_heads) / (4 * pool.size()));
+  const size_t chunk = (want + granule - 1) / granule * granule;
+  const size_t chunks = (n_idx + chunk - 1) / chunk;
+  pool.ParallelFor(shape().n_kv_heads * chunks, [&](size_t item, size_t) {
+    const size_t kvh = item / chunks, from = (item % chunks) * chunk;
+    scan(kvh, from, std::min(n_idx, from + chunk));
+  });
+}
+
 void BudgetAttention::HybridRankGroups(size_t layer, size_t n_idx, const float *q,
                                        ThreadPool &pool) {
   const size_t G = shape().group(), d = shape().head_dim, L = size_t(spec_.L);
@@ -641,14 +655,7 @@ void BudgetAttention::HybridRankGroups(size_t layer, size_t n_idx, const float *
     }
     if (n_idx == 0)
       return;
-    // Chunks of whole blocks (the scan starts at a block's first token).
-    const size_t chunk = (std::max<size_t>(1024, (n_idx * shape().n_kv_heads) / (4 * pool.size())) +
-                          lsh::kQuantBlock - 1) /
-                         lsh::kQuantBlock * lsh::kQuantBlock;
-    const size_t chunks = (n_idx + chunk - 1) / chunk;
-    pool.ParallelFor(shape().n_kv_heads * chunks, [&](size_t item, size_t) {
-      const size_t kvh = item / chunks, from = (item % chunks) * chunk;
-      const size_t to = std::min(n_idx, from + chunk);
+    ScanInChunks(n_idx, lsh::kQuantBlock, pool, [&](size_t kvh, size_t from, size_t to) {
       const HybridIndex &h = hybrid_[layer * shape().n_kv_heads + kvh];
       lsh::hybrid_quant_scan(h.qkeys.data() + lsh::hybrid_quant_size(from, d), d, to - from,
                              hybrid_q8_[kvh].data(), int(G), hybrid_acc_[kvh].data() + from, n_idx);
@@ -674,13 +681,7 @@ void BudgetAttention::HybridRankGroups(size_t layer, size_t n_idx, const float *
   });
   if (!hamming || n_idx == 0)
     return;
-  // The scan in chunks of tokens, several per thread, so that the kv-heads (3 on SmolLM2) do not
-  // leave a thread idle: each chunk writes its own columns of the group's H.
-  const size_t chunk = std::max<size_t>(1024, (n_idx * shape().n_kv_heads) / (4 * pool.size()));
-  const size_t chunks = (n_idx + chunk - 1) / chunk;
-  pool.ParallelFor(shape().n_kv_heads * chunks, [&](size_t item, size_t) {
-    const size_t kvh = item / chunks, from = (item % chunks) * chunk;
-    const size_t to = std::min(n_idx, from + chunk);
+  ScanInChunks(n_idx, 1, pool, [&](size_t kvh, size_t from, size_t to) {
     const HybridIndex &h = hybrid_[layer * shape().n_kv_heads + kvh];
     lsh::hybrid_hamming_scan(h.sketch.data() + from * words, words, to - from,
                              hybrid_qsketch_[kvh].data(), int(G), hybrid_H_[kvh].data() + from,

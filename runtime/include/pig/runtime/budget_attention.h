@@ -27,6 +27,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -95,6 +96,10 @@ private:
   // of the packed sketches (hybrid_H_): the sketches stream once per group, not once per head.
   void HybridRankGroups(size_t layer, size_t n_idx, const float *q, ThreadPool &pool);
   bool Quant() const { return spec_.hybrid.rank == ref::HybridRank::quant; }
+  // Runs scan(kv-head, from, to) over the indexed tokens of every kv-head in chunks of a multiple
+  // of `granule` tokens across the pool: the rankers' scans.
+  void ScanInChunks(size_t n_idx, size_t granule, ThreadPool &pool,
+                    const std::function<void(size_t, size_t, size_t)> &scan);
   // The Hamming ranker's columns: hybrid.bits, or all K L.
   int RankerBits() const { return spec_.hybrid.bits > 0 ? spec_.hybrid.bits : spec_.K * spec_.L; }
   template <typename E>
