@@ -92,6 +92,18 @@ LogicalResult checkSingleRow(Operation *op, Value q) {
   return success();
 }
 
+// One query row (1 x d) and 2-D keys of the same head dim.
+LogicalResult checkQueryRowAndKeys(Operation *op, Value q, Value k, StringRef keys) {
+  if (failed(checkOperand(op, "query", q, 2, Role::Query)) ||
+      failed(checkOperand(op, keys, k, 2, Role::KeysOrValues)) || failed(checkSingleRow(op, q)))
+    return failure();
+  int64_t dq = tensorType(q).getDimSize(1), dk = tensorType(k).getDimSize(1);
+  if (!compatible(dq, dk))
+    return op->emitOpError() << "head dims disagree: query " << dimString(dq) << ", " << keys << " "
+                             << dimString(dk);
+  return success();
+}
+
 // lsh-hybrid's selection ops: the ranges of pig::ref::HybridConfig::validate (NaN fails every
 // comparison).
 LogicalResult checkHybridRanges(Operation *op, const APFloat &budget_attr, const APFloat &head_attr,
@@ -221,15 +233,8 @@ LogicalResult HybridSelectOp::verify() {
 }
 
 LogicalResult QuantSelectOp::verify() {
-  if (failed(checkOperand(*this, "query", getQuery(), 2, Role::Query)) ||
-      failed(checkOperand(*this, "centered keys", getCentered(), 2, Role::KeysOrValues)) ||
-      failed(checkSingleRow(*this, getQuery())))
-    return failure();
-  int64_t dq = tensorType(getQuery()).getDimSize(1), dk = tensorType(getCentered()).getDimSize(1);
-  if (!compatible(dq, dk))
-    return emitOpError() << "head dims disagree: query " << dimString(dq) << ", centered keys "
-                         << dimString(dk);
-  if (failed(checkHybridRanges(*this, getBudget(), getHead(), getFloor())))
+  if (failed(checkQueryRowAndKeys(*this, getQuery(), getCentered(), "centered keys")) ||
+      failed(checkHybridRanges(*this, getBudget(), getHead(), getFloor())))
     return failure();
   if (getKbits() != 4 && getKbits() != 8)
     return emitOpError() << "kbits must be 4 or 8, got " << getKbits();
@@ -237,14 +242,9 @@ LogicalResult QuantSelectOp::verify() {
 }
 
 LogicalResult CollisionProbOp::verify() {
-  if (failed(checkOperand(*this, "query", getQuery(), 2, Role::Query)) ||
-      failed(checkOperand(*this, "keys", getKeys(), 2, Role::KeysOrValues)) ||
-      failed(checkSingleRow(*this, getQuery())))
+  if (failed(checkQueryRowAndKeys(*this, getQuery(), getKeys(), "keys")))
     return failure();
   int64_t dq = tensorType(getQuery()).getDimSize(1), dk = tensorType(getKeys()).getDimSize(1);
-  if (!compatible(dq, dk))
-    return emitOpError() << "head dims disagree: query " << dimString(dq) << ", keys "
-                         << dimString(dk);
   if (failed(checkTransform(*this, getLsh(), ShapedType::isDynamic(dq) ? dk : dq)))
     return failure();
   return checkSampleSet(*this, getIds(), getProb());
