@@ -92,6 +92,8 @@ void HybridConfig::validate() const {
   if (reuse < 1 || reuse > 4096)
     bad("reuse (the decode steps one selection serves) must be in [1, 4096], got " +
         std::to_string(reuse));
+  if (!(cut >= 0 && std::isfinite(cut)))
+    bad("cut (a logit gap) must be finite and >= 0, got " + std::to_string(cut));
 }
 
 std::string HybridConfig::str() const {
@@ -116,6 +118,10 @@ std::string HybridConfig::str() const {
     s += " pre=" + pct(prefilter) + "/" + std::to_string(prebits) + (prenorm ? " prenorm" : "");
   if (reuse != 1)
     s += " reuse=" + std::to_string(reuse);
+  if (cut > 0) {
+    std::snprintf(buf, sizeof buf, " cut=%g", cut);
+    s += buf;
+  }
   return s;
 }
 
@@ -151,6 +157,8 @@ std::string HybridConfig::spec() const {
     s += ":prenorm=1";
   if (reuse != d.reuse)
     s += ":reuse=" + std::to_string(reuse);
+  if (cut != d.cut)
+    s += ":cut=" + num(cut);
   return s;
 }
 
@@ -168,7 +176,7 @@ HybridConfig HybridConfig::parse(const std::string &text) {
       throw std::invalid_argument(
           "lsh-hybrid: cannot read \"" + pair +
           "\" (budget, head, floor, eps, delta, cap, rank, bits, dims, cand, vnorm, pre, prebits, "
-          "prenorm, reuse, kbits, seed)");
+          "prenorm, reuse, kbits, cut, seed)");
     };
     if (eq == std::string::npos || eq == 0 || eq + 1 == pair.size())
       bad();
@@ -230,6 +238,8 @@ HybridConfig HybridConfig::parse(const std::string &text) {
       c.kbits = int(x);
     else if (key == "reuse" && x >= 1 && x == std::floor(x) && x <= 4096)
       c.reuse = int(x);
+    else if (key == "cut")
+      c.cut = x;
     else if (key == "vnorm" && (x == 0 || x == 1))
       c.value_norm = x == 1;
     else if (key == "seed" && x >= 0 && x == std::floor(x) && x < 0x1p64)
@@ -618,6 +628,24 @@ HybridResult hybrid_estimate(std::span<const double> score, const HybridTokens &
       unscored_tail[i] = true;
       ++n_unscored;
     }
+  }
+  // The cut: the tail's scored tokens below its best score - cut join the unscored ones, in
+  // position order (the runtime's sparse sampler lists only the tokens above the cut).
+  if (cfg.cut > 0 && !tail_score.empty()) {
+    const double best = *std::max_element(tail_score.begin(), tail_score.end());
+    std::size_t kept = 0;
+    for (std::size_t j = 0; j < tail_ids.size(); ++j) {
+      if (tail_score[j] >= best - cfg.cut) {
+        tail_ids[kept] = tail_ids[j];
+        tail_score[kept++] = tail_score[j];
+        continue;
+      }
+      unscored_tail[tail_ids[j]] = true;
+      ++n_unscored;
+      ++r.cut_off;
+    }
+    tail_ids.resize(kept);
+    tail_score.resize(kept);
   }
   ids.insert(ids.end(), r.head.begin(), r.head.end());
   bias.resize(ids.size(), 0.0);

@@ -90,6 +90,13 @@ TEST(Hybrid, ConfigValidationNamesTheField) {
   EXPECT_EQ(reused.str(), "b=5% head=0.25 floor=0.1 hamming reuse=8");
   EXPECT_THROW(HybridConfig::parse("reuse=0"), std::invalid_argument);
   EXPECT_THROW(HybridConfig::parse("reuse=2.5"), std::invalid_argument);
+  for (double x : {-1.0, nan, std::numeric_limits<double>::infinity()}) {
+    HybridConfig cut = c;
+    cut.cut = x;
+    expect_bad(cut, "cut");
+  }
+  EXPECT_EQ(HybridConfig::parse("cut=4").str(), "b=5% head=0.25 floor=0.1 hamming cut=4");
+  EXPECT_THROW(HybridConfig::parse("cut=-1"), std::invalid_argument);
 }
 
 // pi_i = min(1, lambda r_i) with sum pi = B: checked against its definition, with the cap at 1
@@ -244,8 +251,9 @@ TEST(Hybrid, CandidatesAreWhatRetrievalReturns) {
 // spec() is what pig-tune hybrid writes and --hybrid @FILE reads: parse(spec()) must give back
 // every field but the budget and the seed, including values with no short decimal form.
 TEST(Hybrid, SpecReadsBackToTheSameConfiguration) {
-  std::vector<HybridConfig> cs(6);
+  std::vector<HybridConfig> cs(7);
   cs[5] = HybridConfig::parse("reuse=16:head=0.5");
+  cs[6] = HybridConfig::parse("rank=quant:cut=4.5");
   cs[1] = HybridConfig::parse("head=0.1:floor=0.05:bits=512");
   cs[2] = HybridConfig::parse("rank=collisions:vnorm=1:cand=2:head=0.75");
   cs[3] = HybridConfig::parse("eps=0.05:delta=0.1:cap=30%:floor=0.2:pre=0.1:prebits=256:prenorm=1");
@@ -270,12 +278,14 @@ TEST(Hybrid, SpecReadsBackToTheSameConfiguration) {
     EXPECT_EQ(r.prebits, c.prebits) << c.spec();
     EXPECT_EQ(r.prenorm, c.prenorm) << c.spec();
     EXPECT_EQ(r.reuse, c.reuse) << c.spec();
+    EXPECT_EQ(r.cut, c.cut) << c.spec();
     EXPECT_EQ(r.budget, HybridConfig{}.budget) << c.spec(); // not written
     EXPECT_EQ(r.seed, HybridConfig{}.seed) << c.spec();
   }
   EXPECT_EQ(HybridConfig{}.spec(), "head=0.25:floor=0.1:rank=hamming");
   EXPECT_EQ(cs[1].spec(), "head=0.1:floor=0.05:rank=hamming:bits=512");
   EXPECT_EQ(cs[5].spec(), "head=0.5:floor=0.1:rank=hamming:reuse=16");
+  EXPECT_EQ(cs[6].spec(), "head=0.25:floor=0.1:rank=quant:cut=4.5");
 }
 
 // The cascade (pre = p): the first prebits columns score every token coarsely; the best p share
@@ -494,12 +504,14 @@ TEST(Hybrid, NumeratorAndPartitionFunctionAreUnbiasedOverTheDraw) {
     bool vnorm;
     int cand;       // > 0: the unscored tokens are drawn by skips (hybrid_skip_draw)
     double pre = 0; // > 0: the cascade, 64 coarse bits (the rest unscored, drawn by skips)
+    double cut = 0; // > 0: the tail below its best - cut unscored, drawn by skips
   };
   for (const Case cs :
        {Case{6, 40, HybridRank::collisions, false, 0}, Case{6, 40, HybridRank::hamming, true, 0},
         Case{1, 1, HybridRank::collisions, false, 0}, Case{6, 40, HybridRank::hamming, false, 2},
         Case{6, 40, HybridRank::lowrank, false, 0}, Case{6, 40, HybridRank::quant, true, 0},
-        Case{6, 40, HybridRank::hamming, false, 0, 0.2}}) {
+        Case{6, 40, HybridRank::hamming, false, 0, 0.2},
+        Case{6, 40, HybridRank::quant, false, 0, 0, 0.5}}) {
     const std::size_t n = 400, d = 16, R = 1500;
     const Head s = setup(11, n, d, cs.K, cs.L);
     const Attention exact = dense_attention(s.p.q, s.p.K, s.p.V);
@@ -514,15 +526,62 @@ TEST(Hybrid, NumeratorAndPartitionFunctionAreUnbiasedOverTheDraw) {
           c.candidates = cs.cand;
           c.prefilter = cs.pre;
           c.prebits = 64;
+          c.cut = cs.cut;
           c.seed = 77 + r;
           return hybrid_attention(s.p.q, s.p.K, s.p.V, s.W, s.index, c);
         },
         [](const HybridResult &e) { return e.tail.size(); },
         "K=" + std::to_string(cs.K) + " L=" + std::to_string(cs.L) +
-            " cand=" + std::to_string(cs.cand) + " pre=" + std::to_string(cs.pre));
+            " cand=" + std::to_string(cs.cand) + " pre=" + std::to_string(cs.pre) +
+            " cut=" + std::to_string(cs.cut));
     // The tail's expected size is its budget (0.08 * 332 * 0.75 = 19.9): the draw has teeth.
     EXPECT_NEAR(drawn, 0.08 * 332 * 0.75, 1.5);
   }
+}
+
+// The cut leaves exactly the tail tokens scoring below the tail's best - cut to the floor: their
+// count is cut_off, the head is the same as without a cut, and a cut wider than every gap changes
+// nothing (the same doubles).
+TEST(Hybrid, TheCutLeavesTheTailBelowItToTheFloor) {
+  const Head s = setup(23, 500, 16);
+  HybridConfig c;
+  c.budget = 0.1;
+  c.rank = HybridRank::quant;
+  c.seed = 9;
+  const HybridResult plain = hybrid_attention(s.p.q, s.p.K, s.p.V, s.W, s.index, c);
+  const std::vector<double> score = hybrid_scores(s.p.q, s.p.V, s.W, s.index, c);
+  const std::size_t begin = s.index.split.indexed_begin;
+  std::vector<bool> in_head(score.size(), false);
+  for (std::size_t i : plain.head)
+    in_head[i - begin] = true;
+  double best = -std::numeric_limits<double>::infinity();
+  for (std::size_t i = 0; i < score.size(); ++i)
+    if (!in_head[i])
+      best = std::max(best, score[i]);
+  for (double cut : {0.25, 1.0, 3.0}) {
+    HybridConfig cc = c;
+    cc.cut = cut;
+    const HybridResult r = hybrid_attention(s.p.q, s.p.K, s.p.V, s.W, s.index, cc);
+    std::size_t below = 0;
+    for (std::size_t i = 0; i < score.size(); ++i)
+      below += !in_head[i] && score[i] < best - cut;
+    EXPECT_GT(below, 0u) << cut;
+    EXPECT_EQ(r.cut_off, below) << cut;
+    EXPECT_EQ(r.head, plain.head) << cut;
+    // A drawn token below the cut has the floor's pi, the smallest of all.
+    const double pi_min = *std::min_element(r.pi.begin(), r.pi.end());
+    for (std::size_t j = 0; j < r.tail.size(); ++j)
+      if (score[r.tail[j] - begin] < best - cut) {
+        EXPECT_EQ(r.pi[j], pi_min) << cut;
+      }
+  }
+  HybridConfig wide = c;
+  wide.cut = 1e9;
+  const HybridResult w = hybrid_attention(s.p.q, s.p.K, s.p.V, s.W, s.index, wide);
+  EXPECT_EQ(w.cut_off, 0u);
+  EXPECT_EQ(w.tail, plain.tail);
+  EXPECT_EQ(w.pi, plain.pi);
+  EXPECT_EQ(w.attention.out, plain.attention.out);
 }
 
 // A selection reused (reuse > 1) at the step it was made, over the same tokens, is that step's

@@ -116,20 +116,27 @@ struct HybridConfig {
   /// too (hybrid_reuse), with every token from the selection's indexed end on attended exactly.
   /// 1: a selection per step. In [1, 4096].
   int reuse = 1;
+  /// A cut of the tail's proposal, in logit units (docs/HYBRID.md, "The cut"): after the head is
+  /// chosen, every tail token scoring below m - cut, m the tail's best score, is left unscored
+  /// (the uniform floor alone, drawn by skips like cand's), so that a kernel computes the softmax
+  /// share, the inclusion probability and the uniform of the tokens within `cut` of the best only.
+  /// Such a token's share of the proposal was below (1 - floor) e^-cut. 0: off. Finite, >= 0.
+  double cut = 0;
   std::uint64_t seed = 0x5eed;
 
   /// Throws std::invalid_argument naming the first field out of range (NaN included).
   void validate() const;
   /// "b=5% head=0.25 floor=0.1 hamming" (+ " bits=256", " lowrank dims=16", " eps=0.05 ...",
-  /// " |v|", " cand=1", " pre=10%/512", " prenorm", " reuse=8").
+  /// " |v|", " cand=1", " pre=10%/512", " prenorm", " reuse=8", " cut=10").
   std::string str() const;
   /// The SPEC that parse() reads back to this configuration, budget and seed excepted (a tool's
   /// --budget and --seed set them): "head=0.25:floor=0.1:rank=hamming", then each other field that
   /// differs from the defaults, numbers in their shortest round-trip form.
   std::string spec() const;
   /// Fields from "key=value" pairs separated by ':' over the defaults: budget (a fraction or
-  /// "5%"), head, floor, eps, delta, cap, rank (collisions | hamming | lowrank), bits, dims, cand,
-  /// vnorm (0 | 1), pre (a fraction or "10%"), prebits, prenorm (0 | 1), reuse, seed;
+  /// "5%"), head, floor, eps, delta, cap, rank (collisions | hamming | lowrank | quant), bits,
+  /// dims, kbits, cand, vnorm (0 | 1), pre (a fraction or "10%"), prebits, prenorm (0 | 1), reuse,
+  /// cut, seed;
   /// then validate(). Throws std::invalid_argument naming the bad pair.
   static HybridConfig parse(const std::string &text);
 };
@@ -142,6 +149,7 @@ struct HybridResult {
   std::size_t indexed = 0;
   std::size_t static_tokens = 0;
   std::size_t scored = 0;     ///< indexed tokens with a finite score (the candidates, with cand)
+  std::size_t cut_off = 0;    ///< scored tail tokens the cut left to the floor
   double tail_budget = 0;     ///< the expected tail size the draw used (after growth)
   double estimated_error = 0; ///< z sqrt(V^) / (D^ |o^|) at the end (epsilon > 0; else 0)
   /// Cost2 = (|head| + |tail|) / indexed (0 when nothing is indexed).
