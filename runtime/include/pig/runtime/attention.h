@@ -33,16 +33,12 @@ struct CostCounters {
   double index_bytes_read = 0; ///< index traffic of retrieval (bucket offsets and ids)
   double kv_bytes_indexed = 0; ///< K+V bytes of the indexed tokens (denominator of cost1)
   double gathered = 0;         ///< sum of |S_1 u ... u S_G| per group step (rows read from memory)
-  /// lsh-hybrid: sum of the tokens whose score each head's sampler computed and visited (every
-  /// indexed token, or with rank=quant and a cut only those the sparse path listed)
-  double ranked = 0;
   CostCounters &operator+=(const CostCounters &o) {
     indexed += o.indexed;
     sampled += o.sampled;
     index_bytes_read += o.index_bytes_read;
     kv_bytes_indexed += o.kv_bytes_indexed;
     gathered += o.gathered;
-    ranked += o.ranked;
     return *this;
   }
 };
