@@ -504,6 +504,15 @@ TEST(BudgetAttention, RejectsInvalidSpecs) {
               std::string::npos)
         << e.what();
   }
+  spec = Spec("lsh-hybrid", DType::f32);
+  spec.hybrid = ref::HybridConfig::parse("rank=quant:cut=4"); // pig::ref only: refused
+  try {
+    MakeBudgetAttention(spec, s);
+    ADD_FAILURE() << "cut accepted";
+  } catch (const std::invalid_argument &e) {
+    EXPECT_NE(std::string(e.what()).find("cut (the tail below its best - cut"), std::string::npos)
+        << e.what();
+  }
 }
 
 // The ranker's options run the same code as the reference's: |v| (folded once per token), a
