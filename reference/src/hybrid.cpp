@@ -59,6 +59,14 @@ const char *to_string(HybridRank r) {
   return "?";
 }
 
+std::optional<HybridRank> parse_rank(std::string_view name) {
+  for (HybridRank r :
+       {HybridRank::collisions, HybridRank::hamming, HybridRank::lowrank, HybridRank::quant})
+    if (name == to_string(r))
+      return r;
+  return std::nullopt;
+}
+
 void HybridConfig::validate() const {
   auto bad = [](const std::string &what) { throw std::invalid_argument("lsh-hybrid: " + what); };
   if (!(budget > 0 && budget <= 1))
@@ -183,16 +191,10 @@ HybridConfig HybridConfig::parse(const std::string &text) {
     const std::string key = pair.substr(0, eq);
     std::string value = pair.substr(eq + 1);
     if (key == "rank") {
-      if (value == "collisions")
-        c.rank = HybridRank::collisions;
-      else if (value == "hamming")
-        c.rank = HybridRank::hamming;
-      else if (value == "lowrank")
-        c.rank = HybridRank::lowrank;
-      else if (value == "quant")
-        c.rank = HybridRank::quant;
-      else
+      const std::optional<HybridRank> r = parse_rank(value);
+      if (!r)
         bad();
+      c.rank = *r;
       continue;
     }
     double div = 1;
@@ -629,8 +631,8 @@ HybridResult hybrid_estimate(std::span<const double> score, const HybridTokens &
       ++n_unscored;
     }
   }
-  // The cut: the tail's scored tokens below its best score - cut join the unscored ones, in
-  // position order (the runtime's sparse sampler lists only the tokens above the cut).
+  // The cut: the tail's scored tokens below its best score - cut join the unscored ones (drawn by
+  // skips), so that a sampler need visit only the tokens above it.
   if (cfg.cut > 0 && !tail_score.empty()) {
     const double best = *std::max_element(tail_score.begin(), tail_score.end());
     std::size_t kept = 0;

@@ -751,10 +751,8 @@ void BudgetAttention::HybridHead(size_t layer, size_t head, size_t pos, const fl
 
   // What the ranker read per token: this head's share of the group's one pass over the
   // packed sketches (hamming) or its own pass over the codes, and the norm.
-  const double ranker = Quant() ? double(lsh::hybrid_quant_bytes(d) + 4) / double(shape().group())
-                        : hamming
-                            ? double(lsh::hybrid_sketch_words(B) * 8) / double(shape().group())
-                            : double(L * 2);
+  const double ranker = double(lsh::hybrid_ranker_bytes(cfg.rank, B, spec_.L, d)) /
+                        (Quant() || hamming ? double(shape().group()) : 1.0);
   count.indexed = double(n_idx);
   count.kv_bytes_indexed = double(2 * n_idx * cache_.RowBytes());
   count.index_bytes_read = double(n_idx) * (ranker + (Quant() ? 0.0 : 8.0)); // + the norm

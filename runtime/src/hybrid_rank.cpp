@@ -199,6 +199,20 @@ void hybrid_hamming_scores(const std::uint16_t *H, const double *norms, const do
 
 std::size_t hybrid_quant_bytes(std::size_t d) { return (d + 1) / 2; }
 
+std::size_t hybrid_ranker_bytes(ref::HybridRank rank, int bits, int L, std::size_t d) {
+  switch (rank) {
+  case ref::HybridRank::hamming:
+    return hybrid_sketch_words(bits) * 8;
+  case ref::HybridRank::collisions:
+    return std::size_t(L) * 2;
+  case ref::HybridRank::quant:
+    return hybrid_quant_bytes(d) + 4;
+  case ref::HybridRank::lowrank:
+    break;
+  }
+  return 0;
+}
+
 std::size_t hybrid_quant_size(std::size_t n, std::size_t d) {
   return (n + kQuantBlock - 1) / kQuantBlock * kQuantBlock * hybrid_quant_bytes(d);
 }

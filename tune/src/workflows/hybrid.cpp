@@ -16,6 +16,7 @@
 #include "pig/eval/accuracy.h"
 #include "pig/eval/tasks.h" // text reading and normalisation
 #include "pig/reference/reference.h"
+#include "pig/runtime/hybrid_rank.h"
 #include "pig/runtime/model.h"
 #include "pig/tune/hybrid.h"
 #include "pig/tune/tuning.h"
@@ -53,30 +54,20 @@ std::vector<ref::HybridConfig> Grid(const HybridTuneOptions &o, int columns) {
     check("--eps", [e](ref::HybridConfig &c) { c.epsilon = e; });
   // The rankers the runtime serves, so that the point chosen can be decoded with.
   std::vector<ref::HybridRank> ranks;
-  for (const std::string &r : o.ranks) {
-    if (r == "hamming")
-      ranks.push_back(ref::HybridRank::hamming);
-    else if (r == "collisions")
-      ranks.push_back(ref::HybridRank::collisions);
-    else if (r == "quant")
-      ranks.push_back(ref::HybridRank::quant);
-    else
+  for (const std::string &name : o.ranks) {
+    const std::optional<ref::HybridRank> r = ref::parse_rank(name);
+    if (!r || *r == ref::HybridRank::lowrank)
       throw UsageError("--rank", "expects rankers of hamming, collisions, quant (the runtime's), "
                                  "got '" +
-                                     r + "'");
+                                     name + "'");
+    ranks.push_back(*r);
   }
   return hybrid_grid(o.heads, o.floors, o.bits, o.epsilons, ranks);
 }
 
-// The ranker's bytes per token and kv-head: the packed sketch (whole u64 words), the codes
-// (collisions), or the int4 key and its scale (quant).
+// The ranker's bytes per token and kv-head, as the runtime reads them.
 std::size_t RankerBytes(const ref::HybridConfig &c, int columns, int L, std::size_t d) {
-  if (c.rank == ref::HybridRank::quant)
-    return (d + 1) / 2 + 4;
-  if (c.rank == ref::HybridRank::collisions)
-    return std::size_t(L) * 2;
-  const int bits = c.bits > 0 ? c.bits : columns;
-  return std::size_t((bits + 63) / 64) * 8;
+  return lsh::hybrid_ranker_bytes(c.rank, c.bits > 0 ? c.bits : columns, L, d);
 }
 
 } // namespace

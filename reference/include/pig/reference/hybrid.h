@@ -59,6 +59,7 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "pig/reference/attention.h"
@@ -75,6 +76,8 @@ enum class HybridRank : std::uint8_t {
   quant,      ///< q.k~_i with k~_i the centred key itself rounded to `kbits`, the query to int8
 };
 const char *to_string(HybridRank r);
+/// The ranker named `name` (to_string's names), or nothing.
+std::optional<HybridRank> parse_rank(std::string_view name);
 
 struct HybridConfig {
   double budget = 0.05;     ///< expected tokens read / indexed tokens (cost2), in (0, 1]
@@ -116,7 +119,8 @@ struct HybridConfig {
   /// too (hybrid_reuse), with every token from the selection's indexed end on attended exactly.
   /// 1: a selection per step. In [1, 4096].
   int reuse = 1;
-  /// A cut of the tail's proposal, in logit units (docs/HYBRID.md, "The cut"): after the head is
+  /// A cut of the tail's proposal, in logit units (docs/HYBRID.md, "A cut of the tail's proposal";
+  /// pig::ref only: the runtime refuses it, its sparse sampler measured slower): after the head is
   /// chosen, every tail token scoring below m - cut, m the tail's best score, is left unscored
   /// (the uniform floor alone, drawn by skips like cand's), so that a kernel computes the softmax
   /// share, the inclusion probability and the uniform of the tokens within `cut` of the best only.
