@@ -79,6 +79,11 @@ Utf8Text DecodeUtf8(std::string_view s) {
   return t;
 }
 
+// Code points in valid UTF-8 (the bytes that do not continue a sequence).
+size_t CodePoints(std::string_view s) {
+  return size_t(std::count_if(s.begin(), s.end(), [](char c) { return (c & 0xC0) != 0x80; }));
+}
+
 void AppendUtf8(std::string &out, uint32_t cp) {
   if (cp < 0x80) {
     out += char(cp);
@@ -255,9 +260,17 @@ Tokenizer::Tokenizer(TokenizerData data) : data_(std::move(data)) {
   data_.token_types.resize(data_.tokens.size(), 1);
   for (size_t i = 0; i < data_.tokens.size(); ++i) {
     vocab_.emplace(data_.tokens[i], int32_t(i));
+    const std::string &tok = data_.tokens[i];
     const int32_t type = data_.token_types[i];
-    if ((type == 3 || type == 4) && !data_.tokens[i].empty())
-      specials_.push_back(data_.tokens[i]);
+    const bool special = (type == 3 || type == 4) && !tok.empty();
+    if (special)
+      specials_.push_back(tok);
+    // The most text bytes one id stands for (a byte without a token falls back to one id): a
+    // special matched in the text, its bytes; a byte-level token, one byte per code point (a
+    // 162-byte SmolLM2 token is 81 bytes of text); a SentencePiece token, at most its bytes
+    // (U+2581 is 3 bytes for 1).
+    const size_t text_bytes = special || data_.model == "llama" ? tok.size() : CodePoints(tok);
+    max_token_bytes_ = std::max(max_token_bytes_, text_bytes);
   }
   std::sort(specials_.begin(), specials_.end(),
             [](const std::string &a, const std::string &b) { return a.size() > b.size(); });
@@ -349,8 +362,25 @@ Tokenizer Tokenizer::FromGguf(const GgufFile &f) {
 }
 
 std::vector<int32_t> Tokenizer::Encode(std::string_view text, bool add_bos) const {
+  return Encode(text, add_bos, SIZE_MAX);
+}
+
+void Tokenizer::CheckFits(size_t bytes, size_t extra, size_t max_tokens) const {
+  // Every byte of the text ends up in exactly one id, and no id stands for more than
+  // max_token_bytes_ of them, so the ids number at least extra + ceil(bytes / max_token_bytes_).
+  const size_t at_least = extra + bytes / max_token_bytes_ + (bytes % max_token_bytes_ != 0);
+  if (at_least > max_tokens)
+    throw TokenLimitExceeded(max_tokens);
+}
+
+std::vector<int32_t> Tokenizer::Encode(std::string_view text, bool add_bos,
+                                       size_t max_tokens) const {
   std::vector<int32_t> out;
-  if (add_bos && data_.add_bos && data_.bos_id >= 0)
+  const bool bos = add_bos && data_.add_bos && data_.bos_id >= 0;
+  // Text far past the limit is refused before the scan for specials and the pre-tokenizer see
+  // it: what follows is linear in the text, or n log n in a word, within that bound.
+  CheckFits(text.size(), bos ? 1 : 0, max_tokens);
+  if (bos)
     out.push_back(data_.bos_id);
   size_t seg = 0, i = 0;
   while (i < text.size()) {
@@ -368,19 +398,22 @@ std::vector<int32_t> Tokenizer::Encode(std::string_view text, bool add_bos) cons
       continue;
     }
     if (i > seg) {
-      EncodeSegment(text.substr(seg, i - seg), out);
+      EncodeSegment(text.substr(seg, i - seg), out, max_tokens);
     }
     out.push_back(vocab_.at(*hit));
+    if (out.size() > max_tokens)
+      throw TokenLimitExceeded(max_tokens);
     i += hit->size();
     seg = i;
   }
   if (seg < text.size()) {
-    EncodeSegment(text.substr(seg), out);
+    EncodeSegment(text.substr(seg), out, max_tokens);
   }
   return out;
 }
 
-void Tokenizer::EncodeSegment(std::string_view text, std::vector<int32_t> &out) const {
+void Tokenizer::EncodeSegment(std::string_view text, std::vector<int32_t> &out,
+                              size_t max_tokens) const {
   if (data_.model == "llama") {
     // Every raw-text segment (the first, and each after a special token) gets the dummy
     // prefix, as llama.cpp does for SentencePiece vocabularies.
@@ -391,10 +424,15 @@ void Tokenizer::EncodeSegment(std::string_view text, std::vector<int32_t> &out) 
     } else {
       SpmEncode(text, out);
     }
-    return;
+  } else {
+    for (std::string_view word : PreTokenize(text, data_.pre)) {
+      BpeWord(word, out);
+      if (out.size() > max_tokens)
+        throw TokenLimitExceeded(max_tokens);
+    }
   }
-  for (std::string_view word : PreTokenize(text, data_.pre))
-    BpeWord(word, out);
+  if (out.size() > max_tokens)
+    throw TokenLimitExceeded(max_tokens);
 }
 
 void Tokenizer::PushByteFallback(unsigned char byte, std::vector<int32_t> &out) const {
@@ -413,51 +451,128 @@ void Tokenizer::PushByteFallback(unsigned char byte, std::vector<int32_t> &out) 
   }
 }
 
+namespace {
+
+// The symbols of one word while its adjacent pairs merge, each a run of the word's units (bytes
+// or, for SentencePiece, bytes of whole code points). A symbol is named by the index of its first
+// unit and never moves: merging a pair grows the left symbol over the right one, which dies
+// (size 0). The next symbol starts where one ends; prev links the other way.
+struct MergeSymbols {
+  static constexpr size_t kNone = SIZE_MAX;
+  std::vector<size_t> size, prev;
+
+  size_t next(size_t i) const { return i + size[i] < size.size() ? i + size[i] : kNone; }
+  void Merge(size_t left) {
+    const size_t right = left + size[left];
+    size[left] += size[right];
+    size[right] = 0;
+    if (const size_t n = next(left); n != kNone)
+      prev[n] = left;
+  }
+};
+
+// A pair that may merge, as it was when queued: the heap keeps stale pairs and drops them when
+// they surface (lazy invalidation) rather than search for them. A symbol only grows until it
+// dies, so a pair is still current exactly when both its symbols have the sizes recorded here.
+template <typename Priority> struct MergeCandidate {
+  Priority priority; // lower merges first
+  size_t left, left_size, right_size;
+
+  bool Current(const MergeSymbols &s) const {
+    return s.size[left] == left_size && s.size[left + left_size] == right_size;
+  }
+  // Ties merge leftmost first, as the scans that these heaps replaced did.
+  bool operator>(const MergeCandidate &o) const {
+    return priority != o.priority ? o.priority < priority : left > o.left;
+  }
+};
+
+template <typename C> void PushCandidate(std::vector<C> &heap, C c) {
+  heap.push_back(c);
+  std::push_heap(heap.begin(), heap.end(), std::greater<C>());
+}
+template <typename C> C PopCandidate(std::vector<C> &heap) {
+  std::pop_heap(heap.begin(), heap.end(), std::greater<C>());
+  C c = heap.back();
+  heap.pop_back();
+  return c;
+}
+
+} // namespace
+
+// Byte-level BPE: the lowest-ranked pair merges, at every place it occurs, left to right without
+// overlap; then the lowest-ranked pair of the result, until no pair is a merge. A heap of the
+// pairs by (rank, position) makes a word O(n log n) where rescanning it per merge was O(n^2)
+// (a 64k-letter word took 10 s). Pairs a round creates wait for the round's end, as they did
+// when the whole word was rescanned: in a merge list where "ab c" ranks before "a b" the order
+// decides the result.
 void Tokenizer::BpeWord(std::string_view word, std::vector<int32_t> &out) const {
-  std::vector<std::string> sym;
-  sym.reserve(word.size());
-  for (unsigned char b : word)
-    sym.push_back(byte_to_unicode_[b]);
+  const size_t n = word.size();
+  // The word in GPT-2's printable code points; byte i is mapped[at[i], at[i + 1]).
+  std::string mapped;
+  std::vector<size_t> at(n + 1);
+  for (size_t i = 0; i < n; ++i) {
+    at[i] = mapped.size();
+    mapped += byte_to_unicode_[static_cast<unsigned char>(word[i])];
+  }
+  at[n] = mapped.size();
+  MergeSymbols sym{std::vector<size_t>(n, 1), std::vector<size_t>(n)};
+  for (size_t i = 0; i < n; ++i)
+    sym.prev[i] = i == 0 ? MergeSymbols::kNone : i - 1;
+
+  using Candidate = MergeCandidate<int32_t>;
+  std::vector<Candidate> heap;
   std::string key;
-  while (sym.size() > 1) {
-    int32_t best = INT32_MAX;
-    size_t best_i = 0;
-    for (size_t i = 0; i + 1 < sym.size(); ++i) {
-      key.assign(sym[i]).append(" ").append(sym[i + 1]);
-      auto it = merge_rank_.find(key);
-      if (it != merge_rank_.end() && it->second < best)
-        best = it->second, best_i = i;
-    }
-    if (best == INT32_MAX)
-      break;
-    const std::string a = sym[best_i], b = sym[best_i + 1];
-    std::vector<std::string> next;
-    next.reserve(sym.size());
-    for (size_t i = 0; i < sym.size(); ++i) {
-      if (i + 1 < sym.size() && sym[i] == a && sym[i + 1] == b) {
-        next.push_back(a + b);
-        ++i;
-      } else {
-        next.push_back(std::move(sym[i]));
+  auto queue = [&](size_t left) {
+    if (left == MergeSymbols::kNone)
+      return;
+    const size_t right = sym.next(left);
+    if (right == MergeSymbols::kNone)
+      return;
+    const size_t end = right + sym.size[right];
+    key.assign(mapped, at[left], at[right] - at[left]).append(" ");
+    key.append(mapped, at[right], at[end] - at[right]);
+    if (auto it = merge_rank_.find(key); it != merge_rank_.end())
+      PushCandidate(heap, Candidate{it->second, left, sym.size[left], sym.size[right]});
+  };
+  for (size_t i = 0; i + 1 < n; ++i)
+    queue(i);
+  std::vector<size_t> merged;
+  while (!heap.empty()) {
+    const Candidate first = PopCandidate(heap);
+    if (!first.Current(sym))
+      continue;
+    // One round: every current place of this pair, leftmost first. A place that an earlier
+    // merge of the round overlapped is no longer current (its left symbol died).
+    merged.clear();
+    sym.Merge(first.left);
+    merged.push_back(first.left);
+    while (!heap.empty() && heap.front().priority == first.priority) {
+      const Candidate c = PopCandidate(heap);
+      if (c.Current(sym)) {
+        sym.Merge(c.left);
+        merged.push_back(c.left);
       }
     }
-    sym = std::move(next);
+    for (size_t m : merged) {
+      queue(sym.prev[m]);
+      queue(m);
+    }
   }
-  for (const auto &s : sym) {
-    auto it = vocab_.find(s);
-    if (it != vocab_.end()) {
+  for (size_t i = 0; i < n; i += sym.size[i]) {
+    key.assign(mapped, at[i], at[i + sym.size[i]] - at[i]);
+    if (auto it = vocab_.find(key); it != vocab_.end()) {
       out.push_back(it->second);
       continue;
     }
     // Not in the vocabulary: fall back to its bytes.
-    const Utf8Text t = DecodeUtf8(s);
-    for (uint32_t cp : t.cps) {
-      auto b = unicode_to_byte_.find(cp);
-      PushByteFallback(b != unicode_to_byte_.end() ? b->second : 0, out);
-    }
+    for (size_t k = i; k < i + sym.size[i]; ++k)
+      PushByteFallback(static_cast<unsigned char>(word[k]), out);
   }
 }
 
+// SentencePiece-style BPE: the adjacent pair whose union has the highest score merges, leftmost
+// on ties, one at a time; from a heap of pairs by (-score, position), O(n log n).
 void Tokenizer::SpmEncode(std::string_view text, std::vector<int32_t> &out) const {
   std::string escaped;
   for (char c : text) {
@@ -467,28 +582,46 @@ void Tokenizer::SpmEncode(std::string_view text, std::vector<int32_t> &out) cons
       escaped += c;
     }
   }
+  // Symbols start as code points (an invalid byte is one), named by their first byte; the
+  // bytes inside a code point are never a symbol's start.
   const Utf8Text t = DecodeUtf8(escaped);
-  std::vector<std::string> sym;
+  MergeSymbols sym{std::vector<size_t>(escaped.size(), 0), std::vector<size_t>(escaped.size())};
   for (size_t i = 0; i < t.cps.size(); ++i) {
-    sym.emplace_back(escaped.substr(t.offs[i], t.offs[i + 1] - t.offs[i]));
+    sym.size[t.offs[i]] = t.offs[i + 1] - t.offs[i];
+    sym.prev[t.offs[i]] = i == 0 ? MergeSymbols::kNone : t.offs[i - 1];
   }
-  // Greedy: merge the adjacent pair whose union has the highest score, leftmost on ties.
-  while (sym.size() > 1) {
-    float best = -1e30f;
-    size_t best_i = SIZE_MAX;
-    for (size_t i = 0; i + 1 < sym.size(); ++i) {
-      auto it = vocab_.find(sym[i] + sym[i + 1]);
-      if (it != vocab_.end() && data_.scores[it->second] > best) {
-        best = data_.scores[it->second];
-        best_i = i;
-      }
-    }
-    if (best_i == SIZE_MAX)
-      break;
-    sym[best_i] += sym[best_i + 1];
-    sym.erase(sym.begin() + long(best_i) + 1);
+
+  using Candidate = MergeCandidate<float>;
+  std::vector<Candidate> heap;
+  std::string key;
+  auto queue = [&](size_t left) {
+    if (left == MergeSymbols::kNone)
+      return;
+    const size_t right = sym.next(left);
+    if (right == MergeSymbols::kNone)
+      return;
+    key.assign(escaped, left, sym.size[left] + sym.size[right]);
+    auto it = vocab_.find(key);
+    // Only a score above -1e30 ever merged (the scan's starting best); NaN never did.
+    if (it == vocab_.end() || !(data_.scores[it->second] > -1e30f))
+      return;
+    PushCandidate(heap,
+                  Candidate{-data_.scores[it->second], left, sym.size[left], sym.size[right]});
+  };
+  if (!escaped.empty()) {
+    for (size_t i = 0; sym.next(i) != MergeSymbols::kNone; i = sym.next(i))
+      queue(i);
   }
-  for (const auto &s : sym) {
+  while (!heap.empty()) {
+    const Candidate c = PopCandidate(heap);
+    if (!c.Current(sym))
+      continue;
+    sym.Merge(c.left);
+    queue(sym.prev[c.left]);
+    queue(c.left);
+  }
+  for (size_t i = 0; i < escaped.size(); i += sym.size[i]) {
+    const std::string s = escaped.substr(i, sym.size[i]);
     auto it = vocab_.find(s);
     if (it != vocab_.end()) {
       out.push_back(it->second);
@@ -660,8 +793,22 @@ std::string Tokenizer::ApplyChatTemplate(std::string_view msg) const {
 
 std::vector<int32_t> Tokenizer::EncodeChat(const std::vector<ChatMessage> &messages,
                                            bool add_generation_prompt) const {
+  return EncodeChat(messages, add_generation_prompt, SIZE_MAX);
+}
+
+std::vector<int32_t> Tokenizer::EncodeChat(const std::vector<ChatMessage> &messages,
+                                           bool add_generation_prompt, size_t max_tokens) const {
   const std::vector<ChatPiece> pieces = RenderChat(messages, add_generation_prompt);
   std::vector<int32_t> out;
+  // Each markup token is one id, whatever its text; the rest is text.
+  size_t ids = data_.add_bos && data_.bos_id >= 0 ? 1 : 0, bytes = 0;
+  for (const ChatPiece &piece : pieces) {
+    if (piece.kind == ChatPiece::kSpecial)
+      ++ids;
+    else
+      bytes += piece.text.size();
+  }
+  CheckFits(bytes, ids, max_tokens);
   if (data_.add_bos && data_.bos_id >= 0)
     out.push_back(data_.bos_id);
   // Text and contents between two markup tokens are one segment, encoded without looking for
@@ -673,16 +820,18 @@ std::vector<int32_t> Tokenizer::EncodeChat(const std::vector<ChatMessage> &messa
       continue;
     }
     if (!segment.empty())
-      EncodeSegment(segment, out);
+      EncodeSegment(segment, out, max_tokens);
     segment.clear();
     const auto it = vocab_.find(std::string(piece.text));
     if (it == vocab_.end())
       throw std::runtime_error("the chat template's token " + std::string(piece.text) +
                                " is not in the vocabulary");
     out.push_back(it->second);
+    if (out.size() > max_tokens)
+      throw TokenLimitExceeded(max_tokens);
   }
   if (!segment.empty())
-    EncodeSegment(segment, out);
+    EncodeSegment(segment, out, max_tokens);
   return out;
 }
 

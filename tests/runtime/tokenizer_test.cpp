@@ -353,5 +353,48 @@ TEST(Tokenizer, EncodeChatWithoutATemplateIsAnError) {
   EXPECT_THROW(no_eot.EncodeChat({{"user", "Hi"}}), std::runtime_error);
 }
 
+// The bounded Encode and EncodeChat: the same ids while they fit (BOS and markup counted), and
+// TokenLimitExceeded naming the bound once they would not, however far past it the text goes.
+TEST(Tokenizer, BoundedEncodeRefusesTextPastMaxTokens) {
+  PIG_REQUIRE_MODEL();
+  auto f = GgufFile::Open(DefaultModelPath());
+  const Tokenizer t = Tokenizer::FromGguf(*f);
+  const std::string text = "Hello, world! <|im_start|>x  y\n\n12345 émoji 🙂 中文";
+  const Ids ids = t.Encode(text);
+  EXPECT_EQ(t.Encode(text, true, ids.size()), ids);
+  EXPECT_EQ(t.Encode(text, true, SIZE_MAX), ids);
+  for (size_t limit : {size_t(0), size_t(1), ids.size() / 2, ids.size() - 1}) {
+    try {
+      t.Encode(text, true, limit);
+      FAIL() << "encoded past " << limit << " tokens";
+    } catch (const TokenLimitExceeded &e) {
+      EXPECT_EQ(e.max_tokens(), limit);
+      EXPECT_NE(std::string(e.what()).find("more than " + std::to_string(limit) + " tokens"),
+                std::string::npos)
+          << e.what();
+    }
+  }
+  // The longest token stands for 81 bytes of text ("\n" and 80 spaces): 50 of them, 50 ids, are
+  // as few as 4050 bytes can be and must fit (a bound from the token's 162-byte string would not
+  // refuse them, one from 80 bytes would).
+  std::string runs;
+  for (int k = 0; k < 50; ++k)
+    runs += "\n" + std::string(80, ' ');
+  EXPECT_EQ(t.Encode(runs, false, 50).size(), 50u);
+  EXPECT_THROW(t.Encode(runs, false, 49), TokenLimitExceeded);
+  // Far past the bound: refused from its length alone (a million-letter word took minutes to
+  // encode in full before the heap merges, and a client's text may be longer still).
+  EXPECT_THROW(t.Encode(std::string(16 << 20, 'a'), true, 8192), TokenLimitExceeded);
+  EXPECT_THROW(t.Encode(std::string(1 << 20, ' '), true, 8192), TokenLimitExceeded);
+
+  const Chat chat = {{"system", "Be terse."}, {"user", text}};
+  const Ids chat_ids = t.EncodeChat(chat);
+  EXPECT_EQ(t.EncodeChat(chat, true, chat_ids.size()), chat_ids);
+  EXPECT_THROW(t.EncodeChat(chat, true, chat_ids.size() - 1), TokenLimitExceeded);
+  EXPECT_THROW(t.EncodeChat(chat, true, 3), TokenLimitExceeded); // within the markup
+  EXPECT_THROW(t.EncodeChat({{"user", std::string(16 << 20, 'a')}}, true, 8192),
+               TokenLimitExceeded);
+}
+
 } // namespace
 } // namespace pig::runtime

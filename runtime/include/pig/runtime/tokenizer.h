@@ -2,12 +2,15 @@
 //  - "gpt2": byte-level BPE with the pre-tokenizer named by tokenizer.ggml.pre
 //    (GPT-2 / SmolLM2 with isolated digits / Llama 3 / Qwen2 rules);
 //  - "llama": SentencePiece-style BPE over scores with byte fallback (Llama 2).
+// Merges take O(n log n) in a word's length (a heap of candidate pairs), with the ids of the
+// quadratic rescans they replaced (tests/runtime/tokenizer_oracle_test.cpp).
 // Control tokens (token type 3) and user-defined tokens (type 4) written literally in the
 // text are matched first and become their own ids.
 #pragma once
 
 #include <cstdint>
 #include <memory>
+#include <stdexcept>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -35,6 +38,19 @@ struct TokenizerData {
 // Chat formats recognised from tokenizer.chat_template.
 enum class ChatFormat { kNone, kChatML, kLlama3, kLlama2 };
 
+// Thrown by the bounded Encode and EncodeChat once the ids would number more than max_tokens.
+class TokenLimitExceeded : public std::runtime_error {
+public:
+  explicit TokenLimitExceeded(size_t max_tokens)
+      : std::runtime_error("the text encodes to more than " + std::to_string(max_tokens) +
+                           " tokens"),
+        max_tokens_(max_tokens) {}
+  size_t max_tokens() const { return max_tokens_; }
+
+private:
+  size_t max_tokens_;
+};
+
 // One message of a conversation (Tokenizer::EncodeChat).
 struct ChatMessage {
   std::string role; // "system", "user" or "assistant"
@@ -49,6 +65,11 @@ public:
   // Text -> ids. Special tokens written in the text are recognised; BOS is prepended when the
   // model asks for it and `add_bos` is true.
   std::vector<int32_t> Encode(std::string_view text, bool add_bos = true) const;
+  // Encode, refusing text whose ids (BOS included) would number more than max_tokens: throws
+  // TokenLimitExceeded. Text longer than max_tokens ids could stand for is refused from its
+  // length; within that, encoding stops at the first word past the bound. A server bounds a
+  // client's prompt by its context this way, however long the text.
+  std::vector<int32_t> Encode(std::string_view text, bool add_bos, size_t max_tokens) const;
   // One token's bytes (control tokens decode to their literal text).
   std::string Decode(int32_t id) const;
   std::string Decode(const std::vector<int32_t> &ids) const;
@@ -87,6 +108,9 @@ public:
   // markup token is missing from the vocabulary.
   std::vector<int32_t> EncodeChat(const std::vector<ChatMessage> &messages,
                                   bool add_generation_prompt = true) const;
+  // EncodeChat, bounded as the bounded Encode (TokenLimitExceeded past max_tokens ids).
+  std::vector<int32_t> EncodeChat(const std::vector<ChatMessage> &messages,
+                                  bool add_generation_prompt, size_t max_tokens) const;
 
 private:
   // One piece of a rendered conversation: the template's text, a message's content, or one of
@@ -100,7 +124,11 @@ private:
   std::vector<ChatPiece> RenderChat(const std::vector<ChatMessage> &messages,
                                     bool add_generation_prompt) const;
 
-  void EncodeSegment(std::string_view text, std::vector<int32_t> &out) const;
+  // Appends a segment's ids; throws TokenLimitExceeded once out holds more than max_tokens.
+  void EncodeSegment(std::string_view text, std::vector<int32_t> &out, size_t max_tokens) const;
+  // Throws TokenLimitExceeded when text of `bytes` bytes (plus `extra` ids) cannot fit in
+  // max_tokens ids, before any of it is encoded.
+  void CheckFits(size_t bytes, size_t extra, size_t max_tokens) const;
   void BpeWord(std::string_view word, std::vector<int32_t> &out) const;
   void SpmEncode(std::string_view text, std::vector<int32_t> &out) const;
   void PushByteFallback(unsigned char byte, std::vector<int32_t> &out) const;
@@ -109,6 +137,7 @@ private:
   std::unordered_map<std::string, int32_t> vocab_;
   std::unordered_map<std::string, int32_t> merge_rank_;
   std::vector<std::string> specials_; // sorted longest first
+  size_t max_token_bytes_ = 1;        // the most text bytes one id can stand for
   bool special_first_[256] = {};      // first bytes of specials_ (cheap pre-check)
   std::string byte_to_unicode_[256];
   std::unordered_map<uint32_t, uint8_t> unicode_to_byte_;
