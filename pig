@@ -38,7 +38,7 @@ APT_PACKAGES=(
   cmake ninja-build g++ python3-venv ccache lld pkg-config
   llvm-19-dev libmlir-19-dev mlir-19-tools libzstd-dev libedit-dev
   libhwy-dev libgtest-dev libgmock-dev libbenchmark-dev gnuplot-nox debian-faq
-  nlohmann-json3-dev libcli11-dev libcpp-httplib-dev
+  nlohmann-json3-dev libcli11-dev libboost-dev
 )
 
 log() { printf '\033[1m[pig]\033[0m %s\n' "$*" >&2; }

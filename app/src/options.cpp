@@ -51,8 +51,15 @@ std::string ToolName(const CLI::App &app) {
   return root->get_name();
 }
 
+// Where the warnings of an option parse go: stderr, or ParseAttentionArgs' caller (a server
+// decides whether and how to log what a request's text made us say).
+thread_local std::vector<std::string> *g_warnings = nullptr;
+
 void Warn(const std::string &tool, const std::string &message) {
-  std::fprintf(stderr, "%s: warning: %s\n", tool.c_str(), message.c_str());
+  if (g_warnings)
+    g_warnings->push_back(message);
+  else
+    std::fprintf(stderr, "%s: warning: %s\n", tool.c_str(), message.c_str());
 }
 
 } // namespace
@@ -103,12 +110,21 @@ void Parse(CLI::App &app, int argc, const char *const *argv) {
 }
 
 runtime::AttentionSpec ParseAttentionArgs(const std::vector<std::string> &args,
-                                          runtime::AttentionSpec base) {
+                                          runtime::AttentionSpec base,
+                                          std::vector<std::string> *warnings) {
   CLI::App app{"attention", "pig"};
   Init(app);
   AddAttentionOptions(app, base, /*files=*/false);
   AddKvOption(app, base.kv_dtype);
   std::vector<std::string> reversed(args.rbegin(), args.rend()); // CLI11 takes the last first
+  struct Collect {
+    std::vector<std::string> *saved = g_warnings;
+    explicit Collect(std::vector<std::string> *w) {
+      if (w)
+        g_warnings = w;
+    }
+    ~Collect() { g_warnings = saved; }
+  } collect(warnings);
   try {
     app.parse(reversed);
   } catch (const CLI::Error &e) {

@@ -241,6 +241,25 @@ std::shared_ptr<Request> Engine::Submit(GenerationParams p) {
   return req;
 }
 
+void Engine::Cancel(const std::shared_ptr<Request> &req) {
+  req->Cancel();
+  {
+    std::lock_guard lock(mu_);
+    const auto it = std::find_if(waiting_.begin(), waiting_.end(),
+                                 [&](const Waiting &w) { return w.req == req; });
+    if (it == waiting_.end())
+      return; // running (the next step retires it), finished, or never queued
+    --metrics_.methods[req->method()].waiting;
+    ++metrics_.methods[req->method()].finished["cancelled"];
+    RequestSummary s;
+    s.prompt_tokens = req->params().prompt.size();
+    s.queue_s = Seconds(it->arrival, Clock::now());
+    req->Close(Finish::kCancelled, s);
+    waiting_.erase(it);
+  }
+  cv_.notify_all(); // a request behind it may be admitted now
+}
+
 void Engine::Drain(std::chrono::milliseconds grace) {
   const auto deadline = Clock::now() + grace;
   {

@@ -113,7 +113,16 @@ std::vector<int32_t> TokenArray(const Json &a, const char *param) {
   return out;
 }
 
-std::vector<int32_t> CompletionPrompt(const Json &body, const runtime::Tokenizer &tok) {
+// A prompt past the context, refused as the engine refuses it but as soon as its ids pass the
+// context: a long text is never encoded whole to be counted.
+ApiError PromptPastContext(size_t context) {
+  const std::string c = std::to_string(context);
+  return Bad("prompt",
+             "the prompt (more than " + c + " tokens) exceeds the context of " + c + " tokens");
+}
+
+std::vector<int32_t> CompletionPrompt(const Json &body, const runtime::Tokenizer &tok,
+                                      size_t context) {
   const Json *p = Field(body, "prompt");
   if (!p)
     throw Bad("prompt", "prompt is required");
@@ -127,7 +136,11 @@ std::vector<int32_t> CompletionPrompt(const Json &body, const runtime::Tokenizer
     const std::string &text = one->get_ref<const std::string &>();
     if (text.empty())
       throw Bad("prompt", "the prompt is empty");
-    return tok.Encode(text);
+    try {
+      return tok.Encode(text, true, context);
+    } catch (const runtime::TokenLimitExceeded &) {
+      throw PromptPastContext(context);
+    }
   }
   if (one->is_array()) {
     if (one->empty())
@@ -157,7 +170,7 @@ std::string MessageText(const Json &content, size_t i) {
   throw Bad(param, param + " must be a string or an array of text parts");
 }
 
-std::vector<int32_t> ChatPrompt(const Json &body, const runtime::Tokenizer &tok) {
+std::vector<int32_t> ChatPrompt(const Json &body, const runtime::Tokenizer &tok, size_t context) {
   const Json *m = Field(body, "messages");
   if (!m)
     throw Bad("messages", "messages is required");
@@ -184,7 +197,9 @@ std::vector<int32_t> ChatPrompt(const Json &body, const runtime::Tokenizer &tok)
     msgs.push_back({r, MessageText(*content, i)});
   }
   try {
-    return tok.EncodeChat(msgs);
+    return tok.EncodeChat(msgs, true, context);
+  } catch (const runtime::TokenLimitExceeded &) {
+    throw PromptPastContext(context);
   } catch (const std::invalid_argument &e) {
     throw Bad("messages", std::string("messages: ") + e.what());
   } catch (const std::runtime_error &e) {
@@ -245,8 +260,32 @@ Json ErrorBody(const std::string &message, const std::string &type, const std::s
   return Json{{"error", e}};
 }
 
-runtime::AttentionSpec ParsePigExtension(const Json *pig, const Defaults &d, size_t n_layers) {
-  if (!pig || pig->empty())
+Json ParseJsonBody(std::string_view body) {
+  std::string key; // the last object key read: names the field of a number that overflows
+  const Json::parser_callback_t check = [&key](int depth, Json::parse_event_t ev, Json &parsed) {
+    if ((ev == Json::parse_event_t::object_start || ev == Json::parse_event_t::array_start) &&
+        depth >= kMaxJsonDepth)
+      throw ApiError(400, "invalid JSON: nested deeper than " + std::to_string(kMaxJsonDepth) +
+                              " levels");
+    if (ev == Json::parse_event_t::key && parsed.is_string())
+      key = parsed.get<std::string>();
+    return true;
+  };
+  try {
+    return Json::parse(body, check);
+  } catch (const Json::out_of_range &e) { // "number overflow parsing '1e400'"
+    if (key.empty())
+      throw ApiError(400, std::string("invalid JSON: ") + e.what());
+    throw ApiError(400, "invalid JSON in field '" + key + "': " + e.what(),
+                   "invalid_request_error", key);
+  } catch (const Json::exception &e) {
+    throw ApiError(400, std::string("invalid JSON: ") + e.what());
+  }
+}
+
+runtime::AttentionSpec ParsePigExtension(const Json *pig, const Defaults &d, size_t n_layers,
+                                         std::vector<std::string> *warnings) {
+  if (!pig || pig->is_null() || (pig->is_object() && pig->empty()))
     return d.tuned && d.attention.method == spec::Method::magicpig ? *d.tuned : d.attention;
   if (!pig->is_object())
     throw Bad("pig", "pig must be an object");
@@ -276,8 +315,8 @@ runtime::AttentionSpec ParsePigExtension(const Json *pig, const Defaults &d, siz
     std::string text;
     if (value.is_string()) {
       text = value.get<std::string>();
-    } else if (value.is_number_integer() || value.is_number_float()) {
-      text = value.is_number_integer() ? std::to_string(value.get<long long>()) : value.dump();
+    } else if (value.is_number()) { // dump() spells unsigned 64-bit values as they were given
+      text = value.dump();
     } else if (value.is_array() && key == "dense_layers") {
       for (const Json &l : value) {
         if (!l.is_number_integer())
@@ -296,7 +335,7 @@ runtime::AttentionSpec ParsePigExtension(const Json *pig, const Defaults &d, siz
   }
   runtime::AttentionSpec spec;
   try {
-    spec = pig::app::ParseAttentionArgs(args, d.attention);
+    spec = pig::app::ParseAttentionArgs(args, d.attention, warnings);
   } catch (const std::invalid_argument &e) {
     std::string msg = e.what();
     for (const auto &[k, f] : kFlags) { // name the JSON field, not the flag
@@ -335,7 +374,8 @@ ParsedRequest ParseRequest(const Json &body, Endpoint e, const runtime::Tokenize
   GenerationParams &p = r.params;
   if (const Json *m = Field(body, "model"); m && !m->is_string())
     throw Bad("model", "model must be a string");
-  p.prompt = e == Endpoint::kChat ? ChatPrompt(body, tok) : CompletionPrompt(body, tok);
+  p.prompt =
+      e == Endpoint::kChat ? ChatPrompt(body, tok, context) : CompletionPrompt(body, tok, context);
   if (p.prompt.empty())
     throw Bad(e == Endpoint::kChat ? "messages" : "prompt", "the prompt encodes to no tokens");
   std::optional<long long> max_tokens = GetInt(body, "max_tokens", LLONG_MIN, LLONG_MAX);
@@ -383,7 +423,7 @@ ParsedRequest ParseRequest(const Json &body, Endpoint e, const runtime::Tokenize
       throw Bad("stream_options", "stream_options needs stream: true");
     r.include_usage = GetBool(*so, "include_usage", false);
   }
-  p.attention = ParsePigExtension(Field(body, "pig"), d, n_layers);
+  p.attention = ParsePigExtension(Field(body, "pig"), d, n_layers, &r.warnings);
   return r;
 }
 

@@ -177,6 +177,67 @@ TEST_F(OpenAiTest, ThePigObjectTakesPigRunsSpellings) {
   bad({{"colour", "red"}}, "unknown field 'colour'");
   bad({{"attention", Json::array()}}, "pig.attention must be a string or a number");
   bad("magicpig", "pig must be an object");
+  bad(Json::array(), "pig must be an object"); // [] is not {}: never the defaults in disguise
+  // Unsigned 64-bit values are quoted as given, not wrapped to -1.
+  bad({{"sink", 18446744073709551615ull}}, "18446744073709551615");
+}
+
+TEST_F(OpenAiTest, ADeprecatedSpellingIsAWarningOfTheRequestNotALineOnStderr) {
+  ::testing::internal::CaptureStderr();
+  const ParsedRequest r = Parse({{"prompt", "hi"}, {"pig", {{"lsh", "8:75"}}}});
+  const std::string err = ::testing::internal::GetCapturedStderr();
+  EXPECT_EQ(err, "");
+  ASSERT_EQ(r.warnings.size(), 1u);
+  EXPECT_NE(r.warnings[0].find("deprecated spelling"), std::string::npos) << r.warnings[0];
+  EXPECT_EQ(r.params.attention.K, 8);
+}
+
+// ParseJsonBody refuses what a request body must not be before it is built.
+TEST(ParseJsonBody, RefusesDeepNestingBeforeBuildingIt) {
+  for (const char *open : {"[", "{\"a\":"}) {
+    for (const size_t depth : {size_t(kMaxJsonDepth + 1), size_t(200000)}) {
+      std::string body;
+      for (size_t i = 0; i < depth; ++i)
+        body += open;
+      body += "0";
+      for (size_t i = 0; i < depth; ++i)
+        body += open[0] == '[' ? "]" : "}";
+      try {
+        ParseJsonBody(body);
+        ADD_FAILURE() << "accepted " << depth << " levels of " << open;
+      } catch (const ApiError &e) {
+        EXPECT_EQ(e.status(), 400);
+        EXPECT_NE(std::string(e.what()).find("nested deeper than"), std::string::npos) << e.what();
+      }
+    }
+  }
+  std::string ok; // exactly the limit is fine
+  for (int i = 0; i < kMaxJsonDepth; ++i)
+    ok += "[";
+  for (int i = 0; i < kMaxJsonDepth; ++i)
+    ok += "]";
+  EXPECT_NO_THROW(ParseJsonBody(ok));
+}
+
+TEST(ParseJsonBody, ANumberOutOfRangeIsA400NamingItsField) {
+  try {
+    ParseJsonBody(R"({"prompt": "x", "temperature": 1e400})");
+    ADD_FAILURE() << "accepted 1e400";
+  } catch (const ApiError &e) {
+    EXPECT_EQ(e.status(), 400);
+    EXPECT_EQ(e.param(), "temperature");
+    EXPECT_NE(std::string(e.what()).find("temperature"), std::string::npos) << e.what();
+  }
+  for (const char *bad : {"", "{", "{\"a\": }", "nul", "[1,]"}) {
+    try {
+      ParseJsonBody(bad);
+      ADD_FAILURE() << "accepted '" << bad << "'";
+    } catch (const ApiError &e) {
+      EXPECT_EQ(e.status(), 400) << bad;
+      EXPECT_NE(std::string(e.what()).find("invalid JSON"), std::string::npos) << e.what();
+    }
+  }
+  EXPECT_EQ(ParseJsonBody(R"({"a": [1, 2.5, "x"]})")["a"][2], "x");
 }
 
 TEST_F(OpenAiTest, ATunedPointServesMagicpigRequestsThatNameNoConfiguration) {

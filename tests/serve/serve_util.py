@@ -28,9 +28,10 @@ class Server:
         self._port_seen = threading.Event()
         self._reader = threading.Thread(target=self._read, daemon=True)
         self._reader.start()
-        if not self._port_seen.wait(ready_timeout):
+        if not self._port_seen.wait(ready_timeout) or self.port is None:
             self.kill()
-            raise RuntimeError("pig-serve did not start: " + self.log())
+            raise RuntimeError(f"pig-serve did not start (exit {self.proc.returncode}): "
+                               + self.log())
         deadline = time.time() + ready_timeout
         while time.time() < deadline:
             if self.proc.poll() is not None:
@@ -52,6 +53,7 @@ class Server:
             if m and self.port is None:
                 self.port = int(m.group(1))
                 self._port_seen.set()
+        self._port_seen.set()  # stderr ended: the server exited (a bad flag) before listening
 
     def log(self):
         return "\n".join(self.lines[-40:])

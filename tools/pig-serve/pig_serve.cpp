@@ -1,7 +1,7 @@
 // pig-serve: an OpenAI-compatible HTTP server over pig's runtime, with continuous batching and
 // pig's attention methods per request (serve/: the engine, the HTTP front, the protocol).
 //   pig-serve [--model FILE] [--host 127.0.0.1] [--port 8080] [--parallel 8] [--max-queue 64]
-//             [--memory-budget 12G] [--prefill-chunk 64] [--api-key KEY] [pig-run's attention
+//             [--memory-budget 12G] [--prefill-chunk 64] [--api-key-file F] [pig-run's attention
 //             options: --attention, --lsh, --kv, --sink, --local, --dense-layers, --tuning FILE]
 // Binds first (GET /health answers 503 while the model loads), then loads the model and serves
 // until SIGINT or SIGTERM: it stops accepting, lets the running requests finish for --grace
@@ -9,9 +9,12 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <cctype>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <memory>
 #include <string>
 #include <thread>
@@ -50,6 +53,7 @@ struct Options {
   serve::EngineOptions engine;
   double grace_s = 30;
   std::string memory_budget = "auto";
+  std::string api_key_file;
 };
 
 bool IsLoopback(const std::string &host) {
@@ -112,9 +116,18 @@ Options Parse(int argc, char **argv) {
       ->check(app::Integer(0, 65535))
       ->capture_default_str()
       ->group(kServe);
-  app.add_option("--api-key", o.http.api_key,
-                 "require 'Authorization: Bearer KEY' on /v1/*, /tokenize, /detokenize")
-      ->type_name("KEY")
+  CLI::Option *key_opt =
+      app.add_option("--api-key", o.http.api_key,
+                     "require 'Authorization: Bearer KEY' on /v1/*, /tokenize, /detokenize (on "
+                     "a command line every local user can read it: prefer --api-key-file or "
+                     "PIG_API_KEY)")
+          ->type_name("KEY")
+          ->group(kServe);
+  app.add_option("--api-key-file", o.api_key_file,
+                 "the API key: the first line of FILE (trailing whitespace dropped)")
+      ->type_name("FILE")
+      ->check(CLI::ExistingFile)
+      ->excludes(key_opt)
       ->group(kServe);
   app.add_option("--alias", o.http.model_id, "the model's id in /v1/models and responses")
       ->type_name("NAME")
@@ -163,9 +176,35 @@ Options Parse(int argc, char **argv) {
       ->capture_default_str()
       ->group(kServe);
   app.add_option("--http-threads", o.http.threads,
-                 "HTTP worker threads (0: parallel + max-queue + 8, so that /health and "
-                 "/metrics answer under full load)")
+                 "threads for the generation and tokenizer requests (0: parallel + max-queue "
+                 "+ 8; /health and /metrics have threads of their own)")
       ->check(app::Integer(0, 4096))
+      ->group(kServe);
+  app.add_option("--max-connections", o.http.max_connections,
+                 "open connections at most; beyond, the one that has waited longest for its "
+                 "request is closed (503 if all run requests)")
+      ->check(app::Integer(1, 1u << 16))
+      ->capture_default_str()
+      ->group(kServe);
+  app.add_option("--idle-timeout", o.http.idle_timeout_s,
+                 "seconds a connection may wait for its next request")
+      ->check(app::Number(0.05, 3600))
+      ->capture_default_str()
+      ->group(kServe);
+  app.add_option("--header-timeout", o.http.header_timeout_s,
+                 "seconds a request's headers may take to arrive (from their first byte)")
+      ->check(app::Number(0.05, 3600))
+      ->capture_default_str()
+      ->group(kServe);
+  app.add_option("--body-timeout", o.http.body_timeout_s,
+                 "seconds a request's body may take to arrive (after its headers)")
+      ->check(app::Number(0.05, 3600))
+      ->capture_default_str()
+      ->group(kServe);
+  app.add_option("--write-timeout", o.http.write_timeout_s,
+                 "seconds one write of a response may wait for a client that does not read")
+      ->check(app::Number(0.05, 3600))
+      ->capture_default_str()
       ->group(kServe);
   app.add_option("--grace", o.grace_s, "seconds running requests get to finish at SIGTERM")
       ->check(app::Number(0, 86400))
@@ -175,6 +214,21 @@ Options Parse(int argc, char **argv) {
   app.add_flag("--quiet", quiet, "no line per request on stderr")->group(kServe);
   app::Parse(app, argc, argv);
   o.http.log_requests = !quiet;
+  // The API key, from one of three places; never echoed.
+  if (!o.api_key_file.empty()) {
+    std::ifstream in(o.api_key_file);
+    std::string line;
+    if (!in || !std::getline(in, line))
+      app::UsageError(app, "--api-key-file: cannot read a key from '" + o.api_key_file + "'");
+    while (!line.empty() && std::isspace(static_cast<unsigned char>(line.back())))
+      line.pop_back();
+    if (line.empty())
+      app::UsageError(app, "--api-key-file: the first line of '" + o.api_key_file + "' is empty");
+    o.http.api_key = line;
+  } else if (o.http.api_key.empty()) {
+    if (const char *env = std::getenv("PIG_API_KEY"); env && *env)
+      o.http.api_key = env;
+  }
   o.schedule_set = af.schedule->count() > 0;
   app::CheckTuningOptions(app, o.tuning);
   if (!o.tuning.file.empty()) {

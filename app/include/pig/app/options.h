@@ -101,8 +101,10 @@ ref::HybridConfig ParseHybridSpec(const std::string &text, bool files = true);
 /// and checks of the command line for what is not one (a server request's "pig" object, the
 /// Python module's AttentionSpec). Throws std::invalid_argument with UsageMessage's text
 /// ("--lsh: K = 0 is outside [1, 16]"), or for an argument that is not an attention option.
+/// Warnings (a deprecated spelling) go to `warnings` when given, else to stderr.
 runtime::AttentionSpec ParseAttentionArgs(const std::vector<std::string> &args,
-                                          runtime::AttentionSpec base = {});
+                                          runtime::AttentionSpec base = {},
+                                          std::vector<std::string> *warnings = nullptr);
 
 /// --transform SPEC alone (AddAttentionOptions adds it): runtime::ParseServedTransform into
 /// `transform`; a tool where it means something else passes its own description.

@@ -155,6 +155,10 @@ public:
   /// memory than the whole budget), 503 when the queue is full or the server is draining.
   std::shared_ptr<Request> Submit(GenerationParams p);
 
+  /// The client of `req` went away: a waiting request leaves the queue at once (its place and
+  /// the queue slot are free for the next Submit), a running one is freed at the next step.
+  void Cancel(const std::shared_ptr<Request> &req);
+
   /// Stops admitting (Submit: 503); lets the running and waiting requests finish for up to
   /// `grace`, cancels the rest, and returns when the scheduler has stopped.
   void Drain(std::chrono::milliseconds grace);

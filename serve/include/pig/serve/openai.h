@@ -39,11 +39,21 @@ struct ParsedRequest {
   GenerationParams params;
   bool stream = false, include_usage = false;
   bool max_tokens_given = false;
+  std::vector<std::string> warnings; ///< what the request's fields made us warn about
 };
 
-/// The attention a request's "pig" object asks for (null or absent: the defaults). Throws
-/// ApiError 400 naming pig.<field>.
-runtime::AttentionSpec ParsePigExtension(const Json *pig, const Defaults &d, size_t n_layers);
+/// The attention a request's "pig" object asks for (null, absent or {}: the defaults). Throws
+/// ApiError 400 naming pig.<field>. Warnings (a deprecated spelling) go to `warnings` if given.
+runtime::AttentionSpec ParsePigExtension(const Json *pig, const Defaults &d, size_t n_layers,
+                                         std::vector<std::string> *warnings = nullptr);
+
+/// JSON nesting a request body may have: deeper bodies are refused before they are built.
+inline constexpr int kMaxJsonDepth = 64;
+
+/// Parses a request body as JSON: ApiError 400 for malformed JSON, nesting past kMaxJsonDepth
+/// (refused while parsing, before the deep value exists) or a number out of range (naming the
+/// field it was in).
+Json ParseJsonBody(std::string_view body);
 
 /// Parses a request body. `context` bounds the default max_tokens of a chat request (the rest
 /// of the context). Throws ApiError 400 for a malformed or unsupported request.
