@@ -56,6 +56,30 @@ using F32Out = nb::ndarray<nb::numpy, float>;
 
 [[noreturn]] void Bad(const std::string &what) { throw nb::value_error(what.c_str()); }
 
+// Bounds of the arguments that size something, checked where they are given: past them a size
+// computation wraps (a capacity of 2**64 - 1 allocated a scratch of a few bytes), a kernel is
+// handed a group of 0 heads (an assertion: the interpreter aborted), or the failure comes much
+// later (a thread pool of 2**40 threads never finished starting). pig-run's bounds: --threads,
+// and --ctx and --max-new for positions (app/src/options.cpp, tools/pig-run).
+constexpr size_t kMaxThreads = 1024;
+constexpr size_t kMaxPositions = size_t(1) << 24;
+// The model loader's (runtime/src/model.cpp): layers, and the embedding width, which bounds a
+// head dim and a head count.
+constexpr size_t kMaxLayers = 1024;
+constexpr size_t kMaxWidth = size_t(1) << 16;
+
+void CheckRange(size_t v, size_t lo, size_t hi, const char *name) {
+  if (v < lo || v > hi)
+    Bad(std::string(name) + " must be in [" + std::to_string(lo) + ", " + std::to_string(hi) +
+        "], got " + std::to_string(v));
+}
+
+// A softmax scale: positive and finite (a NaN one made every output NaN).
+void CheckScale(std::optional<double> scale) {
+  if (scale && !(std::isfinite(*scale) && *scale > 0))
+    Bad("scale must be a positive finite number, got " + std::to_string(*scale));
+}
+
 std::string DtypeName(const Array &a) {
   const auto t = a.dtype();
   const char *kind = "?";
@@ -241,6 +265,7 @@ void BindReference(nb::module_ &m) {
   r.def(
       "dense",
       [](const Array &q, const Array &K, const Array &V, std::optional<double> scale) {
+        CheckScale(scale);
         const auto Km = RefMatrix(K, "K"), Vm = RefMatrix(V, "V");
         CheckKV(Km, Vm);
         const auto qv = RefVector(q, "q", Km.cols);
@@ -256,11 +281,13 @@ void BindReference(nb::module_ &m) {
   r.def(
       "topk",
       [](const Array &q, const Array &K, const Array &V, size_t m, std::optional<double> scale) {
+        CheckScale(scale);
         const auto Km = RefMatrix(K, "K"), Vm = RefMatrix(V, "V");
         CheckKV(Km, Vm);
         const auto qv = RefVector(q, "q", Km.cols);
-        if (m > Km.rows)
-          Bad("m must be at most the number of rows (" + std::to_string(Km.rows) + ")");
+        if (m < 1 || m > Km.rows)
+          Bad("m must be in [1, the number of rows (" + std::to_string(Km.rows) + ")], got " +
+              std::to_string(m));
         pig::ref::SparseEstimate e;
         {
           nb::gil_scoped_release rel;
@@ -275,11 +302,11 @@ void BindReference(nb::module_ &m) {
       "oracle",
       [](const Array &q, const Array &K, const Array &V, size_t B, uint64_t seed,
          std::optional<double> scale) {
+        CheckScale(scale);
+        CheckRange(B, 1, kMaxPositions, "B"); // B draws: 2**62 of them ran for ever
         const auto Km = RefMatrix(K, "K"), Vm = RefMatrix(V, "V");
         CheckKV(Km, Vm);
         const auto qv = RefVector(q, "q", Km.cols);
-        if (B == 0)
-          Bad("B must be at least 1");
         pig::ref::SparseEstimate e;
         {
           nb::gil_scoped_release rel;
@@ -294,6 +321,9 @@ void BindReference(nb::module_ &m) {
       "magicpig",
       [](const Array &q, const Array &K, const Array &V, int K_bits, int L, int t, uint64_t seed,
          size_t sink, size_t local, std::optional<double> scale, const std::string &transform) {
+        CheckScale(scale);
+        CheckRange(sink, 0, kMaxPositions, "sink");
+        CheckRange(local, 0, kMaxPositions, "local");
         const auto Km = RefMatrix(K, "K"), Vm = RefMatrix(V, "V");
         CheckKV(Km, Vm);
         const auto qv = RefVector(q, "q", Km.cols);
@@ -328,6 +358,9 @@ void BindReference(nb::module_ &m) {
       [](const Array &q, const Array &K, const Array &V, double budget, const std::string &spec,
          int K_bits, int L, uint64_t seed, uint64_t sample_seed, size_t sink, size_t local,
          std::optional<double> scale) {
+        CheckScale(scale);
+        CheckRange(sink, 0, kMaxPositions, "sink");
+        CheckRange(local, 0, kMaxPositions, "local");
         const auto Km = RefMatrix(K, "K"), Vm = RefMatrix(V, "V");
         CheckKV(Km, Vm);
         const auto qv = RefVector(q, "q", Km.cols);
@@ -382,6 +415,9 @@ public:
   Index(const Array &keys, size_t d, int K, int L, int t, uint64_t seed, size_t sink, size_t local,
         const std::string &transform, std::optional<size_t> capacity)
       : d_(d), t_(t) {
+    CheckRange(d, 1, kMaxWidth, "d");
+    CheckRange(sink, 0, kMaxPositions, "sink");
+    CheckRange(local, 0, kMaxPositions, "local");
     const Rows rows = RowsOf(keys, "keys", d);
     dtype_ = rows.dtype;
     try {
@@ -392,6 +428,7 @@ public:
     }
     set_ = Resolve(K, L, d, dtype_);
     capacity_ = capacity.value_or(rows.n);
+    CheckRange(capacity_, 0, kMaxPositions, capacity ? "capacity" : "keys: the number of rows");
     if (capacity_ < rows.n)
       Bad("capacity (" + std::to_string(capacity_) + ") is below the " + std::to_string(rows.n) +
           " keys given");
@@ -441,6 +478,7 @@ public:
   // MagicPIG for the G heads: (out (G, d), lse (G,), stats).
   nb::tuple Attend(const Array &q, const Array &keys, const Array &values,
                    std::optional<float> scale, std::optional<nb::object> out) {
+    CheckScale(scale);
     const int G = Group(q);
     const Rows k = RowsOf(keys, "keys", d_), v = RowsOf(values, "values", d_);
     CheckDtype(k, "keys");
@@ -541,6 +579,7 @@ void BindKernels(nb::module_ &m) {
       "dense_attention",
       [](const Array &q, const Array &keys, const Array &values, size_t begin,
          std::optional<size_t> end, std::optional<float> scale, std::optional<nb::object> out) {
+        CheckScale(scale);
         const float *qp = F32(q, "q", {-1, -1});
         const size_t G = q.shape(0), d = q.shape(1);
         if (G < 1 || G > size_t(pig::runtime::lsh::kMaxGroup))
@@ -618,6 +657,7 @@ void BindKernels(nb::module_ &m) {
   m.def(
       "rows_to_f32",
       [](const Array &rows, size_t d) {
+        CheckRange(d, 1, kMaxWidth, "d");
         const Rows r = RowsOf(rows, "rows", d);
         F32Out o = NewF32({r.n, d});
         {
@@ -632,6 +672,7 @@ void BindKernels(nb::module_ &m) {
   m.def(
       "describe_kernels",
       [](int K, int L, size_t d, const std::string &dtype) {
+        CheckRange(d, 1, kMaxWidth, "d"); // the registry's key holds an int: 2**40 read as 0
         DType t;
         if (!pig::runtime::lsh::parse_dtype(dtype, t))
           Bad("dtype must be f32, bf16 or q8, got '" + dtype + "'");
@@ -730,12 +771,24 @@ public:
   // Prefills the prompt and samples up to max_new tokens (stopping at the end of generation).
   std::vector<int32_t> Generate(const std::vector<int32_t> &prompt, size_t max_new,
                                 float temperature, float top_p, uint64_t seed) {
+    CheckRange(max_new, 0, kMaxPositions, "max_new");
+    // pig-run's --temperature and --top-p ranges; NaN fails both comparisons.
+    if (!(temperature >= 0.0f && temperature <= 1e6f))
+      Bad("temperature must be in [0, 1e6] (0: greedy), got " + std::to_string(temperature));
+    if (!(top_p > 0.0f && top_p <= 1.0f))
+      Bad("top_p must be in (0, 1], got " + std::to_string(top_p));
     if (max_new == 0)
       return {};
-    Forward(prompt);
-    if (session_->position() + max_new - 1 > session_->capacity())
+    // The prompt and the first max_new - 1 generated tokens take a position each (the last one
+    // is sampled, never run): checked before the prefill, in a form that cannot wrap. It was
+    // checked after the prefill as position + max_new - 1 > capacity, which max_new = 2**64 - 1
+    // wrapped past: the session generated until its context was full, then failed.
+    const size_t room = session_->capacity() - session_->position();
+    if (prompt.size() <= room && max_new - 1 > room - prompt.size())
       Bad("max_new: the session's capacity (" + std::to_string(session_->capacity()) + ") holds " +
-          std::to_string(session_->capacity() - session_->position() + 1) + " more tokens");
+          std::to_string(room - prompt.size() + 1) + " more tokens after the prompt, got " +
+          std::to_string(max_new));
+    Forward(prompt);
     std::vector<int32_t> out;
     nb::gil_scoped_release rel;
     pig::runtime::Sampler sampler({temperature, top_p, seed});
@@ -882,13 +935,16 @@ void BindRuntime(nb::module_ &m) {
           "session",
           [](const Model &m, std::optional<pig::runtime::AttentionSpec> attention, size_t capacity,
              size_t threads) {
+            // before any thread starts or any memory is taken
+            CheckRange(capacity, 0, kMaxPositions, "capacity");
+            CheckRange(threads, 0, kMaxThreads, "threads");
             return new Session(m.impl, attention.value_or(pig::runtime::AttentionSpec{}), capacity,
                                threads);
           },
           "attention"_a = nb::none(), "capacity"_a = 0, "threads"_a = 0,
           nb::rv_policy::take_ownership,
-          "A decoding session: capacity positions (0: the model's context), threads (0: every "
-          "core).");
+          "A decoding session: capacity positions (0: the model's context; at most 2**24), "
+          "threads (0: every core; at most 1024).");
 }
 
 // --- decode over an engine's paged KV cache (vLLM) ----------------------------------------------
@@ -899,7 +955,7 @@ class Paged {
 public:
   Paged(const pig::runtime::AttentionSpec &spec, size_t num_layers, size_t q_heads, size_t kv_heads,
         size_t d, size_t block_size, size_t max_tokens, size_t threads)
-      : pool_(threads) {
+      : pool_(Checked(num_layers, q_heads, kv_heads, d, block_size, max_tokens, threads)) {
     try {
       impl_ = std::make_unique<pig::runtime::PagedLshAttention>(
           spec, pig::runtime::AttentionShape{num_layers, q_heads, kv_heads, d, max_tokens},
@@ -914,6 +970,7 @@ public:
   void Decode(size_t layer, const std::vector<std::string> &req_ids, const Array &query,
               const Array &kv_cache, const Array &block_table, const Array &seq_lens,
               nb::ndarray<> out, float scale) {
+    CheckScale(scale);
     const size_t R = req_ids.size(), Hq = shape_.n_heads, H = shape_.n_kv_heads,
                  d = shape_.head_dim, bs = block_size_;
     const bool bf16 = IsBf16(query);
@@ -1003,6 +1060,23 @@ public:
   }
 
 private:
+  // The shape's ranges, before the pool starts its threads; returns `threads`. What needs the
+  // spec (GQA groups the kernels serve, an even head dim, the dtype) PagedLshAttention checks.
+  static size_t Checked(size_t num_layers, size_t q_heads, size_t kv_heads, size_t d,
+                        size_t block_size, size_t max_tokens, size_t threads) {
+    CheckRange(num_layers, 1, kMaxLayers, "num_layers");
+    CheckRange(q_heads, 1, kMaxWidth, "num_q_heads"); // 0 aborted the interpreter at decode
+    CheckRange(kv_heads, 1, q_heads, "num_kv_heads");
+    if (q_heads % kv_heads != 0)
+      Bad("num_q_heads (" + std::to_string(q_heads) + ") must be a multiple of num_kv_heads (" +
+          std::to_string(kv_heads) + ")");
+    CheckRange(d, 1, kMaxWidth, "head_dim");
+    CheckRange(block_size, 1, kMaxPositions, "block_size");
+    CheckRange(max_tokens, 1, kMaxPositions, "max_tokens");
+    CheckRange(threads, 0, kMaxThreads, "threads");
+    return threads;
+  }
+
   pig::runtime::ThreadPool pool_;
   std::unique_ptr<pig::runtime::PagedLshAttention> impl_;
   pig::runtime::AttentionShape shape_;
@@ -1022,8 +1096,8 @@ void BindPaged(nb::module_ &m) {
                     size_t, size_t>(),
            "spec"_a, "num_layers"_a, "num_q_heads"_a, "num_kv_heads"_a, "head_dim"_a,
            "block_size"_a, "max_tokens"_a = size_t(1) << 17, "threads"_a = 0,
-           "spec: dense or magicpig (bf16 or f32 caches); max_tokens: the longest sequence; "
-           "threads: the decode pool (0: every core).")
+           "spec: dense or magicpig (bf16 or f32 caches); max_tokens: the longest sequence (at "
+           "most 2**24); threads: the decode pool (0: every core; at most 1024).")
       .def("decode", &Paged::Decode, "layer"_a, "req_ids"_a, "query"_a, "kv_cache"_a,
            "block_table"_a, "seq_lens"_a, "out"_a, "scale"_a,
            "One decode token per request: query and out [R, q_heads, head_dim] (bfloat16 or "

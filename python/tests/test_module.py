@@ -4,6 +4,7 @@ ValueError, outputs written in place without copies, the GIL released, and the m
 equal to pig-run. Runs under ctest (python/CMakeLists.txt: PYTHONPATH=build/python)."""
 import os
 import subprocess
+import sys
 import threading
 
 import numpy as np
@@ -230,6 +231,121 @@ def test_wrong_arrays_raise_value_errors_naming_them():
         pig.ref.dense(q[0], K, V[:10])
     with pytest.raises(ValueError, match="hash transform|transform"):
         pig.LshIndex(K, d, transform="rotate")
+
+
+# --- every argument checked where it is given ---------------------------------------------------
+
+NAN = float("nan")
+
+
+def arg(name, call, match):
+    return pytest.param(call, match, id=name)
+
+
+@pytest.mark.parametrize("call, match", [
+    # a softmax scale: positive and finite (NaN made every output NaN)
+    arg("ref.dense-scale-nan", lambda q, K, V: pig.ref.dense(q[0], K, V, scale=NAN), "scale"),
+    arg("ref.magicpig-scale-0", lambda q, K, V: pig.ref.magicpig(q[0], K, V, scale=0.0), "scale"),
+    arg("dense-scale-nan", lambda q, K, V: pig.dense_attention(q, K, V, scale=NAN), "scale"),
+    arg("dense-scale-negative", lambda q, K, V: pig.dense_attention(q, K, V, scale=-0.125),
+        "scale"),
+    arg("attend-scale-inf", lambda q, K, V: pig.LshIndex(K, 64, sink=4, local=8).attend(
+        q, K, V, scale=float("inf")), "scale"),
+    # counts: m and B at least 1, B bounded (2**62 draws ran for ever)
+    arg("ref.topk-m-0", lambda q, K, V: pig.ref.topk(q[0], K, V, 0), "m must be in"),
+    arg("ref.oracle-B", lambda q, K, V: pig.ref.oracle(q[0], K, V, 2 ** 24 + 1), "B must be in"),
+    # sink and local within pig-run's bounds (2**63 + 2**63 wrapped to 0: everything indexed)
+    arg("index-sink-local-wrap", lambda q, K, V: pig.LshIndex(K, 64, sink=2 ** 63, local=2 ** 63),
+        "sink must be in"),
+    arg("index-local", lambda q, K, V: pig.LshIndex(K, 64, local=2 ** 64 - 1), "local must be in"),
+    arg("ref.magicpig-sink", lambda q, K, V: pig.ref.magicpig(q[0], K, V, sink=2 ** 64 - 1),
+        "sink must be in"),
+    arg("ref.hybrid-local", lambda q, K, V: pig.ref.hybrid(q[0], K, V, local=2 ** 25),
+        "local must be in"),
+    # a capacity that wrapped the scratch's size (2**64 - 1 + slack) or failed in reserve()
+    arg("index-capacity-max", lambda q, K, V: pig.LshIndex(K, 64, capacity=2 ** 64 - 1),
+        "capacity must be in"),
+    arg("index-capacity-2**40", lambda q, K, V: pig.LshIndex(K, 64, capacity=2 ** 40),
+        "capacity must be in"),
+    # a head dim the kernel registry's int key read as 0
+    arg("index-d", lambda q, K, V: pig.LshIndex(K, 2 ** 40), "d must be in"),
+    arg("describe-d", lambda q, K, V: pig.describe_kernels(10, 150, 2 ** 40), "d must be in"),
+    arg("rows_to_f32-d", lambda q, K, V: pig.rows_to_f32(K, 2 ** 40), "d must be in"),
+])
+def test_arguments_out_of_range_raise_value_errors(call, match):
+    q, K, V = rand(1, 64), rand(100, 64), rand(100, 64)
+    with pytest.raises(ValueError, match=match):
+        call(q, K, V)
+
+
+@pytest.mark.skipif(not os.path.exists(MODEL), reason="the model is not installed (./pig setup)")
+def test_session_arguments_are_checked_before_anything_runs():
+    model = pig.Model(MODEL)
+    for kw, match in ((dict(threads=1025), "threads must be in"),
+                      (dict(capacity=2 ** 64 - 1), "capacity must be in"),
+                      (dict(capacity=2 ** 40), "capacity must be in")):
+        with pytest.raises(ValueError, match=match):
+            model.session(**kw)
+    s = model.session(capacity=64, threads=1)
+    ids = model.encode("The capital of France is")
+    # max_new = 2**64 - 1 wrapped the capacity check: the session generated until its context
+    # was full, then raised. Refused now before the prefill: nothing ran.
+    for kw, match in ((dict(max_new=2 ** 64 - 1), "max_new must be in"),
+                      (dict(max_new=2 ** 24), "max_new: the session's capacity"),
+                      (dict(max_new=64 - len(ids) + 2), "max_new: the session's capacity"),
+                      (dict(temperature=NAN), "temperature"),
+                      (dict(temperature=-1.0), "temperature"),
+                      (dict(temperature=1e7), "temperature"),
+                      (dict(top_p=0.0), "top_p"),
+                      (dict(top_p=1.5), "top_p"),
+                      (dict(top_p=NAN), "top_p")):
+        with pytest.raises(ValueError, match=match):
+            s.generate(ids, **kw)
+        assert s.position == 0, kw
+    # the largest max_new that fits: the prompt and max_new - 1 tokens fill the 64 positions
+    out = s.generate(ids, max_new=64 - len(ids) + 1, temperature=0.5, top_p=0.9, seed=3)
+    assert 1 <= len(out) <= 64 - len(ids) + 1
+
+
+# A process whose address space leaves room for a few thread stacks, asking for 1000 threads
+# (within the 1024 allowed): the pool must raise, with the threads it started joined. It hung
+# (the half-built pool's condition variable destroyed while its started workers waited on it).
+THREADS_UNDER_A_MEMORY_LIMIT = r"""
+import os, resource, sys
+import pig
+model = pig.Model(sys.argv[1]) if os.path.exists(sys.argv[1]) else None
+with open("/proc/self/statm") as f:
+    mapped = int(f.read().split()[0]) * os.sysconf("SC_PAGE_SIZE")
+limit = mapped + (256 << 20)  # 1000 stacks of 8 MiB do not fit
+resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+makers = [("paged", lambda: pig.PagedAttention(pig.AttentionSpec("magicpig"), 2, 4, 2, 64, 16,
+                                                max_tokens=1024, threads=1000))]
+if model is not None:
+    makers.append(("session", lambda: model.session(capacity=64, threads=1000)))
+for name, make in makers:
+    try:
+        make()
+        print(name, "started every thread")
+    except RuntimeError as e:
+        print(name, "RuntimeError:", e)
+    sys.stdout.flush()
+# the pool is usable again with a sane count, in the same process
+pig.PagedAttention(pig.AttentionSpec("magicpig"), 2, 4, 2, 64, 16, max_tokens=1024, threads=2)
+print("done")
+"""
+
+
+def test_threads_that_cannot_start_raise_instead_of_hanging():
+    try:
+        run = subprocess.run([sys.executable, "-c", THREADS_UNDER_A_MEMORY_LIMIT, MODEL],
+                             capture_output=True, text=True, timeout=60)
+    except subprocess.TimeoutExpired:
+        pytest.fail("creating 1000 threads under a memory limit hung")
+    assert run.returncode == 0, run.stdout + run.stderr
+    lines = run.stdout.splitlines()
+    assert lines[-1] == "done", run.stdout
+    for line in lines[:-1]:
+        assert "RuntimeError: thread pool: 1000 threads requested, only" in line, run.stdout
 
 
 # --- zero copies, torch, threads ---------------------------------------------------------------

@@ -187,3 +187,35 @@ def test_refused_arguments():
         pig.PagedAttention(spec(), LAYERS, 7, HKV, D, BS)  # heads not in groups
     with pytest.raises(ValueError):
         pig.PagedAttention(spec(), LAYERS, HQ, HKV, D, 0)  # block size
+    for scale in (float("nan"), float("inf"), 0.0, -0.125):
+        with pytest.raises(ValueError, match="scale"):
+            pa.decode(**{**base, "scale": scale})
+
+
+def arg(match, **kw):
+    return pytest.param(kw, match, id=",".join(f"{k}={v}" for k, v in kw.items()))
+
+
+@pytest.mark.parametrize("kw, match", [
+    # 0 query heads divide any kv-head count: accepted, then the next decode aborted the
+    # interpreter (assertion a.G >= 1 in the kernels)
+    arg("num_q_heads must be in", num_q_heads=0),
+    arg("num_q_heads must be in", num_q_heads=2 ** 17),
+    arg("num_kv_heads must be in", num_kv_heads=0),
+    arg("num_kv_heads must be in", num_kv_heads=HQ * 2),
+    arg("must be a multiple of num_kv_heads", num_kv_heads=4),
+    arg("num_layers must be in", num_layers=0),
+    arg("num_layers must be in", num_layers=2 ** 40),
+    arg("head_dim must be in", head_dim=0),
+    arg("head_dim must be in", head_dim=2 ** 40),  # the kernel registry's int key read 0
+    arg("block_size must be in", block_size=2 ** 63),  # 2 * block_size wrapped at decode
+    arg("max_tokens must be in", max_tokens=0),
+    arg("max_tokens must be in", max_tokens=2 ** 62),  # a MemoryError at the first decode
+    arg("max_tokens must be in", max_tokens=2 ** 64 - 1),  # the scratch's size wrapped
+    arg("threads must be in", threads=1025),
+])
+def test_constructor_arguments_are_checked_where_given(kw, match):
+    args = dict(spec=spec(), num_layers=LAYERS, num_q_heads=HQ, num_kv_heads=HKV, head_dim=D,
+                block_size=BS, max_tokens=1024, threads=1)
+    with pytest.raises(ValueError, match=match):
+        pig.PagedAttention(**{**args, **kw})

@@ -13,8 +13,12 @@ const AttentionSpec &Checked(const AttentionSpec &spec, const AttentionShape &sh
                                 spec.method_name());
   if (spec.kv_dtype == lsh::DType::q8)
     throw std::invalid_argument("paged attention reads bf16 or f32 caches, not q8");
+  if (shape.n_layers == 0)
+    throw std::invalid_argument("paged attention: a model of 0 layers");
   spec.Validate(shape.n_layers);
-  if (shape.n_kv_heads == 0 || shape.n_heads % shape.n_kv_heads != 0)
+  // 0 query heads would pass the divisibility check and reach the kernels as a group of 0 (an
+  // assertion there, which aborts the process).
+  if (shape.n_heads == 0 || shape.n_kv_heads == 0 || shape.n_heads % shape.n_kv_heads != 0)
     throw std::invalid_argument("paged attention: " + std::to_string(shape.n_heads) +
                                 " query heads do not form groups of " +
                                 std::to_string(shape.n_kv_heads) + " kv-heads");
@@ -75,7 +79,7 @@ void PagedLshAttention::Decode(size_t layer, const PagedCache &cache,
       throw std::invalid_argument("paged attention: request " + std::string(r.request) + " has " +
                                   std::to_string(r.n_tokens) + " tokens; 1 to " +
                                   std::to_string(shape_.capacity) + " are served");
-    const size_t need = (r.n_tokens + block_size_ - 1) / block_size_;
+    const size_t need = r.n_tokens / block_size_ + (r.n_tokens % block_size_ != 0); // no wrap
     if (r.blocks.size() < need)
       throw std::invalid_argument("paged attention: request " + std::string(r.request) + " has " +
                                   std::to_string(r.n_tokens) + " tokens in " +

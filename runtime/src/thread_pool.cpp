@@ -1,6 +1,8 @@
 #include "pig/runtime/thread_pool.h"
 
 #include <chrono>
+#include <string>
+#include <system_error>
 #include <utility>
 
 namespace pig::runtime {
@@ -22,11 +24,30 @@ constexpr auto kSpin = std::chrono::microseconds(100);
 ThreadPool::ThreadPool(size_t n_threads) {
   if (n_threads == 0)
     n_threads = std::max<size_t>(1, std::thread::hardware_concurrency());
-  for (size_t t = 1; t < n_threads; ++t)
-    workers_.emplace_back([this, t] { WorkerLoop(t); });
+  // A thread that cannot start (EAGAIN: out of address space for its stack, or a process limit)
+  // throws std::system_error here. The workers already started must be stopped and joined before
+  // it leaves: no destructor runs for a half-built pool, and destroying cv_ while they wait on it
+  // blocked for ever in pthread_cond_destroy (a Python session(threads=1500) under `ulimit -v`
+  // hung), or ~vector<std::thread> of joinable threads would have terminated the process.
+  try {
+    workers_.reserve(n_threads - 1);
+    for (size_t t = 1; t < n_threads; ++t)
+      workers_.emplace_back([this, t] { WorkerLoop(t); });
+  } catch (const std::system_error &e) {
+    const size_t started = workers_.size() + 1;
+    Stop();
+    throw std::system_error(e.code(), "thread pool: " + std::to_string(n_threads) +
+                                          " threads requested, only " + std::to_string(started) +
+                                          " could start");
+  } catch (...) {
+    Stop();
+    throw;
+  }
 }
 
-ThreadPool::~ThreadPool() {
+ThreadPool::~ThreadPool() { Stop(); }
+
+void ThreadPool::Stop() {
   {
     std::lock_guard<std::mutex> lock(mu_);
     stop_ = true;
@@ -35,6 +56,7 @@ ThreadPool::~ThreadPool() {
   cv_.notify_all();
   for (auto &w : workers_)
     w.join();
+  workers_.clear();
 }
 
 // Claims and runs items of `generation` until none is left. Items are counted as done only

@@ -175,6 +175,12 @@ TEST(PagedLshAttention, RefusesWhatItCannotServe) {
   EXPECT_THROW(PagedLshAttention(q8, shape, kBs), std::invalid_argument);
   EXPECT_THROW(PagedLshAttention(Spec(pig::spec::Method::magicpig), {kLayers, 7, 2, kD, kCap}, kBs),
                std::invalid_argument);
+  // 0 query heads: divisible by any kv-head count, but a GQA group of 0 aborted in the kernels
+  EXPECT_THROW(PagedLshAttention(Spec(pig::spec::Method::magicpig), {kLayers, 0, 2, kD, kCap}, kBs),
+               std::invalid_argument);
+  AttentionSpec no_dense = Spec(pig::spec::Method::magicpig);
+  no_dense.dense_layers.clear();
+  EXPECT_THROW(PagedLshAttention(no_dense, {0, kHeads, kKv, kD, kCap}, kBs), std::invalid_argument);
   EXPECT_THROW(
       PagedLshAttention(Spec(pig::spec::Method::magicpig), {kLayers, kHeads, kKv, 63, kCap}, kBs),
       std::invalid_argument);

@@ -1,12 +1,18 @@
 // ThreadPool: every item runs once, back-to-back calls, and exceptions thrown by items (on a
-// worker or on the caller) carried back to the caller of ParallelFor with the pool still usable.
+// worker or on the caller) carried back to the caller of ParallelFor with the pool still usable;
+// a pool whose threads cannot all start throws.
 #include <gtest/gtest.h>
+#include <sys/resource.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cstdio>
+#include <cstdlib>
 #include <stdexcept>
 #include <string>
+#include <system_error>
 #include <thread>
 #include <vector>
 
@@ -166,6 +172,53 @@ TEST(ThreadPoolTest, OnlyTheFirstExceptionIsKept) {
   }
   EXPECT_GE(throws.load(), 1);
   ExpectEveryItemOnce(pool, 3000);
+}
+
+#if defined(__SANITIZE_ADDRESS__)
+#define PIG_TEST_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define PIG_TEST_ASAN 1
+#endif
+#endif
+
+#ifndef PIG_TEST_ASAN
+// In a child process: an address space that holds a few thread stacks, and a pool of 1000.
+[[noreturn]] void StartTooManyThreads() {
+  alarm(30); // a hang fails the test instead of running into the suite's timeout
+  long pages = 0;
+  if (std::FILE *f = std::fopen("/proc/self/statm", "r")) {
+    if (std::fscanf(f, "%ld", &pages) != 1)
+      pages = 0;
+    std::fclose(f);
+  }
+  // what the process maps now plus 256 MiB: far less than 1000 thread stacks of 8 MiB
+  const rlim_t limit = rlim_t(pages) * rlim_t(sysconf(_SC_PAGESIZE)) + (rlim_t(256) << 20);
+  rlimit rl{};
+  rl.rlim_cur = rl.rlim_max = limit;
+  if (pages == 0 || setrlimit(RLIMIT_AS, &rl) != 0)
+    std::_Exit(3);
+  try {
+    ThreadPool pool(1000);
+  } catch (const std::system_error &e) {
+    std::fprintf(stderr, "%s\n", e.what());
+    std::_Exit(0);
+  }
+  std::_Exit(2); // every thread started: the limit did not bite
+}
+#endif
+
+// A pool whose threads cannot all start (here: too little address space for their stacks, as
+// under `ulimit -v`) throws std::system_error with the started ones joined. It used to hang in
+// the half-built pool's cleanup (pthread_cond_destroy waiting for the parked workers).
+TEST(ThreadPoolTest, AThreadThatCannotStartThrowsInsteadOfHanging) {
+#ifdef PIG_TEST_ASAN
+  GTEST_SKIP() << "ASan reserves its shadow memory: an address-space limit breaks it, not us";
+#else
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_EXIT(StartTooManyThreads(), ::testing::ExitedWithCode(0),
+              "thread pool: 1000 threads requested, only [0-9]+ could start");
+#endif
 }
 
 } // namespace

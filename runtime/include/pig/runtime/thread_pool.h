@@ -17,7 +17,8 @@ namespace pig::runtime {
 
 class ThreadPool {
 public:
-  // n_threads == 0: one per hardware thread.
+  // n_threads == 0: one per hardware thread. Throws std::system_error when a thread cannot start
+  // (the ones started are joined first).
   explicit ThreadPool(size_t n_threads = 0);
   ~ThreadPool();
   ThreadPool(const ThreadPool &) = delete;
@@ -34,6 +35,8 @@ public:
   void ParallelFor(size_t n_items, const std::function<void(size_t, size_t)> &fn);
 
 private:
+  // Wakes every worker with stop_ set and joins them.
+  void Stop();
   void WorkerLoop(size_t thread);
   void RunItems(uint64_t generation, size_t n_items, const std::function<void(size_t, size_t)> &fn,
                 size_t thread);
