@@ -2,9 +2,9 @@
 # pig_vllm's tests with the vLLM environment's Python (no ctest):
 #   python/pig_vllm/run_tests.sh [pytest args...]      e.g. -x, -s, -k server, tests/test_layout.py
 # Needs `./pig vllm-setup` (.venv-vllm and the converted model) and pig's module in build/python
-# (./pig build). tests/test_layout.py runs in seconds; tests/test_llm.py starts one vLLM per
-# configuration (stock, pig dense, pig magicpig, magicpig preempted) and tests/test_server.py one
-# OpenAI server: ~8 minutes on 2 cores.
+# (./pig build). tests/test_layout.py runs in 1-2 minutes; tests/test_llm.py starts one vLLM
+# per configuration (stock, pig dense, pig magicpig, magicpig from the prefix cache, magicpig
+# preempted) and tests/test_server.py one OpenAI server: 8-11 minutes on 2 cores.
 set -euo pipefail
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 ROOT=$(cd "$HERE/../.." && pwd)

@@ -35,6 +35,7 @@ from vllm.logger import init_logger
 from vllm.v1.attention.backend import AttentionType
 from vllm.v1.attention.backends.cpu_attn import CPUAttentionBackend, CPUAttentionBackendImpl
 
+from . import amx
 from . import config as pig_config
 from . import state
 
@@ -45,6 +46,11 @@ logger = init_logger("vllm." + __name__)
 _CHECK = os.environ.get("PIG_VLLM_CHECK", "") not in ("", "0")
 _LOGGED = False  # the configuration is logged once per process
 _LAYER_RE = re.compile(r"(?:^|\.)layers\.(\d+)\.")
+
+# This module runs vLLM's CPU kernels (stage_blocks, _stock) in whatever process imports it, not
+# only in vLLM's worker, which asks for AMX's tile permission itself: without it, the first tile
+# instruction of vLLM's AMX attention kills the process with SIGILL (pig_vllm/amx.py).
+amx.request()
 
 
 def layer_index(layer_name: str) -> int:

@@ -5,6 +5,8 @@ kernel go through a staging cache written by vLLM's writer. On random data: the 
 equals the stock cache byte for byte, and the stock-routed rows equal the stock backend's output
 bit for bit, whether they are the whole batch or a subset (their own scheduler metadata).
 """
+import subprocess
+import sys
 import types
 
 import pytest
@@ -122,6 +124,44 @@ def test_write_rows_skips_padding():
     rows = cache.view(nb, HKV, 2 * bs, D)
     assert rows[0, :, 5].eq(1).all() and rows[1, :, 8].eq(1).all()
     assert rows[0, :, bs + 5].eq(2).all() and int(rows.ne(0).sum()) == 4 * HKV * D
+
+
+# A process that imports pig_vllm.backend, and nothing of the tests (no conftest), then runs
+# vLLM's attention through the backend's staging path: on an AMX CPU that is vLLM's AMX kernel,
+# which died of SIGILL before the backend asked Linux for the tile permission at import.
+BACKEND_ALONE = r"""
+import torch
+import pig_vllm.backend as backend
+from pig_vllm import amx
+from vllm import _custom_ops as ops
+from vllm.v1.attention.backends import cpu_attn
+print("amx", amx.cpu_has_amx(), amx.granted(), flush=True)
+nb, h, bs, d = 4, 2, 32, 64
+isa = cpu_attn._get_attn_isa(torch.bfloat16, bs, d)
+cache = torch.randn((nb, h, bs, 2 * d)).to(torch.bfloat16)
+kc, vc = backend.stage_blocks(cache, torch.arange(nb), isa)
+q = torch.randn((1, h, d)).to(torch.bfloat16)
+out = torch.empty_like(q)
+qsl, lens = torch.tensor([0, 1], dtype=torch.int32), torch.tensor([nb * bs], dtype=torch.int32)
+sched = ops.cpu_attn_get_scheduler_metadata(
+    num_reqs=1, num_heads=h, num_kv_heads=h, head_dim=d, seq_lens=lens, dtype=torch.bfloat16,
+    query_start_loc=qsl, causal=True, sliding_window_size=-1, isa=isa, enable_kv_split=False)
+ops.cpu_attention_with_kv_cache(
+    query=q, key_cache=kc, value_cache=vc, output=out, query_start_loc=qsl, seq_lens=lens,
+    scale=d ** -0.5, causal=True, alibi_slopes=None, sliding_window=-1,
+    block_table=torch.arange(nb, dtype=torch.int32).unsqueeze(0), softcap=0.0,
+    scheduler_metadata=sched, s_aux=None)
+print("isa", isa, "finite", bool(torch.isfinite(out).all()))
+"""
+
+
+def test_backend_runs_vllms_kernels_outside_vllms_worker(tmp_path):
+    p = subprocess.run([sys.executable, "-c", BACKEND_ALONE], cwd=tmp_path, capture_output=True,
+                       text=True, timeout=300)
+    assert p.returncode == 0, (p.returncode, p.stdout, p.stderr[-3000:])
+    has_amx, granted = p.stdout.split()[1:3]
+    assert granted == has_amx  # asked where there is something to ask for
+    assert p.stdout.rstrip().endswith("finite True"), p.stdout
 
 
 def stock_forward(vllm_cfg, layer, b, md, nb, bs):

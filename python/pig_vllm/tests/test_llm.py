@@ -1,40 +1,15 @@
 """vLLM offline (LLM, enforce_eager) with pig_vllm, against vLLM's stock CPU backend.
 
-One vLLM per configuration (each start is ~60 s): stock (the plugin not loaded), pig's dense
-path, pig's magicpig (pig-run's defaults), magicpig under a KV cache small enough to preempt.
+One vLLM per configuration (each start is ~60 s): stock (the plugin not loaded; conftest.py),
+pig's dense path, pig's magicpig (pig-run's defaults), magicpig serving a prompt from the prefix
+cache, magicpig under a KV cache small enough to preempt.
 """
 import pytest
 
-from conftest import run_driver
-from prompts import demo_prompt, text_prompt
+from conftest import NEW, gen, near_tie_or_equal, run_driver
+from prompts import demo_prompt
 
-NEW = 32
-
-
-@pytest.fixture(scope="module")
-def prompts(tokenizer):
-    short = tokenizer.encode("The capital of France is", add_special_tokens=False)
-    return {
-        "short": [short, text_prompt(tokenizer, 40, offset=3000)],   # under sink + local (68)
-        "long": [text_prompt(tokenizer, 1000)],
-        # 8 requests of different lengths, batched by vLLM, each also run alone
-        "eight": [text_prompt(tokenizer, n, offset=997 * i) for i, n in
-                  enumerate([90, 150, 300, 500, 800, 1100, 1600, 2200])],
-        "prefix": [text_prompt(tokenizer, 1500, offset=5000)],
-        "preempt": [text_prompt(tokenizer, 300, offset=1500 * i) for i in range(4)],
-        # the issue's target: no state left after 100 requests (each past min_tokens: indexed)
-        "hundred": [text_prompt(tokenizer, 120, offset=53 * i) for i in range(100)],
-    }
-
-
-def gen(name, prompts, max_tokens=NEW, **kw):
-    return dict(name=name, prompts=prompts, max_tokens=max_tokens, ignore_eos=True, **kw)
-
-
-@pytest.fixture(scope="module")
-def stock(tmp_path_factory, prompts):
-    return run_driver(tmp_path_factory, "stock", {"pig": None, "tasks": [
-        gen("short", prompts["short"], logprobs=2), gen("long", prompts["long"], logprobs=2)]})
+BLOCK = 128  # vLLM's CPU block size, set explicitly where the test depends on it
 
 
 @pytest.fixture(scope="module")
@@ -51,13 +26,35 @@ def dense(tmp_path_factory, prompts):
 def magicpig(tmp_path_factory, prompts):
     demo, city, _ = demo_prompt(1)
     out = run_driver(tmp_path_factory, "magicpig", {"pig": {"method": "magicpig"}, "tasks": [
-        gen("short", prompts["short"]),
+        gen("short", prompts["short"], logprobs=2),  # as stock's: its top two at a parting
         dict(name="demo", prompts=[{"chat": demo}], max_tokens=24),
         gen("eight", prompts["eight"]),
-        gen("prefix", prompts["prefix"], max_tokens=16, repeat=2),
         gen("hundred", prompts["hundred"], max_tokens=8),
     ]})
     out["city"] = city
+    return out
+
+
+@pytest.fixture(scope="module")
+def prefix(tmp_path_factory, prompts):
+    """A 1500-token prompt through magicpig twice: the second run finds all but its last partial
+    block in vLLM's prefix cache (1408 tokens) and computes the 92 others.
+
+    vLLM's prefill is not split-invariant on every CPU: on an AMX Xeon its attention rounds a
+    prompt's tail differently when the tail is computed in a step of its own, over the cached
+    blocks, than within the whole prompt (measured: stock vLLM's own first and cached runs of
+    this prompt differ from the first log-probability on, and their greedy tokens part at step
+    7). So the first run's prefill is cut where the cached run's starts (max_num_batched_tokens
+    = the cached length): both compute the tail alike, over the same pages, and stock vLLM then
+    gives the same bits in both runs on every CPU, as pig must."""
+    prompt = prompts["prefix"][0]
+    cut = (len(prompt) - 1) // BLOCK * BLOCK  # what the prefix cache serves the second time
+    out = run_driver(tmp_path_factory, "prefix", {
+        "pig": {"method": "magicpig"},
+        "llm": {"block_size": BLOCK, "enable_chunked_prefill": True,
+                "max_num_batched_tokens": cut},
+        "tasks": [gen("prefix", [prompt], max_tokens=16, repeat=2, logprobs=2)]})
+    out["cut"] = cut
     return out
 
 
@@ -71,16 +68,8 @@ def preempt(tmp_path_factory, prompts):
         "tasks": [gen("preempt", prompts["preempt"], max_tokens=200)]})
 
 
-def tokens(result, task, i=0, rep=0):
-    return result[task]["batch"][rep][i]["tokens"]
-
-
 def test_stock_says_paris(stock):
     assert stock["short"]["batch"][0][0]["text"].startswith(" Paris")
-
-
-def first_difference(a, b):
-    return next((j for j, (x, y) in enumerate(zip(a, b)) if x != y), None)
 
 
 @pytest.mark.parametrize("task", ["short", "long"])
@@ -98,8 +87,14 @@ def test_pig_dense_equals_stock(stock, dense, task):
 
 
 def test_magicpig_short_prompts_equal_stock(stock, magicpig):
+    """Sequences shorter than min_tokens (sink + local + 16): every row through vLLM's own
+    kernel. Equal to stock's tokens up to a bf16 near-tie, not bit for bit: two processes of
+    stock vLLM itself part like that on an AMX Xeon (measured: the same job run twice gave the
+    5-token prompt's first log-probability as -0.2660 and -0.2902, and greedy tokens that part
+    at step 17, where the two runs' top two are 0 and 0.25 apart)."""
     for i in range(len(stock["short"]["batch"][0])):
-        assert tokens(magicpig, "short", i) == tokens(stock, "short", i), i
+        want, got = (r["short"]["batch"][0][i] for r in (stock, magicpig))
+        near_tie_or_equal(got, want, f"short[{i}]")
 
 
 def test_magicpig_names_the_city(magicpig):
@@ -107,17 +102,6 @@ def test_magicpig_names_the_city(magicpig):
     assert r["prompt_tokens"] > 2400
     assert magicpig["city"].lower() in r["text"].lower(), r["text"]
     assert magicpig["demo"]["stats"]["decode_rows"] > 0  # pig decoded it
-
-
-def near_tie_or_equal(got, want, what):
-    """got's tokens equal want's, or part where want's top two are within 0.25 (bf16 logits)
-    and got took want's second choice."""
-    j = first_difference(got["tokens"], want["tokens"])
-    if j is None:
-        return
-    (t1, lp1), (t2, lp2) = want["top"][j][:2]
-    print(f"{what}: parts at step {j}: top two {t1}:{lp1:.4f} {t2}:{lp2:.4f}, other {got['top'][j]}")
-    assert lp1 - lp2 <= 0.25 and got["tokens"][j] == t2, (what, j, want["top"][j], got["top"][j])
 
 
 def test_eight_concurrent_equal_solo(dense):
@@ -146,7 +130,7 @@ def test_eight_concurrent_magicpig(magicpig):
 
 
 def test_state_freed_after_requests(magicpig):
-    for task in ("short", "demo", "eight", "prefix", "hundred"):
+    for task in ("short", "demo", "eight", "hundred"):
         assert magicpig[task]["live"] == [], task
 
 
@@ -157,11 +141,17 @@ def test_no_state_after_100_requests(magicpig):
     assert r["stats"]["frees"] >= 100  # each of them held indexes, then dropped them
 
 
-def test_prefix_cached_prompt(magicpig):
-    first, second = (magicpig["prefix"]["batch"][k][0] for k in (0, 1))
-    assert second["cached"] >= 1024  # vLLM's prefix cache served whole blocks
-    assert second["tokens"] == first["tokens"]  # the index was built from the cached pages
-    assert magicpig["prefix"]["live"] == []
+def test_prefix_cached_prompt(prefix):
+    """The second run's index is built from pages it did not compute (1408 of its 1500 tokens
+    came from the prefix cache): it gives the first run's tokens and log-probabilities bit for
+    bit, the first run having computed the same tail over the same pages (the fixture)."""
+    r = prefix["prefix"]
+    first, second = (r["batch"][k][0] for k in (0, 1))
+    assert first["cached"] == 0 and second["cached"] == prefix["cut"]
+    assert second["tokens"] == first["tokens"]
+    assert second["top"] == first["top"]
+    assert r["stats"]["decode_rows"] > 0 and r["stats"]["frees"] >= 2  # pig decoded both
+    assert r["live"] == []
 
 
 def test_state_freed_after_preemption(preempt):
