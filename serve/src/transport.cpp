@@ -122,6 +122,18 @@ std::string_view Trim(std::string_view s) {
   return s;
 }
 
+// A response's status line and the headers every response has.
+template <class Body>
+void Head(http::response<Body> &res, unsigned version, int status, std::string_view type,
+          const Headers &headers) {
+  res.version(version);
+  res.result(unsigned(status));
+  res.set(http::field::server, "pig-serve");
+  res.set(http::field::content_type, type);
+  for (const auto &[k, v] : headers)
+    res.set(k, v);
+}
+
 } // namespace
 
 bool ConstantTimeEquals(std::string_view a, std::string_view b) {
@@ -222,12 +234,7 @@ public:
 
   bool Respond(int status, std::string_view type, std::string body, const Headers &headers) {
     http::response<http::string_body> res;
-    res.version(version_);
-    res.result(unsigned(status));
-    res.set(http::field::server, "pig-serve");
-    res.set(http::field::content_type, type);
-    for (const auto &[k, v] : headers)
-      res.set(k, v);
+    Head(res, version_, status, type, headers);
     res.keep_alive(keep_alive_ && !t_.draining.load());
     res.body() = std::move(body);
     res.prepare_payload();
@@ -238,12 +245,7 @@ public:
 
   bool StartStream(int status, std::string_view type, const Headers &headers, std::string probe) {
     http::response<http::empty_body> res;
-    res.version(version_);
-    res.result(unsigned(status));
-    res.set(http::field::server, "pig-serve");
-    res.set(http::field::content_type, type);
-    for (const auto &[k, v] : headers)
-      res.set(k, v);
+    Head(res, version_, status, type, headers);
     if (version_ >= 11) {
       res.chunked(true);
       res.keep_alive(keep_alive_ && !t_.draining.load());
@@ -677,19 +679,11 @@ void Session::Dispatch() {
 std::string Transport::Impl::ErrorResponse(int status, unsigned version, const std::string &message,
                                            const Headers &extra) const {
   http::response<http::string_body> res;
-  res.version(version);
-  res.result(unsigned(status));
-  res.set(http::field::server, "pig-serve");
-  for (const auto &[k, v] : extra)
-    res.set(k, v);
-  if (opts.error_body) {
-    auto [type, body] = opts.error_body(status, message);
-    res.set(http::field::content_type, type);
-    res.body() = std::move(body);
-  } else {
-    res.set(http::field::content_type, "text/plain");
-    res.body() = message + "\n";
-  }
+  auto [type, body] = opts.error_body
+                          ? opts.error_body(status, message)
+                          : std::pair<std::string, std::string>("text/plain", message + "\n");
+  Head(res, version, status, type, extra);
+  res.body() = std::move(body);
   res.keep_alive(false);
   res.prepare_payload();
   std::ostringstream os;
