@@ -276,8 +276,8 @@ Json ParseJsonBody(std::string_view body) {
   } catch (const Json::out_of_range &e) { // "number overflow parsing '1e400'"
     if (key.empty())
       throw ApiError(400, std::string("invalid JSON: ") + e.what());
-    throw ApiError(400, "invalid JSON in field '" + key + "': " + e.what(),
-                   "invalid_request_error", key);
+    throw ApiError(400, "invalid JSON in field '" + key + "': " + e.what(), "invalid_request_error",
+                   key);
   } catch (const Json::exception &e) {
     throw ApiError(400, std::string("invalid JSON: ") + e.what());
   }
