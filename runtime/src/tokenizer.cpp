@@ -6,9 +6,14 @@
 #include <string>
 
 #include "pig/runtime/gguf.h"
+#include "utf8.h"
 
 namespace pig::runtime {
 namespace {
+
+using utf8::AppendUtf8;
+using utf8::DecodeUtf8;
+using utf8::Utf8Text;
 
 struct CodepointRange {
   uint32_t lo, hi;
@@ -42,64 +47,9 @@ bool IsNewline(uint32_t cp) { return cp == '\r' || cp == '\n'; }
 
 // Decodes UTF-8 leniently: an invalid byte becomes one code point U+FFFD of length 1, so that
 // every byte of the input still ends up in exactly one pre-token.
-struct Utf8Text {
-  std::vector<uint32_t> cps;
-  std::vector<size_t> offs; // byte offset of each code point, plus the end
-};
-
-Utf8Text DecodeUtf8(std::string_view s) {
-  Utf8Text t;
-  size_t i = 0;
-  while (i < s.size()) {
-    const auto c = static_cast<unsigned char>(s[i]);
-    size_t len = 1;
-    uint32_t cp = 0xFFFD;
-    if (c < 0x80) {
-      cp = c;
-    } else {
-      const size_t want = (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 0;
-      if (want && i + want <= s.size()) {
-        uint32_t v = c & (0x7F >> want);
-        bool ok = true;
-        for (size_t k = 1; k < want; ++k) {
-          const auto cc = static_cast<unsigned char>(s[i + k]);
-          if ((cc & 0xC0) != 0x80)
-            ok = false;
-          v = v << 6 | (cc & 0x3F);
-        }
-        if (ok)
-          cp = v, len = want;
-      }
-    }
-    t.cps.push_back(cp);
-    t.offs.push_back(i);
-    i += len;
-  }
-  t.offs.push_back(s.size());
-  return t;
-}
-
 // Code points in valid UTF-8 (the bytes that do not continue a sequence).
 size_t CodePoints(std::string_view s) {
   return size_t(std::count_if(s.begin(), s.end(), [](char c) { return (c & 0xC0) != 0x80; }));
-}
-
-void AppendUtf8(std::string &out, uint32_t cp) {
-  if (cp < 0x80) {
-    out += char(cp);
-  } else if (cp < 0x800) {
-    out += char(0xC0 | cp >> 6);
-    out += char(0x80 | (cp & 0x3F));
-  } else if (cp < 0x10000) {
-    out += char(0xE0 | cp >> 12);
-    out += char(0x80 | ((cp >> 6) & 0x3F));
-    out += char(0x80 | (cp & 0x3F));
-  } else {
-    out += char(0xF0 | cp >> 18);
-    out += char(0x80 | ((cp >> 12) & 0x3F));
-    out += char(0x80 | ((cp >> 6) & 0x3F));
-    out += char(0x80 | (cp & 0x3F));
-  }
 }
 
 // The whitespace alternatives shared by all rule sets: \s+(?!\S)|\s+

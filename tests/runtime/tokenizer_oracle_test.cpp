@@ -19,6 +19,7 @@
 #include "pig/runtime/gguf.h"
 #include "pig/runtime/model.h"
 #include "pig/runtime/tokenizer.h"
+#include "utf8.h" // runtime/src: the tokenizer's own codec
 
 namespace pig::runtime {
 namespace {
@@ -27,61 +28,12 @@ using Ids = std::vector<int32_t>;
 
 // --- the oracle: the tokenizer's encoding as it was before the heaps --------------------------
 
-struct Utf8Text {
-  std::vector<uint32_t> cps;
-  std::vector<size_t> offs;
-};
-
-// Lenient UTF-8 (an invalid byte is U+FFFD of length 1), as the tokenizer decodes.
-Utf8Text DecodeUtf8(std::string_view s) {
-  Utf8Text t;
-  size_t i = 0;
-  while (i < s.size()) {
-    const auto c = static_cast<unsigned char>(s[i]);
-    size_t len = 1;
-    uint32_t cp = 0xFFFD;
-    if (c < 0x80) {
-      cp = c;
-    } else {
-      const size_t want = (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 0;
-      if (want && i + want <= s.size()) {
-        uint32_t v = c & (0x7F >> want);
-        bool ok = true;
-        for (size_t k = 1; k < want; ++k) {
-          const auto cc = static_cast<unsigned char>(s[i + k]);
-          if ((cc & 0xC0) != 0x80)
-            ok = false;
-          v = v << 6 | (cc & 0x3F);
-        }
-        if (ok)
-          cp = v, len = want;
-      }
-    }
-    t.cps.push_back(cp);
-    t.offs.push_back(i);
-    i += len;
-  }
-  t.offs.push_back(s.size());
-  return t;
-}
+using utf8::DecodeUtf8;
+using utf8::Utf8Text;
 
 std::string Utf8(uint32_t cp) {
   std::string out;
-  if (cp < 0x80) {
-    out += char(cp);
-  } else if (cp < 0x800) {
-    out += char(0xC0 | cp >> 6);
-    out += char(0x80 | (cp & 0x3F));
-  } else if (cp < 0x10000) {
-    out += char(0xE0 | cp >> 12);
-    out += char(0x80 | ((cp >> 6) & 0x3F));
-    out += char(0x80 | (cp & 0x3F));
-  } else {
-    out += char(0xF0 | cp >> 18);
-    out += char(0x80 | ((cp >> 12) & 0x3F));
-    out += char(0x80 | ((cp >> 6) & 0x3F));
-    out += char(0x80 | (cp & 0x3F));
-  }
+  utf8::AppendUtf8(out, cp);
   return out;
 }
 
