@@ -210,16 +210,27 @@ int main(int argc, char **argv) {
                 o.model.path.c_str(), pool.size(), BestKernels().target,
                 lsh::to_string(o.lsh.kv_dtype),
                 o.decode_path == MatMulPath::kFloat ? "float" : "integer");
+    const Kernels &k = BestKernels();
+    const double int8_peak = pig::app::MeasurePeakMacRate(pool, k.int8_peak_loop);
+    const double f32_peak = pig::app::MeasurePeakMacRate(pool, k.f32_peak_loop);
     std::printf("machine: read bandwidth %.1f GB/s, weight kernels %.1f GMAC/s (measured here)\n",
                 bw / 1e9, macs / 1e9);
-    std::printf("weight kernels by rows (GMAC/s, cache-resident Q4_1 576 columns): ");
-    for (size_t rows : {1, 2, 4, 8, 16, 32, 64})
-      std::printf("%s%zu: integer %.1f f32 %.1f", rows == 1 ? "" : "; ", rows,
-                  pig::app::MeasureWeightMacRate(pool, MatMulPath::kInteger, rows) / 1e9,
-                  pig::app::MeasureWeightMacRate(pool, MatMulPath::kFloat, rows) / 1e9);
-    std::printf("\n");
+    std::printf("peaks (register-only loops, %zu threads): integer path %s %.1f GMAC/s; f32 path "
+                "FMA %.1f GMAC/s\n",
+                pool.size(), k.int8_instruction, int8_peak / 1e9, f32_peak / 1e9);
+    std::printf("weight kernels by rows (GMAC/s and share of their instruction's peak, "
+                "cache-resident Q4_1 576 columns):\n");
+    std::printf("%-5s %9s %6s %9s %6s\n", "rows", "integer", "peak", "f32", "peak");
+    for (size_t rows : {1, 2, 4, 8, 16, 32, 64}) {
+      const double ri = pig::app::MeasureWeightMacRate(pool, MatMulPath::kInteger, rows);
+      const double rf = pig::app::MeasureWeightMacRate(pool, MatMulPath::kFloat, rows);
+      std::printf("%-5zu %9.1f %5.0f%% %9.1f %5.0f%%\n", rows, ri / 1e9, 100 * ri / int8_peak,
+                  rf / 1e9, 100 * rf / f32_peak);
+    }
     std::printf("weights: %.1f MB and %.1f M multiply-accumulates per token; %s\n",
                 weight_bytes / 1e6, params / 1e6, o.lsh.str(c.n_layers).c_str());
+    std::printf("packed at load for the integer path: %.1f MB in %.2f s\n",
+                double(model->PackedBytes()) / 1e6, model->PackSeconds());
     std::printf("floors per step: bytes = (weights + K/V/index read) / bandwidth, compute = "
                 "B x weight MACs / kernel rate; floor = the larger (attention compute not "
                 "counted)\n");
@@ -270,18 +281,26 @@ int main(int argc, char **argv) {
     }
     std::printf("\n(floor: the share of the step the larger floor accounts for; 100%% is the "
                 "machine's limit)\n");
+    auto MeasureRate = [&](MatMulPath path) {
+      return pig::app::MeasureWeightMacRate(pool, path, path == MatMulPath::kFloat ? 64 : 16);
+    };
     for (size_t n : o.prompts) {
       if (n == 0)
         continue;
       const std::vector<int32_t> prompt(text.begin(), text.begin() + std::ptrdiff_t(n));
-      LlamaSession s(
-          *model, pool, n,
-          MakeAttention(dense, AttentionShape{c.n_layers, c.n_heads, c.n_kv_heads, c.head_dim, n}));
-      const auto t0 = Clock::now();
-      s.Forward(prompt.data(), n, nullptr);
-      const double sec = Since(t0);
-      std::printf("prefill %zu tokens: %.1f tokens/s (%.2f s; compute floor %.1f tokens/s)\n", n,
-                  double(n) / sec, sec, macs / params);
+      for (MatMulPath path : {MatMulPath::kFloat, MatMulPath::kInteger}) {
+        LlamaSession s(*model, pool, n,
+                       MakeAttention(dense, AttentionShape{c.n_layers, c.n_heads, c.n_kv_heads,
+                                                           c.head_dim, n}));
+        s.set_prefill_path(path);
+        const auto t0 = Clock::now();
+        s.Forward(prompt.data(), n, nullptr);
+        const double sec = Since(t0);
+        std::printf("prefill %zu tokens, %s path: %.1f tokens/s (%.2f s; weights' compute floor "
+                    "%.1f tokens/s)\n",
+                    n, path == MatMulPath::kFloat ? "f32" : "integer", double(n) / sec, sec,
+                    MeasureRate(path) / params);
+      }
     }
   } catch (const std::exception &e) {
     std::fprintf(stderr, "pig-bench-batch: error: %s\n", e.what());

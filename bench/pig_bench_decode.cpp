@@ -141,7 +141,8 @@ int main(int argc, char **argv) {
     const double gb = 1e9;
     std::printf("model             %s (%s)\n", model_path.c_str(),
                 model->WeightTypesSummary().c_str());
-    std::printf("threads           %zu, kernels %s\n", pool.size(), k.target);
+    std::printf("threads           %zu, kernels %s, weights by %s\n", pool.size(), k.target,
+                k.int8_instruction);
     std::printf("read bandwidth    %.2f GB/s (streaming, measured here)\n", bw / gb);
     std::printf("weights/token     %.1f MB read per decoded token\n", bytes_per_token / 1e6);
     std::printf("%-28s %10s %14s %12s\n", "measurement", "tokens/s", "weight GB/s", "of bandwidth");

@@ -64,26 +64,48 @@ double MeasureWeightMacRate(runtime::ThreadPool &pool, runtime::MatMulPath path,
     }
   }
   const Kernels &k = BestKernels();
+  std::vector<std::vector<uint8_t>> packed(threads); // as LlamaModel packs them
+  if (k.packed_path)
+    for (size_t t = 0; t < threads; ++t)
+      packed[t] = PackRows16(WeightMatrix{type, w[t].data(), rows, cols, row_bytes});
   std::vector<float> x(tokens * cols, 0.5f);
-  std::vector<int16_t> xq(tokens * cols);
+  std::vector<int8_t> xq(2 * tokens * cols);
   std::vector<float> xs(tokens * cols / 32), xsum(tokens * cols / 32);
   for (size_t i = 0; i < tokens; ++i)
-    k.quantize_i16(&x[i * cols], cols, &xq[i * cols], &xs[i * cols / 32], &xsum[i * cols / 32]);
+    k.quantize_i8(&x[i * cols], cols, &xq[2 * i * cols], &xs[i * cols / 32], &xsum[i * cols / 32]);
   std::vector<std::vector<float>> y(threads, std::vector<float>(tokens * rows));
   const size_t reps = std::max<size_t>(1, 64 / tokens);
   double best = 0;
   for (int pass = 0; pass < 5; ++pass) {
     const auto t0 = Clock::now();
     pool.ParallelFor(threads, [&](size_t t, size_t) {
-      const WeightMatrix m{type, w[t].data(), rows, cols, row_bytes};
+      WeightMatrix m{type, w[t].data(), rows, cols, row_bytes};
+      if (path == MatMulPath::kInteger && !packed[t].empty())
+        m.packed = packed[t].data();
       for (size_t r = 0; r < reps; ++r) {
         if (path == MatMulPath::kInteger)
-          k.matmul_i16(m, xq.data(), xs.data(), xsum.data(), tokens, y[t].data(), rows, 0, rows);
+          k.matmul_i8(m, xq.data(), xs.data(), xsum.data(), tokens, y[t].data(), rows, 0, rows);
         else
           k.matmul_rows(m, x.data(), cols, tokens, y[t].data(), rows, 0, rows);
       }
     });
     best = std::max(best, double(threads * reps * rows * cols * tokens) / Since(t0));
+  }
+  return best;
+}
+
+double MeasurePeakMacRate(runtime::ThreadPool &pool, uint64_t (*loop)(size_t iters)) {
+  const size_t threads = pool.size(), iters = size_t(1) << 22;
+  double best = 0;
+  for (int pass = 0; pass < 5; ++pass) {
+    std::vector<uint64_t> macs(threads);
+    const auto t0 = Clock::now();
+    pool.ParallelFor(threads, [&](size_t t, size_t) { macs[t] = loop(iters); });
+    const double s = Since(t0);
+    uint64_t total = 0;
+    for (uint64_t m : macs)
+      total += m;
+    best = std::max(best, double(total) / s);
   }
   return best;
 }

@@ -1,6 +1,10 @@
 #include "pig/runtime/model.h"
 
+#include <sys/mman.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstring>
 #include <map>
@@ -110,7 +114,46 @@ std::unique_ptr<LlamaModel> LlamaModel::Load(const std::string &path) {
     }
     m->layers_.push_back(std::move(w));
   }
+  m->Pack();
   return m;
+}
+
+// Repacks every matrix that has a packed layout (the projections and the output; the token
+// embedding keeps the file's layout for its row lookups), where the best kernels use it. The
+// file's pages of a packed matrix are dropped from this process (they are re-read from the page
+// cache only if something reads them again), so the weights stay resident once.
+void LlamaModel::Pack() {
+  if (!BestKernels().packed_path)
+    return;
+  const auto t0 = std::chrono::steady_clock::now();
+  const long page = sysconf(_SC_PAGESIZE);
+  auto pack = [&](WeightMatrix &w, bool release) {
+    std::vector<uint8_t> p = PackRows16(w);
+    if (p.empty())
+      return;
+    w.packed = p.data();
+    packed_.push_back(std::move(p)); // the buffer does not move with the vector
+    if (release && file_->mapped() && page > 0) {
+      const uintptr_t b = reinterpret_cast<uintptr_t>(w.data), e = b + w.rows * w.row_bytes;
+      const uintptr_t pb = (b + uintptr_t(page) - 1) / uintptr_t(page) * uintptr_t(page);
+      const uintptr_t pe = e / uintptr_t(page) * uintptr_t(page);
+      if (pe > pb)
+        madvise(reinterpret_cast<void *>(pb), pe - pb, MADV_DONTNEED);
+    }
+  };
+  for (auto &l : layers_)
+    for (WeightMatrix *w : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down})
+      pack(*w, true);
+  pack(output_, output_.data != tok_embd_.data);
+  pack_seconds_ =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+size_t LlamaModel::PackedBytes() const {
+  size_t n = 0;
+  for (const auto &p : packed_)
+    n += p.size();
+  return n;
 }
 
 size_t LlamaModel::WeightBytesPerToken() const {
@@ -207,8 +250,9 @@ void LlamaForward::Rope(float *x, size_t n_heads, size_t row) const {
 }
 
 void LlamaForward::MatMulRows(const MatMulJob *jobs, size_t n_jobs, const float *x, size_t rows) {
-  // Runs of consecutive rows of one kind (decode rows, prefill rows) each take their path; a step
-  // that mixes them reads the weights once per run. (The callers pass Q/K/V at most.)
+  // Runs of consecutive rows of one kind (decode rows, prefill rows) each take their path: decode
+  // rows and prompt chunks the paths set for them (never chosen by the batch); a step that mixes
+  // them reads the weights once per run. (The callers pass Q/K/V at most.)
   constexpr size_t kMaxJobs = 3;
   if (n_jobs > kMaxJobs)
     throw std::logic_error("LlamaForward::MatMulRows: more than 3 matrices");
@@ -220,7 +264,7 @@ void LlamaForward::MatMulRows(const MatMulJob *jobs, size_t n_jobs, const float 
     for (size_t j = 0; j < n_jobs; ++j)
       run[j] = MatMulJob{jobs[j].w, jobs[j].y + r0 * jobs[j].w->rows};
     MatMulShared(pool_, kern_, run, n_jobs, x + r0 * jobs[0].w->cols, r1 - r0, &scratch_,
-                 decode_row_[r0] ? decode_path_ : MatMulPath::kFloat);
+                 decode_row_[r0] ? decode_path_ : prefill_path_);
     r0 = r1;
   }
 }

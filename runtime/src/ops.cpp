@@ -4,12 +4,14 @@
 #include "hwy/foreach_target.h" // IWYU pragma: keep
 
 #include <algorithm>
+#include <cstring>
 #include <type_traits>
 #include <vector>
 
 #include "hwy/cache_control.h"
 #include "hwy/highway.h"
 #include "pig/runtime/ops.h"
+#include "runtime/kernels/matmul_i8-inl.h"
 #include "runtime/kernels/ops-inl.h"
 
 HWY_BEFORE_NAMESPACE();
@@ -67,73 +69,8 @@ void MatMulRows(const WeightMatrix &w, const float *x, size_t x_stride, size_t n
   }
 }
 
-void QuantizeI16(const float *x, size_t n, int16_t *xq, float *scale, float *sum) {
-  QuantizeI16Impl(x, n, xq, scale, sum);
-}
-
-constexpr size_t kPrefetchBytes = 4096;
-
-// y[t][r] for activation rows t in [0, n_x) and weight rows r in [row_begin, row_end). The weight
-// rows go in sub-blocks of about kSubBytes (cache-resident), each multiplied with every activation
-// row, kTile rows at a time, before the next is read; within a tile, DotQI16Rows takes four
-// activation rows per weight row (the unpacked block is shared, each row's arithmetic is its own).
-template <QKind kKind>
-void MatMulI16Kind(const WeightMatrix &w, const int16_t *xq, const float *xscale, const float *xsum,
-                   size_t n_x, float *y, size_t y_stride, size_t row_begin, size_t row_end) {
-  constexpr size_t kSubBytes = 16 << 10, kTile = 16;
-  const size_t cols = w.cols, nb = cols / 32;
-  const size_t sub = std::max<size_t>(1, kSubBytes / w.row_bytes);
-  for (size_t s0 = row_begin; s0 < row_end; s0 += sub) {
-    const size_t s1 = std::min(row_end, s0 + sub);
-    for (size_t t0 = 0; t0 < n_x; t0 += kTile) {
-      const size_t t1 = std::min(n_x, t0 + kTile);
-      for (size_t r = s0; r < s1; ++r) {
-        const uint8_t *row = w.data + r * w.row_bytes;
-        // Software prefetch kPrefetchBytes ahead of the row being read, on its first pass: the
-        // hardware prefetcher alone stops at every 4 KiB page of the mapped file (measured:
-        // decode +25 %). Prefetches past the end of the matrix are harmless hints.
-        if (t0 == 0) {
-          for (size_t off = 0; off < w.row_bytes; off += 64)
-            hwy::Prefetch(row + kPrefetchBytes + off);
-        }
-        const int16_t *xp[4];
-        const float *sp[4], *mp[4];
-        float out[4];
-        auto rows = [&](size_t t, auto g) {
-          constexpr size_t G = decltype(g)::value;
-          for (size_t i = 0; i < G; ++i) {
-            xp[i] = xq + (t + i) * cols;
-            sp[i] = xscale + (t + i) * nb;
-            mp[i] = xsum + (t + i) * nb;
-          }
-          if constexpr (kKind == QKind::kQ4_K)
-            DotQ4KRows<G>(row, nb / 8, xp, sp, mp, out);
-          else if constexpr (kKind == QKind::kQ6_K)
-            DotQ6KRows<G>(row, nb / 8, xp, sp, out);
-          else
-            DotQI16Rows<kKind, G>(row, nb, xp, sp, mp, out);
-          for (size_t i = 0; i < G; ++i)
-            y[(t + i) * y_stride + r] = out[i];
-        };
-        size_t t = t0;
-        for (; t + 4 <= t1; t += 4)
-          rows(t, std::integral_constant<size_t, 4>());
-        switch (t1 - t) {
-        case 3:
-          rows(t, std::integral_constant<size_t, 3>());
-          break;
-        case 2:
-          rows(t, std::integral_constant<size_t, 2>());
-          break;
-        case 1:
-          rows(t, std::integral_constant<size_t, 1>());
-          break;
-        default:
-          break;
-        }
-      }
-    }
-  }
+void QuantizeI8(const float *x, size_t n, int8_t *xq, float *scale, float *sum) {
+  QuantizeI8Impl(x, n, xq, scale, sum);
 }
 
 // f(std::integral_constant<QKind, kind>) for the integer path's weight type t.
@@ -152,35 +89,122 @@ template <class F> void WithQKind(GgmlType t, F &&f) {
   }
 }
 
-void MatVecI16(const WeightMatrix &w, const int16_t *xq, const float *xscale, const float *xsum,
-               float *y, size_t row_begin, size_t row_end) {
+void MatMulI8(const WeightMatrix &w, const int8_t *xq, const float *xscale, const float *xsum,
+              size_t n_x, float *y, size_t y_stride, size_t row_begin, size_t row_end) {
   WithQKind(w.type, [&](auto kind) {
     constexpr QKind kKind = decltype(kind)::value;
-    if constexpr (kKind == QKind::kQ4_K || kKind == QKind::kQ6_K) {
-      MatMulI16Kind<kKind>(w, xq, xscale, xsum, 1, y, 0, row_begin, row_end);
-    } else {
-      const size_t nb = w.cols / 32;
-      for (size_t r = row_begin; r < row_end; ++r) {
-        const uint8_t *row = w.data + r * w.row_bytes;
-        // Software prefetch kPrefetchBytes ahead of the row being read: the hardware prefetcher
-        // alone stops at every 4 KiB page of the mapped file (measured: decode +25 %).
-        // Prefetches past the end of the matrix are harmless hints.
-        for (size_t off = 0; off < w.row_bytes; off += 64)
-          hwy::Prefetch(row + kPrefetchBytes + off);
-        y[r] = DotQI16Row<kKind>(row, nb, xq, xscale, xsum);
-      }
+#ifdef PIG_I8_PACKED
+    if constexpr (kKind == QKind::kQ4_0 || kKind == QKind::kQ4_1 || kKind == QKind::kQ8_0) {
+      if (w.packed)
+        return MatMulPacked16<kKind>(w, xq, xscale, xsum, n_x, y, y_stride, row_begin, row_end);
     }
+#endif
+    MatMulI8Kind<kKind>(w, xq, xscale, xsum, n_x, y, y_stride, row_begin, row_end);
   });
 }
 
-// One row: matvec_i16 (the same bits as MatMulI16Kind gives it, faster from memory).
-void MatMulI16(const WeightMatrix &w, const int16_t *xq, const float *xscale, const float *xsum,
-               size_t n_x, float *y, size_t y_stride, size_t row_begin, size_t row_end) {
-  if (n_x == 1)
-    return MatVecI16(w, xq, xscale, xsum, y, row_begin, row_end);
-  WithQKind(w.type, [&](auto kind) {
-    MatMulI16Kind<decltype(kind)::value>(w, xq, xscale, xsum, n_x, y, y_stride, row_begin, row_end);
-  });
+// ---- The instructions' own rates: register-only loops, 12 independent accumulators ----
+
+// The integer path's multiply-add instruction (sequence) on 64 bytes, `iters` x 12 times: returns
+// the multiply-adds done. The empty asm statements make u and s opaque each iteration, so nothing
+// is hoisted out of the loop.
+#pragma GCC diagnostic push // GCC 12's AVX-512 intrinsics (see matmul_i8-inl.h)
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
+uint64_t Int8PeakLoop(size_t iters) {
+#ifdef PIG_I8_SIMD
+  I8x64 u, s;
+#if HWY_TARGET == HWY_AVX2
+  u = {_mm256_set1_epi8(3), _mm256_set1_epi8(3)};
+  s = {_mm256_set1_epi8(-5), _mm256_set1_epi8(-5)};
+#else
+  u = {_mm512_set1_epi8(3)};
+  s = {_mm512_set1_epi8(-5)};
+#endif
+#if HWY_TARGET == HWY_AVX2
+  __m256i a[12];
+  for (auto &v : a)
+    v = _mm256_setzero_si256();
+  const __m256i ones = _mm256_set1_epi16(1);
+  for (size_t i = 0; i < iters; ++i) {
+    __asm__ volatile("" : "+v"(u.a), "+v"(s.a));
+    for (int j = 0; j < 12; ++j) // 32 multiply-adds a 256-bit sequence: two to 64 bytes
+      a[j] = _mm256_add_epi32(a[j], _mm256_madd_epi16(_mm256_maddubs_epi16(u.a, s.a), ones));
+  }
+  __m256i t = a[0];
+  for (int j = 1; j < 12; ++j)
+    t = _mm256_add_epi32(t, a[j]);
+  const F32x16 total = {_mm256_cvtepi32_ps(t), _mm256_setzero_ps()};
+  const uint64_t per_iter = 12 * 32;
+#else
+  __m512i a[12];
+  for (auto &v : a)
+    v = _mm512_setzero_si512();
+  for (size_t i = 0; i < iters; ++i) {
+    __asm__ volatile("" : "+v"(u.v), "+v"(s.v));
+    for (int j = 0; j < 12; ++j) {
+#if HWY_TARGET == HWY_AVX3_DL
+      __asm__("vpdpbusd %2, %1, %0" : "+v"(a[j]) : "v"(u.v), "v"(s.v));
+#else
+      a[j] = _mm512_add_epi32(a[j], _mm512_madd_epi16(_mm512_maddubs_epi16(u.v, s.v),
+                                                      _mm512_set1_epi16(1)));
+#endif
+    }
+  }
+  __m512i t = a[0];
+  for (int j = 1; j < 12; ++j)
+    t = _mm512_add_epi32(t, a[j]);
+  const F32x16 total = {_mm512_cvtepi32_ps(t)};
+  const uint64_t per_iter = 12 * 64;
+#endif
+  volatile float sink = SumLanes(total);
+  (void)sink;
+  return iters * per_iter;
+#else
+  // The portable path: scalar integer multiply-adds.
+  int32_t a[12] = {};
+  int32_t u = 3, s = -5;
+  for (size_t i = 0; i < iters; ++i) {
+    __asm__ volatile("" : "+r"(u), "+r"(s));
+    for (int j = 0; j < 12; ++j)
+      a[j] += u * s;
+  }
+  volatile int32_t sink = a[0] + a[11];
+  (void)sink;
+  return iters * 12;
+#endif
+}
+#pragma GCC diagnostic pop
+
+const char *Int8Instruction() {
+#if HWY_ARCH_X86 && HWY_TARGET == HWY_AVX3_DL
+  return "vpdpbusd zmm (AVX-512 VNNI)";
+#elif HWY_ARCH_X86 && HWY_TARGET == HWY_AVX3
+  return "vpmaddubsw+vpmaddwd+vpaddd zmm";
+#elif HWY_ARCH_X86 && HWY_TARGET == HWY_AVX2
+  return "vpmaddubsw+vpmaddwd+vpaddd ymm";
+#else
+  return "scalar int32";
+#endif
+}
+
+// The f32 path's fused multiply-add on full vectors, `iters` x 12 times.
+uint64_t F32PeakLoop(size_t iters) {
+  const hn::ScalableTag<float> df;
+  auto x = hn::Set(df, 1.0001f), y = hn::Set(df, 0.9999f);
+  decltype(x) a[12];
+  for (auto &v : a)
+    v = hn::Zero(df);
+  for (size_t i = 0; i < iters; ++i) {
+    for (int j = 0; j < 12; ++j)
+      a[j] = hn::MulAdd(x, y, a[j]);
+  }
+  auto t = a[0];
+  for (int j = 1; j < 12; ++j)
+    t = hn::Add(t, a[j]);
+  volatile float sink = hn::GetLane(t);
+  (void)sink;
+  return iters * 12 * hn::Lanes(df);
 }
 
 Kernels Make() {
@@ -192,10 +216,15 @@ Kernels Make() {
   k.swiglu = &SwiGlu;
   k.softmax = &Softmax;
   k.axpy = &Axpy;
-  k.quantize_i16 = &QuantizeI16;
-  k.matvec_i16 = &MatVecI16;
-  k.matmul_i16 = &MatMulI16;
+  k.quantize_i8 = &QuantizeI8;
+  k.matmul_i8 = &MatMulI8;
   k.matmul_rows = &MatMulRows;
+  k.int8_instruction = Int8Instruction();
+#ifdef PIG_I8_PACKED
+  k.packed_path = true;
+#endif
+  k.int8_peak_loop = &Int8PeakLoop;
+  k.f32_peak_loop = &F32PeakLoop;
   return k;
 }
 
@@ -219,6 +248,46 @@ std::vector<Kernels> AllKernels() {
     out.push_back(HWY_DYNAMIC_DISPATCH(Make)());
   }
   hwy::SetSupportedTargetsForTest(0);
+  return out;
+}
+
+size_t PackedBlockBytes(GgmlType t) {
+  switch (t) {
+  case GgmlType::kQ4_0:
+    return 288;
+  case GgmlType::kQ4_1:
+    return 320;
+  case GgmlType::kQ8_0:
+    return 544;
+  default:
+    return 0;
+  }
+}
+
+std::vector<uint8_t> PackRows16(const WeightMatrix &w) {
+  const size_t kb = PackedBlockBytes(w.type);
+  if (kb == 0 || w.rows % 16 || w.cols % 32 || w.rows == 0)
+    return {};
+  const size_t nb = w.cols / 32, block = GgmlInfo(w.type).block_bytes;
+  const size_t code = w.type == GgmlType::kQ8_0 ? 512 : 256;
+  const size_t qs_off = w.type == GgmlType::kQ4_1 ? 4 : 2;
+  std::vector<uint8_t> out(w.rows / 16 * nb * kb);
+  for (size_t p = 0; p < w.rows / 16; ++p)
+    for (size_t b = 0; b < nb; ++b) {
+      uint8_t *dst = &out[(p * nb + b) * kb];
+      for (size_t r = 0; r < 16; ++r) {
+        const uint8_t *src = w.data + (16 * p + r) * w.row_bytes + b * block;
+        for (size_t k = 0; k < code / 64; ++k) {
+          for (size_t j = 0; j < 4; ++j) {
+            const uint8_t c = src[qs_off + 4 * k + j];
+            dst[64 * k + 4 * r + j] = w.type == GgmlType::kQ8_0 ? uint8_t(c ^ 0x80) : c;
+          }
+        }
+        std::memcpy(dst + code + 2 * r, src, 2); // d
+        if (w.type == GgmlType::kQ4_1)
+          std::memcpy(dst + code + 32 + 2 * r, src + 2, 2); // m
+      }
+    }
   return out;
 }
 
@@ -248,9 +317,7 @@ void MatMulShared(ThreadPool &pool, const Kernels &k, const MatMulJob *jobs, siz
                   const float *x, size_t n_tokens, MatMulScratch *scratch, MatMulPath path) {
   if (n_tokens == 0 || n_jobs == 0)
     return;
-  if (path == MatMulPath::kAuto)
-    path = n_tokens <= kAutoIntegerTokens ? MatMulPath::kInteger : MatMulPath::kFloat;
-  bool integer = path == MatMulPath::kInteger;
+  bool integer = path != MatMulPath::kFloat;
   for (size_t j = 0; j < n_jobs; ++j)
     integer = integer && HasIntegerPath(jobs[j].w->type) && jobs[j].w->cols == jobs[0].w->cols;
   if (!integer && n_jobs > 1) { // each matrix on its own path (as MatMul would take it)
@@ -282,14 +349,14 @@ void MatMulShared(ThreadPool &pool, const Kernels &k, const MatMulJob *jobs, siz
   thread_local MatMulScratch own;
   MatMulScratch &s = scratch ? *scratch : own;
   const size_t cols = jobs[0].w->cols, nb = cols / 32;
-  if (s.xq.size() < n_tokens * cols) {
-    s.xq.resize(n_tokens * cols);
+  if (s.xq.size() < 2 * n_tokens * cols) {
+    s.xq.resize(2 * n_tokens * cols);
     s.scale.resize(n_tokens * nb);
     s.sum.resize(n_tokens * nb);
   }
   for (size_t t = 0; t < n_tokens; ++t)
-    k.quantize_i16(x + t * cols, cols, &s.xq[t * cols], &s.scale[t * nb], &s.sum[t * nb]);
-  const int16_t *xq = s.xq.data();
+    k.quantize_i8(x + t * cols, cols, &s.xq[2 * t * cols], &s.scale[t * nb], &s.sum[t * nb]);
+  const int8_t *xq = s.xq.data();
   const float *xscale = s.scale.data(), *xsum = s.sum.data();
   size_t block[kMaxJobs], first[kMaxJobs + 1] = {0};
   for (size_t j = 0; j < n_jobs; ++j) {
@@ -302,7 +369,7 @@ void MatMulShared(ThreadPool &pool, const Kernels &k, const MatMulJob *jobs, siz
       ++j;
     const WeightMatrix &w = *jobs[j].w;
     const size_t r0 = (item - first[j]) * block[j], r1 = std::min(w.rows, r0 + block[j]);
-    k.matmul_i16(w, xq, xscale, xsum, n_tokens, jobs[j].y, w.rows, r0, r1);
+    k.matmul_i8(w, xq, xscale, xsum, n_tokens, jobs[j].y, w.rows, r0, r1);
   });
 }
 

@@ -271,91 +271,307 @@ TEST(Kernels, F32OpsOnEveryTarget) {
   }
 }
 
-TEST(Kernels, QuantizeI16MatchesScalar) {
+TEST(Kernels, QuantizeI8MatchesScalar) {
   std::mt19937 rng(5);
   std::normal_distribution<float> g;
-  const size_t n = 32 * 7;
+  const size_t n = 32 * 8;
   std::vector<float> x(n);
   for (auto &v : x)
     v = g(rng);
   std::fill(x.begin() + 64, x.begin() + 96, 0.0f); // an all-zero block: scale 0, codes 0
+  for (size_t j = 0; j < 32; ++j)                  // the saturation edges: codes +-127
+    x[96 + j] = j % 2 ? 3.0f : -3.0f;
+  for (size_t j = 0; j < 32; ++j) // one huge value: the others round to 0, then to their residual
+    x[128 + j] = j == 5 ? 1e30f : 1.0f;
   for (const Kernels &k : AllKernels()) {
-    std::vector<int16_t> xq(n);
+    std::vector<int8_t> xq(2 * n);
     std::vector<float> scale(n / 32), sum(n / 32);
-    k.quantize_i16(x.data(), n, xq.data(), scale.data(), sum.data());
+    k.quantize_i8(x.data(), n, xq.data(), scale.data(), sum.data());
     for (size_t b = 0; b < n / 32; ++b) {
       float amax = 0;
       double s = 0;
       for (size_t j = 0; j < 32; ++j)
         amax = std::max(amax, std::abs(x[32 * b + j])), s += x[32 * b + j];
-      ASSERT_EQ(scale[b], amax / 32767.0f) << k.target;
+      const float d = amax / 127.0f;
+      ASSERT_EQ(scale[b], d / 256.0f) << k.target;
       ASSERT_NEAR(sum[b], s, 1e-5 * (1 + std::abs(s))) << k.target;
-      const float inv = amax > 0 ? 1.0f / scale[b] : 0.0f;
-      for (size_t j = 0; j < 32; ++j)
-        ASSERT_EQ(xq[32 * b + j], int16_t(std::lrintf(x[32 * b + j] * inv))) << k.target;
+      const float inv = amax > 0 ? 1.0f / d : 0.0f;
+      for (size_t j = 0; j < 32; ++j) {
+        const int hi = xq[32 * b + j], lo = xq[n + 32 * b + j];
+        ASSERT_EQ(hi, int(std::nearbyint(x[32 * b + j] * inv))) << k.target;
+        ASSERT_LE(std::abs(lo), 127) << k.target;
+        // The pair reconstructs x to half a step of d / 256 (a clamped lo: one step more).
+        const double back = double(scale[b]) * (256.0 * hi + lo);
+        ASSERT_LE(std::abs(back - x[32 * b + j]), 1.01 * d / 256 + 1e-6 * std::abs(x[32 * b + j]))
+            << k.target << " element " << 32 * b + j;
+      }
     }
+    EXPECT_EQ(xq[96], -127);
+    EXPECT_EQ(xq[97], 127);
+    EXPECT_EQ(xq[128 + 5], 127);
+    EXPECT_EQ(xq[128], 0);
   }
 }
 
-TEST(Kernels, QuantizeI16GivesNonFiniteBlocksANaNScale) {
+TEST(Kernels, QuantizeI8GivesNonFiniteBlocksANaNScale) {
   std::vector<float> x(96, 0.5f);
   x[40] = std::numeric_limits<float>::quiet_NaN();
   x[70] = std::numeric_limits<float>::infinity();
   for (const Kernels &k : AllKernels()) {
-    std::vector<int16_t> xq(96);
+    std::vector<int8_t> xq(2 * 96, 1);
     std::vector<float> scale(3), sum(3);
-    k.quantize_i16(x.data(), 96, xq.data(), scale.data(), sum.data());
-    EXPECT_EQ(scale[0], 0.5f / 32767.0f) << k.target;
+    k.quantize_i8(x.data(), 96, xq.data(), scale.data(), sum.data());
+    EXPECT_EQ(scale[0], 0.5f / 127.0f / 256.0f) << k.target;
     EXPECT_TRUE(std::isnan(scale[1]) && std::isnan(scale[2])) << k.target;
+    for (size_t i = 32; i < 96; ++i)
+      ASSERT_TRUE(xq[i] == 0 && xq[96 + i] == 0) << k.target;
   }
+}
+
+// Random blocks with adversarial rows: row 0 every code at its top (Q8_0: -128, the one code
+// whose magnitude is 128; Q6_K: 63), row 1 every code at its bottom, row 2 a NaN scale in its
+// first block, row 3 all zero (scales too).
+std::vector<uint8_t> AdversarialBlocks(GgmlType t, size_t rows, size_t cols, std::mt19937 &rng) {
+  auto b = RandomBlocks(t, rows * cols, rng);
+  const auto info = GgmlInfo(t);
+  const size_t row_bytes = GgmlRowBytes(t, cols), nb = cols / info.block_elems;
+  const uint16_t nan16 = 0x7E00;
+  for (size_t i = 0; i < nb; ++i) {
+    uint8_t *top = &b[0 * row_bytes + i * info.block_bytes];
+    uint8_t *bottom = &b[1 * row_bytes + i * info.block_bytes];
+    switch (t) {
+    case GgmlType::kQ4_0:
+      std::memset(top + 2, 0xFF, 16), std::memset(bottom + 2, 0, 16);
+      break;
+    case GgmlType::kQ4_1:
+      std::memset(top + 4, 0xFF, 16), std::memset(bottom + 4, 0, 16);
+      break;
+    case GgmlType::kQ8_0:
+      std::memset(top + 2, 0x80, 32), std::memset(bottom + 2, 0x7F, 32);
+      break;
+    case GgmlType::kQ4_K:
+      std::memset(top + 4, 0xFF, 12 + 128), std::memset(bottom + 16, 0, 128);
+      break;
+    case GgmlType::kQ6_K:
+      std::memset(top, 0xFF, 192), std::memset(bottom, 0, 192);
+      std::memset(top + 192, 0x80, 16), std::memset(bottom + 192, 0x7F, 16); // scales -128, 127
+      break;
+    default:
+      break;
+    }
+  }
+  const size_t d_off = t == GgmlType::kQ6_K ? 208 : 0;
+  std::memcpy(&b[2 * row_bytes + d_off], &nan16, 2);
+  std::memset(&b[3 * row_bytes], 0, row_bytes);
+  return b;
+}
+
+// The value of code 0 of each 32-element block (Q4_0: -8 d, Q4_1: m, Q4_K: -dmin m_j; 0 for the
+// signed formats), which the integer path multiplies by the block's exact float sum.
+std::vector<double> BlockOffsets(GgmlType t, const uint8_t *row, size_t cols) {
+  std::vector<double> off(cols / 32, 0.0);
+  for (size_t b = 0; b < cols / 32; ++b) {
+    if (t == GgmlType::kQ4_0) {
+      off[b] = -8.0 * F16ToF32(reinterpret_cast<const BlockQ4_0 *>(row)[b].d);
+    } else if (t == GgmlType::kQ4_1) {
+      off[b] = F16ToF32(reinterpret_cast<const BlockQ4_1 *>(row)[b].m);
+    } else if (t == GgmlType::kQ4_K) {
+      const auto &blk = reinterpret_cast<const BlockQ4_K *>(row)[b / 8];
+      uint8_t sc, m;
+      Q4KScaleMin(int(b % 8), blk.scales, &sc, &m);
+      off[b] = -double(F16ToF32(blk.dmin)) * m;
+    }
+  }
+  return off;
+}
+
+// y (n_x x rows, from matmul_i8) against the exact value of what the integer path computes: the
+// dequantised weights (less their block offset) times the dequantised activations (scale x
+// (256 hi + lo)), plus each
+// block's offset times the activations' exact sum, in double. Only float rounding may differ
+// (relative 1e-5 of the terms' magnitude), so a wrong code, a saturated or overflowed integer, a
+// swapped half or a misplaced scale fails.
+void ExpectExactDot(const char *target, GgmlType t, const std::vector<uint8_t> &bytes,
+                    size_t rows, size_t cols, size_t n_x, const std::vector<int8_t> &xq,
+                    const std::vector<float> &scale, const std::vector<float> &sum,
+                    const std::vector<float> &y) {
+  const size_t nb = cols / 32, row_bytes = GgmlRowBytes(t, cols);
+  std::vector<float> wf(rows * cols);
+  DequantizeRowScalar(t, bytes.data(), wf.data(), rows * cols);
+  for (size_t r = 0; r < rows; ++r) {
+    const auto off = BlockOffsets(t, bytes.data() + r * row_bytes, cols);
+    for (size_t i = 0; i < n_x; ++i) {
+      double want = 0, magnitude = 0;
+      for (size_t c = 0; c < cols; ++c) {
+        const double code = 256.0 * xq[2 * i * cols + c] + xq[2 * i * cols + cols + c];
+        const double term = (double(wf[r * cols + c]) - off[c / 32]) * scale[i * nb + c / 32] * code;
+        want += term;
+        magnitude += std::abs(term);
+      }
+      for (size_t b = 0; b < nb; ++b) {
+        want += off[b] * sum[i * nb + b];
+        magnitude += std::abs(off[b] * sum[i * nb + b]);
+      }
+      const float got = y[i * rows + r];
+      if (std::isnan(want)) {
+        ASSERT_TRUE(std::isnan(got))
+            << target << " " << GgmlTypeName(t) << " row " << r << " x " << i << ": " << got;
+        continue;
+      }
+      ASSERT_NEAR(got, want, 1e-5 * magnitude + 1e-30)
+          << target << " " << GgmlTypeName(t) << " cols " << cols << " weight row " << r
+          << " x row " << i;
+    }
+  }
+}
+
+// Activation rows for the integer kernels: random, with adversarial rows 1-5 (all zero, huge, one
+// huge value among small ones, the +-127 edges, a NaN).
+std::vector<float> AdversarialActivations(size_t n_x, size_t cols, std::mt19937 &rng) {
+  std::normal_distribution<float> g;
+  std::vector<float> x(n_x * cols);
+  for (auto &v : x)
+    v = g(rng);
+  std::fill(x.begin() + 1 * cols, x.begin() + 2 * cols, 0.0f);
+  for (size_t c = 0; c < cols; ++c)
+    x[2 * cols + c] *= 1e30f;
+  x[3 * cols + 7] = 1e4f;
+  for (size_t c = 0; c < cols; ++c)
+    x[4 * cols + c] = c % 3 ? 2.5f : -2.5f;
+  x[5 * cols + cols - 1] = std::numeric_limits<float>::quiet_NaN();
+  return x;
+}
+
+// Every target's integer kernel (file layout) against the exact dot, adversarial weight and
+// activation rows, odd and even block counts.
+TEST(Kernels, MatMulI8MatchesTheExactDotOnEveryTarget) {
+  std::mt19937 rng(23);
+  for (GgmlType t :
+       {GgmlType::kQ4_0, GgmlType::kQ4_1, GgmlType::kQ8_0, GgmlType::kQ4_K, GgmlType::kQ6_K})
+    for (size_t cols : {32u, 96u, 256u, 288u, 512u}) {
+      if (cols % GgmlInfo(t).block_elems)
+        continue;
+      const size_t rows = 19, nb = cols / 32, n_x = 11;
+      const auto bytes = AdversarialBlocks(t, rows, cols, rng);
+      const WeightMatrix w{t, bytes.data(), rows, cols, GgmlRowBytes(t, cols)};
+      const std::vector<float> x = AdversarialActivations(n_x, cols, rng);
+      for (const Kernels &k : AllKernels()) {
+        std::vector<int8_t> xq(2 * n_x * cols);
+        std::vector<float> scale(n_x * nb), sum(n_x * nb);
+        for (size_t i = 0; i < n_x; ++i)
+          k.quantize_i8(&x[i * cols], cols, &xq[2 * i * cols], &scale[i * nb], &sum[i * nb]);
+        std::vector<float> y(n_x * rows);
+        k.matmul_i8(w, xq.data(), scale.data(), sum.data(), n_x, y.data(), rows, 0, rows);
+        ExpectExactDot(k.target, t, bytes, rows, cols, n_x, xq, scale, sum, y);
+      }
+    }
+}
+
+// The packed layout (16-row panels, AVX-512 VNNI): the exact dot on adversarial blocks; every
+// activation row's bits the same as alone, for any row count; a row range that cuts panels writes
+// exactly its rows.
+TEST(Kernels, MatMulI8PackedMatchesTheExactDotAndIsBatchIndependent) {
+  std::mt19937 rng(29);
+  size_t checked = 0;
+  for (GgmlType t : {GgmlType::kQ4_0, GgmlType::kQ4_1, GgmlType::kQ8_0})
+    for (size_t cols : {32u, 96u, 576u}) {
+      const size_t rows = 48, nb = cols / 32, n_x = 23;
+      const auto bytes = AdversarialBlocks(t, rows, cols, rng);
+      WeightMatrix w{t, bytes.data(), rows, cols, GgmlRowBytes(t, cols)};
+      const std::vector<uint8_t> packed = PackRows16(w);
+      ASSERT_EQ(packed.size(), rows / 16 * nb * PackedBlockBytes(t));
+      ASSERT_EQ(packed.size(), rows * GgmlRowBytes(t, cols)); // the file's size
+      w.packed = packed.data();
+      const std::vector<float> x = AdversarialActivations(n_x, cols, rng);
+      for (const Kernels &k : AllKernels()) {
+        std::vector<int8_t> xq(2 * n_x * cols);
+        std::vector<float> scale(n_x * nb), sum(n_x * nb);
+        for (size_t i = 0; i < n_x; ++i)
+          k.quantize_i8(&x[i * cols], cols, &xq[2 * i * cols], &scale[i * nb], &sum[i * nb]);
+        std::vector<float> y(n_x * rows);
+        k.matmul_i8(w, xq.data(), scale.data(), sum.data(), n_x, y.data(), rows, 0, rows);
+        ExpectExactDot(k.target, t, bytes, rows, cols, n_x, xq, scale, sum, y);
+        for (size_t n : {1u, 2u, 3u, 5u, 8u, 13u}) {
+          for (auto [r0, r1] : {std::pair<size_t, size_t>{0, rows}, {5, 37}}) {
+            std::vector<float> part(n * rows, -7.0f);
+            k.matmul_i8(w, xq.data(), scale.data(), sum.data(), n, part.data(), rows, r0, r1);
+            for (size_t i = 0; i < n; ++i)
+              for (size_t r = 0; r < rows; ++r) {
+                const float want = r >= r0 && r < r1 ? y[i * rows + r] : -7.0f;
+                const float got = part[i * rows + r];
+                ASSERT_TRUE(std::memcmp(&want, &got, sizeof got) == 0 ||
+                            (std::isnan(want) && std::isnan(got)))
+                    << k.target << " " << GgmlTypeName(t) << " n " << n << " row " << i
+                    << " weight row " << r << ": " << got << " vs " << want;
+              }
+          }
+        }
+        checked += k.packed_path;
+      }
+    }
+  // Q6_K has no packed layout; nor do row counts that are not a multiple of 16.
+  const std::vector<uint8_t> q6 = RandomBlocks(GgmlType::kQ6_K, 16 * 256, rng);
+  EXPECT_TRUE(PackRows16(WeightMatrix{GgmlType::kQ6_K, q6.data(), 16, 256, 210}).empty());
+  const std::vector<uint8_t> q4 = RandomBlocks(GgmlType::kQ4_0, 17 * 32, rng);
+  EXPECT_TRUE(PackRows16(WeightMatrix{GgmlType::kQ4_0, q4.data(), 17, 32, 18}).empty());
+  if (checked == 0)
+    GTEST_LOG_(INFO) << "no target with the packed path on this CPU: layout checked only";
 }
 
 TEST(Kernels, MatMulMatchesScalar) {
   std::mt19937 rng(11);
   ThreadPool pool(3);
-  // 70 tokens: the multi-row kernels (integer for Q4_0/Q4_1/Q8_0, f32 for the rest); 1 token:
-  // the decode path.
-  // 1 token x 288 columns: an odd number of blocks (the decode kernel's two-block loop tail).
+  // 70 tokens: the multi-row kernels; 1 token: the decode path; 1 token x 288 columns: an odd
+  // number of blocks (the pair loop's lone last block).
   for (auto [tokens, cols] : {std::pair<size_t, size_t>{70, 256}, {1, 256}, {1, 288}})
     for (GgmlType t : {GgmlType::kQ4_0, GgmlType::kQ4_1, GgmlType::kQ8_0, GgmlType::kQ6_K,
-                       GgmlType::kQ4_K, GgmlType::kF32}) {
-      if (cols % GgmlInfo(t).block_elems)
-        continue;
-      const size_t rows = 37;
-      const auto bytes = RandomBlocks(t, rows * cols, rng);
-      WeightMatrix w{t, bytes.data(), rows, cols, GgmlRowBytes(t, cols)};
-      std::vector<float> x(tokens * cols);
-      std::normal_distribution<float> g;
-      for (auto &v : x)
-        v = g(rng);
-      std::vector<float> wf(rows * cols);
-      DequantizeRowScalar(t, bytes.data(), wf.data(), rows * cols);
-      for (const Kernels &k : AllKernels()) {
-        std::vector<float> y(tokens * rows);
-        MatMul(pool, k, w, x.data(), tokens, y.data());
-        for (size_t tk = 0; tk < tokens; ++tk) {
-          for (size_t r = 0; r < rows; ++r) {
-            double want = 0, magnitude = 0;
-            for (size_t c = 0; c < cols; ++c) {
-              want += double(wf[r * cols + c]) * x[tk * cols + c];
-              magnitude += std::abs(double(wf[r * cols + c]) * x[tk * cols + c]);
+                       GgmlType::kQ4_K, GgmlType::kF32})
+      for (MatMulPath path : {MatMulPath::kInteger, MatMulPath::kFloat}) {
+        if (cols % GgmlInfo(t).block_elems)
+          continue;
+        const size_t rows = 37;
+        const auto bytes = RandomBlocks(t, rows * cols, rng);
+        WeightMatrix w{t, bytes.data(), rows, cols, GgmlRowBytes(t, cols)};
+        std::vector<float> x(tokens * cols);
+        std::normal_distribution<float> g;
+        for (auto &v : x)
+          v = g(rng);
+        std::vector<float> wf(rows * cols);
+        DequantizeRowScalar(t, bytes.data(), wf.data(), rows * cols);
+        for (const Kernels &k : AllKernels()) {
+          std::vector<float> y(tokens * rows);
+          MatMul(pool, k, w, x.data(), tokens, y.data(), nullptr, path);
+          for (size_t tk = 0; tk < tokens; ++tk) {
+            for (size_t r = 0; r < rows; ++r) {
+              double want = 0, magnitude = 0, rounding = 0;
+              for (size_t c = 0; c < cols; ++c) {
+                want += double(wf[r * cols + c]) * x[tk * cols + c];
+                magnitude += std::abs(double(wf[r * cols + c]) * x[tk * cols + c]);
+              }
+              // The integer path rounds each activation to half a 1/(127 x 256) of its block's
+              // largest one (one such step where lo clamps): the error is bounded by sum |w| times
+              // that.
+              for (size_t b = 0; b < cols / 32; ++b) {
+                float amax = 0;
+                for (size_t c = 32 * b; c < 32 * b + 32; ++c)
+                  amax = std::max(amax, std::abs(x[tk * cols + c]));
+                for (size_t c = 32 * b; c < 32 * b + 32; ++c)
+                  rounding += std::abs(wf[r * cols + c]) * amax / (127.0 * 256.0);
+              }
+              const bool integer = path == MatMulPath::kInteger && HasIntegerPath(t);
+              ASSERT_NEAR(y[tk * rows + r], want, (integer ? rounding : 0.0) + 1e-5 * magnitude)
+                  << k.target << " " << GgmlTypeName(t) << " tokens " << tokens;
             }
-            // The integer path rounds each activation to 1/32767 of its block's largest one
-            // (half that per element at most): error bounded by the terms' magnitude, not by the
-            // (possibly cancelling) sum.
-            ASSERT_NEAR(y[tk * rows + r], want, 1e-3 * (1 + std::abs(want)) + 1e-4 * magnitude)
-                << k.target << " " << GgmlTypeName(t) << " tokens " << tokens;
           }
         }
       }
-    }
 }
 
-// The property batched decode rests on: matmul_i16 gives every activation row exactly the bits
-// matvec_i16 gives it alone, for every row count 1..64 (the 4-row groups, their 1-3 row tails,
-// the 16-row tiles), every weight row range and every target; adversarial rows included (all
-// zero, huge, one hot, NaN).
-TEST(Kernels, MatMulI16RowsAreBitIdenticalToMatVec) {
+// The property batched decode rests on: matmul_i8 gives every activation row exactly the bits it
+// gives that row alone, for every row count 1..64 (the row groups, their tails, the 16-row tiles),
+// every weight row range and every target; adversarial rows included (all zero, huge, one hot,
+// NaN).
+TEST(Kernels, MatMulI8RowsAreBitIdenticalToOneRow) {
   std::mt19937 rng(17);
   std::normal_distribution<float> g;
   for (GgmlType t :
@@ -364,7 +580,7 @@ TEST(Kernels, MatMulI16RowsAreBitIdenticalToMatVec) {
       if (cols % GgmlInfo(t).block_elems)
         continue;
       const size_t rows = 41, nb = cols / 32, max_x = 64;
-      const auto bytes = RandomBlocks(t, rows * cols, rng);
+      const auto bytes = AdversarialBlocks(t, rows, cols, rng);
       const WeightMatrix w{t, bytes.data(), rows, cols, GgmlRowBytes(t, cols)};
       std::vector<float> x(max_x * cols);
       for (auto &v : x)
@@ -376,17 +592,18 @@ TEST(Kernels, MatMulI16RowsAreBitIdenticalToMatVec) {
       x[7 * cols + cols / 2] = 3.0f;
       x[9 * cols + 1] = std::numeric_limits<float>::quiet_NaN(); // row 9 has a NaN
       for (const Kernels &k : AllKernels()) {
-        std::vector<int16_t> xq(max_x * cols);
+        std::vector<int8_t> xq(2 * max_x * cols);
         std::vector<float> scale(max_x * nb), sum(max_x * nb);
         for (size_t r = 0; r < max_x; ++r)
-          k.quantize_i16(&x[r * cols], cols, &xq[r * cols], &scale[r * nb], &sum[r * nb]);
+          k.quantize_i8(&x[r * cols], cols, &xq[2 * r * cols], &scale[r * nb], &sum[r * nb]);
         std::vector<float> alone(max_x * rows);
         for (size_t r = 0; r < max_x; ++r)
-          k.matvec_i16(w, &xq[r * cols], &scale[r * nb], &sum[r * nb], &alone[r * rows], 0, rows);
-        for (size_t n_x : {1u, 2u, 3u, 4u, 5u, 7u, 15u, 16u, 17u, 33u, 64u}) {
+          k.matmul_i8(w, &xq[2 * r * cols], &scale[r * nb], &sum[r * nb], 1, &alone[r * rows], 0,
+                      0, rows);
+        for (size_t n_x : {2u, 3u, 4u, 5u, 7u, 8u, 9u, 15u, 16u, 17u, 33u, 64u}) {
           for (auto [r0, r1] : {std::pair<size_t, size_t>{0, rows}, {5, 22}}) {
             std::vector<float> y(n_x * rows, -7.0f);
-            k.matmul_i16(w, xq.data(), scale.data(), sum.data(), n_x, y.data(), rows, r0, r1);
+            k.matmul_i8(w, xq.data(), scale.data(), sum.data(), n_x, y.data(), rows, r0, r1);
             for (size_t i = 0; i < n_x; ++i)
               for (size_t r = 0; r < rows; ++r) {
                 const float want = r >= r0 && r < r1 ? alone[i * rows + r] : -7.0f;
@@ -398,9 +615,10 @@ TEST(Kernels, MatMulI16RowsAreBitIdenticalToMatVec) {
               }
           }
         }
-        // Row 9 carries a NaN into every output; the finite rows stay finite.
-        ASSERT_TRUE(std::isnan(alone[9 * rows]));
-        ASSERT_TRUE(std::isfinite(alone[3 * rows]) && alone[3 * rows] == 0.0f) << k.target;
+        // Row 9 carries a NaN into every output; the all-zero row gives zeros (weight rows 4 on
+        // are finite).
+        ASSERT_TRUE(std::isnan(alone[9 * rows + 4]));
+        ASSERT_TRUE(alone[3 * rows + 4] == 0.0f) << k.target;
       }
     }
 }

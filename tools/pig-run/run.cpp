@@ -78,9 +78,10 @@ int Run(const Options &o) {
   ThreadPool pool(o.threads);
   const AttentionShape shape{cfg.n_layers, cfg.n_heads, cfg.n_kv_heads, cfg.head_dim, p.ctx};
   LlamaSession session(*p.model, pool, p.ctx, MakeAttention(p.attention, shape));
-  std::fprintf(stderr, "pig-run: %s (%s), %zu layers, dim %zu, %zu threads, %s kernels\n",
+  std::fprintf(stderr,
+               "pig-run: %s (%s), %zu layers, dim %zu, %zu threads, %s kernels, weights by %s\n",
                o.model.path.c_str(), p.model->WeightTypesSummary().c_str(), cfg.n_layers, cfg.dim,
-               pool.size(), session.kernels().target);
+               pool.size(), session.kernels().target, session.kernels().int8_instruction);
   if (p.tuning)
     PrintTuning(*p.tuning);
   std::fprintf(stderr, "pig-run: attention %s\n", p.attention.str(cfg.n_layers).c_str());

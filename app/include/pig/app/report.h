@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <cstdio>
 
 #include "pig/runtime/attention.h"
@@ -24,6 +25,9 @@ double MeasureReadBandwidth(runtime::ThreadPool &pool);
 double MeasureWeightMacRate(runtime::ThreadPool &pool, runtime::MatMulPath path, size_t tokens);
 /// The better of the f32 path at 64 tokens and the integer path at 16 (their best row counts).
 double MeasureWeightMacRate(runtime::ThreadPool &pool);
+/// The machine's peak for one instruction: a register-only loop (Kernels::int8_peak_loop or
+/// f32_peak_loop) on every thread of the pool at once, MAC/s; best of five passes.
+double MeasurePeakMacRate(runtime::ThreadPool &pool, uint64_t (*loop)(size_t iters));
 
 /// The attention's summary lines, to `out`: the kernels that served, cost2 and cost1 (or why
 /// nothing was indexed), the GQA sample sets' overlap, the KV cache's and the index's memory

@@ -85,6 +85,9 @@ public:
   uint64_t alignment() const { return alignment_; }
   const std::string &path() const { return path_; }
   size_t file_size() const { return size_; }
+  // Whether the tensors live in a read-only file mapping (Open), whose pages may be dropped and
+  // re-read, rather than in the caller's memory (FromMemory).
+  bool mapped() const { return mapped_; }
 
   const std::map<std::string, GgufValue, std::less<>> &metadata() const { return metadata_; }
   const std::vector<GgufTensorInfo> &tensors() const { return tensors_; }

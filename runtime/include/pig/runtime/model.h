@@ -57,11 +57,19 @@ public:
   size_t WeightBytesPerToken() const;
   // Summary of the weight types, e.g. "Q4_1 x210, Q8_0 x1".
   std::string WeightTypesSummary() const;
+  // The matrices repacked at load for the integer path's packed kernels (ops.h, PackRows16:
+  // where the best kernels have a packed path, for Q4_0 / Q4_1 / Q8_0 matrices of 16k rows):
+  // their bytes (the file's own pages of them are released) and the seconds packing took.
+  size_t PackedBytes() const;
+  double PackSeconds() const { return pack_seconds_; }
 
 private:
   LlamaModel() = default;
   std::unique_ptr<GgufFile> file_;
   std::unique_ptr<Tokenizer> tokenizer_;
+  std::vector<std::vector<uint8_t>> packed_;
+  double pack_seconds_ = 0;
+  void Pack();
   LlamaConfig cfg_;
   std::vector<LayerWeights> layers_;
   WeightMatrix tok_embd_, output_;
@@ -83,13 +91,13 @@ size_t PrefillChunk(size_t remaining, size_t max_rows);
 // through that sequence's Attention (one Attention::Forward call per span and layer). Each row
 // gets RoPE at its own position.
 //
-// Decode rows (spans of one row) take the integer path of ops.h where the weight type has one
-// (Q4_0, Q4_1, Q8_0, Q4_K): each row's activations quantised on their own, each weight block read
-// once for all rows, no dequantisation. Rows of longer spans (prefill chunks) take the f32
-// matrix-matrix kernels, faster for many rows. Both paths give a row the same bits whatever the
-// other rows are, and the path depends only on the row's own span, so a sequence decoded in a
-// batch of any size, beside other sequences' prefill chunks, gets the logits bit for bit that it
-// gets alone, and a prefill chunk gets those it gets alone (batch_test).
+// Decode rows (spans of one row) take the path set by set_decode_path (the integer path of ops.h
+// by default, where the weight type has one: Q4_0, Q4_1, Q8_0, Q4_K, Q6_K); rows of longer spans
+// (prefill chunks) the path set by set_prefill_path (the f32 one by default). Both
+// paths give a row the same bits whatever the other rows are, and the path depends only on the
+// row's own span, so a sequence decoded in a batch of any size, beside other sequences' prefill
+// chunks, gets the logits bit for bit that it gets alone, and a prefill chunk gets those it gets
+// alone (batch_test).
 class LlamaForward {
 public:
   struct Span {
@@ -124,13 +132,19 @@ public:
   // Throws std::out_of_range naming the first token id outside [0, vocab).
   void CheckTokens(const int32_t *tokens, size_t n) const;
 
-  // The path of decode rows (ops.h): kInteger (the default: the fastest for a few rows, and
-  // what LlamaSession decodes with) or kFloat (faster past ~8 rows where the integer dot has half
-  // the FMA's throughput, e.g. AVX2 on Zen 2). Either way a row's result does not depend on the
+  // The path of decode rows (ops.h): kInteger (the default, and what LlamaSession decodes with)
+  // or kFloat (the f32 kernels on dequantised rows). Either way a row's result does not depend on the
   // other rows; the two paths differ from each other by rounding. Throws std::invalid_argument for
   // kAuto (it would pick by row count, and a row's logits would depend on its batch).
   void set_decode_path(MatMulPath path);
   MatMulPath decode_path() const { return decode_path_; }
+  // The path of prompt chunks: kFloat (the default: prefill logits within 1e-4 of transformers,
+  // Parity.LogitsOfFirst64Positions) or kInteger (kAuto means it too): 2.5x faster prefill on
+  // AVX-512 VNNI, logits within ~1e-3 of the row's largest (docs/PERFORMANCE.md#weight-kernels).
+  void set_prefill_path(MatMulPath path) {
+    prefill_path_ = path == MatMulPath::kFloat ? path : MatMulPath::kInteger;
+  }
+  MatMulPath prefill_path() const { return prefill_path_; }
   size_t max_rows() const { return max_rows_; }
   size_t ScratchBytes() const;
   const Kernels &kernels() const { return kern_; }
@@ -149,6 +163,7 @@ private:
   std::vector<float> rope_cs_; // per row of a Run: (cos, sin) of each rotary pair
   std::vector<float> x_, xb_, q_, k_, v_, att_, hb_, hb2_;
   MatMulPath decode_path_ = MatMulPath::kInteger;
+  MatMulPath prefill_path_ = MatMulPath::kFloat;
   MatMulScratch scratch_;           // the integer path's quantised activations
   std::vector<uint8_t> decode_row_; // per row of a Run: 1 for a decode row (a span of one)
 };
@@ -175,6 +190,7 @@ public:
   void Reset();
   size_t MemoryBytes() const;
   const Kernels &kernels() const { return fwd_.kernels(); }
+  void set_prefill_path(MatMulPath path) { fwd_.set_prefill_path(path); } // LlamaForward's
   static constexpr size_t kChunk = 128; // prefill tokens per matrix-matrix pass
 
 private:
@@ -196,7 +212,7 @@ struct LlamaBatchOptions {
                             // capacity: Attention::ReservedBytes); 0: no limit
   // Decode rows' weight path (LlamaForward::set_decode_path): kInteger gives every sequence the
   // logits of decoding it alone with LlamaSession; kFloat the same logits in any batch of this
-  // engine, up to rounding from LlamaSession's, and more tokens/s at large batches on AVX2.
+  // engine, up to rounding from LlamaSession's.
   MatMulPath decode_path = MatMulPath::kInteger;
 };
 
@@ -258,6 +274,7 @@ public:
   size_t MemoryBytes() const;
   const Options &options() const { return opts_; }
   const Kernels &kernels() const { return fwd_.kernels(); }
+  void set_prefill_path(MatMulPath path) { fwd_.set_prefill_path(path); } // LlamaForward's
 
 private:
   struct Sequence {

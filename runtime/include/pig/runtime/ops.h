@@ -18,7 +18,19 @@ struct WeightMatrix {
   GgmlType type = GgmlType::kF32;
   const uint8_t *data = nullptr;
   size_t rows = 0, cols = 0, row_bytes = 0;
+  // Optional: the same weights repacked for the integer path (PackRows16), used where the
+  // kernels have a packed path (Kernels::packed_path); `data` stays the file's layout.
+  const uint8_t *packed = nullptr;
 };
+
+// The integer path's packed layout (Q4_0, Q4_1, Q8_0 with rows a multiple of 16): panels of 16
+// rows; per panel and 32-element block, the codes of the 16 rows interleaved four bytes at a
+// time (byte group k of every row, then k + 1: one 512-bit vector per group, a lane a row), then
+// the 16 rows' f16 scales, then (Q4_1) their f16 minima. Q8_0 codes are stored plus 128 (as
+// unsigned bytes). A panel's block is 288 (Q4_0), 320 (Q4_1) or 544 (Q8_0) bytes: the file's
+// size. Empty when the type or the row count has no packed layout.
+std::vector<uint8_t> PackRows16(const WeightMatrix &w);
+size_t PackedBlockBytes(GgmlType t); // per panel and block; 0 without a packed layout
 
 struct Kernels {
   const char *target = "";
@@ -30,20 +42,29 @@ struct Kernels {
   void (*axpy)(float a, const float *x, float *y, size_t n);
   // y[t][r] = sum_c w[r][c] * x[t][c] for rows [row_begin, row_end) and t in [0, n_tokens);
   // x rows are x_stride floats apart, y rows y_stride. Dequantises a few rows at a time.
-  // Decode path for Q4_0 / Q4_1 / Q8_0 / Q4_K / Q6_K: the vector quantised to int16 per 32-block
-  // (scale and exact float sum per block), then y[r] for rows [row_begin, row_end) by integer
-  // dots.
-  void (*quantize_i16)(const float *x, size_t n, int16_t *xq, float *scale, float *sum);
-  void (*matvec_i16)(const WeightMatrix &w, const int16_t *xq, const float *xscale,
-                     const float *xsum, float *y, size_t row_begin, size_t row_end);
-  // The same for n_x activation rows (xq rows w.cols apart, scales and sums w.cols / 32 apart):
-  // y[t * y_stride + r]. Each weight block is read once for all rows, and row t's results are
-  // bit-identical to matvec_i16 on row t alone, whatever n_x and the other rows are.
-  void (*matmul_i16)(const WeightMatrix &w, const int16_t *xq, const float *xscale,
-                     const float *xsum, size_t n_x, float *y, size_t y_stride, size_t row_begin,
-                     size_t row_end);
+  // The integer path for Q4_0 / Q4_1 / Q8_0 / Q4_K / Q6_K weights (runtime/kernels/matmul_i8-inl.h):
+  // an activation row of n elements quantised per 32-element block to two int8 codes an element,
+  // xq = n hi codes then n lo codes (x ~ scale (256 hi + lo), int16's precision), the block's
+  // scale and exact float sum (a block with a NaN or infinity gets a NaN scale); then 8-bit
+  // multiply-adds straight from the weight blocks (vpdpbusd on AVX-512 VNNI, vpmaddubsw +
+  // vpmaddwd on AVX-512BW and AVX2).
+  void (*quantize_i8)(const float *x, size_t n, int8_t *xq, float *scale, float *sum);
+  // y[t * y_stride + r] for n_x activation rows (xq rows 2 w.cols apart, scales and sums
+  // w.cols / 32 apart) and weight rows [row_begin, row_end). Each weight block is read once for
+  // all rows, and row t's results are bit-identical to those of a call with row t alone, whatever
+  // n_x and the other rows are.
+  void (*matmul_i8)(const WeightMatrix &w, const int8_t *xq, const float *xscale, const float *xsum,
+                    size_t n_x, float *y, size_t y_stride, size_t row_begin, size_t row_end);
   void (*matmul_rows)(const WeightMatrix &w, const float *x, size_t x_stride, size_t n_tokens,
                       float *y, size_t y_stride, size_t row_begin, size_t row_end);
+  // The machine's peak for each path: register-only loops (12 independent accumulators, no
+  // memory operands) of the instruction the path multiplies with; each returns the multiply-adds
+  // it did, for the caller to time (pig::app::MeasurePeakMacRate).
+  const char *int8_instruction = ""; // e.g. "vpdpbusd zmm (AVX-512 VNNI)"
+  // Whether matmul_i8 uses WeightMatrix::packed (16-row panels) where it is set: AVX3_DL only.
+  bool packed_path = false;
+  uint64_t (*int8_peak_loop)(size_t iters);
+  uint64_t (*f32_peak_loop)(size_t iters); // vector FMAs of the target's full width
 };
 
 // The best target of this CPU (resolved once).
@@ -51,7 +72,7 @@ const Kernels &BestKernels();
 // One entry per target compiled in and supported here (tests run each of them).
 std::vector<Kernels> AllKernels();
 
-// Whether weights of type t have the integer path (activations quantised to int16 per row,
+// Whether weights of type t have the integer path (activations quantised to int8 per block,
 // integer dots straight from the blocks): Q4_0, Q4_1, Q8_0, Q4_K, Q6_K. Other types (F16, BF16,
 // F32) always take the f32 matrix-matrix kernels (dequantise a few weight rows, then f32 FMAs).
 bool HasIntegerPath(GgmlType t);
@@ -59,26 +80,22 @@ bool HasIntegerPath(GgmlType t);
 // The integer path's quantised activations (grown on use, never shrunk): a caller that owns one
 // makes repeated calls allocation-free; without one the calling thread's own is used.
 struct MatMulScratch {
-  std::vector<int16_t> xq;
+  std::vector<int8_t> xq;
   std::vector<float> scale, sum;
   size_t bytes() const {
-    return xq.capacity() * sizeof(int16_t) + (scale.capacity() + sum.capacity()) * sizeof(float);
+    return xq.capacity() + (scale.capacity() + sum.capacity()) * sizeof(float);
   }
 };
 
 // Which kernels multiply the tokens. Both are batch-independent: a token's row of y is
 // bit-identical whatever the other tokens are, on a given path (kernels_test).
-//   kInteger: the integer path where the weight type has one (else the f32 kernels): reads each
-//             block once, no dequantisation; the fastest for a few tokens (decode rows).
+//   kInteger: the integer path where the weight type has one (else the f32 kernels): 8-bit
+//             activations against the blocks' codes, each block read once for all tokens.
 //   kFloat:   the f32 matrix-matrix kernels: dequantise a few weight rows once for up to 64
-//             tokens, then f32 FMAs; the fastest for many tokens (prefill chunks).
-//   kAuto:    kInteger for up to kAutoIntegerTokens tokens, else kFloat.
-// Measured on an AMD EPYC (Zen 2, AVX2), 2 threads, a cache-resident 576-column Q4_1 matrix
-// (pig-bench-batch prints this table): integer 34.8 / 43.5 / 45.8 / 42.4 GMAC/s at 1 / 4 / 8 / 16
-// tokens, f32 11.5 / 32.3 / 41.3 / 48.6 (60 at 64): Zen 2 issues the integer multiply-adds on one
-// pipe, the FMAs on two (docs/PERFORMANCE.md#batched-decode-pig-bench-batch).
+//             tokens, then f32 FMAs (the reference-like path; F16 / BF16 / F32 weights always).
+//   kAuto:    kInteger (the fastest at every token count on every CPU measured:
+//             docs/PERFORMANCE.md#weight-kernels).
 enum class MatMulPath { kAuto, kInteger, kFloat };
-constexpr size_t kAutoIntegerTokens = 8;
 
 // y (n_tokens x w.rows) = x (n_tokens x w.cols) * w^T, split over the pool by row blocks.
 void MatMul(ThreadPool &pool, const Kernels &k, const WeightMatrix &w, const float *x,
