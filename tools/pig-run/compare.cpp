@@ -26,8 +26,11 @@ int RunCompare(const Options &o) {
   AttentionSpec dense_spec = o.attention;
   dense_spec.method = pig::spec::Method::dense;
   LlamaSession prefill(*p.model, pool, p.ctx, MakeAttention(dense_spec, shape));
-  std::fprintf(stderr, "pig-run: %s, %zu threads; prompt %zu tokens, prefilled once (dense)\n",
-               o.model.path.c_str(), pool.size(), p.prompt.size());
+  std::fprintf(stderr,
+               "pig-run: %s, %zu threads, %s kernels, weights by %s; prompt %zu tokens, prefilled "
+               "once (dense)\n",
+               o.model.path.c_str(), pool.size(), prefill.kernels().target,
+               prefill.kernels().int8_instruction, p.prompt.size());
   if (p.tuning)
     PrintTuning(*p.tuning);
   double prefill_s = 0;

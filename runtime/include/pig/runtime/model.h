@@ -140,7 +140,7 @@ public:
   MatMulPath decode_path() const { return decode_path_; }
   // The path of prompt chunks: kFloat (the default: prefill logits within 1e-4 of transformers,
   // Parity.LogitsOfFirst64Positions) or kInteger (kAuto means it too): 2.5x faster prefill on
-  // AVX-512 VNNI, logits within ~1e-3 of the row's largest (docs/PERFORMANCE.md#weight-kernels).
+  // AVX-512 VNNI, logits within ~1e-3 of the row's largest (docs/PERFORMANCE.md#weight-kernels-issue-48).
   void set_prefill_path(MatMulPath path) {
     prefill_path_ = path == MatMulPath::kFloat ? path : MatMulPath::kInteger;
   }

@@ -93,8 +93,9 @@ struct MatMulScratch {
 //             activations against the blocks' codes, each block read once for all tokens.
 //   kFloat:   the f32 matrix-matrix kernels: dequantise a few weight rows once for up to 64
 //             tokens, then f32 FMAs (the reference-like path; F16 / BF16 / F32 weights always).
-//   kAuto:    kInteger (the fastest at every token count on every CPU measured:
-//             docs/PERFORMANCE.md#weight-kernels).
+//   kAuto:    kInteger where the type has one (the faster at every row count on the Xeon,
+//             docs/PERFORMANCE.md#weight-kernels-issue-48; on CPUs without AVX-512 VNNI it
+//             was not measured).
 enum class MatMulPath { kAuto, kInteger, kFloat };
 
 // y (n_tokens x w.rows) = x (n_tokens x w.cols) * w^T, split over the pool by row blocks.
