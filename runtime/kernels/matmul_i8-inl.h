@@ -162,7 +162,8 @@ HWY_INLINE void Q4KScales(const uint8_t *blk, float *ds, float *dm) {
   }
 }
 
-#undef PIG_I8_SIMD // set per target (this file is compiled once per target)
+#undef PIG_I8_SIMD // both set per target (this file is compiled once per target)
+#undef PIG_I8_PACKED
 #if HWY_ARCH_X86 && (HWY_TARGET == HWY_AVX2 || HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL)
 #define PIG_I8_SIMD 1
 // GCC 12 warns about the _mm512_undefined_* inside its own AVX-512 intrinsics (a known false
@@ -188,6 +189,16 @@ struct F32x16 {
   __m512 v;
 };
 using SignOf = __mmask64; // lanes whose weight is negative
+#endif
+
+#if HWY_TARGET == HWY_AVX3_DL
+// acc + the products of u's unsigned and s's signed bytes, four to an int32 lane. Inline
+// assembly: Highway 1.0.3's AVX3_DL target enables avxvnni but not avx512vnni, so the intrinsic
+// does not compile there; a 512-bit vpdpbusd has only the EVEX (AVX512_VNNI) form.
+HWY_INLINE __m512i Dpbusd(__m512i acc, __m512i u, __m512i s) {
+  __asm__("vpdpbusd %2, %1, %0" : "+v"(acc) : "v"(u), "v"(s));
+  return acc;
+}
 #endif
 
 HWY_INLINE I8x64 LoadI8(const int8_t *p, bool two) { // two blocks, or one and zeros
@@ -260,11 +271,8 @@ HWY_INLINE F32x16 DotScaleAdd(const I8x64 &u, const I8x64 &s_hi, const I8x64 &s_
           _mm256_fmadd_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(ib), x.b), w.b, acc.b)};
 #else
 #if HWY_TARGET == HWY_AVX3_DL
-  // Inline assembly: Highway 1.0.3's AVX3_DL target enables avxvnni but not avx512vnni, so the
-  // intrinsic does not compile there; a 512-bit vpdpbusd has only the EVEX (AVX512_VNNI) form.
-  __m512i hi = _mm512_setzero_si512(), lo = _mm512_setzero_si512();
-  __asm__("vpdpbusd %2, %1, %0" : "+v"(hi) : "v"(u.v), "v"(s_hi.v));
-  __asm__("vpdpbusd %2, %1, %0" : "+v"(lo) : "v"(u.v), "v"(s_lo.v));
+  const __m512i hi = Dpbusd(_mm512_setzero_si512(), u.v, s_hi.v);
+  const __m512i lo = Dpbusd(_mm512_setzero_si512(), u.v, s_lo.v);
 #else
   const __m512i ones = _mm512_set1_epi16(1);
   const __m512i hi = _mm512_madd_epi16(_mm512_maddubs_epi16(u.v, s_hi.v), ones);
@@ -469,15 +477,8 @@ HWY_INLINE void RowI8(const uint8_t *HWY_RESTRICT row, size_t nb, size_t cols,
   }
 }
 
-#pragma GCC diagnostic pop
-#endif // x86 SIMD targets
-
-#undef PIG_I8_PACKED
-#if HWY_ARCH_X86 && HWY_TARGET == HWY_AVX3_DL
+#if HWY_TARGET == HWY_AVX3_DL
 #define PIG_I8_PACKED 1
-#pragma GCC diagnostic push // GCC 12's AVX-512 intrinsics (see above)
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#pragma GCC diagnostic ignored "-Wuninitialized"
 
 // ---- The packed path (AVX-512 VNNI): 16 weight rows a vector, one lane a row ----
 // A panel block (ops.h, PackRows16) holds, for 16 rows, the codes in 4-byte groups (group k of
@@ -492,11 +493,6 @@ template <QKind kKind> constexpr size_t PackedCodeBytes() {
 }
 template <QKind kKind> constexpr size_t PackedBytes() {
   return PackedCodeBytes<kKind>() + (kKind == QKind::kQ4_1 ? 64 : 32);
-}
-
-HWY_INLINE __m512i Dpbusd(__m512i acc, __m512i u, __m512i s) {
-  __asm__("vpdpbusd %2, %1, %0" : "+v"(acc) : "v"(u), "v"(s));
-  return acc;
 }
 
 template <QKind kKind, size_t G>
@@ -604,8 +600,10 @@ void MatMulPacked16(const WeightMatrix &w, const int8_t *xq, const float *xscale
   }
 }
 
-#pragma GCC diagnostic pop
 #endif // AVX3_DL
+
+#pragma GCC diagnostic pop
+#endif // x86 SIMD targets
 
 // The portable path: the same integers, a block at a time, scalar.
 template <QKind kKind>

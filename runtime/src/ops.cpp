@@ -144,7 +144,7 @@ uint64_t Int8PeakLoop(size_t iters) {
     __asm__ volatile("" : "+v"(u.v), "+v"(s.v));
     for (int j = 0; j < 12; ++j) {
 #if HWY_TARGET == HWY_AVX3_DL
-      __asm__("vpdpbusd %2, %1, %0" : "+v"(a[j]) : "v"(u.v), "v"(s.v));
+      a[j] = Dpbusd(a[j], u.v, s.v);
 #else
       a[j] = _mm512_add_epi32(a[j], _mm512_madd_epi16(_mm512_maddubs_epi16(u.v, s.v),
                                                       _mm512_set1_epi16(1)));
