@@ -611,6 +611,7 @@ HWY_INLINE float RowI8Scalar(const uint8_t *HWY_RESTRICT row, size_t nb, size_t 
                              const int8_t *HWY_RESTRICT xq, const float *HWY_RESTRICT xscale,
                              const float *HWY_RESTRICT xsum) {
   float total = 0, bias = 0;
+  float ds[8], dm[8]; // Q4_K: the current super-block's scales and minima
   for (size_t b = 0; b < nb; ++b) {
     // x[i] stands for the pair's combined code 256 hi + lo.
     const int8_t *xh = xq + 32 * b, *xl = xq + cols + 32 * b;
@@ -619,8 +620,8 @@ HWY_INLINE float RowI8Scalar(const uint8_t *HWY_RESTRICT row, size_t nb, size_t 
       const size_t sb = b / 8, k = b % 8;
       if constexpr (kKind == QKind::kQ4_K) {
         const uint8_t *blk = row + sb * sizeof(BlockQ4_K);
-        float ds[8], dm[8];
-        Q4KScales(blk, ds, dm);
+        if (k == 0)
+          Q4KScales(blk, ds, dm);
         const uint8_t *qs = blk + 16 + 32 * (k / 2);
         int32_t dot = 0;
         for (size_t i = 0; i < 32; ++i)
