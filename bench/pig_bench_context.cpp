@@ -43,7 +43,7 @@
 #include "pig/eval/report.h" // CSV and gnuplot helpers
 #include "pig/runtime/attention.h"
 #include "pig/runtime/model.h"
-#include "pig/tune/tuning.h" // --tuning FILE
+#include "pig/app/tuning.h" // --tuning FILE
 
 #include "context_table.h"
 
@@ -168,15 +168,15 @@ int main(int argc, char **argv) {
     auto model = LlamaModel::Load(o.model.path);
     const LlamaConfig &c = model->config();
     // --tuning: loaded (and refused) before the prefill.
-    std::optional<pig::tune::Tuning> tuning;
+    std::optional<pig::app::Tuning> tuning;
     if (!o.tuning.file.empty()) {
-      tuning = pig::tune::LoadTuning(o.tuning.file, o.tuning.max_error,
+      tuning = pig::app::LoadTuning(o.tuning.file, o.tuning.max_error,
                                      pig::app::TuningTargetOf(o.tuning, o.model.path, c, o.kv));
       for (const std::string &w : tuning->warnings)
         std::fprintf(stderr, "pig-bench-context: warning: %s\n", w.c_str());
       AttentionSpec probe;
       probe.kv_dtype = o.kv;
-      pig::tune::ApplyTuning(probe, tuning->point).Validate(c.n_layers);
+      pig::app::ApplyTuning(probe, tuning->point).Validate(c.n_layers);
     }
     std::vector<int32_t> tokens = model->tokenizer().Encode(pig::app::ReadFile(o.text));
     while (tokens.size() < o.prefill + o.steps) // short text: repeat it
@@ -209,7 +209,7 @@ int main(int argc, char **argv) {
     size_t ti = 0, xi = 0;
     if (tuning) {
       ti = specs.size();
-      specs.push_back(pig::tune::ApplyTuning(dense, tuning->point));
+      specs.push_back(pig::app::ApplyTuning(dense, tuning->point));
       std::printf("tuning: %s\n", pig::app::DescribePoint(tuning->source, tuning->point).c_str());
     }
     const std::string xl = o.transform ? "magicpig+" + o.transform->str()
@@ -269,7 +269,7 @@ int main(int argc, char **argv) {
     if (xi)
       std::printf("%s kernels: %s\n", xl.c_str(),
                   MakeAttention(specs[xi], probe_shape)->stats().kernels.c_str());
-  } catch (const pig::tune::TuningMismatch &e) { // a point made for another model: bad --tuning
+  } catch (const pig::app::TuningMismatch &e) { // a point made for another model: bad --tuning
     std::fprintf(stderr, "pig-bench-context: error: %s\n", e.what());
     return 2;
   } catch (const std::exception &e) {

@@ -147,10 +147,9 @@ function(pig_generate_kernels manifest)
     COMMENT "pig-translate: pig_register_generated_kernels.cpp" VERBATIM)
   add_library(pig_generated_kernels STATIC ${cpu_sources}
                                            ${gen}/pig_register_generated_kernels.cpp)
-  target_include_directories(pig_generated_kernels
-    PUBLIC ${PIG_CODEGEN_DIR}/include
-    # HWY_TARGET_INCLUDE of each generated TU names the file itself.
-    PRIVATE ${gen})
+  # The library's interface, pig/runtime/generated_kernels.h, is the runtime's (pig_kernels).
+  # HWY_TARGET_INCLUDE of each generated TU names the file itself.
+  target_include_directories(pig_generated_kernels PRIVATE ${gen})
   target_link_libraries(pig_generated_kernels PUBLIC pig_kernels)
   pig_target_warnings(pig_generated_kernels)
 
@@ -161,7 +160,6 @@ function(pig_generate_kernels manifest)
       DEPENDS pig-translate ${gpu_irs}
       COMMENT "pig-translate: pig_generated_cuda_kernels.cu" VERBATIM)
     add_library(pig_generated_cuda_kernels STATIC ${gen}/pig_generated_cuda_kernels.cu)
-    target_include_directories(pig_generated_cuda_kernels PUBLIC ${PIG_CODEGEN_DIR}/include)
     target_link_libraries(pig_generated_cuda_kernels PUBLIC pig_cuda)
     pig_cuda_warnings(pig_generated_cuda_kernels)
   endif()

@@ -1,7 +1,7 @@
 #include "pig/app/kernels.h"
 
 #ifdef PIG_HAVE_GENERATED_KERNELS
-#include "pig/Codegen/GeneratedKernels.h"
+#include "pig/runtime/generated_kernels.h"
 #endif
 
 namespace pig::app {

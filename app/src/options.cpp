@@ -491,9 +491,9 @@ void CheckTuningOptions(const CLI::App &app, const TuningOptions &o) {
     UsageError(app, "--force-tuning applies to --tuning FILE: give --tuning FILE");
 }
 
-tune::TuningTarget TuningTargetOf(const TuningOptions &o, const std::string &model_path,
+app::TuningTarget TuningTargetOf(const TuningOptions &o, const std::string &model_path,
                                   const runtime::LlamaConfig &cfg, runtime::lsh::DType kv) {
-  tune::TuningTarget t;
+  app::TuningTarget t;
   t.n_layers = cfg.n_layers;
   t.head_dim = cfg.head_dim;
   t.kv = kv;

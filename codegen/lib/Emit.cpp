@@ -192,7 +192,7 @@ LogicalResult mlir::pig::emitCpuRegistry(ModuleOp anchor, ArrayRef<KernelPlan> p
   os << kBanner;
   os << "// Registration of every generated CPU kernel set. Calling it references each\n"
         "// generated TU, so a static link keeps them all.\n";
-  os << "#include \"pig/Codegen/GeneratedKernels.h\"\n";
+  os << "#include \"pig/runtime/generated_kernels.h\"\n";
   os << "#include \"pig/runtime/lsh_kernels.h\"\n\n";
   for (const KernelPlan *plan : order)
     os << "namespace pig_lsh_" << plan->symbol() << " {\nvoid Register();\n}\n";
@@ -247,7 +247,7 @@ LogicalResult mlir::pig::emitCudaKernels(ModuleOp anchor, ArrayRef<KernelPlan> p
         "// schedule knobs: one instantiation per (K, L, d, dtype).\n";
   for (const KernelPlan *plan : order)
     describeOps(os, *plan, plan->gpuOps, cudaEntries(), "GPU");
-  os << "#include \"pig/Codegen/GeneratedCudaKernels.h\"\n";
+  os << "#include \"pig/cuda/generated_cuda_kernels.h\"\n";
   os << "#include \"pig/cuda/lsh_kernels.cuh\"\n\n";
   for (const KernelPlan *plan : order) {
     os << "namespace pig_cuda_" << plan->keySymbol() << " {\n";

@@ -22,7 +22,7 @@ namespace {
 std::string KLName(KL kl) { return std::to_string(kl.K) + "," + std::to_string(kl.L); }
 
 // The config column of "tuned": how the point was chosen ("max-error 0.1"), else "point".
-std::string TunedConfig(const pig::tune::Tuning &t) {
+std::string TunedConfig(const pig::app::Tuning &t) {
   return t.point.criterion.empty() ? std::string("point") : t.point.criterion;
 }
 
@@ -36,7 +36,7 @@ std::string TransformLabel(const pig::ref::TransformSpec &t) { return "magicpig+
 // baselines stay matched to plain magicpig). With --tuning, "tuned" last (config: the point's
 // criterion).
 std::vector<Method> Methods(const EvalOptions &e, const DownstreamOptions &o,
-                            const pig::tune::Tuning *tuning) {
+                            const pig::app::Tuning *tuning) {
   std::vector<Method> m;
   AttentionSpec base;
   base.kv_dtype = e.kv;
@@ -75,7 +75,7 @@ std::vector<Method> Methods(const EvalOptions &e, const DownstreamOptions &o,
     }
   }
   if (tuning)
-    m.push_back({"tuned", TunedConfig(*tuning), pig::tune::ApplyTuning(base, tuning->point)});
+    m.push_back({"tuned", TunedConfig(*tuning), pig::app::ApplyTuning(base, tuning->point)});
   return m;
 }
 
@@ -121,7 +121,7 @@ double LogSoftmaxAt(const std::vector<float> &logits, int32_t token) {
 } // namespace
 
 Downstream::Downstream(const EvalOptions &e, const DownstreamOptions &o, bool shared_prefill,
-                       const LlamaModel &model, ThreadPool &pool, const pig::tune::Tuning *tuning)
+                       const LlamaModel &model, ThreadPool &pool, const pig::app::Tuning *tuning)
     : e_(e), o_(o), shared_prefill_(shared_prefill), model_(model), pool_(pool),
       methods_(Methods(e, o, tuning)),
       ppl_csv_(e.out + "/perplexity.csv",

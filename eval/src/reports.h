@@ -23,7 +23,7 @@
 #include "pig/reference/reference.h"
 #include "pig/runtime/attention.h"
 #include "pig/runtime/model.h"
-#include "pig/tune/tuning.h" // --tuning FILE
+#include "pig/app/tuning.h" // --tuning FILE
 
 namespace pig::eval {
 
@@ -123,7 +123,7 @@ public:
   // shared_prefill: the long text's prefill also served attention-error (command all).
   Downstream(const EvalOptions &e, const DownstreamOptions &o, bool shared_prefill,
              const runtime::LlamaModel &model, runtime::ThreadPool &pool,
-             const pig::tune::Tuning *tuning);
+             const pig::app::Tuning *tuning);
 
   // Perplexity of tokens [n + 1, n + M] given a dense prefix of n positions held by `prefix`,
   // `logits0` being the prediction of token n (from the dense prefill).

@@ -106,24 +106,24 @@ void Run(const EvalOptions &e, const AttentionErrorOptions *error, const Downstr
   }
   double transforms_s = 0;
   // --tuning: loaded (and refused) before any prefill.
-  std::optional<pig::tune::Tuning> tuning;
+  std::optional<pig::app::Tuning> tuning;
   if (part2 && !down->tuning.empty()) {
-    pig::tune::TuningTarget target; // this model and --kv (a point made for others: exit 2)
+    pig::app::TuningTarget target; // this model and --kv (a point made for others: exit 2)
     target.n_layers = cfg.n_layers;
     target.head_dim = cfg.head_dim;
     target.kv = e.kv;
     target.model_path = e.model;
     target.force = down->force_tuning;
     try {
-      tuning = pig::tune::LoadTuning(down->tuning, down->max_error, target);
-    } catch (const pig::tune::TuningMismatch &err) {
+      tuning = pig::app::LoadTuning(down->tuning, down->max_error, target);
+    } catch (const pig::app::TuningMismatch &err) {
       throw UsageError(err.what());
     }
     for (const std::string &w : tuning->warnings)
       std::fprintf(stderr, "pig-eval: warning: %s\n", w.c_str());
     AttentionSpec probe;
     probe.kv_dtype = e.kv;
-    pig::tune::ApplyTuning(probe, tuning->point).Validate(cfg.n_layers);
+    pig::app::ApplyTuning(probe, tuning->point).Validate(cfg.n_layers);
     const pig::tune::OperatingPoint &p = tuning->point;
     std::fprintf(stderr,
                  "pig-eval: tuning: %s: layers %s (predicted attention error %.3f, cost2 %.1f "

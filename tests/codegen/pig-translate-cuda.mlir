@@ -23,7 +23,7 @@
 // CUDA-NEXT: //   2 x pig.merge -> merge
 // CUDA-NEXT: // K=8 L=75 d=64 bf16, from @step. GPU ops and the kernel serving them:
 // CUDA-NOT: K=10 L=150
-// CUDA: #include "pig/Codegen/GeneratedCudaKernels.h"
+// CUDA: #include "pig/cuda/generated_cuda_kernels.h"
 // CUDA-NEXT: #include "pig/cuda/lsh_kernels.cuh"
 // CUDA: namespace pig_cuda_k10_l150_d128_bf16 {
 // CUDA-NEXT: void Register() {
@@ -44,7 +44,7 @@
 // CUDA-NEXT:       {8, 75, 64, pig::cuda::DType::bf16},
 // CUDA-NEXT:   };
 
-// REGISTRY: #include "pig/Codegen/GeneratedKernels.h"
+// REGISTRY: #include "pig/runtime/generated_kernels.h"
 // REGISTRY: namespace pig_lsh_k10_l150_d128_bf16_g0_b64_p8_dp64_ta8_pa0 {
 // REGISTRY-NEXT: void Register();
 // REGISTRY: int pig_register_generated_kernels() {

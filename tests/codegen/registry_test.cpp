@@ -13,14 +13,14 @@
 #include <string>
 #include <vector>
 
-#include "pig/Codegen/GeneratedKernels.h"
+#include "pig/runtime/generated_kernels.h"
 #include "pig/reference/kv_quant.h"
 #include "pig/reference/reference.h"
 #include "pig/runtime/lsh_index.h"
 #include "pig/runtime/lsh_kernels.h"
 #ifdef PIG_HAVE_GENERATED_CUDA
 #include "../cuda/gpu_expected.h"
-#include "pig/Codegen/GeneratedCudaKernels.h"
+#include "pig/cuda/generated_cuda_kernels.h"
 #endif
 
 namespace {

@@ -11,30 +11,22 @@ CMakeLists.txt's layer comment):
     passes     dialect, spec
     codegen    passes, dialect, spec
     runtime    reference, spec          (runtime/kernels and runtime/cuda are runtime)
-    tune       reference, spec, runtime
+    tune       reference, spec          (records, frontier, points: runtime-free)
     app        everything above
     eval       app and everything above it
     serve      app and everything above it (pig-serve's engine, protocol and HTTP front)
-    tune workflows  eval and everything above it (see below)
     tools, bench, tests, examples: anything (not checked)
 
-One exception by path: codegen/include/pig/Codegen/Generated*.h declare what the TUs
-pig-translate emits define (pig_generated_kernels, built from codegen's output and linked above
-the runtime, by tools only: the runtime includes none of them). They are that library's
-interface, not the compiler's, and may include runtime and spec ("generated kernels" below).
-
-One layer by path: pig_tune_workflows (tune/src/workflows/ and its header
-tune/include/pig/tune/workflows.h) is pig-tune's application layer, the subcommands a thin main
-calls: it uses app's decorators, tiled-context decoder and progress bar, and eval's text and
-report helpers, so it sits above eval ("tune workflows"). The rest of tune/ may not include its
-header, and neither may app or eval.
+No exceptions by path: a file's layer is its top-level folder. (The generated kernels' interface,
+pig/runtime/generated_kernels.h, is the runtime's; pig-tune's subcommands are tools/pig-tune/.)
 
 An include's layer is the top-level folder that holds <folder>/.../include/pig/<Name>/ (found
 in the tree, e.g. pig/Dialect -> dialect, pig/cuda -> runtime); a `pig/<Name>` that no layer
 provides is an error too, so a new folder cannot slip past the check.
 
-usage: check_layers.py [ROOT]      (default: the repository this file is in)
-       check_layers.py --self-test (the checker against small fake trees)
+usage: check_layers.py [ROOT]          (default: the repository this file is in)
+       check_layers.py --arrows [ROOT] (the layers each layer includes, with include counts)
+       check_layers.py --self-test     (the checker against small fake trees)
 """
 import os
 import re
@@ -48,18 +40,11 @@ ALLOWED = {
     "passes": {"dialect", "spec"},
     "codegen": {"passes", "dialect", "spec"},
     "runtime": {"reference", "spec"},
-    "tune": {"reference", "spec", "runtime"},
+    "tune": {"reference", "spec"},
 }
 ALLOWED["app"] = set(ALLOWED)
 ALLOWED["eval"] = ALLOWED["app"] | {"app"}
 ALLOWED["serve"] = ALLOWED["app"] | {"app"}
-GENERATED = "generated kernels"
-GENERATED_HEADERS = re.compile(r"^codegen/include/pig/Codegen/Generated[^/]*\.h$")
-ALLOWED_GENERATED = {"codegen", "runtime", "spec"}
-WORKFLOWS = "tune workflows"
-WORKFLOWS_FILES = re.compile(r"^tune/(src/workflows/|include/pig/tune/workflows\.h$)")
-WORKFLOWS_HEADER = "tune/workflows.h"  # as included: pig/tune/workflows.h
-ALLOWED_WORKFLOWS = ALLOWED["eval"] | {"eval"}
 
 SOURCE_EXTENSIONS = (".h", ".hpp", ".cpp", ".cc", ".cu", ".cuh", ".inc")
 INCLUDE = re.compile(r'^\s*#\s*include\s*[<"]pig/(([^/">]+)/[^">]*)')
@@ -100,23 +85,48 @@ def violations(root):
                             continue
                         name = m.group(2)
                         target = names.get(name)
-                        if m.group(1) == WORKFLOWS_HEADER:
-                            target = WORKFLOWS
                         if target is None:
                             found.append(f"{rel}:{number}: includes pig/{name}/, which no layer "
                                          f"provides (no <layer>/.../include/pig/{name}/)")
                             continue
-                        who, allowed = layer, ALLOWED[layer]
-                        if GENERATED_HEADERS.match(rel.replace(os.sep, "/")):
-                            who, allowed = GENERATED, ALLOWED_GENERATED
-                        if WORKFLOWS_FILES.match(rel.replace(os.sep, "/")):
-                            who, allowed = WORKFLOWS, ALLOWED_WORKFLOWS
-                        if target != who and target not in allowed:
+                        allowed = ALLOWED[layer]
+                        if target != layer and target not in allowed:
                             may = ", ".join(sorted(allowed)) or "nothing of pig"
-                            what = m.group(1) if target == WORKFLOWS else name + "/"
-                            found.append(f"{rel}:{number}: {who} includes pig/{what} "
-                                         f"({target}): {who} may include {may}")
+                            found.append(f"{rel}:{number}: {layer} includes pig/{name}/ "
+                                         f"({target}): {layer} may include {may}")
     return found
+
+
+def layer_arrows(root):
+    """{layer: {included layer: number of includes}} over the checked layers, self-includes left
+    out: the folder-level graph the rules above bound."""
+    names = include_map(root)
+    arrows = {}
+    for layer in sorted(ALLOWED):
+        for dirpath, dirnames, filenames in os.walk(os.path.join(root, layer)):
+            dirnames[:] = [d for d in dirnames if d not in SKIP_DIRS]
+            for filename in filenames:
+                if not filename.endswith(SOURCE_EXTENSIONS):
+                    continue
+                with open(os.path.join(dirpath, filename), encoding="utf-8",
+                          errors="replace") as f:
+                    for line in f:
+                        m = INCLUDE.match(line)
+                        target = names.get(m.group(2)) if m else None
+                        if target and target != layer:
+                            to = arrows.setdefault(layer, {})
+                            to[target] = to.get(target, 0) + 1
+    return arrows
+
+
+def print_arrows(root):
+    """The layering check's listing: each layer, lowest first, and the layers it includes."""
+    arrows = layer_arrows(root)
+    for layer in ALLOWED:
+        to = arrows.get(layer, {})
+        listed = ", ".join(f"{t} ({n})" for t, n in sorted(to.items())) or "nothing of pig"
+        print(f"{layer:10} -> {listed}")
+    return 0
 
 
 def check(root):
@@ -148,7 +158,7 @@ def self_test():
         "runtime/include/pig/runtime/step.h": '#include "pig/spec/facts.h"\n',
         "runtime/cuda/include/pig/cuda/cuda.h": '#include "pig/runtime/step.h"\n',
         "tools/x/main.cpp": '#include "pig/Dialect/Ops.h"\n#include "pig/cuda/cuda.h"\n',
-        "codegen/include/pig/Codegen/GeneratedKernels.h": '#include "pig/runtime/step.h"\n',
+        "runtime/include/pig/runtime/generated_kernels.h": '#include "pig/runtime/step.h"\n',
     }
     failures = []
     clean = tree(base)
@@ -170,29 +180,21 @@ def self_test():
     unknown = tree(dict(base, **{"passes/lib/P.cpp": '#include "pig/Nowhere/x.h"\n'}))
     if len(violations(unknown)) != 1 or "which no layer provides" not in violations(unknown)[0]:
         failures.append(f"an unknown pig/ name passed: {violations(unknown)!r}")
-    # pig_tune_workflows sits above eval; the rest of tune (and app, eval) may not include it.
-    workflows = dict(base, **{
+    # No path makes an exception: a compiler header naming generated kernels is the compiler's,
+    # and tune is below app and eval wherever in tune/ a file sits.
+    got = violations(tree(dict(base, **{
         "app/include/pig/app/deco.h": '#include "pig/runtime/step.h"\n',
-        "eval/include/pig/eval/report.h": '#include "pig/app/deco.h"\n',
-        "tune/include/pig/tune/workflows.h": '#include "pig/tune/record.h"\n',
-        "tune/include/pig/tune/record.h": '#include "pig/spec/facts.h"\n',
-        "tune/src/workflows/speed.cpp": ('#include "pig/tune/workflows.h"\n'
-                                         '#include "pig/app/deco.h"\n#include "pig/eval/report.h"\n'),
-    })
-    if violations(tree(workflows)):
-        failures.append(f"the workflows' includes were refused: {violations(tree(workflows))!r}")
-    got = violations(tree(dict(workflows, **{
-        "tune/src/record.cpp": '#include "pig/tune/workflows.h"\n',
-        "eval/src/run.cpp": '#include "pig/tune/workflows.h"\n',
-        "tune/src/speed.cpp": '#include "pig/app/deco.h"\n'})))
-    want = ["eval/src/run.cpp:1: eval includes pig/tune/workflows.h (tune workflows): eval may "
-            "include app, codegen, dialect, passes, reference, runtime, spec, tune",
-            "tune/src/record.cpp:1: tune includes pig/tune/workflows.h (tune workflows): tune may "
-            "include reference, runtime, spec",
-            "tune/src/speed.cpp:1: tune includes pig/app/ (app): tune may include reference, "
-            "runtime, spec"]
+        "codegen/include/pig/Codegen/GeneratedKernels.h": '#include "pig/runtime/step.h"\n',
+        "tune/src/workflows/speed.cpp": '#include "pig/app/deco.h"\n'})))
+    want = ["codegen/include/pig/Codegen/GeneratedKernels.h:1: codegen includes pig/runtime/ "
+            "(runtime): codegen may include dialect, passes, spec",
+            "tune/src/workflows/speed.cpp:1: tune includes pig/app/ (app): tune may include "
+            "reference, spec"]
     if got != want:
-        failures.append(f"including the workflows from below: expected {want!r}, got {got!r}")
+        failures.append(f"the former path exceptions: expected {want!r}, got {got!r}")
+    arrows = layer_arrows(tree(dict(base, **{"dialect/lib/A.cpp": '#include "pig/Dialect/Ops.h"\n'})))
+    if arrows != {"dialect": {"spec": 1}, "runtime": {"spec": 1}}:
+        failures.append(f"the arrows of the clean tree: {arrows!r}")
     if check(bad) != 1:
         failures.append("check() returned success on a violation")
     for f in failures:
@@ -205,6 +207,10 @@ def self_test():
 if __name__ == "__main__":
     if sys.argv[1:] == ["--self-test"]:
         sys.exit(self_test())
-    root = sys.argv[1] if len(sys.argv) > 1 else os.path.dirname(
-        os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    sys.exit(check(os.path.abspath(root)))
+    args = sys.argv[1:]
+    listing = bool(args) and args[0] == "--arrows"
+    if listing:
+        args = args[1:]
+    root = os.path.abspath(args[0] if args else os.path.dirname(
+        os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+    sys.exit(print_arrows(root) if listing else check(root))

@@ -9,8 +9,8 @@
 #include <gtest/gtest.h>
 
 #include "pig/tune/point.h"
-#include "pig/tune/tuning.h"
-#include "pig/tune/workflows.h"
+#include "pig/app/tuning.h"
+#include "workflows.h"
 #include "replay.h"
 
 namespace {
@@ -114,7 +114,7 @@ TEST(TuneWorkflows, EmitManifestAppendsOnlyTheMissingLines) {
 
 TEST(TuneWorkflows, LayerRunsOfAPointReadBack) {
   const tune::OperatingPoint p = tune::load_point(kData + "/point-smollm2.json");
-  EXPECT_EQ(tune::workflow::ParseLayers(p.layers_str()), tune::LayerChoices(p));
+  EXPECT_EQ(tune::workflow::ParseLayers(p.layers_str()), pig::app::LayerChoices(p));
   EXPECT_THROW(tune::workflow::ParseLayers("0:dense 2:dense"), std::runtime_error);
   EXPECT_THROW(tune::workflow::ParseLayers("0:K=8 L=75"), std::runtime_error);
 }

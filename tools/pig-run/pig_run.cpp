@@ -226,7 +226,7 @@ int main(int argc, char **argv) {
     return o.batch             ? pig::run::RunBatch(o)
            : o.compare.empty() ? pig::run::Run(o)
                                : pig::run::RunCompare(o);
-  } catch (const pig::tune::TuningMismatch &e) { // a point made for another model: bad --tuning
+  } catch (const pig::app::TuningMismatch &e) { // a point made for another model: bad --tuning
     std::fprintf(stderr, "pig-run: error: %s\n", e.what());
     return 2;
   } catch (const std::exception &e) {

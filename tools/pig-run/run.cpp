@@ -21,7 +21,7 @@ AttentionSpec Prepared::ForMethod(const Options &o, pig::spec::Method method) co
   return spec;
 }
 
-void PrintTuning(const pig::tune::Tuning &t) {
+void PrintTuning(const pig::app::Tuning &t) {
   for (const std::string &w : t.warnings)
     std::fprintf(stderr, "pig-run: warning: %s\n", w.c_str());
   std::fprintf(stderr, "tuning: %s\n", pig::app::DescribePoint(t.source, t.point).c_str());
@@ -33,10 +33,10 @@ Prepared Prepare(const Options &o) {
   p.model = LlamaModel::Load(o.model.path);
   p.attention = o.attention;
   if (!o.tuning.file.empty()) {
-    p.tuning = pig::tune::LoadTuning(
+    p.tuning = pig::app::LoadTuning(
         o.tuning.file, o.tuning.max_error,
         pig::app::TuningTargetOf(o.tuning, o.model.path, p.model->config(), o.attention.kv_dtype));
-    p.attention = pig::tune::ApplyTuning(o.attention, p.tuning->point);
+    p.attention = pig::app::ApplyTuning(o.attention, p.tuning->point);
     if (o.schedule_set)
       p.attention.schedule = o.attention.schedule;
   }

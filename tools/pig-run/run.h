@@ -12,7 +12,7 @@
 #include "pig/app/options.h"
 #include "pig/runtime/attention.h"
 #include "pig/runtime/model.h"
-#include "pig/tune/tuning.h" // --tuning FILE
+#include "pig/app/tuning.h" // --tuning FILE
 
 #include "demo.h"
 
@@ -45,14 +45,14 @@ struct Prepared {
   std::vector<int32_t> prompt;
   size_t ctx = 0;
   runtime::AttentionSpec attention;   // o.attention, with --tuning's point applied
-  std::optional<tune::Tuning> tuning; // --tuning
+  std::optional<app::Tuning> tuning; // --tuning
   // The spec of one --compare method: magicpig takes the point, the others ignore it.
   runtime::AttentionSpec ForMethod(const Options &o, spec::Method method) const;
 };
 Prepared Prepare(const Options &o);
 
 // --tuning: what the point is and where it came from, and each warning of the loader.
-void PrintTuning(const tune::Tuning &t);
+void PrintTuning(const app::Tuning &t);
 
 int Run(const Options &o);        // one sequence, streamed to stdout
 int RunCompare(const Options &o); // --compare: one prefill, each method decodes, side by side

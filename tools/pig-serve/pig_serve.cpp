@@ -26,7 +26,7 @@
 #include "pig/serve/http.h"
 #include "pig/serve/openai.h"
 #include "pig/spec/method.h"
-#include "pig/tune/tuning.h"
+#include "pig/app/tuning.h"
 
 namespace {
 
@@ -283,12 +283,12 @@ int main(int argc, char **argv) {
     serve::Defaults d;
     d.attention = o.attention;
     if (!o.tuning.file.empty()) {
-      const tune::Tuning t =
-          tune::LoadTuning(o.tuning.file, o.tuning.max_error,
+      const app::Tuning t =
+          app::LoadTuning(o.tuning.file, o.tuning.max_error,
                            app::TuningTargetOf(o.tuning, o.model.path, cfg, o.attention.kv_dtype));
       for (const std::string &w : t.warnings)
         std::fprintf(stderr, "pig-serve: warning: %s\n", w.c_str());
-      runtime::AttentionSpec tuned = tune::ApplyTuning(o.attention, t.point);
+      runtime::AttentionSpec tuned = app::ApplyTuning(o.attention, t.point);
       if (o.schedule_set)
         tuned.schedule = o.attention.schedule;
       tuned.method = spec::Method::magicpig;
@@ -319,7 +319,7 @@ int main(int argc, char **argv) {
                  engine->kernels().target, eo.max_running, eo.max_queue, budget, eo.context,
                  d.attention.str(cfg.n_layers).c_str(),
                  d.tuned ? " (magicpig requests: --tuning's point)" : "");
-  } catch (const tune::TuningMismatch &e) {
+  } catch (const app::TuningMismatch &e) {
     std::fprintf(stderr, "pig-serve: error: %s\n", e.what());
     http.Stop();
     return 2;

@@ -16,7 +16,7 @@
 // emit-manifest and show only read records (replay: no model, no measurement).
 //
 // This main parses the command line (pig::app's shared groups and validators on CLI11); the
-// workflows are pig_tune_workflows' (pig/tune/workflows.h).
+// subcommands are pig_tune_workflows' (workflows.h, beside this file).
 #include <atomic>
 #include <csignal>
 #include <cstdint>
@@ -31,7 +31,7 @@
 #include "pig/app/kernels.h"
 #include "pig/app/options.h"
 #include "pig/runtime/model.h"
-#include "pig/tune/workflows.h"
+#include "workflows.h"
 
 namespace {
 

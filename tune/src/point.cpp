@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <fstream>
 #include <limits>
 #include <map>
 #include <set>
@@ -604,6 +605,46 @@ std::optional<OperatingPoint> select_per_layer_max_cost(const QualityTable &t, d
   char crit[64];
   std::snprintf(crit, sizeof crit, "max-cost2 %g", max_cost2);
   return make_point(t, opts, pick, crit);
+}
+
+std::string ModelHash(const std::string &path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in)
+    throw std::runtime_error("cannot read " + path);
+  std::uint64_t h = 1469598103934665603ull;
+  std::vector<char> buf(1 << 20);
+  while (in) {
+    in.read(buf.data(), std::streamsize(buf.size()));
+    const size_t n = size_t(in.gcount());
+    for (size_t i = 0; i < n; ++i)
+      h = (h ^ static_cast<unsigned char>(buf[i])) * 1099511628211ull;
+  }
+  char hex[20];
+  std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(h));
+  return hex;
+}
+
+void RequireEveryLayer(const QualityTable &t) {
+  std::string missing; // runs: "3, 7-9"
+  size_t n = 0;
+  for (size_t l = 0; l < t.layers.size(); ++l) {
+    if (!t.layers[l].candidates.empty())
+      continue;
+    size_t e = l;
+    while (e + 1 < t.layers.size() && t.layers[e + 1].candidates.empty())
+      ++e;
+    missing.append(missing.empty() ? "" : ", ").append(std::to_string(l));
+    if (e > l) // append: GCC 12's -Wrestrict false positive on "-" + std::string
+      missing.append("-").append(std::to_string(e));
+    n += e - l + 1;
+    l = e;
+  }
+  if (n)
+    throw std::runtime_error("the quality records (data hash " + t.data_hash +
+                             ") measure no candidate on layer" + (n > 1 ? "s " : " ") + missing +
+                             " of " + std::to_string(t.layers.size()) +
+                             ": a point would make them dense (rerun pig-tune accuracy to "
+                             "measure them; the records so far are kept)");
 }
 
 } // namespace pig::tune

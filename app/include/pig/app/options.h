@@ -26,7 +26,7 @@
 #include "pig/runtime/attention.h"
 #include "pig/runtime/model.h"
 #include "pig/spec/lsh_params.h"
-#include "pig/tune/tuning.h"
+#include "pig/app/tuning.h"
 
 namespace pig::app {
 
@@ -146,11 +146,11 @@ struct TuningOptions {
 void AddTuningOptions(CLI::App &app, TuningOptions &o);
 /// --max-error or --force-tuning without --tuning: a usage error.
 void CheckTuningOptions(const CLI::App &app, const TuningOptions &o);
-/// What a --tuning point must have been made for in this run (tune::LoadTuning's target): the
+/// What a --tuning point must have been made for in this run (app::LoadTuning's target): the
 /// model's layers and head dim, the run's KV type, the model file and --force-tuning. A point made
-/// for something else throws tune::TuningMismatch, which a tool reports as a bad --tuning value
+/// for something else throws app::TuningMismatch, which a tool reports as a bad --tuning value
 /// (exit 2).
-tune::TuningTarget TuningTargetOf(const TuningOptions &o, const std::string &model_path,
+app::TuningTarget TuningTargetOf(const TuningOptions &o, const std::string &model_path,
                                   const runtime::LlamaConfig &cfg, runtime::lsh::DType kv);
 
 } // namespace pig::app

@@ -69,7 +69,7 @@ struct DownstreamOptions {
   /// The SimHash matrices' seed (another draw of every LSH method's estimator); default the
   /// runtime's.
   std::optional<std::uint64_t> lsh_seed;
-  /// The method "tuned": pig-tune's operating point in this file (tools/pig-tune/tuning.h);
+  /// The method "tuned": pig-tune's operating point in this file (pig/app/tuning.h);
   /// empty: none. max_error selects the point from a records file.
   std::string tuning;
   std::optional<double> max_error;

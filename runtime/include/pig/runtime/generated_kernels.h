@@ -1,12 +1,11 @@
-//===- GeneratedKernels.h - the kernels generated from configs/kernels.txt ===//
+// generated_kernels.h: the runtime's interface to the kernels generated from a manifest
+// (configs/kernels.txt, or a deployment's own).
 //
 // Defined by the TUs pig-translate emits at build time (library pig_generated_kernels, and
 // pig_generated_cuda_kernels where nvcc exists). Plain C++: the runtime includes it without MLIR.
-//
-//===----------------------------------------------------------------------===//
 
-#ifndef PIG_CODEGEN_GENERATEDKERNELS_H
-#define PIG_CODEGEN_GENERATEDKERNELS_H
+#ifndef PIG_RUNTIME_GENERATED_KERNELS_H
+#define PIG_RUNTIME_GENERATED_KERNELS_H
 
 #include <vector>
 
@@ -21,4 +20,4 @@ int pig_register_generated_kernels();
 /// The manifest's configurations (target cpu), in the order of the manifest's sorted symbols.
 std::vector<pig::runtime::lsh::KernelKey> pig_generated_kernel_keys();
 
-#endif // PIG_CODEGEN_GENERATEDKERNELS_H
+#endif // PIG_RUNTIME_GENERATED_KERNELS_H

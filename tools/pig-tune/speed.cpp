@@ -20,8 +20,8 @@
 #include "pig/tune/point.h"
 #include "pig/tune/record.h"
 #include "pig/tune/speed.h"
-#include "pig/tune/tuning.h"
-#include "pig/tune/workflows.h"
+#include "pig/app/tuning.h"
+#include "workflows.h"
 #include "replay.h"
 
 namespace pig::tune {
@@ -189,7 +189,7 @@ int ComparePointLayers(const LlamaModel &model, ThreadPool &pool, const Fingerpr
   const size_t rounds = size_t(std::max(o.harness.min_rounds, 3));
   const size_t steps = 2 * rounds + 8;
   TiledDecoder D(model, pool, def, tiled, ctx, steps);
-  TiledDecoder X(model, pool, ApplyTuning(def, point), tiled, ctx, steps);
+  TiledDecoder X(model, pool, app::ApplyTuning(def, point), tiled, ctx, steps);
   size_t tok = 0;
   auto next = [&] { return tokens[o.prefill + tok++ % 64]; };
   D.Step(next());
@@ -258,18 +258,18 @@ int ComparePointLayers(const LlamaModel &model, ThreadPool &pool, const Fingerpr
 // --point); the loader's warnings printed.
 OperatingPoint LoadPoint(const std::string &file, const std::string &model_path,
                          const LlamaConfig &c, lsh::DType kv) {
-  TuningTarget target;
+  app::TuningTarget target;
   target.n_layers = c.n_layers;
   target.head_dim = c.head_dim;
   target.kv = kv;
   target.model_path = model_path;
   target.flag = "--point";
   try {
-    Tuning t = LoadTuning(file, std::nullopt, target);
+    app::Tuning t = app::LoadTuning(file, std::nullopt, target);
     for (const std::string &w : t.warnings)
       std::fprintf(stderr, "pig-tune: warning: %s\n", w.c_str());
     return t.point;
-  } catch (const TuningMismatch &e) { // "--point FILE: why"
+  } catch (const app::TuningMismatch &e) { // "--point FILE: why"
     const std::string what = e.what(), prefix = "--point " + file + ": ";
     throw UsageError("--point " + file,
                      what.rfind(prefix, 0) == 0 ? what.substr(prefix.size()) : what);
@@ -325,7 +325,7 @@ int RunSpeed(const CommonOptions &common, SpeedRunOptions o) {
     cands.push_back(sc);
   }
   auto add_point = [&](const OperatingPoint &p, const std::string &label) {
-    SpeedCandidate sc{label, ApplyTuning(base, p), p, "point " + p.layers_str(), 0};
+    SpeedCandidate sc{label, app::ApplyTuning(base, p), p, "point " + p.layers_str(), 0};
     sc.spec.Validate(c.n_layers);
     cands.push_back(sc);
   };

@@ -1,4 +1,4 @@
-// --tuning's loader (pig/tune/tuning.h): a point made for another model, head dim or KV type is
+// --tuning's loader (pig/app/tuning.h): a point made for another model, head dim or KV type is
 // refused (or only warned about with force), a point that does not say is warned about, and
 // selection from records refuses layers without measurements (issue 28, items 2 and 5).
 #include <cstdio>
@@ -8,13 +8,14 @@
 
 #include <gtest/gtest.h>
 
+#include "pig/app/tuning.h"
 #include "pig/tune/point.h"
 #include "pig/tune/record.h"
-#include "pig/tune/tuning.h"
 
 namespace {
 
 using namespace pig::tune;
+using namespace pig::app;
 namespace lsh = pig::runtime::lsh;
 
 // Per test: ctest runs the cases of this file as separate processes, in parallel.

@@ -1,6 +1,6 @@
 // --tuning FILE for the runtime's tools (pig-run, pig-bench-context, pig-eval, pig-tune speed):
-// decode with an operating point chosen by pig-tune, per layer. Library pig_tuning: tune/ on the
-// runtime (pig_tune itself stays runtime-free).
+// decode with an operating point chosen by pig-tune, per layer. In app: it applies tune's points
+// (pig_tune, runtime-free) to the runtime's AttentionSpec.
 //
 // FILE is either an operating point (pig-tune select --out) or a records file (pig-tune's JSON
 // Lines); from a records file the point is selected here with max_error (the same selection as
@@ -24,7 +24,9 @@
 #include "pig/runtime/attention.h"
 #include "pig/tune/point.h"
 
-namespace pig::tune {
+namespace pig::app {
+
+using tune::OperatingPoint;
 
 struct Tuning {
   OperatingPoint point;
@@ -54,21 +56,10 @@ Tuning LoadTuning(const std::string &file, std::optional<double> max_error,
 /// The layer count alone (callers that do not know more): no head dim, KV type or model check.
 Tuning LoadTuning(const std::string &file, std::optional<double> max_error, size_t n_layers);
 
-/// Every layer of `t` has a measured LSH candidate, else throws std::runtime_error naming the
-/// layers without one (selection would silently make them dense: an interrupted or partial
-/// pig-tune accuracy). Selection from records (pig-tune select, --tuning RECORDS) checks first.
-void RequireEveryLayer(const QualityTable &t);
-
-/// The model file's identity in points and quality records: FNV-1a's step (64 bits, hex; the
-/// offset basis pig-tune accuracy has always used, so data hashes stay) over its bytes (not
-/// cryptographic: it tells different files apart). Throws std::runtime_error when the file
-/// cannot be read.
-std::string ModelHash(const std::string &path);
-
 /// spec with the point applied: method magicpig, spec.layers from the point, its schedule.
 runtime::AttentionSpec ApplyTuning(runtime::AttentionSpec spec, const OperatingPoint &p);
 
 /// AttentionSpec::layers <-> the point's layer choices.
 std::vector<runtime::LayerLsh> LayerChoices(const OperatingPoint &p);
 
-} // namespace pig::tune
+} // namespace pig::app

@@ -12,8 +12,8 @@
 #include "pig/tune/frontier.h"
 #include "pig/tune/point.h"
 #include "pig/tune/record.h"
-#include "pig/tune/tuning.h"
-#include "pig/tune/workflows.h"
+#include "pig/app/tuning.h"
+#include "workflows.h"
 #include "replay.h"
 
 namespace pig::tune {

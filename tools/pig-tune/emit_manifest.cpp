@@ -7,7 +7,7 @@
 
 #include "pig/eval/report.h" // WriteFile
 #include "pig/tune/point.h"
-#include "pig/tune/workflows.h"
+#include "workflows.h"
 
 namespace pig::tune {
 namespace {

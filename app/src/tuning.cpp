@@ -1,4 +1,4 @@
-#include "pig/tune/tuning.h"
+#include "pig/app/tuning.h"
 
 #include <cstdint>
 #include <cstdio>
@@ -8,7 +8,10 @@
 
 #include "pig/spec/kernel_key.h"
 
-namespace pig::tune {
+namespace pig::app {
+
+// The points, records and selection are tune's; this file applies them to the runtime.
+using namespace pig::tune;
 
 std::vector<runtime::LayerLsh> LayerChoices(const OperatingPoint &p) {
   std::vector<runtime::LayerLsh> out;
@@ -31,46 +34,6 @@ runtime::AttentionSpec ApplyTuning(runtime::AttentionSpec spec, const OperatingP
     spec.schedule = *s;
   }
   return spec;
-}
-
-std::string ModelHash(const std::string &path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in)
-    throw std::runtime_error("cannot read " + path);
-  std::uint64_t h = 1469598103934665603ull;
-  std::vector<char> buf(1 << 20);
-  while (in) {
-    in.read(buf.data(), std::streamsize(buf.size()));
-    const size_t n = size_t(in.gcount());
-    for (size_t i = 0; i < n; ++i)
-      h = (h ^ static_cast<unsigned char>(buf[i])) * 1099511628211ull;
-  }
-  char hex[20];
-  std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(h));
-  return hex;
-}
-
-void RequireEveryLayer(const QualityTable &t) {
-  std::string missing; // runs: "3, 7-9"
-  size_t n = 0;
-  for (size_t l = 0; l < t.layers.size(); ++l) {
-    if (!t.layers[l].candidates.empty())
-      continue;
-    size_t e = l;
-    while (e + 1 < t.layers.size() && t.layers[e + 1].candidates.empty())
-      ++e;
-    missing.append(missing.empty() ? "" : ", ").append(std::to_string(l));
-    if (e > l) // append: GCC 12's -Wrestrict false positive on "-" + std::string
-      missing.append("-").append(std::to_string(e));
-    n += e - l + 1;
-    l = e;
-  }
-  if (n)
-    throw std::runtime_error("the quality records (data hash " + t.data_hash +
-                             ") measure no candidate on layer" + (n > 1 ? "s " : " ") + missing +
-                             " of " + std::to_string(t.layers.size()) +
-                             ": a point would make them dense (rerun pig-tune accuracy to "
-                             "measure them; the records so far are kept)");
 }
 
 namespace {
@@ -172,4 +135,4 @@ Tuning LoadTuning(const std::string &file, std::optional<double> max_error,
   return t;
 }
 
-} // namespace pig::tune
+} // namespace pig::app

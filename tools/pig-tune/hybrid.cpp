@@ -19,8 +19,8 @@
 #include "pig/runtime/hybrid_rank.h"
 #include "pig/runtime/model.h"
 #include "pig/tune/hybrid.h"
-#include "pig/tune/tuning.h"
-#include "pig/tune/workflows.h"
+#include "pig/app/tuning.h"
+#include "workflows.h"
 
 namespace pig::tune {
 

@@ -24,8 +24,8 @@
 #include "pig/tune/frontier.h"
 #include "pig/tune/quality.h"
 #include "pig/tune/record.h"
-#include "pig/tune/tuning.h"
-#include "pig/tune/workflows.h"
+#include "pig/app/tuning.h"
+#include "workflows.h"
 
 namespace pig::tune {
 

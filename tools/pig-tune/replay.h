@@ -10,7 +10,7 @@
 #include "pig/runtime/attention.h"
 #include "pig/tune/point.h"
 #include "pig/tune/record.h"
-#include "pig/tune/workflows.h"
+#include "workflows.h"
 
 namespace pig::tune::workflow {
 

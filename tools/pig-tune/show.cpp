@@ -11,7 +11,7 @@
 #include "pig/tune/frontier.h"
 #include "pig/tune/point.h"
 #include "pig/tune/record.h"
-#include "pig/tune/workflows.h"
+#include "workflows.h"
 #include "replay.h"
 
 namespace pig::tune {
