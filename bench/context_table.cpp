@@ -4,6 +4,7 @@
 #include <cstdio>
 
 #include "pig/app/text.h"
+#include "pig/spec/files.h"
 
 namespace pig::bench {
 namespace {
@@ -47,7 +48,7 @@ ContextTable::ContextTable(const ContextMethods &m, lsh::DType kv, std::optional
   std::printf("\n%s\n", pig::app::MarkdownRow(head).c_str());
   std::printf("%s\n", pig::app::MarkdownSeparator(head.size()).c_str());
   if (!out_.empty()) {
-    pig::eval::MakeDirs(out_);
+    pig::spec::MakeDirs(out_);
     std::vector<std::string> columns{"context",  "dense_tok_s",           "lsh_tok_s",
                                      "speedup",  "dense_attention_share", "lsh_attention_share",
                                      "cost2",    "index_build_s",         "kv_mib",
@@ -198,7 +199,7 @@ void ContextTable::Finish(size_t threads) {
     csv_.reset(); // flushed before gnuplot reads it
     const std::string data = "'" + out_ + "/speed.csv' every ::1 using 1:";
     const std::string xtitle = xl_ + " (--" + xkey_ + ")";
-    pig::eval::WriteFile(
+    pig::spec::WriteFileAtomically(
         out_ + "/speed.gp",
         "set datafile separator ','\n"
         "set terminal pngcairo size 1000,420 noenhanced font ',10'\n"

@@ -28,6 +28,7 @@
 #include "pig/app/tiled_decode.h"
 #include "pig/runtime/attention.h"
 #include "pig/runtime/model.h"
+#include "pig/spec/files.h"
 
 namespace {
 
@@ -191,7 +192,7 @@ int main(int argc, char **argv) {
     }
     params += double(model->output().rows * model->output().cols);
 
-    std::vector<int32_t> text = model->tokenizer().Encode(pig::app::ReadFile(o.text));
+    std::vector<int32_t> text = model->tokenizer().Encode(pig::spec::ReadFile(o.text));
     size_t need = o.prefill + o.steps + 1;
     for (size_t n : o.prompts)
       need = std::max(need, n);

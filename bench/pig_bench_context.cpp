@@ -40,10 +40,11 @@
 #include "pig/app/options.h"
 #include "pig/app/text.h"
 #include "pig/app/tiled_decode.h"
+#include "pig/app/tuning.h" // --tuning FILE
 #include "pig/eval/report.h" // CSV and gnuplot helpers
 #include "pig/runtime/attention.h"
 #include "pig/runtime/model.h"
-#include "pig/app/tuning.h" // --tuning FILE
+#include "pig/spec/files.h"
 
 #include "context_table.h"
 
@@ -178,7 +179,7 @@ int main(int argc, char **argv) {
       probe.kv_dtype = o.kv;
       pig::app::ApplyTuning(probe, tuning->point).Validate(c.n_layers);
     }
-    std::vector<int32_t> tokens = model->tokenizer().Encode(pig::app::ReadFile(o.text));
+    std::vector<int32_t> tokens = model->tokenizer().Encode(pig::spec::ReadFile(o.text));
     while (tokens.size() < o.prefill + o.steps) // short text: repeat it
       tokens.insert(tokens.end(), tokens.begin(), tokens.end());
     const std::vector<int32_t> feed(tokens.begin() + std::ptrdiff_t(o.prefill),

@@ -8,15 +8,6 @@
 
 namespace pig::app {
 
-std::string ReadFile(const std::string &path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in)
-    throw std::runtime_error("cannot read " + path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
 std::string Format(const char *format, ...) {
   va_list args;
   va_start(args, format);

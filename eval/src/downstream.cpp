@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "pig/runtime/sampler.h"
+#include "pig/spec/files.h"
 #include "reports.h"
 
 namespace pig::eval {
@@ -303,7 +304,7 @@ void Downstream::RunTask(const TaskInstance &t, const std::vector<int32_t> &ids,
 
 void Downstream::Plot() const {
   const std::string dir = e_.out + "/plotdata";
-  MakeDirs(dir);
+  spec::MakeDirs(dir);
   struct Panel {
     std::string title, key;
     size_t ctx;
@@ -358,7 +359,7 @@ void Downstream::Plot() const {
           file_m.begin(), file_m.end(), [](char ch) { return !std::isalnum((unsigned char)ch); },
           '_');
       const std::string f = dir + "/down_" + std::to_string(p) + "_" + file_m + ".dat";
-      WriteFile(f, data);
+      spec::WriteFileAtomically(f, data);
       plots.push_back("'" + f + "' using 1:2 with linespoints lw 2 pt 7 title '" + m + "'");
     }
     if (pan.key == "ppl") {
@@ -380,7 +381,7 @@ void Downstream::Plot() const {
   }
   gp += "unset multiplot\n";
   const std::string script = e_.out + "/downstream.gp";
-  WriteFile(script, gp);
+  spec::WriteFileAtomically(script, gp);
   RunGnuplot(script);
 }
 
@@ -479,7 +480,7 @@ void Downstream::Markdown(double seconds, double prefill_seconds) const {
     }
     md += "\nPer-instance answers: `tasks.csv` beside the plots.\n";
   }
-  WriteFile(e_.out + "/downstream.md", md);
+  spec::WriteFileAtomically(e_.out + "/downstream.md", md);
   if (!e_.update_doc.empty())
     UpdateMarkedSection(e_.update_doc, "downstream", md);
   std::printf("\n%s", md.c_str());

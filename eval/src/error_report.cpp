@@ -5,6 +5,7 @@
 #include <tuple>
 #include <vector>
 
+#include "pig/spec/files.h"
 #include "reports.h"
 
 namespace pig::eval {
@@ -61,7 +62,7 @@ std::string ErrorReport::Series(const Map &m, size_t context, const std::string 
 
 void ErrorReport::Plot() const {
   const std::string dir = e_.out + "/plotdata";
-  MakeDirs(dir);
+  spec::MakeDirs(dir);
   const char *methods[] = {"TopK", "Quest", "Oracle", "MagicPIG", "LSH-hybrid"};
   std::string gp = "set terminal pngcairo size 1500,460 font ',11'\n"
                    "set output '" +
@@ -80,7 +81,7 @@ void ErrorReport::Plot() const {
     std::vector<std::string> plots;
     for (const char *m : methods) {
       const std::string f = dir + "/err_" + std::to_string(ctx) + "_" + m + ".dat";
-      WriteFile(f, Series(all_, ctx, m));
+      spec::WriteFileAtomically(f, Series(all_, ctx, m));
       plots.push_back("'" + f + "' using 1:2 with linespoints lw 2 title '" + m + "'");
     }
     gp += "set title 'KV cache of " + std::to_string(ctx) + " tokens'\nplot " + Join(plots, ", ") +
@@ -101,7 +102,7 @@ void ErrorReport::Plot() const {
     for (const char *m : {"TopK", "MagicPIG"}) {
       const std::string f =
           dir + "/err_layer" + std::to_string(layer) + "_" + std::to_string(ctx) + "_" + m + ".dat";
-      WriteFile(f, Series(per_layer_.at(layer), ctx, m));
+      spec::WriteFileAtomically(f, Series(per_layer_.at(layer), ctx, m));
       plots.push_back("'" + f + "' using 1:2 with linespoints lw 2 lc " + std::to_string(color) +
                       (std::string(m) == "TopK" ? " dt 1" : " dt 2") + " title '" + m + " layer " +
                       std::to_string(layer) + "'");
@@ -110,7 +111,7 @@ void ErrorReport::Plot() const {
   }
   gp += "plot " + Join(plots, ", ") + "\n";
   const std::string script = e_.out + "/attention_error.gp";
-  WriteFile(script, gp);
+  spec::WriteFileAtomically(script, gp);
   RunGnuplot(script);
 }
 
@@ -156,7 +157,7 @@ void ErrorReport::Markdown(double seconds, double prefill_seconds) const {
   if (!all_.empty())
     md += "\nSamples per cell: " + std::to_string(all_.begin()->second.err.n) +
           " (layers x query heads, one decode step each).\n";
-  WriteFile(e_.out + "/attention_error.md", md);
+  spec::WriteFileAtomically(e_.out + "/attention_error.md", md);
   if (!e_.update_doc.empty())
     UpdateMarkedSection(e_.update_doc, "attention-error", md);
   std::printf("\n%s", md.c_str());

@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "pig/spec/files.h"
 #include "reports.h"
 
 namespace pig::eval {
@@ -53,7 +54,7 @@ void KvFormatReport::Finish(const EvalOptions &eval, size_t d) const {
           Fmt("%.2e", rms / double(v.size())) + " | " + Fmt("%.2e", lmax) + " |\n";
   }
   std::printf("%s", md.c_str());
-  WriteFile(eval.out + "/kv_formats.md", md);
+  spec::WriteFileAtomically(eval.out + "/kv_formats.md", md);
 }
 
 std::string KvFormatReport::JoinSizes(const std::vector<size_t> &v) {

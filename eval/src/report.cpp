@@ -2,10 +2,9 @@
 
 #include <cstdio>
 #include <cstdlib>
-#include <filesystem>
-#include <fstream>
-#include <sstream>
 #include <stdexcept>
+
+#include "pig/spec/files.h"
 
 namespace pig::eval {
 
@@ -55,13 +54,6 @@ std::string Join(const std::vector<std::string> &parts, const std::string &sep) 
   return out;
 }
 
-void WriteFile(const std::string &path, const std::string &text) {
-  std::ofstream out(path, std::ios::binary);
-  out << text;
-  if (!out)
-    throw std::runtime_error("cannot write " + path);
-}
-
 bool RunGnuplot(const std::string &script) {
   if (std::system("gnuplot --version >/dev/null 2>&1") != 0) {
     std::fprintf(stderr,
@@ -80,12 +72,7 @@ bool RunGnuplot(const std::string &script) {
 
 void UpdateMarkedSection(const std::string &path, const std::string &name,
                          const std::string &body) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in)
-    throw std::runtime_error("cannot read " + path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  std::string doc = ss.str();
+  std::string doc = spec::ReadFile(path);
   const std::string begin = "<!-- pig-eval:begin " + name + " -->";
   const std::string end = "<!-- pig-eval:end " + name + " -->";
   const std::size_t b = doc.find(begin);
@@ -93,9 +80,7 @@ void UpdateMarkedSection(const std::string &path, const std::string &name,
   if (b == std::string::npos || e == std::string::npos || e < b)
     throw std::runtime_error(path + " has no section marked " + begin + " ... " + end);
   doc = doc.substr(0, b + begin.size()) + "\n" + body + doc.substr(e);
-  WriteFile(path, doc);
+  spec::WriteFileAtomically(path, doc);
 }
-
-void MakeDirs(const std::string &path) { std::filesystem::create_directories(path); }
 
 } // namespace pig::eval

@@ -15,6 +15,7 @@
 #include "pig/app/decorators.h"
 #include "pig/eval/run.h"
 #include "pig/eval/transform_report.h"
+#include "pig/spec/files.h"
 #include "reports.h"
 
 namespace pig::eval {
@@ -49,7 +50,7 @@ namespace {
 void Run(const EvalOptions &e, const AttentionErrorOptions *error, const DownstreamOptions *down,
          const KvFormatsOptions *kvf) {
   const auto start = Clock::now();
-  MakeDirs(e.out);
+  spec::MakeDirs(e.out);
   auto model = LlamaModel::Load(e.model);
   const LlamaConfig &cfg = model->config();
   ThreadPool pool(e.threads);

@@ -12,6 +12,7 @@
 #include <sstream>
 #include <stdexcept>
 
+#include "pig/spec/files.h"
 #include "pig/spec/hash.h"
 
 namespace pig::eval {
@@ -417,10 +418,10 @@ std::string ReadTextFile(const std::string &path) {
     while ((got = std::fread(buf, 1, sizeof buf, pipe.get())) > 0)
       data.append(buf, got);
   } else {
-    std::ifstream in(path, std::ios::binary);
-    std::stringstream ss;
-    ss << in.rdbuf();
-    data = ss.str();
+    try {
+      data = spec::ReadFile(path);
+    } catch (const std::runtime_error &) { // empty: the message below
+    }
   }
   if (data.empty())
     throw std::runtime_error("cannot read text " + path +

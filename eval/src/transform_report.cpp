@@ -1,4 +1,5 @@
 #include "pig/eval/transform_report.h"
+#include "pig/spec/files.h"
 
 #include <algorithm>
 #include <cmath>
@@ -157,7 +158,7 @@ std::string TransformReport::Markdown(double seconds, double prefill_seconds) co
 
 void TransformReport::Plot() const {
   const std::string dir = o_.out + "/plotdata";
-  MakeDirs(dir);
+  spec::MakeDirs(dir);
   std::string gp = "set terminal pngcairo size 1500,460 font ',11'\nset output '" + o_.out +
                    "/transforms.png'\nset multiplot layout 1," +
                    std::to_string(o_.contexts.size()) +
@@ -174,7 +175,7 @@ void TransformReport::Plot() const {
       for (auto [c, e] : pts)
         data += Fmt("%.6f", 100 * c) + " " + Fmt("%.6f", e) + "\n";
       const std::string f = dir + "/tr_" + std::to_string(ctx) + "_" + std::to_string(t) + ".dat";
-      WriteFile(f, data);
+      spec::WriteFileAtomically(f, data);
       plots.push_back("'" + f + "' using 1:2 with points pt 7 ps 0.6 title '" +
                       o_.grid.transforms[t].str() + "'");
     }
@@ -183,7 +184,7 @@ void TransformReport::Plot() const {
   }
   gp += "unset multiplot\n";
   const std::string script = o_.out + "/transforms.gp";
-  WriteFile(script, gp);
+  spec::WriteFileAtomically(script, gp);
   RunGnuplot(script);
 }
 
@@ -202,7 +203,7 @@ void TransformReport::Finish(double seconds, double prefill_seconds) {
   }
   Plot();
   const std::string md = Markdown(seconds, prefill_seconds);
-  WriteFile(o_.out + "/transforms.md", md);
+  spec::WriteFileAtomically(o_.out + "/transforms.md", md);
   if (!o_.update_doc.empty())
     UpdateMarkedSection(o_.update_doc, "hash-transforms", md);
   std::printf("\n%s", md.c_str());

@@ -4,6 +4,8 @@
 #include <cmath>
 #include <limits>
 
+#include "pig/app/text.h"
+
 namespace pig::serve {
 namespace {
 
@@ -21,11 +23,7 @@ double Ema(double old, double sample) { return old > 0 ? 0.7 * old + 0.3 * sampl
 // one-token tail; a few more rows cost little beside the decode rows' weight pass).
 constexpr size_t kMinChunk = 4;
 
-std::string MiB(size_t bytes) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.1f MiB", double(bytes) / 1048576.0);
-  return buf;
-}
+std::string MiB(size_t bytes) { return app::Format("%.1f MiB", app::MiB(bytes)); }
 
 // log-softmax of the chosen token and the `top` most likely ones (the model's distribution, not
 // the sampler's: temperature and top-p do not change it, as in OpenAI's and vLLM's servers).

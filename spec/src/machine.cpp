@@ -3,8 +3,11 @@
 #include <charconv>
 #include <fstream>
 #include <sstream>
+#include <stdexcept>
 #include <thread>
 #include <vector>
+
+#include "pig/spec/files.h"
 
 namespace pig::spec {
 namespace {
@@ -23,13 +26,6 @@ std::string ReadLine(const std::string &path) {
   if (!f || !std::getline(f, line))
     return {};
   return std::string(Trim(line));
-}
-
-std::string ReadFile(const std::string &path) {
-  std::ifstream f(path);
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
 }
 
 std::uint64_t L3Bytes() {
@@ -133,7 +129,12 @@ std::uint64_t ParseCacheSize(std::string_view s) {
 
 MachineFingerprint DetectMachine(const std::string &target, int threads) {
   MachineFingerprint f;
-  f.cpu = CpuModelFromCpuinfo(ReadFile("/proc/cpuinfo"));
+  std::string cpuinfo; // none (not Linux): the model stays unknown
+  try {
+    cpuinfo = ReadFile("/proc/cpuinfo");
+  } catch (const std::runtime_error &) {
+  }
+  f.cpu = CpuModelFromCpuinfo(cpuinfo);
   if (f.cpu.empty())
     f.cpu = "unknown";
   f.target = target;

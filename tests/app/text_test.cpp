@@ -24,21 +24,6 @@ TEST(AppText, WrapBreaksAtSpacesAndKeepsNewlines) {
   EXPECT_EQ(Wrap("abcdefgh", 3), (std::vector<std::string>{"abc", "def", "gh"}));
 }
 
-TEST(AppText, ReadFileReadsAllOrThrowsNamingTheFile) {
-  const std::string path = testing::TempDir() + "/pig_app_text.txt";
-  std::FILE *f = std::fopen(path.c_str(), "wb");
-  ASSERT_TRUE(f);
-  std::fwrite("x\0y", 1, 3, f);
-  std::fclose(f);
-  EXPECT_EQ(ReadFile(path), std::string("x\0y", 3));
-  try {
-    ReadFile("/nonexistent/file");
-    FAIL();
-  } catch (const std::runtime_error &e) {
-    EXPECT_STREQ(e.what(), "cannot read /nonexistent/file");
-  }
-}
-
 TEST(AppProgress, DurationsAndTheBar) {
   EXPECT_EQ(FormatDuration(42), "42s");
   EXPECT_EQ(FormatDuration(42.4), "42s");

@@ -21,6 +21,7 @@
 #include "pig/app/options.h"
 #include "pig/app/text.h"
 #include "pig/runtime/model.h"
+#include "pig/spec/files.h"
 #include "pig/spec/method.h"
 
 #include "demo.h"
@@ -79,7 +80,7 @@ Options Parse(int argc, char **argv) {
          "--prompt-file",
          [&o](const std::string &path) {
            try {
-             o.prompt = pig::app::ReadFile(path);
+             o.prompt = pig::spec::ReadFile(path);
            } catch (const std::runtime_error &) {
              throw CLI::ValidationError("--prompt-file", "cannot read prompt file " + path);
            }

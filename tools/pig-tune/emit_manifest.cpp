@@ -6,6 +6,7 @@
 #include <string>
 
 #include "pig/eval/report.h" // WriteFile
+#include "pig/spec/files.h"
 #include "pig/tune/point.h"
 #include "workflows.h"
 
@@ -35,10 +36,14 @@ int RunEmitManifest(const EmitManifestOptions &o) {
   if (p.kernel_tail.empty())
     throw std::runtime_error(point_file + " does not name its head dim and KV type (\"kernel\")");
   std::set<std::string> present;
+  std::string listed; // the manifest's text
   if (!manifest.empty()) {
-    std::ifstream in(manifest);
-    if (!in)
+    try {
+      listed = pig::spec::ReadFile(manifest);
+    } catch (const std::runtime_error &) {
       throw std::runtime_error("cannot read the manifest " + manifest);
+    }
+    std::istringstream in(listed);
     for (std::string line; std::getline(in, line);)
       if (!ManifestKey(line).empty())
         present.insert(ManifestKey(line));
@@ -63,12 +68,8 @@ int RunEmitManifest(const EmitManifestOptions &o) {
     ++added;
   }
   if (append) {
-    if (added) {
-      std::ofstream f(manifest, std::ios::app);
-      f << "\n" << s.str();
-      if (!f)
-        throw std::runtime_error("cannot append to " + manifest);
-    }
+    if (added) // the whole manifest rewritten atomically: a failure leaves it as it was
+      pig::spec::WriteFileAtomically(manifest, listed + "\n" + s.str());
     std::printf("%s: %zu line(s) added, %zu already listed; rebuild (./pig build) to generate "
                 "them\n",
                 manifest.c_str(), added, already);
@@ -77,7 +78,7 @@ int RunEmitManifest(const EmitManifestOptions &o) {
     if (!manifest.empty())
       std::printf("# %zu configuration(s) of the point already in %s\n", already, manifest.c_str());
   } else {
-    pig::eval::WriteFile(out, s.str());
+    pig::spec::WriteFileAtomically(out, s.str());
     std::printf("wrote %s: %zu kernel configuration(s) (%zu already in the manifest)\n",
                 out.c_str(), added, already);
   }

@@ -8,11 +8,12 @@
 
 #include "common.h"
 #include "pig/eval/report.h" // CSV, gnuplot
+#include "pig/spec/files.h"
 #include "pig/tune/frontier.h"
 #include "pig/tune/point.h"
 #include "pig/tune/record.h"
-#include "workflows.h"
 #include "replay.h"
+#include "workflows.h"
 
 namespace pig::tune {
 
@@ -74,7 +75,7 @@ int RunShow(const CommonOptions &common, const ShowOptions &so) {
     std::printf("\n(speed records of other machines are not shown)\n");
   if (out.empty())
     return 0;
-  pig::eval::MakeDirs(out);
+  pig::spec::MakeDirs(out);
   {
     pig::eval::Csv u(out + "/uniform.csv", {"cost2", "error", "frontier", "K", "L", "t"});
     for (size_t i : order)
@@ -120,7 +121,7 @@ int RunShow(const CommonOptions &common, const ShowOptions &so) {
           std::to_string(ctx) + " tokens, this machine'\nset title 'speed'\nplot '" + out +
           "/speed.csv' every ::1 using 3:2 with points pt 7 ps 1.2 title 'measured points'\n";
   gp += "unset multiplot\n";
-  pig::eval::WriteFile(out + "/frontier.gp", gp);
+  pig::spec::WriteFileAtomically(out + "/frontier.gp", gp);
   if (pig::eval::RunGnuplot(out + "/frontier.gp"))
     std::printf("\nwrote %s/frontier.png\n", out.c_str());
   return 0;

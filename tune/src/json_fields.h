@@ -1,17 +1,16 @@
 // What pig-tune's JSON files (operating points, hybrid points) share: the typed field readers,
-// each throwing RecordError naming the field, prefixed by `where` ("operating point: "), and the
-// atomic write.
+// each throwing RecordError naming the field, prefixed by `where` ("operating point: "), and
+// pig/spec/files.h's reading and atomic writing with RecordError for their failures.
 #pragma once
 
 #include <cstdint>
-#include <cstdio>
-#include <fstream>
 #include <limits>
-#include <sstream>
+#include <stdexcept>
 #include <string>
 
 #include <nlohmann/json.hpp>
 
+#include "pig/spec/files.h"
 #include "pig/tune/record.h"
 
 namespace pig::tune::json_fields {
@@ -55,35 +54,25 @@ inline std::string text(const json &o, const char *name, const std::string &wher
 /// parse(the contents of `path`); RecordError when it cannot be read ("cannot read `what` path"),
 /// and parse's RecordError prefixed by the path.
 template <class Parse> auto load_file(const std::string &path, const char *what, Parse parse) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in)
-    throw RecordError(std::string("cannot read ") + what + " " + path);
-  std::stringstream ss;
-  ss << in.rdbuf();
+  std::string text;
   try {
-    return parse(ss.str());
+    text = spec::ReadFile(path);
+  } catch (const std::runtime_error &) {
+    throw RecordError(std::string("cannot read ") + what + " " + path);
+  }
+  try {
+    return parse(text);
   } catch (const RecordError &e) {
     throw RecordError(path + ": " + e.what());
   }
 }
 
-/// Writes `text` to `path`.tmp, then renames it over `path`. On any failure (the temporary
-/// cannot be created, written or renamed) it throws RecordError, `path` keeps its old contents
-/// and no temporary it created is left.
+/// spec::WriteFileAtomically, its failures as RecordError.
 inline void write_atomically(const std::string &path, const std::string &text) {
-  const std::string tmp = path + ".tmp";
-  std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-  if (!out) // nothing was created: whatever holds the name (a directory) is not ours to remove
-    throw RecordError("cannot create " + tmp);
-  out << text;
-  out.close(); // flushes: a full disk shows here
-  if (!out) {
-    std::remove(tmp.c_str());
-    throw RecordError("cannot write " + tmp);
-  }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-    std::remove(tmp.c_str());
-    throw RecordError("cannot rename " + tmp + " to " + path);
+  try {
+    spec::WriteFileAtomically(path, text);
+  } catch (const std::runtime_error &e) {
+    throw RecordError(e.what());
   }
 }
 

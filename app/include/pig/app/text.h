@@ -1,4 +1,4 @@
-// Small text helpers of the tools: files, numbers, markdown tables, wrapped columns, and the
+// Small text helpers of the tools (files: pig/spec/files.h): numbers, markdown tables, wrapped columns, and the
 // description of a tuned operating point.
 #pragma once
 
@@ -9,9 +9,6 @@
 #include "pig/tune/point.h"
 
 namespace pig::app {
-
-/// The whole file (binary); throws std::runtime_error("cannot read PATH") when it cannot.
-std::string ReadFile(const std::string &path);
 
 /// printf into a std::string.
 [[gnu::format(printf, 1, 2)]] std::string Format(const char *format, ...);

@@ -1,5 +1,6 @@
 // Output helpers of pig-eval: CSV files, gnuplot plots, markdown fragments and the in-place
-// update of a marked section of docs/RESULTS.md.
+// update of a marked section of docs/RESULTS.md. Whole files are written (atomically) and
+// directories made by pig/spec/files.h.
 #pragma once
 
 #include <cmath>
@@ -40,9 +41,6 @@ private:
 std::string Fmt(const char *format, double x);
 std::string Join(const std::vector<std::string> &parts, const std::string &sep);
 
-/// Writes `text` to path (throws std::runtime_error on failure).
-void WriteFile(const std::string &path, const std::string &text);
-
 /// Runs gnuplot on `script` (a file). Returns false, with a message on stderr, when gnuplot is
 /// missing or fails: the CSVs and the script stay for a later run.
 bool RunGnuplot(const std::string &script);
@@ -50,8 +48,5 @@ bool RunGnuplot(const std::string &script);
 /// Replaces the text between "<!-- pig-eval:begin NAME -->" and "<!-- pig-eval:end NAME -->"
 /// in the file at `path` with `body` (the markers stay). Throws when the markers are missing.
 void UpdateMarkedSection(const std::string &path, const std::string &name, const std::string &body);
-
-/// Creates a directory and its parents (no error when it exists).
-void MakeDirs(const std::string &path);
 
 } // namespace pig::eval
