@@ -1,6 +1,7 @@
 // The schedule variants pig-bench-attention compares with the default schedule, one knob changed
 // at a time (pair_knob_*): generic bf16 kernel sets (K, L, d at run time; specialising them buys
 // 1.0-1.1x, docs/PERFORMANCE.md), so both sides of a pair differ in the schedule alone.
+#include "tests/native_targets.h" // first: which targets foreach_target compiles
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "bench/schedule_variants.cpp"
 #include "hwy/foreach_target.h" // IWYU pragma: keep

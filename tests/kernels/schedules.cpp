@@ -6,6 +6,7 @@
 // The sanitizer build (PIG_SCHEDULES_UNION_ONLY) compiles the first set alone: the GQA union path
 // (gqa=union, only non-default schedules take it) then runs under the sanitizers too, at the cost
 // of one generic set's sanitized compilation instead of three.
+#include "tests/native_targets.h" // first: which targets foreach_target compiles
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "tests/kernels/schedules.cpp"
 #include "hwy/foreach_target.h" // IWYU pragma: keep

@@ -1,5 +1,6 @@
 // More specialised sets for the tests and benchmarks, in the generated-code shape (one
 // namespace per key; see generated_example.cpp for the single-key file pig-translate emits).
+#include "tests/native_targets.h" // first: which targets foreach_target compiles
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "tests/kernels/specialisations.cpp"
 #include "hwy/foreach_target.h" // IWYU pragma: keep
