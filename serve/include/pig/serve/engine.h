@@ -1,10 +1,13 @@
 // pig-serve's engine: one scheduler thread owns the model and a LlamaBatch, and runs steps until
-// it is stopped. A step is one forward pass over the decode rows of every running request plus at
-// most one prefill chunk of one admitted request (so a long new prompt never stalls the running
-// streams for its whole prefill), and, between passes, a time-boxed slice of the LSH index builds
-// of a request about to decode (Attention::PrepareDecode). Requests join and leave at any step.
-// Each request's end (sampling, end of generation, stop strings, max_tokens, the text shown) is
-// its app::Generation's.
+// it is stopped. A step is up to two forward passes: first the decode rows of every running
+// request, then one piece of prefill work of one admitted request: a prompt chunk (the second
+// pass) or a slice of the LSH index builds of a request about to decode
+// (Attention::PrepareDecode). While others decode, that piece is sized to take about
+// --prefill-share times their rows' pass (so a long new prompt never stalls the running streams
+// for its whole prefill): that is why the rows run in a pass of their own, timed, though
+// LlamaBatch could take them with the chunk in one. Requests join and leave at any step. Each
+// request's end (sampling, end of generation, stop strings, max_tokens, the text shown) is its
+// app::Generation's.
 //
 // Admission is by memory: a request reserves what its Attention can grow to (KV store and index at
 // its full capacity, prompt + max_tokens: runtime::ReservedBytesOf) against the memory budget;
