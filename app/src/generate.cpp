@@ -20,25 +20,26 @@ size_t StepsNeeded(const GenerateOptions &o) {
 DecodeResult Decode(const ForwardStep &forward, const runtime::Tokenizer &tok,
                     std::vector<float> logits, const GenerateOptions &o, const OnPiece &on_piece) {
   const size_t vocab = logits.size();
-  runtime::Sampler sampler(o.sampling);
+  Generation gen(tok, {o.sampling, size_t(std::max(o.max_new, 0L)), {}, false});
   DecodeResult r;
-  bool answering = o.max_new > 0;
-  for (long i = 0; answering || r.steps < o.rate_steps; ++i) {
-    const int32_t next = sampler.Sample(logits.data(), vocab);
-    if (answering) {
+  const auto show = [&](const std::string &piece) {
+    r.text += piece;
+    if (on_piece && !piece.empty())
+      on_piece(piece);
+  };
+  while (!gen.done() || r.steps < o.rate_steps) {
+    int32_t next = 0;
+    if (!gen.done()) {
+      const Generation::Token t = gen.Next(logits.data(), vocab);
+      next = t.id;
       r.tokens.push_back(next);
-      if (tok.IsEndOfGeneration(next)) {
-        answering = false;
-      } else if (!tok.IsControl(next)) {
-        const std::string piece = tok.Decode(next);
-        r.text += piece;
-        if (on_piece)
-          on_piece(piece);
-      }
-      if (i + 1 >= o.max_new)
-        answering = false;
+      show(t.text);
+      if (gen.done())
+        show(gen.Finish());
+    } else {
+      next = gen.Sample(logits.data(), vocab); // a timed step past the answer
     }
-    if (answering || r.steps < o.rate_steps) {
+    if (!gen.done() || r.steps < o.rate_steps) {
       const auto t = Clock::now();
       forward(next, logits.data());
       const double s = std::chrono::duration<double>(Clock::now() - t).count();

@@ -10,7 +10,7 @@
 #include <utility>
 #include <vector>
 
-#include "pig/runtime/sampler.h"
+#include "pig/app/generation.h"
 #include "pig/spec/files.h"
 #include "reports.h"
 
@@ -264,24 +264,26 @@ void Downstream::RunTask(const TaskInstance &t, const std::vector<int32_t> &ids,
     AttentionSpec spec = m.spec;
     if (m.matched_to >= 0)
       spec.budget = std::clamp(cost2[size_t(m.matched_to)], 1e-3, 1.0);
-    std::vector<int32_t> out;
+    // Greedy. Every token of the answer is fed, the last one too: that pass's cost is in the
+    // tasks' cost1 and cost2 (and in the budget a matched method gets) as it always was.
+    pig::app::Generation gen(tok, {{}, max_new, {}, false});
+    std::string answer;
     const MethodRun r = DecodeWith(model_, pool_, base.attention().cache(), ids.size(), capacity,
                                    spec, logits0, [&](const std::vector<float> &logits) -> int32_t {
-                                     const int32_t next = ArgMax(logits.data(), logits.size());
-                                     if (tok.IsEndOfGeneration(next) || out.size() >= max_new)
+                                     if (gen.done())
                                        return -1;
-                                     out.push_back(next);
-                                     return next;
+                                     const auto t = gen.Next(logits.data(), logits.size());
+                                     answer += t.text;
+                                     return gen.stop() == pig::app::StopReason::kEndOfGeneration
+                                                ? -1
+                                                : t.id;
                                    });
+    answer += gen.Finish();
     ShowKernels(m, r);
     for (size_t c = 0; c < o_.lsh.size(); ++c)
       if (m.label == "magicpig" &&
           m.config == "K=" + std::to_string(o_.lsh[c].K) + " L=" + std::to_string(o_.lsh[c].L))
         cost2[c] = r.cost2;
-    std::string answer;
-    for (int32_t id : out)
-      if (!tok.IsControl(id))
-        answer += tok.Decode(id);
     const double score = t.name == "count" ? ScoreFirstNumber(answer, t.expected[0])
                                            : ScoreAnswer(answer, t.expected);
     task_csv_.row({t.name, std::to_string(ctx), std::to_string(inst), std::to_string(ids.size()),

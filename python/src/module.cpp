@@ -25,6 +25,7 @@
 #include <string>
 #include <vector>
 
+#include "pig/app/generation.h"
 #include "pig/app/kernels.h"
 #include "pig/app/options.h"
 #include "pig/reference/attention.h"
@@ -38,7 +39,6 @@
 #include "pig/runtime/lsh_step.h"
 #include "pig/runtime/model.h"
 #include "pig/runtime/paged_attention.h"
-#include "pig/runtime/sampler.h"
 #include "pig/runtime/tokenizer.h"
 #include "pig/spec/method.h"
 
@@ -791,12 +791,11 @@ public:
     Forward(prompt);
     std::vector<int32_t> out;
     nb::gil_scoped_release rel;
-    pig::runtime::Sampler sampler({temperature, top_p, seed});
-    const pig::runtime::Tokenizer &tok = model_->tokenizer();
+    pig::app::Generation gen(model_->tokenizer(), {{temperature, top_p, seed}, max_new, {}, false});
     for (;;) {
-      const int32_t t = sampler.Sample(logits_.data(), logits_.size());
+      const int32_t t = gen.Next(logits_.data(), logits_.size()).id;
       out.push_back(t);
-      if (tok.IsEndOfGeneration(t) || out.size() >= max_new)
+      if (gen.done())
         return out;
       session_->Forward(&t, 1, logits_.data());
     }

@@ -318,11 +318,11 @@ void Engine::Admit() {
                                              0,
                                              w.reserved,
                                              0,
-                                             0,
                                              Phase::kPrefill,
                                              0,
-                                             runtime::Sampler(p.sampling),
-                                             TextStream(p.stop),
+                                             app::Generation(model_.tokenizer(),
+                                                             {p.sampling, p.max_tokens, p.stop,
+                                                              p.ignore_eos}),
                                              w.arrival,
                                              Clock::now(),
                                              {},
@@ -350,15 +350,16 @@ void Engine::Retire(size_t i, Finish f, const std::string &error, int status) {
   active_.erase(active_.begin() + std::ptrdiff_t(i));
   Active &a = *owned;
   if (f == Finish::kStop || f == Finish::kLength)
-    a.req->Flush(a.text.Finish());
+    a.req->Flush(a.gen.Finish());
   const auto now = Clock::now();
   RequestSummary s;
   s.prompt_tokens = a.req->params().prompt.size();
-  s.completion_tokens = a.generated;
+  const size_t generated = a.gen.generated();
+  s.completion_tokens = generated;
   s.queue_s = Seconds(a.arrival, a.admitted);
-  s.ttft_s = a.generated ? Seconds(a.arrival, a.first) : 0;
+  s.ttft_s = generated ? Seconds(a.arrival, a.first) : 0;
   s.total_s = Seconds(a.arrival, now);
-  s.decode_s = a.generated > 1 ? Seconds(a.first, a.last) : 0;
+  s.decode_s = generated > 1 ? Seconds(a.first, a.last) : 0;
   s.attention = a.req->params().attention.str(model_.config().n_layers);
   if (a.seq != std::numeric_limits<size_t>::max() && batch_.contains(a.seq)) {
     s.stats = batch_.attention(a.seq).stats();
@@ -374,40 +375,46 @@ void Engine::Retire(size_t i, Finish f, const std::string &error, int status) {
     MethodMetrics &mm = metrics_.methods[a.req->method()];
     --mm.running;
     ++mm.finished[FinishReason(f)];
-    if (a.generated)
+    if (generated)
       mm.e2e.Observe(s.total_s);
     SetMemoryGauges(bytes);
   }
   a.req->Close(f, std::move(s), error, status);
 }
 
-Finish Engine::Emit(Active &a, int32_t token, const float *logits) {
-  const runtime::Tokenizer &tok = model_.tokenizer();
+Finish Engine::Emit(Active &a, const float *logits) {
+  const size_t vocab = model_.config().vocab;
+  const app::Generation::Token t = a.gen.Next(logits, vocab); // sampled before the clock reads
+  const bool first = a.gen.generated() == 1;
   const auto now = Clock::now();
   {
     std::lock_guard lock(mu_);
     MethodMetrics &mm = metrics_.methods[a.req->method()];
     ++mm.generated_tokens;
-    if (a.generated == 0)
+    if (first)
       mm.ttft.Observe(Seconds(a.arrival, now));
     else
       mm.itl.Observe(Seconds(a.last, now));
   }
-  if (a.generated == 0)
+  if (first)
     a.first = now;
   a.last = now;
-  ++a.generated;
   const GenerationParams &p = a.req->params();
   std::optional<TokenLogprob> lp;
   if (p.top_logprobs >= 0)
-    lp = LogProbs(logits, model_.config().vocab, token, p.top_logprobs);
-  const bool end = tok.IsEndOfGeneration(token) && !p.ignore_eos;
-  const std::string piece = end || tok.IsControl(token) ? std::string() : tok.Decode(token);
-  a.req->Publish(a.text.Push(piece), token, lp ? &*lp : nullptr);
-  a.next = token;
-  if (end || a.text.stopped())
-    return Finish::kStop;
-  return a.generated >= p.max_tokens ? Finish::kLength : Finish::kNone;
+    lp = LogProbs(logits, vocab, t.id, p.top_logprobs);
+  a.req->Publish(t.text, t.id, lp ? &*lp : nullptr);
+  a.next = t.id;
+  switch (a.gen.stop()) {
+  case app::StopReason::kNone:
+    return Finish::kNone;
+  case app::StopReason::kMaxTokens:
+    return Finish::kLength;
+  case app::StopReason::kEndOfGeneration:
+  case app::StopReason::kStopString:
+    break;
+  }
+  return Finish::kStop;
 }
 
 Engine::MemoryByMethod Engine::ActiveMemory() const {
@@ -497,7 +504,7 @@ bool Engine::Step() {
     for (size_t r = 0; r < decoding.size(); ++r) {
       Active &a = *decoding[r];
       const float *row = &logits_[r * vocab];
-      if (const Finish f = Emit(a, a.sampler.Sample(row, vocab), row); f != Finish::kNone)
+      if (const Finish f = Emit(a, row); f != Finish::kNone)
         done.emplace_back(&a, f);
     }
   }
@@ -538,8 +545,7 @@ bool Engine::Step() {
       prefill->prefilled += chunk;
       if (last) {
         const float *row = logits_.data();
-        if (const Finish f = Emit(*prefill, prefill->sampler.Sample(row, vocab), row);
-            f != Finish::kNone)
+        if (const Finish f = Emit(*prefill, row); f != Finish::kNone)
           done.emplace_back(prefill, f);
         else
           prefill->phase = batch_.attention(prefill->seq).DecodeUnitsPending() > 0 ? Phase::kIndex

@@ -6,8 +6,8 @@
 #include <string>
 #include <vector>
 
+#include "pig/app/generation.h"
 #include "pig/app/report.h"
-#include "pig/runtime/sampler.h"
 
 #include "run.h"
 
@@ -44,35 +44,33 @@ int RunBatch(const Options &o) {
   for (size_t i = 0; i < B; ++i)
     batch.Prefill(i, prompts[i].data(), prompts[i].size(), &logits[i * cfg.vocab]);
   const double prefill_s = std::chrono::duration<double>(Clock::now() - t0).count();
-  std::vector<Sampler> samplers;
+  std::vector<pig::app::Generation> gens;
   for (size_t i = 0; i < B; ++i) {
-    SamplingParams sp = o.generate.sampling;
-    sp.seed += i;
-    samplers.emplace_back(sp);
+    pig::app::GenerationOptions g{o.generate.sampling, size_t(std::max(o.generate.max_new, 0L)),
+                                  {}, false};
+    g.sampling.seed += i;
+    gens.emplace_back(tok, std::move(g));
   }
   std::vector<std::string> texts(B);
-  std::vector<bool> done(B, false);
-  size_t generated = 0, steps = 0;
+  size_t steps = 0;
   double first_s = 0, rest_s = 0;
   size_t rest_tokens = 0;
-  for (long step = 0; step < o.generate.max_new; ++step) {
+  for (;;) {
     std::vector<int32_t> next;
     std::vector<size_t> seqs;
     for (size_t i = 0; i < B; ++i) {
-      if (done[i])
+      if (gens[i].done())
         continue;
-      const int32_t t = samplers[i].Sample(&logits[i * cfg.vocab], cfg.vocab);
-      ++generated;
-      if (tok.IsEndOfGeneration(t)) {
-        done[i] = true;
-        continue;
+      const pig::app::Generation::Token t = gens[i].Next(&logits[i * cfg.vocab], cfg.vocab);
+      texts[i] += t.text;
+      if (gens[i].done()) {
+        texts[i] += gens[i].Finish();
+        continue; // the last token is never run
       }
-      if (!tok.IsControl(t))
-        texts[i] += tok.Decode(t);
-      next.push_back(t);
+      next.push_back(t.id);
       seqs.push_back(i);
     }
-    if (seqs.empty() || step + 1 == o.generate.max_new)
+    if (seqs.empty())
       break;
     std::vector<float> rows(seqs.size() * cfg.vocab);
     const auto t = Clock::now();
@@ -102,7 +100,6 @@ int RunBatch(const Options &o) {
                  steps - 1, rest_tokens, rest_s, double(rest_tokens) / rest_s,
                  double(rest_tokens) / rest_s / double(B), first_s);
   }
-  (void)generated;
   AttentionStats total;
   size_t kv = 0;
   for (size_t i = 0; i < B; ++i) {

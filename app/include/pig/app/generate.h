@@ -1,7 +1,6 @@
-// Generating text from a prompt: the prefill (with a progress bar on a terminal) and the decode
-// loop (sampling, the end of generation, a cap on the answer's tokens, and timed steps past the
-// answer's end so that a rate does not rest on a short answer). pig-run's; a server and a batched
-// decoder are to reuse them.
+// Generating text from a prompt on one session: the prefill (with a progress bar on a terminal)
+// and the decode loop (its answer ends where Generation decides; timed steps go on past the
+// answer's end so that a rate does not rest on a short answer). pig-run's.
 #pragma once
 
 #include <cstddef>
@@ -10,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "pig/app/generation.h"
 #include "pig/runtime/model.h"
 #include "pig/runtime/sampler.h"
 #include "pig/runtime/tokenizer.h"
@@ -36,7 +36,8 @@ struct DecodeResult {
 
 /// One forward pass of `token` at the next position; writes its logits (vocab floats).
 using ForwardStep = std::function<void(int32_t token, float *logits)>;
-/// Called with each piece of the answer's text as it is generated (e.g. to stream it).
+/// Called with each piece of the answer's text as it can be shown (e.g. to stream it): never
+/// empty, and a UTF-8 character a token ends inside comes whole with a later piece.
 using OnPiece = std::function<void(const std::string &piece)>;
 
 /// Samples from `logits` (the prompt's last position), then runs one forward pass per token.

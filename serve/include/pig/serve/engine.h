@@ -1,8 +1,13 @@
 // pig-serve's engine: one scheduler thread owns the model and a LlamaBatch, and runs steps until
-// it is stopped. A step is one forward pass over the decode rows of every running request plus at
-// most one prefill chunk of one admitted request (so a long new prompt never stalls the running
-// streams for its whole prefill), and, between passes, a time-boxed slice of the LSH index builds
-// of a request about to decode (Attention::PrepareDecode). Requests join and leave at any step.
+// it is stopped. A step is up to two forward passes: first the decode rows of every running
+// request, then one piece of prefill work of one admitted request: a prompt chunk (the second
+// pass) or a slice of the LSH index builds of a request about to decode
+// (Attention::PrepareDecode). While others decode, that piece is sized to take about
+// --prefill-share times their rows' pass (so a long new prompt never stalls the running streams
+// for its whole prefill): that is why the rows run in a pass of their own, timed, though
+// LlamaBatch could take them with the chunk in one. Requests join and leave at any step. Each
+// request's end (sampling, end of generation, stop strings, max_tokens, the text shown) is its
+// app::Generation's.
 //
 // Admission is by memory: a request reserves what its Attention can grow to (KV store and index at
 // its full capacity, prompt + max_tokens: runtime::ReservedBytesOf) against the memory budget;
@@ -30,11 +35,11 @@
 #include <utility>
 #include <vector>
 
+#include "pig/app/generation.h"
 #include "pig/runtime/attention.h"
 #include "pig/runtime/model.h"
 #include "pig/runtime/sampler.h"
 #include "pig/serve/metrics.h"
-#include "pig/serve/text_stream.h"
 
 namespace pig::serve {
 
@@ -176,11 +181,10 @@ private:
   enum class Phase { kPrefill, kIndex, kDecode };
   struct Active {
     std::shared_ptr<Request> req;
-    size_t seq = 0, reserved = 0, prefilled = 0, generated = 0;
+    size_t seq = 0, reserved = 0, prefilled = 0;
     Phase phase = Phase::kPrefill;
     int32_t next = 0; ///< the token the next decode row feeds
-    runtime::Sampler sampler;
-    TextStream text;
+    app::Generation gen;
     std::chrono::steady_clock::time_point arrival, admitted, first, last;
   };
   struct Waiting {
@@ -193,8 +197,9 @@ private:
   void Admit();   // moves waiting requests into the batch while they fit
   bool Step();    // one step; false when there was nothing to do
   bool RunWork(); // batch_.Run(work_); a failure retires the owners
-  // Publishes a sampled token; returns how the request finished with it (kNone: it goes on).
-  Finish Emit(Active &a, int32_t token, const float *logits);
+  // Samples the request's next token from `logits` and publishes it; returns how the request
+  // finished with it (kNone: it goes on).
+  Finish Emit(Active &a, const float *logits);
   void Retire(size_t i, Finish f, const std::string &error = {}, int status = 0);
   // KV and index bytes of the active requests, per method: {kv, index}.
   using MemoryByMethod = std::map<std::string, std::pair<uint64_t, uint64_t>>;

@@ -1,10 +1,10 @@
-#include "pig/serve/text_stream.h"
+#include "pig/app/text_stream.h"
 
 #include <gtest/gtest.h>
 
 #include <random>
 
-namespace pig::serve {
+namespace pig::app {
 namespace {
 
 // Pushes pieces, returns what was shown (joined) and checks that the shown text only grows.
@@ -133,4 +133,4 @@ TEST(TextStream, RandomSplitsMatchCuttingTheWholeText) {
 }
 
 } // namespace
-} // namespace pig::serve
+} // namespace pig::app

@@ -1,8 +1,8 @@
-#include "pig/serve/text_stream.h"
+#include "pig/app/text_stream.h"
 
 #include <algorithm>
 
-namespace pig::serve {
+namespace pig::app {
 
 size_t IncompleteUtf8Tail(std::string_view s) {
   // Walk back over at most 3 continuation bytes to the lead byte; the character is incomplete when
@@ -72,4 +72,4 @@ std::string TextStream::Finish() {
   return out;
 }
 
-} // namespace pig::serve
+} // namespace pig::app

@@ -10,7 +10,7 @@
 #include <string_view>
 #include <vector>
 
-namespace pig::serve {
+namespace pig::app {
 
 class TextStream {
 public:
@@ -38,4 +38,4 @@ private:
 /// Bytes at the end of `s` that start a UTF-8 character not yet complete (0..3).
 size_t IncompleteUtf8Tail(std::string_view s);
 
-} // namespace pig::serve
+} // namespace pig::app
