@@ -206,12 +206,14 @@ std::vector<AttentionField> MakeFields() {
       {"budget", "budget", true, "FLOAT:(0, 1]",
        "topk, quest, oracle, lsh-hybrid: tokens read, a fraction of the indexed ones", true,
        ApplyBudget, [](const AttentionSpec &s) { return Streamed(s.budget); }},
-      // Not a request's: lsh-hybrid is not served (and a request reads no file).
+      // Not a request's field: a request's lsh-hybrid runs the server's --hybrid (and a request
+      // reads no file); Python's refuses @FILE.
       {"hybrid", "hybrid", false, "SPEC",
        "lsh-hybrid: head=SHARE:floor=F:rank=hamming|collisions:bits=B:cand=T:vnorm=0|1:eps=E:"
        "delta=D:cap=C (default head=0.25:floor=0.1:rank=hamming; docs/HYBRID.md), or "
        "@FILE[:pairs]: the spec pig-tune hybrid chose",
        false, ApplyHybrid, nullptr},
+      // Not Python's: its AttentionSpec never took a schedule.
       {"schedule", nullptr, true, "KNOBS",
        "magicpig: the LSH kernels' schedule, e.g. 'block=32 gqa=union' (docs/SCHEDULES.md)", false,
        ApplySchedule, nullptr},
