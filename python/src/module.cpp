@@ -17,6 +17,8 @@
 #include <nanobind/stl/vector.h>
 
 #include <cmath>
+#include <cstdint>
+#include <cstdio>
 #include <cstring>
 #include <memory>
 #include <mutex>
@@ -25,9 +27,9 @@
 #include <string>
 #include <vector>
 
+#include "pig/app/attention_fields.h"
 #include "pig/app/generation.h"
 #include "pig/app/kernels.h"
-#include "pig/app/options.h"
 #include "pig/reference/attention.h"
 #include "pig/reference/kv_quant.h"
 #include "pig/reference/lsh.h"
@@ -694,34 +696,38 @@ void BindKernels(nb::module_ &m) {
 
 // --- the model runtime --------------------------------------------------------------------------
 
-// An AttentionSpec from pig-run's spellings: the same parser (pig::app's option groups).
+// An AttentionSpec from its keywords: the table of attention fields that pig-run's options are
+// made from (pig/app/attention_fields.h), numbers given as numbers; an error names the keyword.
 pig::runtime::AttentionSpec ParseSpec(const std::string &method, const std::string &lsh,
                                       const std::string &kv, std::optional<size_t> sink,
                                       std::optional<size_t> local,
                                       const std::optional<std::string> &dense_layers,
                                       std::optional<double> budget, const std::string &transform,
                                       const std::string &hybrid) {
-  std::vector<std::string> args = {"--attention", method, "--kv", kv, "--transform", transform};
+  std::vector<std::pair<std::string, pig::app::FieldValue>> values = {
+      {"method", method}, {"kv", kv}, {"transform", transform}};
   if (!hybrid.empty())
-    args.insert(args.end(), {"--hybrid", hybrid});
+    values.emplace_back("hybrid", hybrid);
   if (!lsh.empty())
-    args.insert(args.end(), {"--lsh", lsh});
+    values.emplace_back("lsh", lsh);
   if (sink)
-    args.insert(args.end(), {"--sink", std::to_string(*sink)});
+    values.emplace_back("sink", std::uint64_t(*sink));
   if (local)
-    args.insert(args.end(), {"--local", std::to_string(*local)});
+    values.emplace_back("local", std::uint64_t(*local));
   if (dense_layers)
-    args.insert(args.end(), {"--dense-layers", *dense_layers});
-  if (budget) {
-    char b[32];
-    std::snprintf(b, sizeof b, "%.17g", *budget);
-    args.insert(args.end(), {"--budget", b});
-  }
+    values.emplace_back("dense_layers", *dense_layers);
+  if (budget)
+    values.emplace_back("budget", *budget);
+  pig::runtime::AttentionSpec spec;
+  std::vector<std::string> warnings;
   try {
-    return pig::app::ParseAttentionArgs(args);
+    pig::app::ApplyFields(spec, pig::app::Front::kPython, values, &warnings);
   } catch (const std::invalid_argument &e) {
     Bad(e.what());
   }
+  for (const std::string &w : warnings) // a deprecated spelling, as pig-run says it
+    std::fprintf(stderr, "pig: warning: %s\n", w.c_str());
+  return spec;
 }
 
 class Session {

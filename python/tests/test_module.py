@@ -96,6 +96,28 @@ def test_attention_spec_takes_the_hybrid_flags():
     assert "quant" in repr(pig.AttentionSpec("lsh-hybrid", hybrid="rank=quant"))
 
 
+def test_attention_spec_errors_name_the_keyword():
+    """The keywords read the table of attention fields pig-run's options are made from: a bad value
+    is refused with pig-run's message, naming the keyword where pig-run names the flag."""
+    for kwargs, message in (
+            ({"method": "sparse"}, "method expects one of dense, magicpig"),
+            ({"lsh": "K=0"}, "lsh: K = 0 is outside [1, 16]"),
+            ({"kv": "f16"}, "kv expects bf16, f32 or q8"),
+            ({"sink": 2 ** 25}, "sink expects an integer in [0, 16777216], got '33554432'"),
+            ({"local": 2 ** 24 + 1}, "local expects an integer in [0, 16777216]"),
+            ({"dense_layers": "0,x"}, "dense_layers expects integers in [0, 65536]"),
+            ({"budget": 1.5}, "budget expects a number in (0, 1], got '1.5'"),
+            ({"transform": "rotate"}, "transform: hash transform 'rotate'"),
+            ({"hybrid": "head=-1"}, "hybrid: lsh-hybrid"),
+            ({"hybrid": "@/etc/passwd"}, "hybrid: @FILE is read only from a tool's command line")):
+        with pytest.raises(ValueError) as e:
+            pig.AttentionSpec(**kwargs)
+        assert str(e.value).startswith(message), (kwargs, str(e.value))
+    # A float is taken as it is, not through text.
+    s = pig.AttentionSpec("topk", budget=0.1 + 0.2, sink=7)
+    assert "budget=0.3" in repr(s) and s.sink == 7
+
+
 # --- the dense kernel ----------------------------------------------------------------------------
 
 @pytest.mark.parametrize("dtype", ["f32", "bf16", "q8"])

@@ -3,9 +3,10 @@
 #include <atomic>
 #include <chrono>
 #include <cmath>
+#include <cstdio>
 #include <random>
 
-#include "pig/app/options.h"
+#include "pig/app/attention_fields.h"
 #include "pig/spec/method.h"
 
 namespace pig::serve {
@@ -289,39 +290,31 @@ runtime::AttentionSpec ParsePigExtension(const Json *pig, const Defaults &d, siz
     return d.tuned && d.attention.method == spec::Method::magicpig ? *d.tuned : d.attention;
   if (!pig->is_object())
     throw Bad("pig", "pig must be an object");
-  // JSON field -> pig-run's flag: the same parser and the same checks.
-  static const std::pair<const char *, const char *> kFlags[] = {{"attention", "--attention"},
-                                                                 {"lsh", "--lsh"},
-                                                                 {"kv", "--kv"},
-                                                                 {"sink", "--sink"},
-                                                                 {"local", "--local"},
-                                                                 {"dense_layers", "--dense-layers"},
-                                                                 {"budget", "--budget"},
-                                                                 {"transform", "--transform"},
-                                                                 {"schedule", "--schedule"}};
-  std::vector<std::string> args;
+  // The table's fields (pig-run's attention options): the same parsers and the same checks. A
+  // JSON value is given as its text: a string as it is, a number as written (dump() spells
+  // unsigned 64-bit values as they were given), dense layers as a list too.
+  std::vector<std::pair<std::string, app::FieldValue>> values;
   bool replaces_point = false;
   for (const auto &[key, value] : pig->items()) {
-    const char *flag = nullptr;
-    for (const auto &[k, f] : kFlags)
-      if (key == k)
-        flag = f;
-    if (!flag) {
-      std::string known;
-      for (const auto &[k, f] : kFlags)
-        known += (known.empty() ? "" : ", ") + std::string(k);
-      throw Bad("pig", "pig: unknown field '" + key + "' (known: " + known + ")");
+    if (!app::FieldOf(app::Front::kRequest, key)) {
+      std::string names;
+      for (const app::AttentionField &f : app::AttentionFields())
+        if (app::Takes(f, app::Front::kRequest))
+          names += (names.empty() ? "" : ", ") + std::string(f.name);
+      throw Bad("pig", "pig: unknown field '" + key + "' (known: " + names + ")");
     }
     std::string text;
     if (value.is_string()) {
       text = value.get<std::string>();
-    } else if (value.is_number()) { // dump() spells unsigned 64-bit values as they were given
+    } else if (value.is_number()) {
       text = value.dump();
     } else if (value.is_array() && key == "dense_layers") {
       for (const Json &l : value) {
         if (!l.is_number_integer())
           throw Bad("pig", "pig.dense_layers must be a list of layer numbers or \"none\"");
-        text += (text.empty() ? "" : ",") + std::to_string(l.get<long long>());
+        if (!text.empty())
+          text += ',';
+        text += std::to_string(l.get<long long>());
       }
       if (text.empty())
         text = "none";
@@ -330,21 +323,17 @@ runtime::AttentionSpec ParsePigExtension(const Json *pig, const Defaults &d, siz
     }
     if (key == "lsh" || key == "dense_layers")
       replaces_point = true;
-    args.push_back(flag);
-    args.push_back(text);
+    values.emplace_back(key, std::move(text));
   }
-  runtime::AttentionSpec spec;
+  runtime::AttentionSpec spec = d.attention;
+  std::vector<std::string> said;
   try {
-    spec = pig::app::ParseAttentionArgs(args, d.attention, warnings);
+    app::ApplyFields(spec, app::Front::kRequest, values, warnings ? warnings : &said);
   } catch (const std::invalid_argument &e) {
-    std::string msg = e.what();
-    for (const auto &[k, f] : kFlags) { // name the JSON field, not the flag
-      const std::string flag = f;
-      for (size_t at = msg.find(flag); at != std::string::npos; at = msg.find(flag, at))
-        msg.replace(at, flag.size(), std::string("pig.") + k);
-    }
-    throw Bad("pig", msg);
+    throw Bad("pig", e.what());
   }
+  for (const std::string &w : said)
+    std::fprintf(stderr, "pig: warning: %s\n", w.c_str());
   // A magicpig request that names no (K, L, t) or dense layers of its own gets the tuned point.
   if (d.tuned && spec.method == spec::Method::magicpig && !replaces_point) {
     runtime::AttentionSpec tuned = *d.tuned;

@@ -378,8 +378,8 @@ TEST(AppOptions, ScheduleOption) {
 namespace {
 
 // --hybrid @FILE[:pairs]: the spec of pig-tune hybrid's file, pairs after it override it; a
-// request (ParseAttentionArgs: pig-serve's "pig" object, Python's AttentionSpec) cannot name a
-// file, whatever the file holds.
+// request (pig-serve's "pig" object, which takes no hybrid field) and Python's AttentionSpec cannot
+// name a file, whatever the file holds.
 TEST(AppOptions, HybridSpecFromAFile) {
   pig::tune::HybridPoint p;
   p.spec = "head=0.5:floor=0.05:rank=hamming:bits=512";
@@ -413,13 +413,17 @@ TEST(AppOptions, HybridSpecFromAFile) {
   EXPECT_THROW(pig::app::ParseHybridSpec("@" + testing::TempDir() + "/no-such.json"),
                std::invalid_argument);
   EXPECT_THROW(pig::app::ParseHybridSpec("@" + path, /*files=*/false), std::invalid_argument);
-  try {
-    pig::app::ParseAttentionArgs({"--attention", "lsh-hybrid", "--hybrid", "@" + path});
-    ADD_FAILURE() << "a request read a file";
-  } catch (const std::invalid_argument &e) {
-    EXPECT_NE(std::string(e.what()).find("--hybrid: @FILE is read only from a tool's command line"),
-              std::string::npos)
-        << e.what();
+  using pig::app::Front;
+  for (const auto &[front, message] :
+       {std::pair{Front::kPython, "hybrid: @FILE is read only from a tool's command line"},
+        std::pair{Front::kRequest, "unknown field 'hybrid'"}}) {
+    try {
+      AttentionSpec s;
+      pig::app::ApplyFields(s, front, {{"hybrid", "@" + path}});
+      ADD_FAILURE() << "a request read a file";
+    } catch (const std::invalid_argument &e) {
+      EXPECT_NE(std::string(e.what()).find(message), std::string::npos) << e.what();
+    }
   }
 }
 

@@ -1,5 +1,6 @@
 // The OpenAI protocol layer: request bodies into GenerationParams (every bad field refused with a
-// 400 naming it), pig's extension object through pig-run's option parser, and the response shapes.
+// 400 naming it), pig's extension object through the table of attention fields that pig-run's
+// options are made from, and the response shapes.
 // Uses the real model's tokenizer (no forward pass): skipped without the model, failed with
 // CI=true.
 #include "pig/serve/openai.h"
@@ -7,6 +8,7 @@
 #include <gtest/gtest.h>
 
 #include "model_fixture.h"
+#include "pig/app/attention_fields.h"
 #include "pig/spec/method.h"
 
 namespace pig::serve {
@@ -180,6 +182,31 @@ TEST_F(OpenAiTest, ThePigObjectTakesPigRunsSpellings) {
   bad(Json::array(), "pig must be an object"); // [] is not {}: never the defaults in disguise
   // Unsigned 64-bit values are quoted as given, not wrapped to -1.
   bad({{"sink", 18446744073709551615ull}}, "18446744073709551615");
+}
+
+// The "pig" object's keys are the request's fields of the table that pig-run's options are made
+// from (pig/app/attention_fields.h): each refuses a bad value naming pig.<field>, with the table's
+// message; the table's other fields are unknown here.
+TEST_F(OpenAiTest, ThePigObjectsKeysAreTheTablesRequestFields) {
+  std::string known;
+  for (const app::AttentionField &f : app::AttentionFields()) {
+    const Json pig = {{f.name, "bogus!"}};
+    if (!app::Takes(f, app::Front::kRequest)) {
+      ExpectBad({{"prompt", "hi"}, {"pig", pig}}, "pig", "unknown field '" + std::string(f.name));
+      continue;
+    }
+    known += (known.empty() ? "" : ", ") + std::string(f.name);
+    std::string table;
+    try {
+      runtime::AttentionSpec s;
+      app::ApplyFields(s, app::Front::kRequest, {{f.name, "bogus!"}});
+    } catch (const std::invalid_argument &e) {
+      table = e.what();
+    }
+    ASSERT_EQ(table.rfind("pig." + std::string(f.name), 0), 0u) << table;
+    ExpectBad({{"prompt", "hi"}, {"pig", pig}}, "pig", table);
+  }
+  ExpectBad({{"prompt", "hi"}, {"pig", {{"colour", "red"}}}}, "pig", "(known: " + known + ")");
 }
 
 TEST_F(OpenAiTest, ADeprecatedSpellingIsAWarningOfTheRequestNotALineOnStderr) {

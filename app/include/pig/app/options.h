@@ -14,6 +14,10 @@
 // Messages: a validator of this file says what the flag expects ("expects an integer in [1, 64],
 // got 'x'"); Parse joins it to the flag's name ("--n expects ..."). Other messages read as
 // "--flag: what is wrong".
+//
+// The attention options are made from the table of attention fields (attention_fields.h), which
+// pig-serve's requests and Python's AttentionSpec read too. This file is the CLI11 layer
+// (pig_app): what links it links CLI11; the table and the rest of app/ (pig_app_core) do not.
 #pragma once
 
 #include <CLI/CLI.hpp>
@@ -23,6 +27,7 @@
 #include <string>
 #include <vector>
 
+#include "pig/app/attention_fields.h"
 #include "pig/runtime/attention.h"
 #include "pig/runtime/model.h"
 #include "pig/spec/lsh_params.h"
@@ -57,9 +62,8 @@ CLI::Validator Integer(std::uint64_t lo, std::uint64_t hi);
 /// number in [lo, hi], got 'x'"; hi = +inf reads "expects a number >= lo".
 CLI::Validator Number(double lo, double hi, bool lo_open = false);
 /// A comma-separated list of whole numbers in [lo, hi] ("none" when allow_none): validates the
-/// whole list; ParseList reads it.
+/// whole list; ParseList (attention_fields.h) reads it.
 CLI::Validator IntegerList(std::uint64_t lo, std::uint64_t hi, bool allow_none = false);
-std::vector<std::size_t> ParseList(const std::string &text); // after IntegerList's check
 
 // --- the groups --------------------------------------------------------------------------------
 
@@ -80,31 +84,14 @@ struct AttentionFlags {
               *local = nullptr, *dense_layers = nullptr, *budget = nullptr, *schedule = nullptr,
               *hybrid = nullptr;
 };
-/// --attention METHOD (pig::spec's names), --lsh K=..,L=..,t=.. (spec::LshParams; aliases below),
-/// --transform SPEC (runtime::ParseServedTransform), --sink N, --local N, --dense-layers LIST|none,
-/// --budget F, --hybrid SPEC (ParseHybridSpec; its budget is --budget's), --schedule
-/// KNOBS. Each writes its field of `spec` (dense_layers_set too).
+/// The attention fields (attention_fields.h) but --kv, as options: --attention METHOD (pig::spec's
+/// names), --lsh K=..,L=..,t=.. (spec::LshParams; aliases below), --transform SPEC
+/// (runtime::ParseServedTransform), --sink N, --local N, --dense-layers LIST|none, --budget F,
+/// --hybrid SPEC (ParseHybridSpec, @FILE too; its budget is --budget's), --schedule KNOBS. Each
+/// writes its field of `spec` (dense_layers_set too).
 /// Aliases of --lsh for one release (a warning on stderr names the new spelling): "10:150"
 /// (K:L), "10,150,2" (K,L,t) and a transform=SPEC item ("K=8,transform=whiten:a=0.25").
-/// With files = false --hybrid refuses @FILE (ParseAttentionArgs: a server request must not make
-/// the server read its files).
-AttentionFlags AddAttentionOptions(CLI::App &app, runtime::AttentionSpec &spec, bool files = true);
-
-/// --hybrid's SPEC: key=value pairs joined by ':' (ref::HybridConfig::parse), or "@FILE" or
-/// "@FILE:pairs": the spec of a hybrid point file (pig-tune hybrid; FILE without ':'), then
-/// pairs that override it (e.g. "@pig-tune-hybrid.json:budget=3%"). files = false refuses "@".
-/// Throws std::invalid_argument naming what is wrong.
-ref::HybridConfig ParseHybridSpec(const std::string &text, bool files = true);
-
-/// Parses attention options given as arguments, e.g. {"--attention", "magicpig", "--lsh",
-/// "K=8,L=75", "--kv", "q8"}, over `base` with AddAttentionOptions and AddKvOption: the spellings
-/// and checks of the command line for what is not one (a server request's "pig" object, the
-/// Python module's AttentionSpec). Throws std::invalid_argument with UsageMessage's text
-/// ("--lsh: K = 0 is outside [1, 16]"), or for an argument that is not an attention option.
-/// Warnings (a deprecated spelling) go to `warnings` when given, else to stderr.
-runtime::AttentionSpec ParseAttentionArgs(const std::vector<std::string> &args,
-                                          runtime::AttentionSpec base = {},
-                                          std::vector<std::string> *warnings = nullptr);
+AttentionFlags AddAttentionOptions(CLI::App &app, runtime::AttentionSpec &spec);
 
 /// --transform SPEC alone (AddAttentionOptions adds it): runtime::ParseServedTransform into
 /// `transform`; a tool where it means something else passes its own description.
