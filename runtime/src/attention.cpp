@@ -104,18 +104,18 @@ std::vector<size_t> AttentionSpec::DenseLayers(size_t n_layers) const {
   return d;
 }
 
-void CheckServedTransform(const ref::TransformSpec &t) {
+void CheckServedTransform(const spec::TransformSpec &t) {
   if (t.identity())
     return;
-  if (t.linear != ref::TransformSpec::Linear::whiten || t.mips > 0)
+  if (t.linear != spec::TransformSpec::Linear::whiten || t.mips > 0)
     throw std::invalid_argument("hash transform " + t.str() +
                                 ": the runtime serves plain and whiten:a=A (pig-eval "
                                 "attention-error --transforms evaluates the others)");
   t.validate(1);
 }
 
-ref::TransformSpec ParseServedTransform(std::string_view text) {
-  const ref::TransformSpec t = ref::TransformSpec::parse(text);
+spec::TransformSpec ParseServedTransform(std::string_view text) {
+  const spec::TransformSpec t = spec::TransformSpec::parse(text);
   CheckServedTransform(t);
   return t;
 }
@@ -147,13 +147,13 @@ void AttentionSpec::Validate(size_t n_layers) const {
   }
   CheckServedTransform(transform); // like K and L, ignored by the other methods
   if (method == spec::Method::lsh_hybrid) {
-    ref::HybridConfig h = hybrid;
+    spec::HybridConfig h = hybrid;
     h.budget = budget;
     h.validate();
     if (h.bits > K * L)
       throw std::invalid_argument("lsh-hybrid: bits=" + std::to_string(h.bits) +
                                   " but the codes have K L = " + std::to_string(K * L));
-    if (h.rank == ref::HybridRank::lowrank)
+    if (h.rank == spec::HybridRank::lowrank)
       throw std::invalid_argument(
           "lsh-hybrid: rank=lowrank is in pig::ref only for now (pig-eval attention-error); the "
           "runtime ranks by hamming or collisions");
@@ -171,7 +171,7 @@ void AttentionSpec::Validate(size_t n_layers) const {
           "lsh-hybrid: cut (the tail below its best - cut left to the floor) is in pig::ref only "
           "(pig-eval attention-error): its sparse sampler was measured slower than scoring every "
           "token (docs/HYBRID.md)");
-    if (h.rank == ref::HybridRank::quant && (h.effective_kbits() != 4 || h.candidates > 0))
+    if (h.rank == spec::HybridRank::quant && (h.effective_kbits() != 4 || h.candidates > 0))
       throw std::invalid_argument(
           "lsh-hybrid: rank=quant runs with int4 keys (kbits=4) and every token ranked (no cand) "
           "in the runtime; the other forms are in pig::ref only (pig-eval attention-error)");

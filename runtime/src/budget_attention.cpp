@@ -233,11 +233,11 @@ BudgetAttention::BudgetAttention(const AttentionSpec &spec, const AttentionShape
                          : "quest baseline (scalar f64 selection and softmax)";
   if (method_ == Method::lsh_hybrid) {
     // Which of its steps run as Highway kernels in this configuration (docs/HYBRID.md).
-    const ref::HybridConfig &h = spec_.hybrid;
+    const spec::HybridConfig &h = spec_.hybrid;
     what = std::string("lsh-hybrid (") +
-           (h.rank == ref::HybridRank::quant ? "int4 keys; " : "encode kernel codes; ") +
-           (h.rank == ref::HybridRank::quant     ? "Highway int4-key scan per kv-head, scores"
-            : h.rank != ref::HybridRank::hamming ? "scalar collision-count scores"
+           (h.rank == spec::HybridRank::quant ? "int4 keys; " : "encode kernel codes; ") +
+           (h.rank == spec::HybridRank::quant     ? "Highway int4-key scan per kv-head, scores"
+            : h.rank != spec::HybridRank::hamming ? "scalar collision-count scores"
             : h.candidates > 0 ? "Highway Hamming scan per kv-head, scalar scores (cand)"
                                : "Highway Hamming scan per kv-head and scores") +
            "; Highway selection, draw and f64 softmax" +
@@ -574,9 +574,9 @@ void BudgetAttention::HybridFold(size_t layer, size_t end) {
       set_.encode(a);
     }
     // The codes themselves for counting collisions; packed for the Hamming scan.
-    if (spec_.hybrid.rank == ref::HybridRank::collisions || spec_.hybrid.candidates > 0)
+    if (spec_.hybrid.rank == spec::HybridRank::collisions || spec_.hybrid.candidates > 0)
       h.codes.insert(h.codes.end(), codes.begin(), codes.end());
-    if (spec_.hybrid.rank == ref::HybridRank::hamming) {
+    if (spec_.hybrid.rank == spec::HybridRank::hamming) {
       const size_t words = lsh::hybrid_sketch_words(RankerBits());
       h.sketch.resize((end - b) * words);
       lsh::hybrid_pack(codes.data(), end - from, spec_.K, spec_.L, RankerBits(),
@@ -627,7 +627,7 @@ void BudgetAttention::ScanInChunks(size_t n_idx, size_t granule, ThreadPool &poo
 void BudgetAttention::HybridRankGroups(size_t layer, size_t n_idx, const float *q,
                                        ThreadPool &pool) {
   const size_t G = shape().group(), d = shape().head_dim, L = size_t(spec_.L);
-  const bool hamming = spec_.hybrid.rank == ref::HybridRank::hamming;
+  const bool hamming = spec_.hybrid.rank == spec::HybridRank::hamming;
   hybrid_qcodes_.resize(shape().n_kv_heads);
   hybrid_H_.resize(shape().n_kv_heads);
   const int B = RankerBits();
@@ -698,7 +698,7 @@ void BudgetAttention::HybridHead(size_t layer, size_t head, size_t pos, const fl
   const size_t n_tok = pos + 1, b = spec_.sink, e = n_tok - spec_.local, n_idx = e - b;
   const double scale = 1.0 / std::sqrt(double(d));
   const HybridIndex &h = hybrid_[layer * shape().n_kv_heads + kvh];
-  ref::HybridConfig cfg = spec_.hybrid;
+  spec::HybridConfig cfg = spec_.hybrid;
   cfg.budget = spec_.budget;
   cfg.seed = OracleSeed(spec_.sample_seed, layer, head, pos);
 
@@ -715,7 +715,7 @@ void BudgetAttention::HybridHead(size_t layer, size_t head, size_t pos, const fl
   // hamming: cos(pi H / B) tabulated for every H in [0, B] (ref::hamming_cosine: the same
   // doubles), built once per thread and B.
   const int B = RankerBits();
-  const bool hamming = cfg.rank == ref::HybridRank::hamming;
+  const bool hamming = cfg.rank == spec::HybridRank::hamming;
   thread_local std::vector<double> cos_of;
   if (hamming && cos_of.size() != size_t(B) + 1) {
     cos_of.resize(size_t(B) + 1);

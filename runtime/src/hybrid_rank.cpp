@@ -199,15 +199,15 @@ void hybrid_hamming_scores(const std::uint16_t *H, const double *norms, const do
 
 std::size_t hybrid_quant_bytes(std::size_t d) { return (d + 1) / 2; }
 
-std::size_t hybrid_ranker_bytes(ref::HybridRank rank, int bits, int L, std::size_t d) {
+std::size_t hybrid_ranker_bytes(spec::HybridRank rank, int bits, int L, std::size_t d) {
   switch (rank) {
-  case ref::HybridRank::hamming:
+  case spec::HybridRank::hamming:
     return hybrid_sketch_words(bits) * 8;
-  case ref::HybridRank::collisions:
+  case spec::HybridRank::collisions:
     return std::size_t(L) * 2;
-  case ref::HybridRank::quant:
+  case spec::HybridRank::quant:
     return hybrid_quant_bytes(d) + 4;
-  case ref::HybridRank::lowrank:
+  case spec::HybridRank::lowrank:
     break;
   }
   return 0;

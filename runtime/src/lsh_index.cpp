@@ -63,13 +63,13 @@ SimHash::SimHash(std::shared_ptr<const SimHash> wide, int K, int L)
 SimHashView SimHash::view() const { return SimHashView{data(), norms(), d_, cols_, K_, L_}; }
 
 LshIndex LshIndex::build(const LshKernelSet &set, const void *keys, DType dtype, std::size_t n,
-                         const SimHash &W, StaticTokens st, const ref::TransformSpec &transform) {
+                         const SimHash &W, StaticTokens st, const spec::TransformSpec &transform) {
   return build(set, keys, dtype, PagedRows{}, n, W, st, transform);
 }
 
 LshIndex LshIndex::build(const LshKernelSet &set, const void *keys, DType dtype,
                          const PagedRows &paged, std::size_t n, const SimHash &W, StaticTokens st,
-                         const ref::TransformSpec &transform) {
+                         const spec::TransformSpec &transform) {
   const std::size_t d = W.d();
   LshIndex ix;
   ix.n_ = n;
@@ -133,11 +133,11 @@ namespace {
 // pig::ref::fit_transform on the keys the reference's fit reads (every ceil(count / kFitRows)-th
 // indexed key), centred in f32 as pig::ref::build_index centres them: the same rows, the same
 // maps.
-ref::HashTransform Fit(const ref::TransformSpec &spec, const void *keys, DType dtype,
+ref::HashTransform Fit(const spec::TransformSpec &spec, const void *keys, DType dtype,
                        std::size_t begin, std::size_t count, const std::vector<float> &mean,
                        const PagedRows &paged) {
   const std::size_t d = mean.size();
-  if (spec.linear != ref::TransformSpec::Linear::whiten || spec.mips > 0)
+  if (spec.linear != spec::TransformSpec::Linear::whiten || spec.mips > 0)
     throw std::invalid_argument("hash transform " + spec.str() +
                                 ": the runtime serves plain and whiten:a=A");
   if (count == 0)
@@ -155,7 +155,7 @@ ref::HashTransform Fit(const ref::TransformSpec &spec, const void *keys, DType d
 
 } // namespace
 
-FittedHash::FittedHash(const ref::TransformSpec &spec, const void *keys, DType dtype,
+FittedHash::FittedHash(const spec::TransformSpec &spec, const void *keys, DType dtype,
                        std::size_t begin, std::size_t count, const std::vector<float> &mean,
                        const PagedRows &paged)
     : T_(Fit(spec, keys, dtype, begin, count, mean, paged)) {}

@@ -43,6 +43,31 @@ ALLOWED = {
     "tune": {"reference", "spec"},
 }
 ALLOWED["app"] = set(ALLOWED)
+
+# The runtime is production code; the reference is the oracle its tests compare against. The
+# runtime includes the reference only where bit-exactness needs the oracle's own RNG, rounding or
+# fit, so that a kernel and pig::ref agree to the bit (the kernel tests rely on it). This is the
+# one place that lists them (runtime/CMakeLists.txt links pig_reference for these alone); any
+# other pig/reference header in runtime/ fails the check. Configuration types and their parsers
+# (TransformSpec, HybridConfig, the (K, L, t) limits) are spec's, not the reference's.
+RUNTIME_USES_OF_REFERENCE = {
+    "kv_quant.h": "the q8 KV format: quantize_q8 / dequantize_q8 define its bytes, so the "
+                  "runtime's q8 rows are the oracle's (kv_cache, lsh_generic, hybrid_attend, "
+                  "budget_attention)",
+    "lsh.h": "simhash_matrix (W from the reference's RNG: the runtime hashes bit-identically), "
+             "log_collision_probability (MagicPIG's weights 1/u), mean_of_rows (the centring "
+             "mean, accumulated as the oracle does)",
+    "random.h": "Rng: oracle sampling's draws (budget_attention), seeded as pig::ref's",
+    "transform.h": "fitted hashing: fit_transform / fit_stride / HashTransform, the map the "
+                   "oracle fits, held by lsh_index.h's FittedHash",
+    "matrix.h": "Matrix / OwnedMatrix, the row views fit_transform and simhash_matrix take",
+    "hybrid.h": "lsh-hybrid's uniforms and skip draws (hybrid_uniform, hybrid_skip_draw), its "
+                "int8 rounding of keys and queries (HybridLowRank), its cosine table and error "
+                "quantile: the runtime's selection is the oracle's draw for the same seed",
+}
+# Of those, what the runtime's public headers (runtime/include) may include: the fitted map that
+# lsh_index.h's FittedHash holds, and the matrix view it is fitted from.
+RUNTIME_PUBLIC_REFERENCE = {"matrix.h", "transform.h"}
 ALLOWED["eval"] = ALLOWED["app"] | {"app"}
 ALLOWED["serve"] = ALLOWED["app"] | {"app"}
 
@@ -90,6 +115,19 @@ def violations(root):
                                          f"provides (no <layer>/.../include/pig/{name}/)")
                             continue
                         allowed = ALLOWED[layer]
+                        if layer == "runtime" and target == "reference":
+                            header = m.group(1)[len("reference/"):]
+                            public = "/include/" in "/" + rel.replace(os.sep, "/")
+                            if header not in RUNTIME_USES_OF_REFERENCE:
+                                found.append(f"{rel}:{number}: runtime includes pig/{m.group(1)}, "
+                                             "not one of RUNTIME_USES_OF_REFERENCE (the "
+                                             "reference where bit-exactness needs it)")
+                            elif public and header not in RUNTIME_PUBLIC_REFERENCE:
+                                found.append(f"{rel}:{number}: a runtime header includes "
+                                             f"pig/{m.group(1)}; runtime/include may include "
+                                             "only pig/reference/" +
+                                             ", pig/reference/".join(sorted(RUNTIME_PUBLIC_REFERENCE)))
+                            continue
                         if target != layer and target not in allowed:
                             may = ", ".join(sorted(allowed)) or "nothing of pig"
                             found.append(f"{rel}:{number}: {layer} includes pig/{name}/ "
@@ -121,6 +159,20 @@ def layer_arrows(root):
 
 def print_arrows(root):
     """The layering check's listing: each layer, lowest first, and the layers it includes."""
+    # The runtime's uses of the reference: listed headers only, and fewer in its public headers.
+    got = violations(tree(dict(base, **{
+        "reference/include/pig/reference/kv_quant.h": "#pragma once\n",
+        "reference/include/pig/reference/hybrid.h": "#pragma once\n",
+        "reference/include/pig/reference/oracle.h": "#pragma once\n",
+        "runtime/src/kv.cpp": '#include "pig/reference/kv_quant.h"\n',
+        "runtime/src/x.cpp": '#include "pig/reference/oracle.h"\n',
+        "runtime/include/pig/runtime/a.h": '#include "pig/reference/hybrid.h"\n'})))
+    want = ["runtime/include/pig/runtime/a.h:1: a runtime header includes pig/reference/hybrid.h; "
+            "runtime/include may include only pig/reference/matrix.h, pig/reference/transform.h",
+            "runtime/src/x.cpp:1: runtime includes pig/reference/oracle.h, not one of "
+            "RUNTIME_USES_OF_REFERENCE (the reference where bit-exactness needs it)"]
+    if got != want:
+        failures.append(f"the runtime's uses of the reference: expected {want!r}, got {got!r}")
     arrows = layer_arrows(root)
     for layer in ALLOWED:
         to = arrows.get(layer, {})

@@ -16,12 +16,12 @@
 #include <string_view>
 #include <vector>
 
-#include "pig/reference/hybrid.h"
-#include "pig/reference/transform.h"
 #include "pig/runtime/kv_cache.h"
 #include "pig/runtime/ops.h"
 #include "pig/runtime/thread_pool.h"
+#include "pig/spec/hybrid_config.h"
 #include "pig/spec/method.h"
+#include "pig/spec/transform_spec.h"
 
 namespace pig::runtime {
 
@@ -188,11 +188,11 @@ struct AttentionSpec {
   /// decode step. The runtime serves plain and whiten:a=A (a linear map that keeps q . (k - mu),
   /// so the kernels' logits serve u too); other transforms are pig-eval's (Validate refuses them).
   /// Ignored by the other methods, like K and L.
-  ref::TransformSpec transform{};
+  spec::TransformSpec transform{};
   /// lsh-hybrid: the head share, floor, ranker, central-limit budget (pig/reference/hybrid.h).
   /// Its budget is `budget`; W is (K, L, seed)'s, the draws are seeded by sample_seed per
   /// (layer, query head, position) like oracle's.
-  ref::HybridConfig hybrid{};
+  spec::HybridConfig hybrid{};
 
   /// Each layer's choice for a model of n_layers: `layers` when set, else (K, L, t) with the
   /// dense layers dense.
@@ -213,9 +213,9 @@ struct AttentionSpec {
 
 /// Throws std::invalid_argument, naming what is served, unless the runtime serves the hash
 /// transform: plain or whiten:a=A (AttentionSpec::transform).
-void CheckServedTransform(const ref::TransformSpec &t);
-/// ref::TransformSpec::parse, then CheckServedTransform: what a tool's flag takes.
-ref::TransformSpec ParseServedTransform(std::string_view text);
+void CheckServedTransform(const spec::TransformSpec &t);
+/// spec::TransformSpec::parse, then CheckServedTransform: what a tool's flag takes.
+spec::TransformSpec ParseServedTransform(std::string_view text);
 
 /// Builds the Attention a spec names for a model shape; throws std::invalid_argument as
 /// AttentionSpec::Validate, and when no kernel serves the head dim.

@@ -95,7 +95,7 @@ private:
   // (hybrid_qcodes_) and, with rank=hamming, every indexed token's H for the G heads from one scan
   // of the packed sketches (hybrid_H_): the sketches stream once per group, not once per head.
   void HybridRankGroups(size_t layer, size_t n_idx, const float *q, ThreadPool &pool);
-  bool Quant() const { return spec_.hybrid.rank == ref::HybridRank::quant; }
+  bool Quant() const { return spec_.hybrid.rank == spec::HybridRank::quant; }
   // Runs scan(kv-head, from, to) over the indexed tokens of every kv-head in chunks of a multiple
   // of `granule` tokens across the pool: the rankers' scans.
   void ScanInChunks(size_t n_idx, size_t granule, ThreadPool &pool,

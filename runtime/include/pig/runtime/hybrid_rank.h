@@ -7,16 +7,14 @@
 #include <cstddef>
 #include <cstdint>
 
-namespace pig::ref {
-enum class HybridRank : std::uint8_t; // pig/reference/hybrid.h
-}
+#include "pig/spec/hybrid_config.h"
 
 namespace pig::runtime::lsh {
 
 /// What lsh-hybrid's ranker `rank` reads per token and kv-head: the packed sketch of `bits`
 /// SimHash columns (hamming; hybrid_sketch_words), the L codes (collisions), or the int4 key and
 /// its f32 scale (quant; hybrid_quant_bytes + 4). 0 for lowrank (not in the runtime).
-std::size_t hybrid_ranker_bytes(ref::HybridRank rank, int bits, int L, std::size_t d);
+std::size_t hybrid_ranker_bytes(spec::HybridRank rank, int bits, int L, std::size_t d);
 
 /// u64 words of one packed sketch of `bits` SimHash columns: ceil(bits / 64), rounded up to a
 /// multiple of 8 (a 512-bit vector) so that the scan has no remainder; the padding is zero.

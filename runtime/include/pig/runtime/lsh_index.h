@@ -125,7 +125,7 @@ class FittedHash {
 public:
   /// Fits `spec` to keys [begin, begin + count) (n x d rows of dtype) centred by `mean`.
   /// Throws std::invalid_argument for a transform the runtime does not serve or count == 0.
-  FittedHash(const ref::TransformSpec &spec, const void *keys, DType dtype, std::size_t begin,
+  FittedHash(const spec::TransformSpec &spec, const void *keys, DType dtype, std::size_t begin,
              std::size_t count, const std::vector<float> &mean, const PagedRows &paged = {});
 
   const ref::HashTransform &transform() const { return T_; }
@@ -163,11 +163,11 @@ public:
   /// built with no indexed token stays plain (there is nothing to fit; the mean is zero too).
   static LshIndex build(const LshKernelSet &set, const void *keys, DType dtype, std::size_t n,
                         const SimHash &W, StaticTokens st = {},
-                        const ref::TransformSpec &transform = {});
+                        const spec::TransformSpec &transform = {});
   /// The same over keys in pages (a paged KV cache, read in place; PagedRows): the same index.
   static LshIndex build(const LshKernelSet &set, const void *keys, DType dtype,
                         const PagedRows &paged, std::size_t n, const SimHash &W,
-                        StaticTokens st = {}, const ref::TransformSpec &transform = {});
+                        StaticTokens st = {}, const spec::TransformSpec &transform = {});
 
   /// Room for `capacity` tokens in total, so that extend() never reallocates the tables.
   void reserve(std::size_t capacity);
