@@ -66,7 +66,7 @@ void CheckTarget(const std::string &file, const OperatingPoint &p, const TuningT
       warnings.push_back(file + " does not name the model it was made for (no \"model_hash\": "
                                 "selected from older records): not checked");
     else {
-      const std::string here = ModelHash(target.model_path);
+      const std::string here = model_hash_of(target.model_path);
       if (here != p.model_hash)
         mismatches.push_back("another model (field 'model_hash' " + p.model_hash + ", " +
                              target.model_path + " hashes to " + here + ")");
@@ -117,7 +117,7 @@ Tuning LoadTuning(const std::string &file, std::optional<double> max_error,
       for (const std::string &p : loaded.problems)
         t.warnings.push_back(file + ": skipped " + p);
       const QualityTable table = build_quality_table(loaded.records, n_layers);
-      RequireEveryLayer(table);
+      require_every_layer(table);
       auto p = select_per_layer_max_error(table, *max_error);
       if (!p)
         throw std::runtime_error("no point of " + file + " meets --max-error");

@@ -41,7 +41,7 @@ OperatingPoint ThreeLayers(const std::string &kernel, const std::string &model_h
   return p;
 }
 
-// A "model" file (its bytes are all ModelHash reads) and the target of a d=64 bf16 run on it.
+// A "model" file (its bytes are all model_hash_of reads) and the target of a d=64 bf16 run on it.
 struct Fixture {
   std::string model = TempPath("model.gguf");
   TuningTarget target;
@@ -65,23 +65,23 @@ TEST(Tuning, ModelHashIsPigTuneAccuracysHashOfTheFileBytes) {
   // not FNV's 14695981039346656037).
   const std::string path = TempPath("a.bin");
   WriteFile(path, "a");
-  EXPECT_EQ(ModelHash(path), "44bd8ad473cd9906");
+  EXPECT_EQ(model_hash_of(path), "44bd8ad473cd9906");
   WriteFile(path, "");
-  EXPECT_EQ(ModelHash(path), "14650fb0739d0383");
-  EXPECT_THROW(ModelHash("/nonexistent/model.gguf"), std::runtime_error);
+  EXPECT_EQ(model_hash_of(path), "14650fb0739d0383");
+  EXPECT_THROW(model_hash_of("/nonexistent/model.gguf"), std::runtime_error);
 }
 
 TEST(Tuning, APointMadeForThisModelLoadsWithoutWarnings) {
   Fixture f;
-  const std::string file = f.Point("ok.json", ThreeLayers("d=64 bf16", ModelHash(f.model)));
+  const std::string file = f.Point("ok.json", ThreeLayers("d=64 bf16", model_hash_of(f.model)));
   const Tuning t = LoadTuning(file, std::nullopt, f.target);
   EXPECT_TRUE(t.warnings.empty()) << t.warnings.front();
-  EXPECT_EQ(t.point.model_hash, ModelHash(f.model));
+  EXPECT_EQ(t.point.model_hash, model_hash_of(f.model));
 }
 
 TEST(Tuning, AnotherHeadDimOrKvTypeIsRefusedNamingBoth) {
   Fixture f;
-  const std::string file = f.Point("d128.json", ThreeLayers("d=128 q8", ModelHash(f.model)));
+  const std::string file = f.Point("d128.json", ThreeLayers("d=128 q8", model_hash_of(f.model)));
   try {
     LoadTuning(file, std::nullopt, f.target);
     FAIL() << "a d=128 q8 point loaded for a d=64 bf16 run";
@@ -129,7 +129,7 @@ TEST(Tuning, AnotherModelIsRefused) {
   } catch (const TuningMismatch &e) {
     const std::string m = e.what();
     EXPECT_NE(m.find("another model (field 'model_hash' 0123456789abcdef, " + f.model +
-                     " hashes to " + ModelHash(f.model) + ")"),
+                     " hashes to " + model_hash_of(f.model) + ")"),
               std::string::npos)
         << m;
   }
@@ -201,10 +201,10 @@ std::string Records(const std::string &name, int missing, const std::string &mod
 
 TEST(Tuning, SelectionFromRecordsCarriesTheModelHash) {
   Fixture f;
-  const std::string mine = Records("mine.jsonl", -1, ModelHash(f.model));
+  const std::string mine = Records("mine.jsonl", -1, model_hash_of(f.model));
   const Tuning t = LoadTuning(mine, 0.15, f.target);
   EXPECT_TRUE(t.warnings.empty());
-  EXPECT_EQ(t.point.model_hash, ModelHash(f.model));
+  EXPECT_EQ(t.point.model_hash, model_hash_of(f.model));
   EXPECT_EQ(t.point.kernel_tail, "d=64 bf16");
   const std::string theirs = Records("theirs.jsonl", -1, "0123456789abcdef");
   EXPECT_THROW(LoadTuning(theirs, 0.15, f.target), TuningMismatch);
@@ -212,7 +212,7 @@ TEST(Tuning, SelectionFromRecordsCarriesTheModelHash) {
 
 TEST(Tuning, ALayerWithoutMeasurementsIsAnErrorNamingIt) {
   Fixture f;
-  const std::string file = Records("missing.jsonl", 1, ModelHash(f.model));
+  const std::string file = Records("missing.jsonl", 1, model_hash_of(f.model));
   try {
     LoadTuning(file, 0.15, f.target);
     FAIL() << "layer 1 became dense silently";
@@ -222,14 +222,14 @@ TEST(Tuning, ALayerWithoutMeasurementsIsAnErrorNamingIt) {
     EXPECT_NE(std::string(e.what()).find("measure no candidate on layer 1 of 3"), std::string::npos)
         << e.what();
   }
-  // RequireEveryLayer names runs of layers.
+  // require_every_layer names runs of layers.
   QualityTable t;
   t.data_hash = "h";
   t.layers.resize(6);
   t.layers[2].candidates = {{8, 75, 2}};
   t.layers[4].candidates = {{8, 75, 2}};
   try {
-    RequireEveryLayer(t);
+    require_every_layer(t);
     FAIL();
   } catch (const std::runtime_error &e) {
     EXPECT_NE(std::string(e.what()).find("measure no candidate on layers 0-1, 3, 5 of 6"),
@@ -238,7 +238,7 @@ TEST(Tuning, ALayerWithoutMeasurementsIsAnErrorNamingIt) {
   }
   for (auto &l : t.layers)
     l.candidates = {{8, 75, 2}};
-  EXPECT_NO_THROW(RequireEveryLayer(t));
+  EXPECT_NO_THROW(require_every_layer(t));
 }
 
 } // namespace

@@ -121,7 +121,7 @@ int RunAccuracy(const CommonOptions &common, const AccuracyOptions &o) {
   // What the values depend on: the model file, the text, the contexts and positions, the static
   // window, W's seed, the KV type and pig's version (not the candidates: one record each).
   // The model's hash is also each record's model_hash (--tuning checks a point's model with it).
-  const std::string model_hash = ModelHash(model_path);
+  const std::string model_hash = model_hash_of(model_path);
   Hash h;
   h.Add(model_hash);
   h.Add(text);

@@ -266,7 +266,7 @@ int RunHybrid(const CommonOptions &common, const HybridTuneOptions &o) {
   p.topk_error = topk_error;
   p.samples = samples.size();
   p.contexts = contexts;
-  p.model_hash = ModelHash(common.model);
+  p.model_hash = model_hash_of(common.model);
   p.pig_version = PIG_VERSION;
   p.timestamp = Timestamp();
   save_hybrid_point(o.out, p);

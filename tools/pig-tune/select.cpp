@@ -37,7 +37,7 @@ int RunSelect(const CommonOptions &common, const SelectOptions &o) {
   const auto loaded = LoadRecords(records);
   const size_t n_layers = LayersOf(loaded.records);
   const QualityTable t = QualityTableOf(loaded.records, n_layers, o.data_hash);
-  RequireEveryLayer(t);
+  require_every_layer(t);
   std::optional<OperatingPoint> p;
   const auto dense = DefaultDense(n_layers);
   std::optional<LayerTimes> times;

@@ -334,7 +334,7 @@ int RunSpeed(const CommonOptions &common, SpeedRunOptions o) {
   for (double e : o.max_errors) {
     if (!table)
       throw std::runtime_error("--max-errors needs quality records in " + records);
-    RequireEveryLayer(*table);
+    require_every_layer(*table);
     const auto p = select_per_layer_max_error(*table, e);
     add_point(*p, "tuned " + p->criterion);
   }

@@ -607,7 +607,7 @@ std::optional<OperatingPoint> select_per_layer_max_cost(const QualityTable &t, d
   return make_point(t, opts, pick, crit);
 }
 
-std::string ModelHash(const std::string &path) {
+std::string model_hash_of(const std::string &path) {
   std::ifstream in(path, std::ios::binary);
   if (!in)
     throw std::runtime_error("cannot read " + path);
@@ -624,7 +624,7 @@ std::string ModelHash(const std::string &path) {
   return hex;
 }
 
-void RequireEveryLayer(const QualityTable &t) {
+void require_every_layer(const QualityTable &t) {
   std::string missing; // runs: "3, 7-9"
   size_t n = 0;
   for (size_t l = 0; l < t.layers.size(); ++l) {

@@ -11,9 +11,10 @@
 //
 // A point made for something else is refused with a TuningMismatch (the tools exit 2): another
 // head dim or KV type than the target's (the point's "kernel", e.g. "d=64 bf16"), another model
-// (its "model_hash", the model file's ModelHash). With TuningTarget::force (--force-tuning) each
-// of these is a warning instead; a point without a model hash (selected from records older than
-// the field) or without "kernel" is a warning (what it lacks is not checked).
+// (its "model_hash": tune::model_hash_of the model file). With TuningTarget::force
+// (--force-tuning) each of these is a warning instead; a point without a model hash (selected
+// from records older than the field) or without "kernel" is a warning (what it lacks is not
+// checked).
 #pragma once
 
 #include <cstddef>
@@ -39,7 +40,7 @@ struct TuningTarget {
   size_t n_layers = 0;                   ///< always checked
   size_t head_dim = 0;                   ///< the model's; 0: not checked
   std::optional<runtime::lsh::DType> kv; ///< the run's KV type (AttentionSpec::kv_dtype)
-  std::string model_path;                ///< the model file (its ModelHash); "": not checked
+  std::string model_path;                ///< the model file (its model_hash_of); "": not checked
   bool force = false;                    ///< --force-tuning: a mismatch is a warning
   std::string flag = "--tuning";         ///< the option messages name
 };

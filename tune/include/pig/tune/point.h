@@ -26,7 +26,7 @@
 //      {"layer": 1, "K": 8, "L": 75, "t": 2, "error": 0.11, "cost2": 0.02}, ...],
 //    "schedule": "", "criterion": "max-error 0.12", "error": 0.1, "cost2": 0.08,
 //    "pig_version": "...", "timestamp": "..."}
-// model_hash (the model file's, ModelHash below) is optional: points selected from records
+// model_hash (the model file's, model_hash_of below) is optional: points selected from records
 // that lack it (before issue 28) omit it, and --tuning then warns instead of checking the model.
 #pragma once
 
@@ -144,12 +144,12 @@ std::optional<OperatingPoint> select_per_layer_max_cost(const QualityTable &t, d
 /// Every layer of `t` has a measured LSH candidate, else throws std::runtime_error naming the
 /// layers without one (selection would silently make them dense: an interrupted or partial
 /// pig-tune accuracy). Selection from records (pig-tune select, --tuning RECORDS) checks first.
-void RequireEveryLayer(const QualityTable &t);
+void require_every_layer(const QualityTable &t);
 
 /// The model file's identity in points and quality records: FNV-1a's step (64 bits, hex; the
 /// offset basis pig-tune accuracy has always used, so data hashes stay) over its bytes (not
 /// cryptographic: it tells different files apart). Throws std::runtime_error when the file
 /// cannot be read.
-std::string ModelHash(const std::string &path);
+std::string model_hash_of(const std::string &path);
 
 } // namespace pig::tune

@@ -1,4 +1,4 @@
-//===- pig-translate.cpp - pig IR to C++ kernel sources -------------------===//
+//===- pig_translate.cpp - pig IR to C++ kernel sources -------------------===//
 //
 //   pig-translate --emit=cpu step.mlir -o pig_lsh_k10_l150_d128_bf16.cpp
 //   pig-translate --emit=cpu-registry a.mlir b.mlir -o pig_register_generated_kernels.cpp

@@ -1,4 +1,4 @@
-//===- pig-opt.cpp - the pig optimizer driver -----------------------------===//
+//===- pig_opt.cpp - the pig optimizer driver -----------------------------===//
 //
 // Registers only what pig's IR uses (never InitAllDialects.h: it costs minutes to build).
 //
