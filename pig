@@ -193,6 +193,34 @@ setup_vllm() {
   fi
 }
 
+# background NAME FUNCTION: runs FUNCTION in the background, its output in build-logs/NAME.log;
+# await NAME waits for it and stops with that log's tail when it failed.
+declare -A BACKGROUND=()
+background() {
+  mkdir -p "$ROOT/build-logs"
+  log "$1: in the background (build-logs/$1.log)"
+  ("$2") >"$ROOT/build-logs/$1.log" 2>&1 &
+  BACKGROUND[$1]=$!
+  trap 'kill "${BACKGROUND[@]}" 2>/dev/null || true' EXIT # a failed stage stops the downloads
+}
+await() {
+  local pid=${BACKGROUND[$1]:-}
+  [ -n "$pid" ] || return 0
+  if ! wait "$pid"; then
+    tail -20 "$ROOT/build-logs/$1.log" >&2
+    die "$1 failed (log: build-logs/$1.log)"
+  fi
+  unset "BACKGROUND[$1]"
+  log "$1: done"
+}
+# timed WHAT COMMAND...: runs it, then logs how long WHAT took (CI's stage times).
+timed() {
+  local what=$1 t0=$SECONDS
+  shift
+  "$@"
+  log "$what: $((SECONDS - t0)) s"
+}
+
 export CCACHE_BASEDIR="$ROOT"
 export CCACHE_DIR="${CCACHE_DIR:-$HOME/.cache/pig-ccache}"
 
@@ -231,21 +259,27 @@ case "$cmd" in
     ;;
   test)
     setup
-    setup_parity
+    # The downloads (the parity reference, ~2.7 GB; with PIG_VLLM=1 the vLLM environment, ~3 GB)
+    # install in the background while the sanitizer build compiles: a cold machine spends minutes
+    # on each, mostly waiting on the network. Each is waited for before the first test that needs
+    # it; its log is build-logs/NAME.log.
+    background parity setup_parity
+    [ "${PIG_VLLM:-0}" = "1" ] && background vllm setup_vllm
     # Sanitizer configuration first (address + undefined, MLIR-free layers), so that the full
     # suite's ctest summary is the last thing printed.
     log "sanitizer build (address + undefined)"
-    build_sanitize
+    timed "sanitizer build" build_sanitize
+    await parity
     ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
-      ctest --test-dir "$BUILD_SAN" --output-on-failure -j "$JOBS" -LE slow
+      timed "sanitizer tests" ctest --test-dir "$BUILD_SAN" --output-on-failure -j "$JOBS" -LE slow
     log "full build"
-    build_main
-    ctest --test-dir "$BUILD" --output-on-failure -j "$JOBS" "$@"
+    timed "full build" build_main
+    timed "full tests" ctest --test-dir "$BUILD" --output-on-failure -j "$JOBS" "$@"
     # PIG_VLLM=1: also pig_vllm's tests in the vLLM environment (~10 min on 2 cores)
     if [ "${PIG_VLLM:-0}" = "1" ]; then
-      setup_vllm
+      await vllm
       log "pig_vllm tests (vLLM)"
-      "$ROOT/python/pig_vllm/run_tests.sh"
+      timed "pig_vllm tests" "$ROOT/python/pig_vllm/run_tests.sh"
     fi
     ;;
   help | -h | --help)
