@@ -16,8 +16,8 @@ using namespace pig::tune;
 std::vector<runtime::LayerLsh> LayerChoices(const OperatingPoint &p) {
   std::vector<runtime::LayerLsh> out;
   for (const LayerChoice &l : p.layers)
-    out.push_back(l.c.dense ? runtime::LayerLsh{true}
-                            : runtime::LayerLsh{false, l.c.K, l.c.L, l.c.t});
+    out.push_back(l.c.dense ? runtime::LayerLsh{{}, true}
+                            : runtime::LayerLsh{{l.c.K, l.c.L, l.c.t}});
   return out;
 }
 

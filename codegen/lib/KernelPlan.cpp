@@ -18,8 +18,10 @@ using namespace mlir;
 using namespace mlir::pig;
 
 ::pig::spec::KernelKey KernelPlan::key() const {
-  return {static_cast<int>(k), static_cast<int>(l), static_cast<int>(d),
-          ::pig::spec::parse_dtype(dtype).value_or(::pig::spec::DType::bf16), schedule};
+  return {{static_cast<int>(k), static_cast<int>(l)},
+          static_cast<int>(d),
+          ::pig::spec::parse_dtype(dtype).value_or(::pig::spec::DType::bf16),
+          schedule};
 }
 
 std::string KernelPlan::keySymbol() const { return key().symbol(); }
@@ -205,8 +207,8 @@ FailureOr<KernelPlan> mlir::pig::planKernels(ModuleOp module) {
       return true;
     }();
     if (!kvType || !inRange ||
-        !::pig::spec::KernelKey{static_cast<int>(here.k), static_cast<int>(here.l),
-                                static_cast<int>(here.d), *kvType}
+        !::pig::spec::KernelKey{
+            {static_cast<int>(here.k), static_cast<int>(here.l)}, static_cast<int>(here.d), *kvType}
              .validate()
              .empty()) {
       func.emitError() << "function @" << func.getSymName() << " has kernel " << kernel

@@ -82,7 +82,7 @@ std::pair<Value, Value> mlir::pig::buildAttention(OpBuilder &builder, Location l
   auto op = builder.create<SampledAttentionOp>(
       loc, RankedTensorType::get(qType.getShape(), f32),
       RankedTensorType::get({qType.getDimSize(0)}, f32), q, k, v,
-      LshAttr::get(ctx, orDynamic(lsh.k), orDynamic(lsh.l), lsh.t, lsh.seed,
+      LshAttr::get(ctx, orDynamic(lsh.K), orDynamic(lsh.L), int64_t(lsh.t), lsh.seed,
                    StringRef(lsh.transform)),
       StaticTokensAttr::get(ctx, staticTokens.sink, staticTokens.local));
   return {op.getOutput(), op.getLse()};
@@ -138,8 +138,8 @@ OwningOpRef<ModuleOp> mlir::pig::buildDecodeStep(MLIRContext &context, const Mod
       return success();
     });
     auto emit = [&] { return emitError(UnknownLoc::get(&context)); };
-    if (!LshAttr::getChecked(emit, &context, orDynamic(lsh.k), orDynamic(lsh.l), lsh.t, lsh.seed,
-                             StringRef(lsh.transform)) ||
+    if (!LshAttr::getChecked(emit, &context, orDynamic(lsh.K), orDynamic(lsh.L), int64_t(lsh.t),
+                             lsh.seed, StringRef(lsh.transform)) ||
         !StaticTokensAttr::getChecked(emit, &context, staticTokens.sink, staticTokens.local))
       return {};
   }

@@ -54,8 +54,10 @@ Schedule defaultSchedule(int64_t headDim, int64_t groupSize) {
 /// as records spell it (pig::spec::KernelKey::str; other element types as the dialect names them).
 std::string keyString(KernelAttr kernel) {
   if (std::optional<::pig::spec::DType> dtype = kvDType(kernel.getDtype()))
-    return ::pig::spec::KernelKey{static_cast<int>(kernel.getK()), static_cast<int>(kernel.getL()),
-                                  static_cast<int>(kernel.getD()), *dtype}
+    return ::pig::spec::KernelKey{
+        {static_cast<int>(kernel.getK()), static_cast<int>(kernel.getL())},
+        static_cast<int>(kernel.getD()),
+        *dtype}
         .str();
   std::string s;
   llvm::raw_string_ostream os(s);

@@ -81,7 +81,7 @@ std::string LayerLsh::str() const {
 std::vector<LayerLsh> AttentionSpec::LayerChoices(size_t n_layers) const {
   if (!layers.empty())
     return layers;
-  std::vector<LayerLsh> c(n_layers, LayerLsh{false, K, L, t});
+  std::vector<LayerLsh> c(n_layers, LayerLsh{{K, L, t}});
   for (size_t l : DenseLayers(n_layers))
     if (l < n_layers)
       c[l].dense = true;

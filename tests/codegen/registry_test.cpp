@@ -10,6 +10,7 @@
 #include <fstream>
 #include <optional>
 #include <sstream>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -208,6 +209,13 @@ TEST(GeneratedCudaKernels, RegistryServesEveryManifestKeySpecialised) {
     EXPECT_TRUE(pig::cuda::resolve_cuda_kernels(cuda).specialised) << cuda.str();
   }
   EXPECT_FALSE(pig::cuda::resolve_cuda_kernels({9, 120, 128, pig::cuda::DType::bf16}).specialised);
+}
+
+/// pig::cuda's element type is pig::spec's, which has q8; there are no q8 CUDA kernels, so a q8
+/// key is refused rather than served bf16 kernels.
+TEST(GeneratedCudaKernels, ResolveRefusesQ8) {
+  EXPECT_THROW(pig::cuda::resolve_cuda_kernels({10, 150, 128, pig::cuda::DType::q8}),
+               std::invalid_argument);
 }
 
 /// The specialised CUDA encode of every manifest key equals pig::ref (run where a GPU is).

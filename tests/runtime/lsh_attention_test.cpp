@@ -280,7 +280,7 @@ TEST(LshAttention, InvalidSpecsThrowWithAMessage) {
 TEST(LshAttention, PerLayerChoicesDecodeAsTheirUniformSpec) {
   const size_t layers = 4, heads = 6, kvh = 2, d = 64, prompt = 300, steps = 12;
   const AttentionShape shape{layers, heads, kvh, d, prompt + steps};
-  std::vector<LayerLsh> choices{{true}, {false, 8, 75, 2}, {false, 10, 150, 1}, {false, 8, 75, 1}};
+  std::vector<LayerLsh> choices{{{}, true}, {{8, 75, 2}}, {{10, 150, 1}}, {{8, 75, 1}}};
   AttentionSpec per;
   per.method = pig::spec::Method::magicpig;
   per.layers = choices;
@@ -604,7 +604,7 @@ TEST(PrepareDecode, UnitsAreTheIndexesTheNextStepBuilds) {
     // Per-layer choices: each sparse layer's kv-heads are units, whatever its (K, L).
     AttentionSpec per;
     per.method = pig::spec::Method::magicpig;
-    per.layers = {{true}, {false, 8, 75, 2}, {false, 6, 40, 1}, {false, 8, 75, 2}};
+    per.layers = {{{}, true}, {{8, 75, 2}}, {{6, 40, 1}}, {{8, 75, 2}}};
     LshAttention a(per, shape);
     rows.Prefill(a, first + 2, pool);
     EXPECT_EQ(a.DecodeUnitsPending(), 3 * kvh);
@@ -624,7 +624,7 @@ TEST(ReservedBytesOf, EqualsTheConstructedAttentionsReservedBytes) {
   }
   AttentionSpec per;
   per.method = pig::spec::Method::magicpig;
-  per.layers = {{true}, {false, 8, 75, 2}, {false, 10, 150, 1}, {false, 12, 40, 2}};
+  per.layers = {{{}, true}, {{8, 75, 2}}, {{10, 150, 1}}, {{12, 40, 2}}};
   specs.emplace_back("magicpig per-layer", per);
   AttentionSpec fitted;
   fitted.method = pig::spec::Method::magicpig;

@@ -34,7 +34,7 @@ AttentionSpec Spec(pig::spec::Method m, const char *transform = "plain", bool pe
   s.dense_layers = {1};
   s.dense_layers_set = true;
   if (per_layer) { // a tuned operating point: each sampled layer its own (K, L), not the spec's
-    s.layers = {LayerLsh{false, 10, 150, 2}, LayerLsh{true}, LayerLsh{false, 8, 64, 1}};
+    s.layers = {LayerLsh{{10, 150, 2}}, LayerLsh{{}, true}, LayerLsh{{8, 64, 1}}};
     s.dense_layers = {};
     s.dense_layers_set = false;
   }

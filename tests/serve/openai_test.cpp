@@ -274,7 +274,7 @@ TEST_F(OpenAiTest, ATunedPointServesMagicpigRequestsThatNameNoConfiguration) {
   tuned.method = spec::Method::magicpig;
   tuned.layers.assign(layers(), runtime::LayerLsh{});
   tuned.layers[0].dense = true;
-  tuned.layers[1] = {false, 8, 75, 2};
+  tuned.layers[1] = {{8, 75, 2}};
   d.tuned = tuned;
   const auto plain = ParsePigExtension(nullptr, d, layers());
   EXPECT_EQ(plain.method, spec::Method::dense); // the default method is dense

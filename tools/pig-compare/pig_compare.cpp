@@ -14,6 +14,7 @@
 #include "pig/app/options.h"
 #include "pig/eval/accuracy.h" // Recode, OracleBudget (shared with pig-eval)
 #include "pig/reference/reference.h"
+#include "pig/spec/lsh_params.h"
 
 namespace {
 
@@ -29,9 +30,7 @@ struct Options {
 
 constexpr std::size_t kQuestPage = 16;
 constexpr double kBudgets[] = {0.01, 0.02, 0.05, 0.10};
-struct KL {
-  int K, L;
-};
+using KL = pig::spec::LshHash;
 constexpr KL kMagicPigConfigs[] = {{10, 150}, {9, 120}, {8, 75}, {7, 64}};
 constexpr int kThreshold = 2; // a token is sampled when it collides in >= 2 of L tables
 

@@ -97,7 +97,7 @@ int PerLayerSpeed(const LlamaModel &model, ThreadPool &pool, const Fingerprint &
     if (cand.dense)
       spec.method = pig::spec::Method::dense;
     else
-      spec.layers.assign(nl, LayerLsh{false, cand.K, cand.L, cand.t});
+      spec.layers.assign(nl, LayerLsh{{cand.K, cand.L, cand.t}});
     TiledDecoder X(model, pool, spec, tiled, ctx, steps);
     X.Step(next()); // index build: not timed
     std::vector<std::vector<double>> ratio(nl), dl(nl);

@@ -20,8 +20,8 @@ int device_count() {
 }
 
 std::string CudaKernelKey::str() const {
-  return "K=" + std::to_string(K) + " L=" + std::to_string(L) + " d=" + std::to_string(d) +
-         (dtype == DType::f32 ? " f32" : " bf16") + " cuda";
+  return "K=" + std::to_string(K) + " L=" + std::to_string(L) + " d=" + std::to_string(d) + " " +
+         spec::name(dtype) + " cuda";
 }
 
 namespace {
@@ -54,6 +54,8 @@ CudaKernelSet resolve_cuda_kernels(const CudaKernelKey &key) {
       if (entry.first == key)
         return entry.second;
   }
+  if (key.dtype == DType::q8)
+    throw std::invalid_argument("pig::cuda: no CUDA kernels for q8 rows (" + key.str() + ")");
   return key.dtype == DType::f32 ? make_cuda_kernel_set<0, 0, 0, float>()
                                  : make_cuda_kernel_set<0, 0, 0, bf16>();
 }

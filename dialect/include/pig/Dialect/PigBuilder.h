@@ -12,6 +12,7 @@
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/BuiltinOps.h"
 #include "mlir/IR/OwningOpRef.h"
+#include "pig/spec/lsh_params.h"
 
 #include <cstdint>
 #include <string>
@@ -32,12 +33,11 @@ struct ModelShape {
   std::string dtype = "bf16";
 };
 
-/// LSH configuration; k or l <= 0 leaves them generic (`?`) for pig-specialize to fold.
-/// `transform` is the hashing space (a pig::spec::TransformSpec: "plain", "pca:r=R",
-/// "whiten:a=A", "mips:q=Q", "whiten:a=A+mips:q=Q"), canonicalised into #pig.lsh and checked
-/// against the head dim.
-struct LshConfig {
-  int64_t k = 10, l = 150, t = 2;
+/// LSH configuration: (K, L, t) (the pig::spec::LshParams base; {K, L, t, seed} initialises);
+/// K or L <= 0 leaves them generic (`?`) for pig-specialize to fold. `transform` is the hashing
+/// space (a pig::spec::TransformSpec: "plain", "pca:r=R", "whiten:a=A", "mips:q=Q",
+/// "whiten:a=A+mips:q=Q"), canonicalised into #pig.lsh and checked against the head dim.
+struct LshConfig : ::pig::spec::LshParams {
   uint64_t seed = 0;
   std::string transform = "plain";
 };

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "pig/reference/reference.h"
+#include "pig/spec/lsh_params.h"
 
 namespace pig::eval {
 
@@ -31,9 +32,8 @@ std::vector<std::uint16_t> Recode(const std::vector<std::uint16_t> &wide,
 std::size_t OracleBudget(std::span<const double> weights, double target,
                          std::size_t max_draws = std::size_t(1) << 40);
 
-struct KL {
-  int K, L;
-};
+/// A MagicPIG configuration's hash (K, L); the threshold is ErrorOptions::threshold.
+using KL = spec::LshHash;
 
 struct ErrorOptions {
   std::vector<double> budgets{0.01, 0.02, 0.05, 0.10}; ///< TopK / Quest / oracle, of indexed

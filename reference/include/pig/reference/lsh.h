@@ -15,13 +15,12 @@ namespace pig::ref {
 using spec::kMaxK;
 using spec::kMaxL;
 
-struct LshConfig {
-  int K = 10;             ///< bits per table, [1, kMaxK]
-  int L = 150;            ///< tables, [1, kMaxL]
-  int t = 2;              ///< a token is sampled when it collides in >= t tables, [1, L]
+/// (K, L, t) (the spec::LshParams base) and W's seed; {K, L, t, seed} initialises.
+struct LshConfig : spec::LshParams {
   std::uint64_t seed = 0; ///< seed of W (see simhash_matrix)
 
-  /// Throws std::invalid_argument naming the parameter, its range and the value given.
+  /// Throws std::invalid_argument naming the parameter, its range and the value given (hides
+  /// LshParams::validate, which returns spec's message instead).
   void validate() const;
   std::size_t columns() const { return std::size_t(K) * std::size_t(L); }
 };

@@ -20,6 +20,7 @@
 #include "pig/runtime/ops.h"
 #include "pig/runtime/thread_pool.h"
 #include "pig/spec/hybrid_config.h"
+#include "pig/spec/lsh_params.h"
 #include "pig/spec/method.h"
 #include "pig/spec/transform_spec.h"
 
@@ -152,10 +153,9 @@ void CausalDense(const KvCache &cache, const lsh::LshKernelSet &set, size_t laye
                  size_t n, const float *q, float *out, ThreadPool &pool);
 
 /// One layer's choice in a per-layer operating point (pig-tune): dense, or LSH sampling with
-/// its own (K, L, t).
-struct LayerLsh {
+/// its own (K, L, t) (the spec::LshParams base; {{K, L, t}} initialises, {{}, true} is dense).
+struct LayerLsh : spec::LshParams {
   bool dense = false;
-  int K = 10, L = 150, t = 2;
   friend bool operator==(const LayerLsh &, const LayerLsh &) = default;
   /// "dense" or "K=10 L=150 t=2".
   std::string str() const;
@@ -163,10 +163,10 @@ struct LayerLsh {
 
 /// Which attention to run and its parameters (pig-run's --attention, --lsh, --sink, --local,
 /// --dense-layers, --budget, --hybrid, --kv, --tuning).
-struct AttentionSpec {
+/// magicpig's and lsh-hybrid's (K, L, t) are the spec::LshParams base (spec.K, spec.L, spec.t).
+struct AttentionSpec : spec::LshParams {
   spec::Method method = spec::Method::dense; ///< pig/spec/method.h: dense, magicpig, topk, ...
   lsh::DType kv_dtype = lsh::DType::bf16;
-  int K = 10, L = 150, t = 2;
   std::uint64_t seed = 0x9e3779b97f4a7c15ull; ///< W (pig::ref::simhash_matrix)
   size_t sink = 4, local = 64;
   /// Layers that stay dense; unset: the first layer and the middle one ({0, n_layers / 2}).

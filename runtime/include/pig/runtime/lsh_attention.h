@@ -37,8 +37,8 @@ namespace pig::runtime {
 /// for all, the widest (K, L)'s, the others as its column prefixes.
 class LshLayers {
 public:
-  struct Config {
-    int K, L, t;
+  /// (K, L, t) in the spec::LshParams base; {K, L, t, set, W, log_u} initialises.
+  struct Config : spec::LshParams {
     lsh::LshKernelSet set;
     std::shared_ptr<const lsh::SimHash> W; // shared by the configurations of one (K, L)
     lsh::LogUTableData log_u;

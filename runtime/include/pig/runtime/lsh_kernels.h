@@ -71,9 +71,9 @@ struct PagedRows {
 const void *row_address(const void *base, DType dtype, std::size_t d, const PagedRows &paged,
                         std::size_t i);
 
-struct KernelKey {
-  int K = 10;
-  int L = 150;
+/// (K, L) in the LshHash base (pig/spec/lsh_params.h); {K, L, d, dtype, target, schedule}
+/// initialises, as the generated registrations write it.
+struct KernelKey : spec::LshHash {
   int d = 128;
   DType dtype = DType::bf16;
   Target target = Target::cpu;
@@ -81,7 +81,7 @@ struct KernelKey {
 
   friend bool operator==(const KernelKey &, const KernelKey &) = default;
   /// The configuration and schedule without the target (pig/spec/kernel_key.h).
-  spec::KernelKey config() const { return {K, L, d, dtype, schedule}; }
+  spec::KernelKey config() const { return {{K, L}, d, dtype, schedule}; }
   /// "K=10 L=150 d=128 bf16 cpu" (spec::KernelKey's spelling, then the target), with
   /// " [gqa=union block=32 ...]" when the schedule is not the default.
   std::string str() const;

@@ -11,13 +11,13 @@
 #include <string_view>
 
 #include "pig/spec/kv_type.h"
+#include "pig/spec/lsh_params.h"
 #include "pig/spec/schedule.h"
 
 namespace pig::spec {
 
-struct KernelKey {
-  int K = 10;  ///< bits per table, [1, kMaxK]
-  int L = 150; ///< tables, [1, kMaxL]
+/// (K, L) in the LshHash base (no t: pig/spec/lsh_params.h says why); {K, L, d, dtype} initialises.
+struct KernelKey : LshHash {
   int d = 128; ///< head dim (supports_head_dim)
   DType dtype = DType::bf16;
   Schedule schedule{}; ///< how the kernels run, not what they compute

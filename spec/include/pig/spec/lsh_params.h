@@ -1,5 +1,15 @@
 // The LSH parameters of MagicPIG, (K, L, t), their limits, and their one spelling.
 //
+// The one declaration of (K, L, t) and their defaults 10/150/2. Every other type that carries an
+// LSH configuration holds LshParams as its base, so `x.K` reads the same field everywhere and
+// {K, L, t, ...} still initialises it: ref::LshConfig (+ W's seed), the dialect builder's
+// mlir::pig::LshConfig (+ seed and transform), runtime::AttentionSpec (+ the rest of the
+// attention), runtime::LayerLsh and tune::Candidate (+ a dense choice), runtime::LshLayers::Config
+// (+ its kernels); tune::LshPoint is LshParams. The kernel keys (spec::KernelKey,
+// runtime::lsh::KernelKey, cuda::CudaKernelKey) and the (K, L) grids of pig-eval and pig-compare
+// hold LshHash, (K, L) without t: a kernel set is specialised on the hash while t is a threshold
+// it takes at run time, and keys that carried t would name one set twice.
+//
 // Every layer that names a configuration uses this struct and these limits: the reference checks
 // them before hashing, the dialect's verifier and pig-specialize before specialising, the
 // runtime's registry before serving, pig-tune before writing a point, and every tool's --lsh
@@ -24,10 +34,17 @@ inline constexpr int kMaxK = 16;
 /// outweighs the KV cache many times over (the paper uses L <= 150).
 inline constexpr int kMaxL = 1024;
 
-struct LshParams {
+/// The hash: K bits in each of L tables (what a kernel set is specialised on).
+struct LshHash {
   int K = 10;  ///< bits per table, [1, kMaxK]
   int L = 150; ///< tables, [1, kMaxL]
-  int t = 2;   ///< a token is sampled when it collides in >= t tables, [1, L]
+
+  friend bool operator==(const LshHash &, const LshHash &) = default;
+};
+
+/// (K, L, t). Brace-initialised as {K, L, t} (brace elision fills the LshHash base).
+struct LshParams : LshHash {
+  int t = 2; ///< a token is sampled when it collides in >= t tables, [1, L]
 
   friend bool operator==(const LshParams &, const LshParams &) = default;
 

@@ -12,11 +12,13 @@
 #include <optional>
 #include <vector>
 
+#include "pig/spec/lsh_params.h"
+
 namespace pig::tune {
 
-/// One layer's choice: LSH (K, L, t), or dense attention.
-struct Candidate {
-  int K = 10, L = 150, t = 2;
+/// One layer's choice: LSH (K, L, t) (the spec::LshParams base), or dense attention;
+/// {K, L, t, dense} initialises.
+struct Candidate : spec::LshParams {
   bool dense = false;
   friend bool operator==(const Candidate &, const Candidate &) = default;
   /// K * L, the tie-breaker (fewer projections per token); dense counts as the largest.

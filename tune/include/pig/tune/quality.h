@@ -12,13 +12,12 @@
 
 #include "pig/reference/magicpig.h"
 #include "pig/reference/matrix.h"
+#include "pig/spec/lsh_params.h"
 
 namespace pig::tune {
 
 /// One LSH candidate: K bits per table, L tables, sampled at >= t collisions.
-struct LshPoint {
-  int K = 10, L = 150, t = 2;
-};
+using LshPoint = spec::LshParams;
 
 struct QualityQuery {
   std::vector<float> q;   ///< one query head, d floats

@@ -12,17 +12,22 @@
 #include <string>
 #include <vector>
 
+#include "pig/spec/kv_type.h"
+#include "pig/spec/lsh_params.h"
+
 namespace pig::cuda {
 
 /// Number of usable CUDA devices; 0 on ANY error (no driver, insufficient driver: error 35 on
 /// machines without a GPU, where cudaGetDeviceCount leaves its output untouched).
 int device_count();
 
-enum class DType : std::uint8_t { f32, bf16 };
+/// pig::spec's element types (pig/spec/kv_type.h). The CUDA kernels serve f32 and bf16 rows only:
+/// there are no q8 kernels, and resolve_cuda_kernels refuses a q8 key.
+using spec::DType;
 
-struct CudaKernelKey {
-  int K = 10;
-  int L = 150;
+/// (K, L) in the LshHash base (pig/spec/lsh_params.h); {K, L, d, dtype} initialises, as the
+/// generated registrations write it.
+struct CudaKernelKey : spec::LshHash {
   int d = 128;
   DType dtype = DType::bf16;
   friend bool operator==(const CudaKernelKey &, const CudaKernelKey &) = default;
@@ -56,7 +61,8 @@ struct CudaKernelSet {
 
 /// Registers a specialised set (a later registration of the same key replaces it).
 void register_cuda_kernels(const CudaKernelKey &key, const CudaKernelSet &set);
-/// The specialised set of `key` when registered, else the generic set of its dtype.
+/// The specialised set of `key` when registered, else the generic set of its dtype. Throws
+/// std::invalid_argument for q8 (no CUDA kernels).
 CudaKernelSet resolve_cuda_kernels(const CudaKernelKey &key);
 std::vector<CudaKernelKey> registered_cuda_kernels();
 
