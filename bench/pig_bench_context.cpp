@@ -15,7 +15,7 @@
 // "magicpig+SPEC" (magicpig's K, L, t hashing in a space fitted to the keys, AttentionSpec::
 // transform) decodes alternated with the others: its speed vs plain magicpig and vs dense, the
 // first step (index build and the fit) and the fitted hashing's memory. With --hybrid SPEC the
-// extra method is lsh-hybrid instead (ref::HybridConfig::parse's SPEC; its budget, e.g.
+// extra method is lsh-hybrid instead (spec::HybridConfig::parse's SPEC; its budget, e.g.
 // budget=6%, sets the method's cost2, to match magicpig's in the table): its speed vs magicpig
 // against the target of 0.9x, its first step and its index. With --kv A,B (e.g.
 // bf16,q8) dense and magicpig run with each KV element type, all alternated, and a second table
@@ -45,6 +45,7 @@
 #include "pig/runtime/attention.h"
 #include "pig/runtime/model.h"
 #include "pig/spec/files.h"
+#include "pig/spec/hybrid_config.h"
 
 #include "context_table.h"
 
@@ -73,7 +74,7 @@ struct Options {
   // transform changes the collision rate); default magicpig's.
   pig::spec::LshParams transform_lsh;
   // --hybrid SPEC: a method lsh-hybrid (its budget from SPEC).
-  std::optional<pig::ref::HybridConfig> hybrid;
+  std::optional<pig::spec::HybridConfig> hybrid;
 };
 
 // The command line: the shared groups (model, threads, tuning) and the bench's own options.

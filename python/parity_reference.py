@@ -112,7 +112,9 @@ def main():
               f"python/requirements-parity.txt (with CI=true this fails)")
         return SKIP
 
-    torch.set_num_threads(os.cpu_count() or 1)
+    # One thread: ctest runs this beside other tests, and torch's threads spinning against them
+    # took 153 s on 2 cores where one thread takes 22 s (alone, 1 or 2 threads take the same).
+    torch.set_num_threads(1)
     t0 = time.time()
     d, name = os.path.split(os.path.abspath(args.model))
     tok = AutoTokenizer.from_pretrained(d, gguf_file=name)

@@ -394,9 +394,9 @@ std::vector<spec::LshParams> ParseLshText(const std::string &name, const std::st
   return out;
 }
 
-ref::HybridConfig ParseHybridSpec(const std::string &text, bool files) {
+spec::HybridConfig ParseHybridSpec(const std::string &text, bool files) {
   if (!text.starts_with('@'))
-    return ref::HybridConfig::parse(text);
+    return spec::HybridConfig::parse(text);
   if (!files)
     throw std::invalid_argument("@FILE is read only from a tool's command line; give the spec "
                                 "(key=value pairs)");
@@ -410,7 +410,7 @@ ref::HybridConfig ParseHybridSpec(const std::string &text, bool files) {
   } catch (const tune::RecordError &e) {
     throw std::invalid_argument(e.what());
   }
-  return ref::HybridConfig::parse(colon == std::string::npos ? spec : spec + text.substr(colon));
+  return spec::HybridConfig::parse(colon == std::string::npos ? spec : spec + text.substr(colon));
 }
 
 } // namespace pig::app

@@ -31,6 +31,7 @@
 #include "pig/app/generation.h"
 #include "pig/app/kernels.h"
 #include "pig/reference/attention.h"
+#include "pig/reference/hybrid.h"
 #include "pig/reference/kv_quant.h"
 #include "pig/reference/lsh.h"
 #include "pig/reference/magicpig.h"

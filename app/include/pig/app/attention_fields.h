@@ -1,7 +1,7 @@
 // The attention fields: one table that every front end reads (llama.cpp's one table of options,
 // gemma.cpp's VisitFields). A field has one name, one help text and one parser (spec's and
 // runtime's: spec::parse_method, spec::LshParams::parse, runtime::ParseServedTransform,
-// lsh::Schedule::parse, ref::HybridConfig::parse), so a tool's command line (options.h makes a
+// lsh::Schedule::parse, spec::HybridConfig::parse), so a tool's command line (options.h makes a
 // CLI11 option of every field), a pig-serve request's "pig" object and the keywords of Python's
 // AttentionSpec spell, document and check it the same way. Only the spelling of the name is the
 // front end's: --dense-layers, pig.dense_layers, dense_layers=.
@@ -22,8 +22,8 @@
 #include <variant>
 #include <vector>
 
-#include "pig/reference/hybrid.h"
 #include "pig/runtime/attention.h"
+#include "pig/spec/hybrid_config.h"
 #include "pig/spec/lsh_params.h"
 
 namespace pig::app {
@@ -112,11 +112,11 @@ std::vector<spec::LshParams> ParseLshText(const std::string &name, const std::st
                                           std::string *warning, const spec::LshParams &base = {},
                                           bool allow_list = true);
 
-/// --hybrid's SPEC: key=value pairs joined by ':' (ref::HybridConfig::parse), or "@FILE" or
+/// --hybrid's SPEC: key=value pairs joined by ':' (spec::HybridConfig::parse), or "@FILE" or
 /// "@FILE:pairs": the spec of a hybrid point file (pig-tune hybrid; FILE without ':'), then
 /// pairs that override it (e.g. "@pig-tune-hybrid.json:budget=3%"). files = false refuses "@"
 /// (a request must not make the server read its files, nor quote them back in an error).
 /// Throws std::invalid_argument naming what is wrong.
-ref::HybridConfig ParseHybridSpec(const std::string &text, bool files = true);
+spec::HybridConfig ParseHybridSpec(const std::string &text, bool files = true);
 
 } // namespace pig::app
