@@ -40,7 +40,7 @@
 #include "pig/app/options.h"
 #include "pig/app/text.h"
 #include "pig/app/tiled_decode.h"
-#include "pig/app/tuning.h" // --tuning FILE
+#include "pig/app/tuning.h"  // --tuning FILE
 #include "pig/eval/report.h" // CSV and gnuplot helpers
 #include "pig/runtime/attention.h"
 #include "pig/runtime/model.h"
@@ -173,7 +173,7 @@ int main(int argc, char **argv) {
     std::optional<pig::app::Tuning> tuning;
     if (!o.tuning.file.empty()) {
       tuning = pig::app::LoadTuning(o.tuning.file, o.tuning.max_error,
-                                     pig::app::TuningTargetOf(o.tuning, o.model.path, c, o.kv));
+                                    pig::app::TuningTargetOf(o.tuning, o.model.path, c, o.kv));
       for (const std::string &w : tuning->warnings)
         std::fprintf(stderr, "pig-bench-context: warning: %s\n", w.c_str());
       AttentionSpec probe;

@@ -270,7 +270,7 @@ void CheckTuningOptions(const CLI::App &app, const TuningOptions &o) {
 }
 
 app::TuningTarget TuningTargetOf(const TuningOptions &o, const std::string &model_path,
-                                  const runtime::LlamaConfig &cfg, runtime::lsh::DType kv) {
+                                 const runtime::LlamaConfig &cfg, runtime::lsh::DType kv) {
   app::TuningTarget t;
   t.n_layers = cfg.n_layers;
   t.head_dim = cfg.head_dim;

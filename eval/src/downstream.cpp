@@ -268,16 +268,15 @@ void Downstream::RunTask(const TaskInstance &t, const std::vector<int32_t> &ids,
     // tasks' cost1 and cost2 (and in the budget a matched method gets) as it always was.
     pig::app::Generation gen(tok, {{}, max_new, {}, false});
     std::string answer;
-    const MethodRun r = DecodeWith(model_, pool_, base.attention().cache(), ids.size(), capacity,
-                                   spec, logits0, [&](const std::vector<float> &logits) -> int32_t {
-                                     if (gen.done())
-                                       return -1;
-                                     const auto t = gen.Next(logits.data(), logits.size());
-                                     answer += t.text;
-                                     return gen.stop() == pig::app::StopReason::kEndOfGeneration
-                                                ? -1
-                                                : t.id;
-                                   });
+    const MethodRun r =
+        DecodeWith(model_, pool_, base.attention().cache(), ids.size(), capacity, spec, logits0,
+                   [&](const std::vector<float> &logits) -> int32_t {
+                     if (gen.done())
+                       return -1;
+                     const auto t = gen.Next(logits.data(), logits.size());
+                     answer += t.text;
+                     return gen.stop() == pig::app::StopReason::kEndOfGeneration ? -1 : t.id;
+                   });
     answer += gen.Finish();
     ShowKernels(m, r);
     for (size_t c = 0; c < o_.lsh.size(); ++c)

@@ -15,6 +15,7 @@
 #include <utility>
 #include <vector>
 
+#include "pig/app/tuning.h" // --tuning FILE
 #include "pig/eval/accuracy.h"
 #include "pig/eval/kv_formats.h"
 #include "pig/eval/report.h"
@@ -23,7 +24,6 @@
 #include "pig/reference/reference.h"
 #include "pig/runtime/attention.h"
 #include "pig/runtime/model.h"
-#include "pig/app/tuning.h" // --tuning FILE
 
 namespace pig::eval {
 

@@ -314,19 +314,18 @@ void Engine::Admit() {
     const GenerationParams &p = w.req->params();
     const runtime::AttentionShape shape{c.n_layers, c.n_heads, c.n_kv_heads, c.head_dim,
                                         p.prompt.size() + p.max_tokens};
-    auto a = std::make_unique<Active>(Active{w.req,
-                                             0,
-                                             w.reserved,
-                                             0,
-                                             Phase::kPrefill,
-                                             0,
-                                             app::Generation(model_.tokenizer(),
-                                                             {p.sampling, p.max_tokens, p.stop,
-                                                              p.ignore_eos}),
-                                             w.arrival,
-                                             Clock::now(),
-                                             {},
-                                             {}});
+    auto a = std::make_unique<Active>(Active{
+        w.req,
+        0,
+        w.reserved,
+        0,
+        Phase::kPrefill,
+        0,
+        app::Generation(model_.tokenizer(), {p.sampling, p.max_tokens, p.stop, p.ignore_eos}),
+        w.arrival,
+        Clock::now(),
+        {},
+        {}});
     try {
       a->seq = batch_.Add(runtime::MakeAttention(p.attention, shape));
     } catch (const std::exception &e) {

@@ -14,9 +14,9 @@
 #include <string>
 #include <vector>
 
-#include "pig/runtime/generated_kernels.h"
 #include "pig/reference/kv_quant.h"
 #include "pig/reference/reference.h"
+#include "pig/runtime/generated_kernels.h"
 #include "pig/runtime/lsh_index.h"
 #include "pig/runtime/lsh_kernels.h"
 #ifdef PIG_HAVE_GENERATED_CUDA

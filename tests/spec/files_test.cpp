@@ -1,7 +1,7 @@
 // pig/spec/files.h: the one reader and the one atomic writer every layer uses.
 #include <filesystem>
-#include <functional>
 #include <fstream>
+#include <functional>
 #include <stdexcept>
 #include <string>
 

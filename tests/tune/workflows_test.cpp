@@ -8,10 +8,10 @@
 
 #include <gtest/gtest.h>
 
-#include "pig/tune/point.h"
 #include "pig/app/tuning.h"
-#include "workflows.h"
+#include "pig/tune/point.h"
 #include "replay.h"
+#include "workflows.h"
 
 namespace {
 

@@ -46,8 +46,8 @@ int RunBatch(const Options &o) {
   const double prefill_s = std::chrono::duration<double>(Clock::now() - t0).count();
   std::vector<pig::app::Generation> gens;
   for (size_t i = 0; i < B; ++i) {
-    pig::app::GenerationOptions g{o.generate.sampling, size_t(std::max(o.generate.max_new, 0L)),
-                                  {}, false};
+    pig::app::GenerationOptions g{
+        o.generate.sampling, size_t(std::max(o.generate.max_new, 0L)), {}, false};
     g.sampling.seed += i;
     gens.emplace_back(tok, std::move(g));
   }

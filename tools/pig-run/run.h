@@ -10,9 +10,9 @@
 
 #include "pig/app/generate.h"
 #include "pig/app/options.h"
+#include "pig/app/tuning.h" // --tuning FILE
 #include "pig/runtime/attention.h"
 #include "pig/runtime/model.h"
-#include "pig/app/tuning.h" // --tuning FILE
 
 #include "demo.h"
 
@@ -44,7 +44,7 @@ struct Prepared {
   std::unique_ptr<runtime::LlamaModel> model;
   std::vector<int32_t> prompt;
   size_t ctx = 0;
-  runtime::AttentionSpec attention;   // o.attention, with --tuning's point applied
+  runtime::AttentionSpec attention;  // o.attention, with --tuning's point applied
   std::optional<app::Tuning> tuning; // --tuning
   // The spec of one --compare method: magicpig takes the point, the others ignore it.
   runtime::AttentionSpec ForMethod(const Options &o, spec::Method method) const;

@@ -21,12 +21,12 @@
 
 #include "pig/app/kernels.h"
 #include "pig/app/options.h"
+#include "pig/app/tuning.h"
 #include "pig/runtime/model.h"
 #include "pig/serve/engine.h"
 #include "pig/serve/http.h"
 #include "pig/serve/openai.h"
 #include "pig/spec/method.h"
-#include "pig/app/tuning.h"
 
 namespace {
 
@@ -285,7 +285,7 @@ int main(int argc, char **argv) {
     if (!o.tuning.file.empty()) {
       const app::Tuning t =
           app::LoadTuning(o.tuning.file, o.tuning.max_error,
-                           app::TuningTargetOf(o.tuning, o.model.path, cfg, o.attention.kv_dtype));
+                          app::TuningTargetOf(o.tuning, o.model.path, cfg, o.attention.kv_dtype));
       for (const std::string &w : t.warnings)
         std::fprintf(stderr, "pig-serve: warning: %s\n", w.c_str());
       runtime::AttentionSpec tuned = app::ApplyTuning(o.attention, t.point);

@@ -17,6 +17,7 @@
 #include "common.h"
 #include "pig/app/decorators.h"
 #include "pig/app/progress.h"
+#include "pig/app/tuning.h"
 #include "pig/eval/tasks.h" // text reading and normalisation
 #include "pig/reference/reference.h"
 #include "pig/runtime/attention.h"
@@ -24,7 +25,6 @@
 #include "pig/tune/frontier.h"
 #include "pig/tune/quality.h"
 #include "pig/tune/record.h"
-#include "pig/app/tuning.h"
 #include "workflows.h"
 
 namespace pig::tune {

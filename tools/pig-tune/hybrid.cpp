@@ -13,13 +13,13 @@
 
 #include "common.h"
 #include "pig/app/decorators.h"
+#include "pig/app/tuning.h"
 #include "pig/eval/accuracy.h"
 #include "pig/eval/tasks.h" // text reading and normalisation
 #include "pig/reference/reference.h"
 #include "pig/runtime/hybrid_rank.h"
 #include "pig/runtime/model.h"
 #include "pig/tune/hybrid.h"
-#include "pig/app/tuning.h"
 #include "workflows.h"
 
 namespace pig::tune {

@@ -9,12 +9,12 @@
 #include <vector>
 
 #include "common.h"
+#include "pig/app/tuning.h"
 #include "pig/tune/frontier.h"
 #include "pig/tune/point.h"
 #include "pig/tune/record.h"
-#include "pig/app/tuning.h"
-#include "workflows.h"
 #include "replay.h"
+#include "workflows.h"
 
 namespace pig::tune {
 

@@ -12,6 +12,7 @@
 #include "common.h"
 #include "pig/app/progress.h"
 #include "pig/app/tiled_decode.h"
+#include "pig/app/tuning.h"
 #include "pig/eval/tasks.h" // text reading and normalisation
 #include "pig/runtime/attention.h"
 #include "pig/runtime/model.h"
@@ -20,9 +21,8 @@
 #include "pig/tune/point.h"
 #include "pig/tune/record.h"
 #include "pig/tune/speed.h"
-#include "pig/app/tuning.h"
-#include "workflows.h"
 #include "replay.h"
+#include "workflows.h"
 
 namespace pig::tune {
 

@@ -28,10 +28,10 @@
 #include <vector>
 
 #include "pig/app/attention_fields.h"
+#include "pig/app/tuning.h"
 #include "pig/runtime/attention.h"
 #include "pig/runtime/model.h"
 #include "pig/spec/lsh_params.h"
-#include "pig/app/tuning.h"
 
 namespace pig::app {
 
@@ -138,6 +138,6 @@ void CheckTuningOptions(const CLI::App &app, const TuningOptions &o);
 /// for something else throws app::TuningMismatch, which a tool reports as a bad --tuning value
 /// (exit 2).
 app::TuningTarget TuningTargetOf(const TuningOptions &o, const std::string &model_path,
-                                  const runtime::LlamaConfig &cfg, runtime::lsh::DType kv);
+                                 const runtime::LlamaConfig &cfg, runtime::lsh::DType kv);
 
 } // namespace pig::app

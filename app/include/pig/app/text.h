@@ -1,5 +1,5 @@
-// Small text helpers of the tools (files: pig/spec/files.h): numbers, markdown tables, wrapped columns, and the
-// description of a tuned operating point.
+// Small text helpers of the tools (files: pig/spec/files.h): numbers, markdown tables, wrapped
+// columns, and the description of a tuned operating point.
 #pragma once
 
 #include <cstddef>

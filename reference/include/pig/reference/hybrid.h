@@ -70,13 +70,12 @@
 
 namespace pig::ref {
 
-// The method's configuration (its fields, parse, validate, spellings) is spec's: the runtime and the
-// tools take it without the oracle.
+// The method's configuration (its fields, parse, validate, spellings) is spec's: the runtime and
+// the tools take it without the oracle.
 using spec::HybridConfig;
 using spec::HybridRank;
 using spec::parse_rank;
 using spec::to_string;
-
 
 struct HybridResult {
   Attention attention;

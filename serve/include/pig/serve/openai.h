@@ -6,8 +6,8 @@
 // pig's extension: a request may carry "pig": {"attention": "magicpig", "lsh": "K=10,L=150,t=2",
 // "kv": "q8", "sink": 4, "local": 64, "dense_layers": "0,15", "budget": 0.03, "transform":
 // "whiten:a=0.15", "schedule": "gqa=union"}: the fields of pig-run's attention options, spelled,
-// checked and parsed by the same table (pig/app/attention_fields.h), over the server's defaults from
-// its own command line; an error names the field as pig.<field>.
+// checked and parsed by the same table (pig/app/attention_fields.h), over the server's defaults
+// from its own command line; an error names the field as pig.<field>.
 #pragma once
 
 #include <nlohmann/json.hpp>
