@@ -202,6 +202,14 @@ public:
   }
 
   State state() const { return state_; }
+  /// Whether a drain may close this connection now: it is idle between requests on a kept-alive
+  /// connection (or lingering after its last response). A connection that is reading a request,
+  /// or was accepted and has not yet received its first one, may carry a request the client has
+  /// already sent: it is answered (503 for generation while draining) and then closed.
+  bool IdleAfterAResponse() const {
+    return state_ == State::kLingering ||
+           (state_ == State::kIdle && served_ && buffer_.size() == 0);
+  }
   Clock::time_point waiting_since() const { return waiting_since_; }
   std::list<std::weak_ptr<Session>>::iterator self;
 
@@ -398,6 +406,7 @@ private:
   /// After a response: the next request on this connection, or the end of it.
   void Next() {
     ReleaseBody();
+    served_ = true;
     if (close_after_ || !keep_alive_ || t_.draining.load() || t_.stopping.load()) {
       LingeringClose();
       return;
@@ -648,6 +657,7 @@ private:
   std::deque<Pending> writes_;
   bool writing_ = false, handler_done_ = false, response_started_ = false, stream_started_ = false,
        response_done_ = false, close_after_ = false;
+  bool served_ = false; ///< a response has been sent on this connection
   std::string probe_;
   unsigned watch_gen_ = 0;
   size_t lingered_ = 0;
@@ -811,7 +821,7 @@ void Transport::Drain() {
   asio::post(t.ioc, [&t] {
     std::vector<std::shared_ptr<Session>> idle;
     for (const std::weak_ptr<Session> &w : t.sessions)
-      if (auto s = w.lock(); s && s->state() != Session::State::kHandling)
+      if (auto s = w.lock(); s && s->IdleAfterAResponse())
         idle.push_back(s);
     for (const auto &s : idle)
       s->Close();
