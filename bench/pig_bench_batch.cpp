@@ -127,7 +127,7 @@ BatchRun RunBatch(const LlamaModel &model, ThreadPool &pool, const AttentionSpec
   std::vector<size_t> seqs;
   try {
     for (size_t i = 0; i < b; ++i) {
-      std::unique_ptr<Attention> a = MakeAttention(spec, shape);
+      std::unique_ptr<Attention> a = MakeAttention(spec, shape, batch.KvPoolOf(spec.kv_dtype));
       a->LoadPrefix(tiled, context);
       seqs.push_back(batch.Add(std::move(a)));
       batch.SetPosition(seqs.back(), context);

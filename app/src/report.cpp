@@ -135,8 +135,10 @@ void PrintAttentionSummary(const runtime::Attention &attn, const runtime::LlamaC
     std::fprintf(out, "cost: no token was indexed (the sequence is shorter than sink + local + "
                       "the minimum index size): every step was dense\n");
   }
-  const double kv_mib = double(kv.MemoryBytes()) / 1048576.0;
-  std::fprintf(out, "memory: KV cache %.1f MiB (%s, %zu positions, %zu bytes/token)", kv_mib,
+  // In use: the blocks the sequence holds; of: what its capacity can take (KvCache).
+  std::fprintf(out,
+               "memory: KV cache %.1f MiB in use of %.1f MiB (%s, %zu positions, %zu bytes/token)",
+               double(kv.MemoryBytes()) / 1048576.0, double(kv.ReservedBytes()) / 1048576.0,
                runtime::lsh::to_string(kv.dtype()), kv.shape().capacity, kv.BytesPerToken());
   if (st.index_bytes > 0) {
     // Per position of the sequence (the index covers the indexed part of the sparse layers).

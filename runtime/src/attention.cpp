@@ -39,8 +39,10 @@ void CausalDense(const KvCache &cache, const lsh::LshKernelSet &set, size_t laye
       a.G = int(g);
       a.d = hd;
       a.scale = scale;
-      a.k = cache.Keys(layer, kvh);
-      a.v = cache.Values(layer, kvh);
+      const lsh::KvRows rows = cache.Rows(layer, kvh);
+      a.k = rows.k;
+      a.v = rows.v;
+      a.paged = rows.paged;
       a.dtype = cache.dtype();
       a.begin = 0;
       a.end = pos + i + 1;
@@ -51,8 +53,9 @@ void CausalDense(const KvCache &cache, const lsh::LshKernelSet &set, size_t laye
   });
 }
 
-DenseAttention::DenseAttention(const AttentionShape &shape, lsh::DType dtype)
-    : cache_(shape, dtype), set_(DenseSet(shape, dtype)) {}
+DenseAttention::DenseAttention(const AttentionShape &shape, lsh::DType dtype,
+                               std::shared_ptr<KvPool> pool)
+    : cache_(shape, dtype, std::move(pool)), set_(DenseSet(shape, dtype)) {}
 
 void DenseAttention::Forward(size_t layer, size_t pos, size_t n, const float *q, const float *k,
                              const float *v, float *out, ThreadPool &pool) {
@@ -246,13 +249,14 @@ size_t ReservedBytesOf(const AttentionSpec &spec, const AttentionShape &shape) {
   return BudgetAttention::ReservedBytesOf(spec, shape);
 }
 
-std::unique_ptr<Attention> MakeAttention(const AttentionSpec &spec, const AttentionShape &shape) {
+std::unique_ptr<Attention> MakeAttention(const AttentionSpec &spec, const AttentionShape &shape,
+                                         std::shared_ptr<KvPool> pool) {
   spec.Validate(shape.n_layers);
   if (spec.method == spec::Method::dense)
-    return std::make_unique<DenseAttention>(shape, spec.kv_dtype);
+    return std::make_unique<DenseAttention>(shape, spec.kv_dtype, std::move(pool));
   if (spec.method == spec::Method::magicpig)
-    return std::make_unique<LshAttention>(spec, shape);
-  return MakeBudgetAttention(spec, shape);
+    return std::make_unique<LshAttention>(spec, shape, std::move(pool));
+  return MakeBudgetAttention(spec, shape, std::move(pool));
 }
 
 } // namespace pig::runtime

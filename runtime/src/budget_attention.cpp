@@ -31,21 +31,44 @@ inline float ToF32(float x) { return x; }
 // bf16 -> f32 is exact: the bf16 bits are the top half of the f32.
 inline float ToF32(std::uint16_t b) { return std::bit_cast<float>(std::uint32_t(b) << 16); }
 
-// Row i of n rows of d elements of E as something indexable by j in [0, d): the row itself for
-// f32 and bf16 (ToF32 per element), its dequantised copy in `tmp` for q8 (a q8 element's value
-// needs its block's scale).
-template <typename E> const E *RowOf(const E *base, size_t i, size_t d, std::vector<float> &) {
-  return base + i * d;
+// The rows of one (layer, kv-head) of a cache, of element type E, read in place through its
+// pages (KvCache::Rows): row i is at(i).
+template <typename E> struct Rows {
+  const std::uint8_t *base = nullptr;
+  const std::int32_t *pages = nullptr;
+  size_t page_stride = 0, row_bytes = 0, mask = 0;
+  int shift = 0; // log2 of the rows per page (a KvPool's block: a power of two)
+
+  Rows(const void *b, const lsh::PagedRows &p, lsh::DType dtype, size_t d)
+      : base(static_cast<const std::uint8_t *>(b)), pages(p.pages), page_stride(p.page_stride),
+        row_bytes(lsh::row_bytes(dtype, d)) {
+    if (!pages || (p.page_rows & (p.page_rows - 1)) != 0)
+      throw std::logic_error("budget attention: rows in pages of a power of two");
+    while ((size_t(1) << shift) < p.page_rows)
+      ++shift;
+    mask = p.page_rows - 1;
+  }
+  const E *at(size_t i) const {
+    return reinterpret_cast<const E *>(base + size_t(pages[i >> shift]) * page_stride +
+                                       (i & mask) * row_bytes);
+  }
+};
+
+// Row i as something indexable by j in [0, d): the row itself for f32 and bf16 (ToF32 per
+// element), its dequantised copy in `tmp` for q8 (a q8 element's value needs its block's scale).
+template <typename E>
+const E *RowOf(const Rows<E> &rows, size_t i, size_t d, std::vector<float> &) {
+  (void)d;
+  return rows.at(i);
 }
-const float *RowOf(const lsh::Q8 *base, size_t i, size_t d, std::vector<float> &tmp) {
+const float *RowOf(const Rows<lsh::Q8> &rows, size_t i, size_t d, std::vector<float> &tmp) {
   tmp.resize(d);
-  ref::dequantize_q8(reinterpret_cast<const std::uint8_t *>(base) + i * ref::q8_row_bytes(d), d,
-                     tmp.data());
+  ref::dequantize_q8(reinterpret_cast<const std::uint8_t *>(rows.at(i)), d, tmp.data());
   return tmp.data();
 }
 
 template <typename E>
-void Logits4(const float *q, const E *keys, size_t d, double scale, size_t begin, size_t end,
+void Logits4(const float *q, const Rows<E> &keys, size_t d, double scale, size_t begin, size_t end,
              double *z);
 
 // Scaled logits scale * q.k_i of rows [begin, end) into z[0, end - begin). Each q.k is summed in
@@ -53,7 +76,7 @@ void Logits4(const float *q, const E *keys, size_t d, double scale, size_t begin
 // so the selections below see the reference's scores. Four rows at a time: four independent
 // sums hide the latency of the sequential adds.
 template <typename E>
-void Logits(const float *q, const E *keys, size_t d, double scale, size_t begin, size_t end,
+void Logits(const float *q, const Rows<E> &keys, size_t d, double scale, size_t begin, size_t end,
             double *z) {
   size_t i = begin;
   if constexpr (std::is_same_v<E, lsh::Q8>) {
@@ -72,11 +95,11 @@ void Logits(const float *q, const E *keys, size_t d, double scale, size_t begin,
 
 // Logits for f32 and bf16 rows, read in place.
 template <typename E>
-void Logits4(const float *q, const E *keys, size_t d, double scale, size_t begin, size_t end,
+void Logits4(const float *q, const Rows<E> &keys, size_t d, double scale, size_t begin, size_t end,
              double *z) {
   size_t i = begin;
   for (; i + 4 <= end; i += 4) {
-    const E *k0 = keys + i * d, *k1 = k0 + d, *k2 = k1 + d, *k3 = k2 + d;
+    const E *k0 = keys.at(i), *k1 = keys.at(i + 1), *k2 = keys.at(i + 2), *k3 = keys.at(i + 3);
     double s0 = 0, s1 = 0, s2 = 0, s3 = 0;
     for (size_t j = 0; j < d; ++j) {
       const double qj = double(q[j]);
@@ -91,7 +114,7 @@ void Logits4(const float *q, const E *keys, size_t d, double scale, size_t begin
     z[i - begin + 3] = scale * s3;
   }
   for (; i < end; ++i) {
-    const E *k = keys + i * d;
+    const E *k = keys.at(i);
     double s = 0;
     for (size_t j = 0; j < d; ++j)
       s += double(q[j]) * double(ToF32(k[j]));
@@ -104,7 +127,7 @@ void Logits4(const float *q, const E *keys, size_t d, double scale, size_t begin
 // Returns the natural-log lse (-inf for an empty set; NaN, with a NaN output, if a logit is NaN
 // or +inf).
 template <typename E>
-double SoftmaxValues(const double *z, const std::uint32_t *ids, size_t count, const E *values,
+double SoftmaxValues(const double *z, const std::uint32_t *ids, size_t count, const Rows<E> &values,
                      size_t d, double *acc, float *out) {
   double m = -kInf;
   for (size_t i = 0; i < count; ++i)
@@ -214,11 +237,13 @@ size_t BudgetAttention::ReservedBytesOf(const AttentionSpec &spec, const Attenti
   return KvCache::BytesFor(shape, spec.kv_dtype); // Quest's pages: none yet
 }
 
-BudgetAttention::BudgetAttention(const AttentionSpec &spec, const AttentionShape &shape)
-    : spec_(Checked(spec, shape)), method_(ParseMethod(spec.method)), cache_(shape, spec.kv_dtype),
-      set_(Resolve(spec, shape)), dense_layer_(shape.n_layers, false),
-      qmin_(shape.n_layers * shape.n_kv_heads), qmax_(shape.n_layers * shape.n_kv_heads),
-      quest_end_(shape.n_layers, spec.sink), head_count_(shape.n_heads) {
+BudgetAttention::BudgetAttention(const AttentionSpec &spec, const AttentionShape &shape,
+                                 std::shared_ptr<KvPool> pool)
+    : spec_(Checked(spec, shape)), method_(ParseMethod(spec.method)),
+      cache_(shape, spec.kv_dtype, std::move(pool)), set_(Resolve(spec, shape)),
+      dense_layer_(shape.n_layers, false), qmin_(shape.n_layers * shape.n_kv_heads),
+      qmax_(shape.n_layers * shape.n_kv_heads), quest_end_(shape.n_layers, spec.sink),
+      head_count_(shape.n_heads) {
   for (size_t l : spec.DenseLayers(shape.n_layers))
     dense_layer_[l] = true;
   if (method_ == Method::lsh_hybrid) {
@@ -354,8 +379,10 @@ void BudgetAttention::DenseDecode(size_t layer, size_t n_tok, const float *q, fl
     a.G = int(g);
     a.d = d;
     a.scale = float(1.0 / std::sqrt(double(d)));
-    a.k = cache_.Keys(layer, kvh);
-    a.v = cache_.Values(layer, kvh);
+    const lsh::KvRows rows = cache_.Rows(layer, kvh);
+    a.k = rows.k;
+    a.v = rows.v;
+    a.paged = rows.paged;
     a.dtype = cache_.dtype();
     a.begin = 0;
     a.end = n_tok;
@@ -369,8 +396,8 @@ template <typename E>
 void BudgetAttention::SparseHead(size_t layer, size_t head, size_t pos, const float *q, float *out,
                                  Scratch &s, HeadCount &count) const {
   const size_t d = shape().head_dim, kvh = head / shape().group();
-  const E *K = static_cast<const E *>(cache_.Keys(layer, kvh));
-  const E *V = static_cast<const E *>(cache_.Values(layer, kvh));
+  const lsh::KvRows rows = cache_.Rows(layer, kvh);
+  const Rows<E> K(rows.k, rows.paged, rows.dtype, d), V(rows.v, rows.paged, rows.dtype, d);
   const size_t n_tok = pos + 1, b = spec_.sink, e = n_tok - spec_.local, n_idx = e - b;
   const size_t m = BudgetTokens(spec_.budget, n_idx);
   const double scale = 1.0 / std::sqrt(double(d));
@@ -564,7 +591,9 @@ void BudgetAttention::HybridFold(size_t layer, size_t end) {
     if (!Quant()) {
       codes.resize((end - from) * L);
       lsh::EncodeArgs a;
-      a.x = cache_.Keys(layer, kvh);
+      const lsh::KvRows rows = cache_.Rows(layer, kvh);
+      a.x = rows.k;
+      a.paged = rows.paged;
       a.dtype = cache_.dtype();
       a.rows = end - from;
       a.first = from;
@@ -693,8 +722,8 @@ template <typename E>
 void BudgetAttention::HybridHead(size_t layer, size_t head, size_t pos, const float *q, float *out,
                                  Scratch &s, HeadCount &count) const {
   const size_t d = shape().head_dim, kvh = head / shape().group(), L = size_t(spec_.L);
-  const E *K = static_cast<const E *>(cache_.Keys(layer, kvh));
-  const E *V = static_cast<const E *>(cache_.Values(layer, kvh));
+  const lsh::KvRows rows = cache_.Rows(layer, kvh);
+  const Rows<E> K(rows.k, rows.paged, rows.dtype, d), V(rows.v, rows.paged, rows.dtype, d);
   const size_t n_tok = pos + 1, b = spec_.sink, e = n_tok - spec_.local, n_idx = e - b;
   const double scale = 1.0 / std::sqrt(double(d));
   const HybridIndex &h = hybrid_[layer * shape().n_kv_heads + kvh];
@@ -793,8 +822,8 @@ void BudgetAttention::HybridHead(size_t layer, size_t head, size_t pos, const fl
       put(b + i, 0.0);
     for (size_t j = 0; j < tail_ids.size(); ++j)
       put(b + tail_ids[j], std::log(pi[j]));
-    const double lse = lsh::hybrid_attend(q, K, V, cache_.dtype(), d, scale, s.ids.data(),
-                                          s.zs.data(), total, out, s.lz.data());
+    const double lse = lsh::hybrid_attend(q, rows.k, rows.v, cache_.dtype(), d, scale, s.ids.data(),
+                                          s.zs.data(), total, out, s.lz.data(), rows.paged);
     count.sampled = double(head_ids.size() + tail_ids.size());
     if (cfg.epsilon <= 0)
       return;
@@ -865,8 +894,9 @@ AttentionStats BudgetAttention::stats() const {
 }
 
 std::unique_ptr<Attention> MakeBudgetAttention(const AttentionSpec &spec,
-                                               const AttentionShape &shape) {
-  return std::make_unique<BudgetAttention>(spec, shape);
+                                               const AttentionShape &shape,
+                                               std::shared_ptr<KvPool> pool) {
+  return std::make_unique<BudgetAttention>(spec, shape, std::move(pool));
 }
 
 } // namespace pig::runtime

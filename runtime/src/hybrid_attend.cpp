@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <bit>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <vector>
 
@@ -128,14 +129,29 @@ HWY_EXPORT(ValuesF32);
 
 double hybrid_attend(const float *q, const void *K, const void *V, DType dtype, std::size_t d,
                      double scale, const std::uint32_t *ids, const double *bias, std::size_t count,
-                     float *out, double *logits) {
+                     float *out, double *logits, const PagedRows &paged) {
   constexpr double kInf = std::numeric_limits<double>::infinity();
   thread_local std::vector<double> qd, z, acc;
-  thread_local std::vector<float> kq, vq; // q8: the gathered rows, dequantised
+  thread_local std::vector<float> kq, vq;        // q8: the gathered rows, dequantised
+  thread_local std::vector<std::uint8_t> kp, vp; // rows in pages: the gathered rows, copied
   thread_local std::vector<std::uint32_t> seq;
   qd.assign(q, q + d);
   z.resize(count);
   const bool bf16 = dtype == DType::bf16;
+  if (paged.paged()) { // gather the selected rows (a few % of the tokens) back to back, bit for bit
+    const std::size_t rb = row_bytes(dtype, d);
+    kp.resize(count * rb);
+    vp.resize(count * rb);
+    seq.resize(count);
+    for (std::size_t c = 0; c < count; ++c) {
+      std::memcpy(kp.data() + c * rb, row_address(K, dtype, d, paged, ids[c]), rb);
+      std::memcpy(vp.data() + c * rb, row_address(V, dtype, d, paged, ids[c]), rb);
+      seq[c] = std::uint32_t(c);
+    }
+    K = kp.data();
+    V = vp.data();
+    ids = seq.data();
+  }
   if (dtype == DType::q8) { // dequantise the gathered rows once, then the f32 kernels on them
     const std::size_t rb = ref::q8_row_bytes(d);
     kq.resize(count * d);

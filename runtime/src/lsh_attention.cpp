@@ -121,8 +121,9 @@ std::string LshLayers::describe() const {
   return s;
 }
 
-LshAttention::LshAttention(const AttentionSpec &spec, const AttentionShape &shape)
-    : spec_(Checked(spec, shape)), cache_(shape, spec.kv_dtype),
+LshAttention::LshAttention(const AttentionSpec &spec, const AttentionShape &shape,
+                           std::shared_ptr<KvPool> pool)
+    : spec_(Checked(spec, shape)), cache_(shape, spec.kv_dtype, std::move(pool)),
       layers_(spec, shape.n_layers, shape.head_dim), set_(layers_.dense_set()),
       index_(shape.n_layers * shape.n_kv_heads), cached_(shape.n_layers, 0),
       per_kvh_(shape.n_kv_heads) {}
@@ -152,7 +153,8 @@ void LshAttention::BuildSlot(size_t layer, size_t kvh, size_t n) {
   const AttentionShape &sh = cache_.shape();
   const Config &cfg = *layers_.layer(layer);
   auto &slot = index_[layer * sh.n_kv_heads + kvh];
-  slot = lsh::LshIndex::build(cfg.set, cache_.Keys(layer, kvh), cache_.dtype(), n, *cfg.W,
+  const lsh::KvRows rows = cache_.Rows(layer, kvh);
+  slot = lsh::LshIndex::build(cfg.set, rows.k, rows.dtype, rows.paged, n, *cfg.W,
                               lsh::StaticTokens{spec_.sink, spec_.local}, spec_.transform);
   slot->drop_codes();
   slot->reserve(sh.capacity);
@@ -208,7 +210,7 @@ size_t LshAttention::MemoryBytes() const {
 
 size_t LshAttention::ReservedBytes() const {
   const size_t tables = TableBytes(spec_, cache_.shape());
-  return std::max(detail::CheckedAdd(cache_.MemoryBytes(), tables, "magicpig"), MemoryBytes());
+  return std::max(detail::CheckedAdd(cache_.ReservedBytes(), tables, "magicpig"), MemoryBytes());
 }
 
 AttentionStats LshAttention::stats() const {
@@ -228,7 +230,7 @@ void LshAttention::PrepareGroup(size_t layer, size_t kvh, size_t n_tokens, const
                                 float *out, PerThread &pt, Group &g, CostCounters &c) {
   const AttentionShape &sh = cache_.shape();
   const size_t d = sh.head_dim, G = sh.group();
-  const void *keys = cache_.Keys(layer, kvh);
+  const lsh::KvRows rows = cache_.Rows(layer, kvh);
   g.sampled = false;
   auto &slot = index_[layer * sh.n_kv_heads + kvh];
   const Config *cfg = layers_.layer(layer);
@@ -239,8 +241,9 @@ void LshAttention::PrepareGroup(size_t layer, size_t kvh, size_t n_tokens, const
     a.G = int(G);
     a.d = d;
     a.scale = 1.0f / std::sqrt(float(d));
-    a.k = keys;
-    a.v = cache_.Values(layer, kvh);
+    a.k = rows.k;
+    a.v = rows.v;
+    a.paged = rows.paged;
     a.dtype = cache_.dtype();
     a.begin = 0;
     a.end = n_tokens;
@@ -254,7 +257,7 @@ void LshAttention::PrepareGroup(size_t layer, size_t kvh, size_t n_tokens, const
   // by its token. Built either way from the same positions, the index is the same.
   if (!slot)
     BuildSlot(layer, kvh, n_tokens - 1);
-  slot->extend(cfg->set, keys, cache_.dtype(), n_tokens, *cfg->W);
+  slot->extend(cfg->set, rows.k, rows.dtype, rows.paged, n_tokens, *cfg->W);
   lsh::StepStats st;
   g.n_union =
       lsh::retrieve_step(cfg->set, *slot, *cfg->W, cfg->t, pt.scratch, g.buf, q, int(G), &st);
@@ -277,7 +280,7 @@ void LshAttention::AttendGroup(size_t layer, size_t kvh, const float *q, float *
   const Config &cfg = *layers_.layer(layer);
   const lsh::GroupQueries queries{q, int(G), 1.0f / std::sqrt(float(d)), o,
                                   g.lse.data() + part * G};
-  const lsh::KvRows rows{cache_.Keys(layer, kvh), cache_.Values(layer, kvh), cache_.dtype(), d, {}};
+  const lsh::KvRows rows = cache_.Rows(layer, kvh);
   lsh::attend_step(cfg.set, *index_[layer * sh.n_kv_heads + kvh], cfg.log_u, g.buf, begin, end,
                    part == 0, queries, rows);
 }

@@ -145,8 +145,7 @@ void LlamaModel::Pack() {
     for (WeightMatrix *w : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down})
       pack(*w, true);
   pack(output_, output_.data != tok_embd_.data);
-  pack_seconds_ =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  pack_seconds_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
 size_t LlamaModel::PackedBytes() const {
@@ -439,6 +438,23 @@ LlamaBatch::LlamaBatch(const LlamaModel &model, ThreadPool &pool,
     throw std::invalid_argument("LlamaBatch: no sequences");
   for (auto &a : attentions)
     Add(std::move(a));
+}
+
+std::shared_ptr<KvPool> LlamaBatch::KvPoolOf(lsh::DType dtype) {
+  for (const auto &p : pools_)
+    if (p->dtype() == dtype)
+      return p;
+  const LlamaConfig &c = model_.config();
+  pools_.push_back(std::make_shared<KvPool>(
+      AttentionShape{c.n_layers, c.n_heads, c.n_kv_heads, c.head_dim, 0}, dtype, 0));
+  return pools_.back();
+}
+
+size_t LlamaBatch::KvResidentBytes() const {
+  size_t total = 0;
+  for (const auto &p : pools_)
+    total += p->ResidentBytes();
+  return total;
 }
 
 size_t LlamaBatch::ReservedAttentionBytes() const {

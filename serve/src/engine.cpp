@@ -327,7 +327,8 @@ void Engine::Admit() {
         {},
         {}});
     try {
-      a->seq = batch_.Add(runtime::MakeAttention(p.attention, shape));
+      a->seq = batch_.Add(
+          runtime::MakeAttention(p.attention, shape, batch_.KvPoolOf(p.attention.kv_dtype)));
     } catch (const std::exception &e) {
       // Submit validated the spec: what is left is a failed allocation or a kernel that is missing.
       active_.push_back(std::move(a));
@@ -429,8 +430,10 @@ Engine::MemoryByMethod Engine::ActiveMemory() const {
 
 void Engine::UpdateMemoryGauges() {
   const MemoryByMethod bytes = ActiveMemory();
+  const size_t resident = batch_.KvResidentBytes();
   std::lock_guard lock(mu_);
   SetMemoryGauges(bytes);
+  metrics_.kv_resident = resident;
 }
 
 void Engine::SetMemoryGauges(const MemoryByMethod &bytes) {

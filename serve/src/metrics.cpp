@@ -121,6 +121,10 @@ std::string ServerMetrics::Render() const {
   Head(out, "pig_memory_reserved_bytes", "gauge",
        "Bytes reserved by admitted requests (KV and index at full capacity).");
   out += "pig_memory_reserved_bytes " + Num(memory_reserved) + "\n";
+  Head(out, "pig_kv_resident_bytes", "gauge",
+       "Bytes of the KV block pools the system has given: the most blocks held at once (blocks "
+       "freed by finished requests are reused, not returned).");
+  out += "pig_kv_resident_bytes " + Num(kv_resident) + "\n";
   Head(out, "pig_engine_steps_total", "counter", "Forward passes of the scheduler.");
   out += "pig_engine_steps_total " + Num(steps) + "\n";
   Head(out, "pig_engine_step_seconds_total", "counter", "Time spent in scheduler steps.");

@@ -323,21 +323,29 @@ TEST(Batch, AddAndRemoveNeverDisturbTheOthers) {
       prompts[s].push_back(int32_t(100 + (i * 7919 + s * 104729) % 20000));
     alone.push_back(DecodeAlone(*m, pool, prompts[s], n_new));
   }
-  const size_t per_seq = DenseAttention(Shape(*m, 32)).MemoryBytes();
+  const size_t per_seq = DenseAttention(Shape(*m, 32)).ReservedBytes();
   LlamaBatch batch(*m, pool, LlamaBatch::Options{256, 2 * per_seq});
-  const size_t a = batch.Add(std::make_unique<DenseAttention>(Shape(*m, 32)));
-  const size_t b = batch.Add(std::make_unique<DenseAttention>(Shape(*m, 32)));
+  // Sequences over the batch's shared KV pool: a freed sequence's blocks go to the next one.
+  auto make = [&] {
+    return std::make_unique<DenseAttention>(Shape(*m, 32), lsh::DType::bf16,
+                                            batch.KvPoolOf(lsh::DType::bf16));
+  };
+  const size_t a = batch.Add(make());
+  const size_t b = batch.Add(make());
   EXPECT_EQ(a, 0u);
   EXPECT_EQ(b, 1u);
   // A third does not fit the budget: refused, with a message naming it; nothing changes.
+  const size_t reserved = batch.KvPoolOf(lsh::DType::bf16)->reserved_blocks();
   try {
-    batch.Add(std::make_unique<DenseAttention>(Shape(*m, 32)));
+    batch.Add(make());
     ADD_FAILURE() << "a sequence over the memory budget was accepted";
   } catch (const std::length_error &e) {
     EXPECT_NE(std::string(e.what()).find("budget"), std::string::npos) << e.what();
   }
   EXPECT_EQ(batch.size(), 2u);
-  EXPECT_EQ(batch.Memory(a).kv, per_seq);
+  EXPECT_EQ(batch.KvPoolOf(lsh::DType::bf16)->reserved_blocks(), reserved);
+  EXPECT_EQ(batch.Memory(a).kv, 0u); // blocks are taken as positions are stored
+  EXPECT_EQ(batch.attention(a).ReservedBytes(), per_seq);
   EXPECT_EQ(batch.Memory(a).index, 0u);
 
   std::vector<float> logits(vocab);
@@ -363,7 +371,7 @@ TEST(Batch, AddAndRemoveNeverDisturbTheOthers) {
   EXPECT_NE(batch.Remove(a), nullptr);
   EXPECT_FALSE(batch.contains(a));
   EXPECT_THROW(batch.position(a), std::out_of_range);
-  const size_t c = batch.Add(std::make_unique<DenseAttention>(Shape(*m, 32)));
+  const size_t c = batch.Add(make());
   EXPECT_EQ(c, 0u);
   EXPECT_EQ(batch.position(c), 0u);
   {
@@ -383,10 +391,88 @@ TEST(Batch, AddAndRemoveNeverDisturbTheOthers) {
             std::vector<int32_t>(alone[0].tokens.begin(), alone[0].tokens.begin() + 2));
   EXPECT_EQ(got_b, alone[1].tokens);
   EXPECT_EQ(got_c, alone[2].tokens);
+  EXPECT_EQ(batch.Memory(b).kv, KvPool::BlockBytesFor(Shape(*m, 0), lsh::DType::bf16));
   batch.Remove(b);
   batch.Remove(c);
   EXPECT_EQ(batch.size(), 0u);
   EXPECT_EQ(batch.slots(), 0u);
+  EXPECT_EQ(batch.KvPoolOf(lsh::DType::bf16)->taken_blocks(), 0u); // every block returned
+  // a, b and c held one block each, never more than two at once: a's went to c.
+  EXPECT_EQ(batch.KvResidentBytes(), 2 * KvPool::BlockBytesFor(Shape(*m, 0), lsh::DType::bf16));
+}
+
+// Every method and KV type over the batch's shared pool: two sequences whose prompts are
+// prefilled by turns (their blocks interleave in the pool), then decoded together, give the logits
+// of decoding each alone over a pool of its own, bit for bit.
+TEST(Batch, ScatteredBlocksGiveEveryMethodTheLogitsOfDecodingAlone) {
+  PIG_REQUIRE_MODEL();
+  auto m = LoadModel();
+  const size_t vocab = m->config().vocab, n_new = 4, chunk = 40;
+  ThreadPool pool(2);
+  std::vector<std::vector<int32_t>> prompts(2);
+  for (size_t s = 0; s < 2; ++s)
+    for (size_t i = 0; i < 150 + 17 * s; ++i)
+      prompts[s].push_back(int32_t(100 + (i * 7919 + s * 104729) % 20000));
+  struct Case {
+    spec::Method method;
+    lsh::DType dtype;
+  };
+  // A few methods on the model (kv_pool_test holds every method and type on synthetic rows).
+  for (const Case c :
+       {Case{spec::Method::dense, lsh::DType::q8}, Case{spec::Method::magicpig, lsh::DType::bf16},
+        Case{spec::Method::topk, lsh::DType::f32},
+        Case{spec::Method::lsh_hybrid, lsh::DType::bf16}}) {
+    AttentionSpec spec;
+    spec.method = c.method;
+    spec.kv_dtype = c.dtype;
+    spec.local = 16;
+    const std::string what = std::string(spec.method_name()) + " " + lsh::to_string(c.dtype);
+    const size_t cap = 200;
+    // Alone: a session over a pool of its own, prompt in one call, then greedy steps.
+    std::vector<Trace> alone(2);
+    for (size_t s = 0; s < 2; ++s) {
+      LlamaSession session(*m, pool, cap, MakeAttention(spec, Shape(*m, cap)));
+      std::vector<float> logits(vocab);
+      session.Forward(prompts[s].data(), prompts[s].size(), logits.data());
+      for (size_t i = 0; i < n_new; ++i) {
+        alone[s].logits.push_back(logits);
+        alone[s].tokens.push_back(ArgMax(logits.data(), vocab));
+        session.Forward(&alone[s].tokens.back(), 1, logits.data());
+      }
+    }
+    LlamaBatch batch(*m, pool, LlamaBatch::Options{});
+    std::vector<size_t> seqs;
+    for (size_t s = 0; s < 2; ++s)
+      seqs.push_back(batch.Add(MakeAttention(spec, Shape(*m, cap), batch.KvPoolOf(c.dtype))));
+    std::vector<std::vector<float>> last(2, std::vector<float>(vocab));
+    for (size_t done = 0; done < prompts[1].size(); done += chunk) {
+      std::vector<LlamaBatch::Work> w;
+      for (size_t s = 0; s < 2; ++s) {
+        if (done >= prompts[s].size())
+          continue;
+        const size_t n = std::min(chunk, prompts[s].size() - done);
+        w.push_back({seqs[s], prompts[s].data() + done, n,
+                     done + n == prompts[s].size() ? last[s].data() : nullptr});
+      }
+      batch.Run(w.data(), w.size());
+    }
+    const std::vector<std::int32_t> &table = batch.attention(seqs[0]).cache().blocks();
+    ASSERT_GE(table.size(), 2u);
+    EXPECT_NE(table[1], table[0] + 1) << what << ": the test meant the blocks to interleave";
+    for (size_t s = 0; s < 2; ++s)
+      EXPECT_EQ(MaxAbsDiff(last[s].data(), alone[s].logits[0].data(), vocab), 0.0f) << what;
+    std::vector<float> rows(2 * vocab);
+    for (size_t k = 1; k < n_new; ++k) {
+      const int32_t tokens[] = {alone[0].tokens[k - 1], alone[1].tokens[k - 1]};
+      batch.Step(tokens, seqs.data(), 2, rows.data());
+      for (size_t s = 0; s < 2; ++s)
+        EXPECT_EQ(MaxAbsDiff(&rows[s * vocab], alone[s].logits[k].data(), vocab), 0.0f)
+            << what << ", sequence " << s << ", token " << k;
+    }
+    if (c.method != spec::Method::dense) {
+      EXPECT_GT(batch.attention(seqs[0]).stats().sampled, 0.0) << what << ": no sparse step";
+    }
+  }
 }
 
 TEST(Batch, RejectsMalformedBatches) {

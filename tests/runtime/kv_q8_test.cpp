@@ -95,7 +95,10 @@ TEST(KvCacheQ8, AppendStoresQuantisedRows) {
     EXPECT_EQ(c.dtype(), DType::q8);
     EXPECT_EQ(c.RowBytes(), d / 32 * 34);
     EXPECT_EQ(c.BytesPerToken(), 2 * s.n_layers * s.n_kv_heads * (d / 32 * 34));
-    EXPECT_EQ(c.MemoryBytes(), 2 * s.n_layers * s.n_kv_heads * s.capacity * (d / 32 * 34));
+    // Blocks are taken as positions are stored: none yet, the capacity's (rounded up) reserved.
+    EXPECT_EQ(c.MemoryBytes(), 0u);
+    EXPECT_EQ(c.ReservedBytes(), 2 * s.n_layers * s.n_kv_heads * KvPool::BlocksFor(s.capacity) *
+                                     kKvBlockTokens * (d / 32 * 34));
     const size_t n = 7, pos = 3, kvh = s.n_kv_heads;
     const std::vector<float> k = KvRows(n, kvh, d, 1 + d), v = KvRows(n, kvh, d, 2 + d);
     c.Append(1, pos, n, k.data(), v.data());
@@ -112,8 +115,7 @@ TEST(KvCacheQ8, AppendStoresQuantisedRows) {
         // The raw rows the kernels read: quantize_q8's bytes at row pos of the (layer, kv-head).
         std::vector<std::uint8_t> want(ref::q8_row_bytes(d));
         ref::quantize_q8(ks, d, want.data());
-        const auto *raw =
-            static_cast<const std::uint8_t *>(c.Keys(1, h)) + (pos + i) * c.RowBytes();
+        const auto *raw = static_cast<const std::uint8_t *>(c.KeyAt(1, h, pos + i));
         EXPECT_EQ(std::memcmp(raw, want.data(), want.size()), 0) << what;
       }
     // Layer 0 and the positions around the appended ones are untouched (zeros).
@@ -161,7 +163,7 @@ TEST(KvCacheQ8, NonFiniteBlocksAreStoredAsNaN) {
           ASSERT_NEAR(row[j], x, t == DType::q8 ? 0.05 : 0.01 * std::fabs(x)) << what;
       }
       if (t == DType::q8) { // the raw scale of each poisoned block is NaN, its codes 0
-        const auto *raw = static_cast<const std::uint8_t *>(c.Keys(0, h)) + 4 * c.RowBytes();
+        const auto *raw = static_cast<const std::uint8_t *>(c.KeyAt(0, h, 4));
         for (size_t b = 0; b < d / 32; ++b) {
           const bool poisoned = (h == 0 && (b == 0 || b == 2)) || (h == 1 && b == 3);
           EXPECT_EQ(std::isnan(ref::q8_block_scale(raw + b * 34)), poisoned) << "block " << b;
@@ -182,8 +184,10 @@ TEST(KvCacheQ8, SizesAgainstOtherTypes) {
   EXPECT_EQ(q8.BytesPerToken(), 2u * 2 * 2 * 136);
   EXPECT_EQ(bf16.BytesPerToken(), 2u * 2 * 2 * 256);
   EXPECT_EQ(f32.BytesPerToken(), 2u * 2 * 2 * 512);
-  EXPECT_EQ(q8.MemoryBytes(), q8.BytesPerToken() * 1000);
-  EXPECT_EQ(bf16.MemoryBytes() * 17, q8.MemoryBytes() * 32); // 34 / 64 of bf16
+  const size_t positions = KvPool::BlocksFor(1000) * kKvBlockTokens; // whole blocks
+  EXPECT_EQ(q8.ReservedBytes(), q8.BytesPerToken() * positions);
+  EXPECT_EQ(bf16.ReservedBytes() * 17, q8.ReservedBytes() * 32); // 34 / 64 of bf16
+  EXPECT_EQ(KvCache::BytesFor(s, DType::q8), q8.ReservedBytes());
 }
 
 TEST(KvCacheQ8, HeadDimMustBeAMultipleOf32) {
@@ -256,7 +260,8 @@ TEST(KvCacheQ8, CopyPrefixAndTileConvert) {
           }
           if (src_t == dst_t) {
             const size_t rb = src.RowBytes();
-            EXPECT_EQ(std::memcmp(prefix.Keys(l, h), src.Keys(l, h), (n - 2) * rb), 0) << what;
+            for (size_t i = 0; i < n - 2; ++i)
+              EXPECT_EQ(std::memcmp(prefix.KeyAt(l, h, i), src.KeyAt(l, h, i), rb), 0) << what;
           }
         }
       EXPECT_THROW(prefix.CopyPrefix(src, 13), std::runtime_error) << what;
@@ -272,8 +277,11 @@ TEST(KvCacheQ8, CopyPrefixAndTileConvert) {
   copied.CopyPrefix(f32, n);
   for (size_t l = 0; l < s.n_layers; ++l)
     for (size_t h = 0; h < kvh; ++h) {
-      EXPECT_EQ(std::memcmp(copied.Keys(l, h), direct.Keys(l, h), n * direct.RowBytes()), 0);
-      EXPECT_EQ(std::memcmp(copied.Values(l, h), direct.Values(l, h), n * direct.RowBytes()), 0);
+      for (size_t i = 0; i < n; ++i) {
+        EXPECT_EQ(std::memcmp(copied.KeyAt(l, h, i), direct.KeyAt(l, h, i), direct.RowBytes()), 0);
+        EXPECT_EQ(std::memcmp(copied.ValueAt(l, h, i), direct.ValueAt(l, h, i), direct.RowBytes()),
+                  0);
+      }
     }
 }
 

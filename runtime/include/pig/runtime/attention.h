@@ -75,9 +75,12 @@ public:
   virtual const AttentionShape &shape() const = 0;
   // KV store plus any index, in bytes.
   virtual size_t MemoryBytes() const = 0;
-  // What MemoryBytes() can grow to once every position is used (an index grows with the
-  // sequence; the KV store is allocated up front): what a memory budget reserves (LlamaBatch).
-  virtual size_t ReservedBytes() const { return MemoryBytes(); }
+  // What MemoryBytes() can grow to once every position is used (the KV store takes blocks as the
+  // sequence grows, an index grows with it): what a memory budget reserves (LlamaBatch). Default:
+  // the KV store's blocks for the whole capacity and the rest of MemoryBytes() as it is now.
+  virtual size_t ReservedBytes() const {
+    return cache().ReservedBytes() + (MemoryBytes() - cache().MemoryBytes());
+  }
   virtual AttentionStats stats() const { return {}; }
   // The KV store every method keeps (never null).
   virtual const KvCache &cache() const = 0;
@@ -131,7 +134,9 @@ private:
 /// set's dense kernel, specialised for head_dim when one was generated).
 class DenseAttention final : public Attention {
 public:
-  DenseAttention(const AttentionShape &shape, lsh::DType dtype = lsh::DType::bf16);
+  /// pool: the KV store's blocks (KvCache), or null for a pool of its own.
+  DenseAttention(const AttentionShape &shape, lsh::DType dtype = lsh::DType::bf16,
+                 std::shared_ptr<KvPool> pool = nullptr);
   void Forward(size_t layer, size_t pos, size_t n, const float *q, const float *k, const float *v,
                float *out, ThreadPool &pool) override;
   void Reset() override {}
@@ -217,9 +222,13 @@ void CheckServedTransform(const spec::TransformSpec &t);
 /// spec::TransformSpec::parse, then CheckServedTransform: what a tool's flag takes.
 spec::TransformSpec ParseServedTransform(std::string_view text);
 
-/// Builds the Attention a spec names for a model shape; throws std::invalid_argument as
-/// AttentionSpec::Validate, and when no kernel serves the head dim.
-std::unique_ptr<Attention> MakeAttention(const AttentionSpec &spec, const AttentionShape &shape);
+/// Builds the Attention a spec names for a model shape, its KV store over `pool` (a pool of the
+/// spec's kv_dtype several sequences share: LlamaBatch::KvPoolOf) or, when null, over a pool of
+/// its own. Throws std::invalid_argument as AttentionSpec::Validate, when no kernel serves the
+/// head dim, or for a pool of another shape or dtype; std::length_error when the pool cannot
+/// reserve the capacity's blocks.
+std::unique_ptr<Attention> MakeAttention(const AttentionSpec &spec, const AttentionShape &shape,
+                                         std::shared_ptr<KvPool> pool = nullptr);
 
 /// MakeAttention(spec, shape)->ReservedBytes() right after construction, without allocating
 /// anything: what admitting a sequence costs a memory budget, decided before its KV store exists

@@ -54,7 +54,9 @@ public:
   /// spec.method must be topk, oracle or quest; throws std::invalid_argument otherwise, for a
   /// spec that AttentionSpec::Validate rejects, for quest_page == 0, and when no dense kernel
   /// serves the head dim.
-  BudgetAttention(const AttentionSpec &spec, const AttentionShape &shape);
+  /// pool: the KV store's blocks (KvCache), or null for a pool of its own.
+  BudgetAttention(const AttentionSpec &spec, const AttentionShape &shape,
+                  std::shared_ptr<KvPool> pool = nullptr);
   /// ReservedBytes() of BudgetAttention(spec, shape) right after construction, without
   /// allocating: the constructor's std::invalid_argument, std::length_error past a size_t.
   static size_t ReservedBytesOf(const AttentionSpec &spec, const AttentionShape &shape);
@@ -147,6 +149,7 @@ private:
 
 /// The Attention for spec.method in {topk, oracle, quest, lsh-hybrid} (called by MakeAttention).
 std::unique_ptr<Attention> MakeBudgetAttention(const AttentionSpec &spec,
-                                               const AttentionShape &shape);
+                                               const AttentionShape &shape,
+                                               std::shared_ptr<KvPool> pool = nullptr);
 
 } // namespace pig::runtime

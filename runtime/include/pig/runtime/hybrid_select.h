@@ -41,10 +41,11 @@ void hybrid_uniforms(std::uint64_t seed, std::size_t begin, std::size_t n, doubl
 /// target: every product of two floats is exact in double, so the result differs from the
 /// reference's f64 sums in their order only (q8 rows are dequantised first, exactly). Returns the
 /// lse (-inf for no finite logit; NaN, with a NaN output, for a NaN one). `logits`, when given,
-/// receives each logit_c (count entries).
+/// receives each logit_c (count entries). Rows in pages (`paged`, a KvCache's) are gathered
+/// first, bit for bit.
 double hybrid_attend(const float *q, const void *K, const void *V, DType dtype, std::size_t d,
                      double scale, const std::uint32_t *ids, const double *bias, std::size_t count,
-                     float *out, double *logits = nullptr);
+                     float *out, double *logits = nullptr, const PagedRows &paged = {});
 
 class HybridSampler {
 public:

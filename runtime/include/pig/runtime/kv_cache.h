@@ -8,16 +8,22 @@
 // 32 elements of that block read back as NaN (pig::ref::q8_scale_for) and the other blocks of
 // the row are unaffected. Attention that reads such a row answers NaN, in every element type.
 //
-// Layout: [layer][kv_head][position][row]: a (layer, kv-head) is n rows of lsh::row_bytes(dtype,
-// head_dim) bytes back to back, which is what the LSH kernels take (lsh_kernels.h).
+// Layout: paged. A KvPool holds blocks of kKvBlockTokens positions; a block holds those
+// positions' K and V rows of every layer and kv-head, [layer][kv_head][K rows | V rows][row], so
+// one block table serves every (layer, kv-head) (lsh::PagedRows: page_stride is the block's
+// bytes). A KvCache is one sequence's block table over a pool: it takes blocks as the sequence
+// grows, never more than its capacity needs, and returns them when it ends. The kernels read the
+// rows in place through the table, bit for bit as they read rows back to back.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <utility>
+#include <vector>
 
-#include "pig/runtime/lsh_index.h" // HugeVector
 #include "pig/runtime/lsh_kernels.h"
+#include "pig/runtime/lsh_step.h" // KvRows
 
 namespace pig::runtime {
 
@@ -27,22 +33,106 @@ struct AttentionShape {
   size_t group() const { return n_kv_heads ? n_heads / n_kv_heads : 0; }
 };
 
+/// Positions per block of a KvPool unless its constructor is told otherwise: a block of a
+/// (layer, kv-head) is 64 rows back to back (8 KiB of bf16 rows at d = 64), long enough that the
+/// kernels stream it like contiguous rows.
+inline constexpr size_t kKvBlockTokens = 64;
+
+/// Fixed-size blocks of K and V rows for every layer and kv-head of a model shape (its capacity
+/// is ignored), in one mapping that is reserved, not committed: a block's memory is touched when a
+/// cache first writes it, so the pool's resident bytes are the blocks ever taken (ResidentBytes),
+/// not its size. Admission is by blocks: Reserve counts blocks a cache may take later, and Take
+/// never fails for a block reserved before. A pool of max_blocks == 0 has no limit but the
+/// address space it could map. Reserve, Take and Give are thread-safe.
+class KvPool {
+public:
+  using DType = lsh::DType;
+  /// Throws std::invalid_argument as KvCache::Check, or for block_tokens == 0;
+  /// std::length_error when the blocks do not fit in a size_t (or a block id);
+  /// std::bad_alloc when the address space cannot be reserved.
+  KvPool(const AttentionShape &shape, DType dtype, size_t max_blocks,
+         size_t block_tokens = kKvBlockTokens);
+  ~KvPool();
+  KvPool(const KvPool &) = delete;
+  KvPool &operator=(const KvPool &) = delete;
+
+  /// Bytes of one block (every layer and kv-head, K and V), without constructing a pool.
+  static size_t BlockBytesFor(const AttentionShape &shape, DType dtype,
+                              size_t block_tokens = kKvBlockTokens);
+  /// Blocks that hold `positions` positions: ceil(positions / block_tokens).
+  static size_t BlocksFor(size_t positions, size_t block_tokens = kKvBlockTokens) {
+    return positions / block_tokens + (positions % block_tokens != 0);
+  }
+
+  /// Sets aside n blocks for a cache to take later; throws std::length_error, naming what is
+  /// free, when the pool cannot (the pool unchanged).
+  void Reserve(size_t n);
+  /// Returns n reserved blocks that were not taken.
+  void Unreserve(size_t n);
+  /// One of the blocks reserved before (the lowest free id): a block id for a block table.
+  std::int32_t Take();
+  /// Returns a taken block (it stays reserved until Unreserve).
+  void Give(std::int32_t block);
+
+  /// The rows of (layer, kv-head) of block 0, K or V: the base of lsh::PagedRows.
+  const std::uint8_t *Base(size_t layer, size_t kvh, bool values) const {
+    return region_ +
+           ((layer * shape_.n_kv_heads + kvh) * 2 + (values ? 1 : 0)) * block_tokens_ * row_bytes_;
+  }
+  std::uint8_t *Row(std::int32_t block, size_t layer, size_t kvh, bool values, size_t row) {
+    return const_cast<std::uint8_t *>(Base(layer, kvh, values)) + size_t(block) * block_bytes_ +
+           row * row_bytes_;
+  }
+  /// The page table of a block table (block_tokens rows a page, BlockBytes() apart).
+  lsh::PagedRows Paging(const std::int32_t *table) const {
+    return {table, block_tokens_, block_bytes_};
+  }
+
+  const AttentionShape &shape() const { return shape_; }
+  DType dtype() const { return dtype_; }
+  size_t block_tokens() const { return block_tokens_; }
+  size_t BlockBytes() const { return block_bytes_; }
+  size_t RowBytes() const { return row_bytes_; }
+  /// 0: no limit.
+  size_t max_blocks() const { return max_blocks_; }
+  size_t reserved_blocks() const;
+  size_t taken_blocks() const;
+  /// The blocks ever taken at once (their memory is committed): the pool's resident bytes.
+  size_t ResidentBytes() const;
+
+private:
+  AttentionShape shape_;
+  DType dtype_;
+  size_t block_tokens_, row_bytes_, block_bytes_, max_blocks_, mapped_blocks_ = 0;
+  std::uint8_t *region_ = nullptr;
+  size_t mapped_bytes_ = 0;
+  struct State;
+  std::unique_ptr<State> state_;
+};
+
 class KvCache {
 public:
   using DType = lsh::DType;
-  /// Allocates capacity rows per (layer, kv-head) (2 MiB pages where the kernel allows them).
-  /// Throws std::invalid_argument for an odd head dim, heads not in whole GQA groups, or a head
-  /// dim the element type cannot store (q8: a multiple of 32).
-  KvCache(const AttentionShape &shape, DType dtype);
+  /// A cache of shape.capacity positions: over `pool` when given (a pool several caches share,
+  /// of this shape and dtype), else over a pool of its own that holds exactly the blocks the
+  /// capacity needs. Reserves those blocks (std::length_error, naming what the pool has free,
+  /// when it cannot) and takes them as positions are appended. Throws std::invalid_argument for
+  /// an odd head dim, heads not in whole GQA groups, a head dim the element type cannot store
+  /// (q8: a multiple of 32), or a pool of another shape or dtype.
+  KvCache(const AttentionShape &shape, DType dtype, std::shared_ptr<KvPool> pool = nullptr);
+  ~KvCache();
+  KvCache(const KvCache &) = delete;
+  KvCache &operator=(const KvCache &) = delete;
 
   /// What the constructor refuses (std::invalid_argument), without allocating.
   static void Check(const AttentionShape &shape, DType dtype);
-  /// The bytes the constructor allocates (MemoryBytes() of the new cache: K and V), without
-  /// allocating; std::length_error when that does not fit in a size_t.
+  /// The bytes the cache's blocks take once every position is used (what a memory budget
+  /// reserves for it), without allocating; std::length_error when that does not fit in a size_t.
   static size_t BytesFor(const AttentionShape &shape, DType dtype);
 
   /// Stores the keys and values of positions [pos, pos + n) of `layer`: k, v are n x
-  /// (n_kv_heads * head_dim) f32, row-major. Throws std::runtime_error past the capacity.
+  /// (n_kv_heads * head_dim) f32, row-major. Takes the blocks [0, pos + n) needs. Throws
+  /// std::runtime_error past the capacity.
   void Append(size_t layer, size_t pos, size_t n, const float *k, const float *v);
   /// Copies positions [0, n) of every layer from `other` (same shape; rows of another element
   /// type are converted through f32, as Append would store them).
@@ -50,10 +140,22 @@ public:
   /// Fills positions [0, n) with positions [0, period) of `other` repeated (benchmarks: a long
   /// context made of real keys and values from a shorter prefill), converted like CopyPrefix.
   void Tile(const KvCache &other, size_t period, size_t n);
+  /// Returns every block to the pool (the positions are forgotten; the reservation is kept).
+  void Clear();
 
-  /// The capacity rows of one (layer, kv-head), of RowBytes() bytes each.
-  const void *Keys(size_t layer, size_t kvh) const { return Row(k_, layer, kvh, 0); }
-  const void *Values(size_t layer, size_t kvh) const { return Row(v_, layer, kvh, 0); }
+  /// The K and V rows of one (layer, kv-head), in pages: what the kernels take. Valid until the
+  /// next Append, CopyPrefix, Tile or Clear.
+  lsh::KvRows Rows(size_t layer, size_t kvh) const {
+    return {pool_->Base(layer, kvh, false), pool_->Base(layer, kvh, true), dtype_, shape_.head_dim,
+            pool_->Paging(table_.data())};
+  }
+  /// One stored row (RowBytes() bytes of the element type).
+  const void *KeyAt(size_t layer, size_t kvh, size_t pos) const {
+    return At(layer, kvh, false, pos);
+  }
+  const void *ValueAt(size_t layer, size_t kvh, size_t pos) const {
+    return At(layer, kvh, true, pos);
+  }
   /// One row converted to f32 (head_dim floats).
   void KeyRow(size_t layer, size_t kvh, size_t pos, float *out) const;
   void ValueRow(size_t layer, size_t kvh, size_t pos, float *out) const;
@@ -67,22 +169,34 @@ public:
   size_t RowBytes() const { return lsh::row_bytes(dtype_, shape_.head_dim); }
   /// Bytes of K and V of one token over all layers and kv-heads.
   size_t BytesPerToken() const;
-  size_t MemoryBytes() const { return k_.size() + v_.size(); }
+  /// The blocks held now, in bytes: what the cache uses (a sequence of 1k positions in a cache
+  /// of 8k holds 1k, rounded up to a block).
+  size_t MemoryBytes() const { return table_.size() * pool_->BlockBytes(); }
+  /// The blocks the capacity needs, in bytes: what MemoryBytes() can grow to.
+  size_t ReservedBytes() const { return reserved_ * pool_->BlockBytes(); }
+  /// The block table (one block id per kKvBlockTokens positions held).
+  const std::vector<std::int32_t> &blocks() const { return table_; }
+  const KvPool &pool() const { return *pool_; }
 
 private:
+  const void *At(size_t layer, size_t kvh, bool values, size_t pos) const {
+    const size_t bt = pool_->block_tokens();
+    return pool_->Base(layer, kvh, values) + size_t(table_[pos / bt]) * pool_->BlockBytes() +
+           (pos % bt) * pool_->RowBytes();
+  }
+  void *At(size_t layer, size_t kvh, bool values, size_t pos) {
+    return const_cast<void *>(std::as_const(*this).At(layer, kvh, values, pos));
+  }
+  // Takes blocks until positions [0, n) are held (n <= capacity).
+  void Hold(size_t n);
   // Positions [from, from + m) of `other` to [to, to + m) of this cache, every layer and kv-head.
   void CopyRows(const KvCache &other, size_t from, size_t to, size_t m);
-  const std::uint8_t *Row(const lsh::HugeVector<std::uint8_t> &m, size_t layer, size_t kvh,
-                          size_t pos) const {
-    return m.data() + ((layer * shape_.n_kv_heads + kvh) * shape_.capacity + pos) * RowBytes();
-  }
-  std::uint8_t *Row(lsh::HugeVector<std::uint8_t> &m, size_t layer, size_t kvh, size_t pos) {
-    return const_cast<std::uint8_t *>(std::as_const(*this).Row(m, layer, kvh, pos));
-  }
 
   AttentionShape shape_;
   DType dtype_;
-  lsh::HugeVector<std::uint8_t> k_, v_;
+  std::shared_ptr<KvPool> pool_;
+  size_t reserved_ = 0;             // blocks reserved in the pool for this cache
+  std::vector<std::int32_t> table_; // blocks held, in position order
 };
 
 } // namespace pig::runtime

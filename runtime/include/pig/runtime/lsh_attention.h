@@ -62,7 +62,9 @@ class LshAttention final : public Attention {
 public:
   /// Throws std::invalid_argument for an invalid spec, a head dim no kernel serves or a GQA
   /// group larger than lsh::kMaxGroup.
-  LshAttention(const AttentionSpec &spec, const AttentionShape &shape);
+  /// pool: the KV store's blocks (KvCache), or null for a pool of its own.
+  LshAttention(const AttentionSpec &spec, const AttentionShape &shape,
+               std::shared_ptr<KvPool> pool = nullptr);
   /// ReservedBytes() of LshAttention(spec, shape) right after construction, without allocating:
   /// throws what the constructor throws for an invalid spec or shape (std::invalid_argument), and
   /// std::length_error when the size does not fit in a size_t.

@@ -133,14 +133,15 @@ public:
   void CheckTokens(const int32_t *tokens, size_t n) const;
 
   // The path of decode rows (ops.h): kInteger (the default, and what LlamaSession decodes with)
-  // or kFloat (the f32 kernels on dequantised rows). Either way a row's result does not depend on the
-  // other rows; the two paths differ from each other by rounding. Throws std::invalid_argument for
-  // kAuto (it would pick by row count, and a row's logits would depend on its batch).
+  // or kFloat (the f32 kernels on dequantised rows). Either way a row's result does not depend on
+  // the other rows; the two paths differ from each other by rounding. Throws std::invalid_argument
+  // for kAuto (it would pick by row count, and a row's logits would depend on its batch).
   void set_decode_path(MatMulPath path);
   MatMulPath decode_path() const { return decode_path_; }
   // The path of prompt chunks: kFloat (the default: prefill logits within 1e-4 of transformers,
   // Parity.LogitsOfFirst64Positions) or kInteger (kAuto means it too): 2.5x faster prefill on
-  // AVX-512 VNNI, logits within ~1e-3 of the row's largest (docs/PERFORMANCE.md#weight-kernels-issue-48).
+  // AVX-512 VNNI, logits within ~1e-3 of the row's largest
+  // (docs/PERFORMANCE.md#weight-kernels-issue-48).
   void set_prefill_path(MatMulPath path) {
     prefill_path_ = path == MatMulPath::kFloat ? path : MatMulPath::kInteger;
   }
@@ -237,6 +238,14 @@ public:
   LlamaBatch(const LlamaModel &model, ThreadPool &pool,
              std::vector<std::unique_ptr<Attention>> attentions, Options options = {});
 
+  // The KV pool of one element type that this batch's sequences share (made at the first call):
+  // MakeAttention(spec, shape, KvPoolOf(spec.kv_dtype)) builds a sequence whose KV store takes
+  // blocks from it as it grows, so the memory a sequence holds is what it has used. Without a
+  // limit of its own: the memory budget admits sequences (Add).
+  std::shared_ptr<KvPool> KvPoolOf(lsh::DType dtype);
+  // The bytes the pools have committed: the most blocks their sequences held at once.
+  size_t KvResidentBytes() const;
+
   // Adds a sequence (e.g. MakeAttention(spec, shape)); its capacity is the Attention's. Returns
   // its id, the lowest free slot. Throws std::invalid_argument for a null Attention or a shape
   // that does not match the model, std::length_error when the budget would be exceeded.
@@ -287,6 +296,7 @@ private:
 
   const LlamaModel &model_;
   Options opts_;
+  std::vector<std::shared_ptr<KvPool>> pools_; // KvPoolOf's, one per element type in use
   std::vector<Sequence> seqs_;
   size_t live_ = 0;
   LlamaForward fwd_;

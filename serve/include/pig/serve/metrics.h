@@ -44,6 +44,7 @@ struct ServerMetrics {
   std::map<std::string, MethodMetrics> methods; ///< by method name
   std::map<std::string, uint64_t> rejected;     ///< requests refused before admission, by reason
   uint64_t memory_budget = 0, memory_reserved = 0;
+  uint64_t kv_resident = 0; ///< the KV pools' committed bytes: the most blocks held at once
   ServerMetrics();
   uint64_t steps = 0;
   double step_seconds = 0;
