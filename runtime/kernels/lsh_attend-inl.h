@@ -307,14 +307,37 @@ HWY_INLINE void DenseRange(Heads &st, const sd::RowSource<Row> &k, const sd::Row
   const Row *krows[kBlock];
   const Row *vrows[kBlock];
   const Row *pf_k[kBlock], *pf_v[kBlock];
+  const std::size_t d = st.d;
   for (std::size_t i0 = begin; i0 < end; i0 += kBlock) {
     const std::size_t nb = std::min(kBlock, end - i0);
-    for (std::size_t i = 0; i < nb; ++i) {
-      krows[i] = k(i0 + i);
-      vrows[i] = v(i0 + i);
-      const std::size_t f = i0 + i + kAhead;
-      pf_k[i] = kAhead > 0 && f < end ? k(f) : nullptr;
-      pf_v[i] = kAhead > 0 && f < end ? v(f) : nullptr;
+    // Row addresses by runs of back-to-back rows (a page of a paged cache; all rows otherwise):
+    // one address computation per run, not per row (k and v share one page table).
+    for (std::size_t i = 0; i < nb;) {
+      const std::size_t run = std::min(nb - i, k.RunFrom(i0 + i));
+      const Row *kp = k(i0 + i), *vp = v(i0 + i);
+      for (std::size_t j = 0; j < run; ++j, ++i) {
+        krows[i] = sd::RowAt(kp, j, d);
+        vrows[i] = sd::RowAt(vp, j, d);
+      }
+    }
+    if constexpr (kAhead > 0) {
+      for (std::size_t i = 0; i < nb;) {
+        const std::size_t f = i0 + i + kAhead;
+        if (f >= end) {
+          for (; i < nb; ++i)
+            pf_k[i] = pf_v[i] = nullptr;
+          break;
+        }
+        const std::size_t run = std::min({nb - i, k.RunFrom(f), end - f});
+        const Row *kp = k(f), *vp = v(f);
+        for (std::size_t j = 0; j < run; ++j, ++i) {
+          pf_k[i] = sd::RowAt(kp, j, d);
+          pf_v[i] = sd::RowAt(vp, j, d);
+        }
+      }
+    } else {
+      for (std::size_t i = 0; i < nb; ++i)
+        pf_k[i] = pf_v[i] = nullptr;
     }
     ScoreRows<kG, kD, Row, false, kS>(st, krows, nb, z, nullptr, nullptr, pf_k, pf_v);
     for (int h = 0; h < kG; ++h)

@@ -207,6 +207,14 @@ template <typename T> struct RowSource {
         reinterpret_cast<const char *>(base) + static_cast<std::size_t>(pages[page]) * page_stride;
     return RowAt(reinterpret_cast<const T *>(p), row, d);
   }
+  // Rows i, i + 1, ... that lie back to back from (*this)(i): to the end of row i's page (a
+  // paged KV cache's block), every row when not paged. A loop over a run takes one address and
+  // then steps by a row, as over contiguous rows.
+  HWY_INLINE std::size_t RunFrom(std::size_t i) const {
+    if (!pages)
+      return ~std::size_t(0);
+    return page_rows - (shift >= 0 ? (i & mask) : i % page_rows);
+  }
 };
 
 // ---- row loads in kernel order ---------------------------------------------------------------

@@ -445,8 +445,16 @@ std::shared_ptr<KvPool> LlamaBatch::KvPoolOf(lsh::DType dtype) {
     if (p->dtype() == dtype)
       return p;
   const LlamaConfig &c = model_.config();
-  pools_.push_back(std::make_shared<KvPool>(
-      AttentionShape{c.n_layers, c.n_heads, c.n_kv_heads, c.head_dim, 0}, dtype, 0));
+  const AttentionShape shape{c.n_layers, c.n_heads, c.n_kv_heads, c.head_dim, 0};
+  // The budget bounds the KV blocks of the sequences it admitted (they are part of
+  // ReservedBytes); a candidate reserves its blocks before Add weighs it against the budget. So a
+  // pool of twice the budget's blocks never refuses first a sequence that fits the budget alone,
+  // and Add's refusal names the budget. No budget: no limit.
+  const size_t max_blocks =
+      opts_.memory_budget
+          ? 2 * (opts_.memory_budget / KvPool::BlockBytesFor(shape, dtype)) + 1
+          : 0;
+  pools_.push_back(std::make_shared<KvPool>(shape, dtype, max_blocks));
   return pools_.back();
 }
 

@@ -240,8 +240,8 @@ public:
 
   // The KV pool of one element type that this batch's sequences share (made at the first call):
   // MakeAttention(spec, shape, KvPoolOf(spec.kv_dtype)) builds a sequence whose KV store takes
-  // blocks from it as it grows, so the memory a sequence holds is what it has used. Without a
-  // limit of its own: the memory budget admits sequences (Add).
+  // blocks from it as it grows, so the memory a sequence holds is what it has used. Its size is
+  // the memory budget's blocks (no limit without a budget): the budget admits sequences (Add).
   std::shared_ptr<KvPool> KvPoolOf(lsh::DType dtype);
   // The bytes the pools have committed: the most blocks their sequences held at once.
   size_t KvResidentBytes() const;
