@@ -451,9 +451,7 @@ std::shared_ptr<KvPool> LlamaBatch::KvPoolOf(lsh::DType dtype) {
   // pool of twice the budget's blocks never refuses first a sequence that fits the budget alone,
   // and Add's refusal names the budget. No budget: no limit.
   const size_t max_blocks =
-      opts_.memory_budget
-          ? 2 * (opts_.memory_budget / KvPool::BlockBytesFor(shape, dtype)) + 1
-          : 0;
+      opts_.memory_budget ? 2 * (opts_.memory_budget / KvPool::BlockBytesFor(shape, dtype)) + 1 : 0;
   pools_.push_back(std::make_shared<KvPool>(shape, dtype, max_blocks));
   return pools_.back();
 }
