@@ -24,33 +24,38 @@ lsh::LshKernelSet DenseSet(const AttentionShape &shape, lsh::DType dtype) {
 
 void CausalDense(const KvCache &cache, const lsh::LshKernelSet &set, size_t layer, size_t pos,
                  size_t n, const float *q, float *out, ThreadPool &pool) {
-  const AttentionShape &sh = cache.shape();
-  const size_t hd = sh.head_dim, nh = sh.n_heads, nkv = sh.n_kv_heads, G = sh.group();
-  const float scale = 1.0f / std::sqrt(float(hd));
+  const size_t nkv = cache.shape().n_kv_heads;
   // One item per (query, kv-head): the G query heads of a group read K/V once.
   pool.ParallelFor(n * nkv, [&](size_t item, size_t) {
-    const size_t i = item / nkv, kvh = item % nkv;
-    float lse[lsh::kMaxGroup];
-    // Groups larger than the kernels' limit run as several calls (each reads K/V again).
-    for (size_t h0 = 0; h0 < G; h0 += size_t(lsh::kMaxGroup)) {
-      const size_t g = std::min(G - h0, size_t(lsh::kMaxGroup));
-      lsh::DenseAttentionArgs a;
-      a.q = q + (i * nh + kvh * G + h0) * hd;
-      a.G = int(g);
-      a.d = hd;
-      a.scale = scale;
-      const lsh::KvRows rows = cache.Rows(layer, kvh);
-      a.k = rows.k;
-      a.v = rows.v;
-      a.paged = rows.paged;
-      a.dtype = cache.dtype();
-      a.begin = 0;
-      a.end = pos + i + 1;
-      a.out = out + (i * nh + kvh * G + h0) * hd;
-      a.lse = lse;
-      set.dense_attention(a);
-    }
+    CausalDenseItem(cache, set, layer, pos, item / nkv, item % nkv, q, out);
   });
+}
+
+void CausalDenseItem(const KvCache &cache, const lsh::LshKernelSet &set, size_t layer, size_t pos,
+                     size_t i, size_t kvh, const float *q, float *out) {
+  const AttentionShape &sh = cache.shape();
+  const size_t hd = sh.head_dim, nh = sh.n_heads, G = sh.group();
+  const float scale = 1.0f / std::sqrt(float(hd));
+  float lse[lsh::kMaxGroup];
+  // Groups larger than the kernels' limit run as several calls (each reads K/V again).
+  for (size_t h0 = 0; h0 < G; h0 += size_t(lsh::kMaxGroup)) {
+    const size_t g = std::min(G - h0, size_t(lsh::kMaxGroup));
+    lsh::DenseAttentionArgs a;
+    a.q = q + (i * nh + kvh * G + h0) * hd;
+    a.G = int(g);
+    a.d = hd;
+    a.scale = scale;
+    const lsh::KvRows rows = cache.Rows(layer, kvh);
+    a.k = rows.k;
+    a.v = rows.v;
+    a.paged = rows.paged;
+    a.dtype = cache.dtype();
+    a.begin = 0;
+    a.end = pos + i + 1;
+    a.out = out + (i * nh + kvh * G + h0) * hd;
+    a.lse = lse;
+    set.dense_attention(a);
+  }
 }
 
 DenseAttention::DenseAttention(const AttentionShape &shape, lsh::DType dtype,
@@ -63,6 +68,21 @@ void DenseAttention::Forward(size_t layer, size_t pos, size_t n, const float *q,
   CausalDense(cache_, set_, layer, pos, n, q, out, pool);
   if (n == 1 && layer == 0)
     ++decode_steps_;
+}
+
+DecodeItems DenseAttention::BeginDecode(size_t layer, size_t pos, const float *q, const float *k,
+                                        const float *v, float *out, ThreadPool &) {
+  cache_.Append(layer, pos, 1, k, v);
+  DecodeItems w;
+  w.count = cache_.shape().n_kv_heads; // CausalDense's items for one query
+  w.run = [this, layer, pos, q, out](size_t kvh, size_t) {
+    CausalDenseItem(cache_, set_, layer, pos, 0, kvh, q, out);
+  };
+  w.finish = [this, layer] {
+    if (layer == 0)
+      ++decode_steps_;
+  };
+  return w;
 }
 
 AttentionStats DenseAttention::stats() const {

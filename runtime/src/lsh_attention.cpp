@@ -287,12 +287,21 @@ void LshAttention::AttendGroup(size_t layer, size_t kvh, const float *q, float *
 
 void LshAttention::Forward(size_t layer, size_t pos, size_t n, const float *q, const float *k,
                            const float *v, float *out, ThreadPool &pool) {
-  cache_.Append(layer, pos, n, k, v);
-  cached_.at(layer) = pos + n;
   if (n != 1) {
+    cache_.Append(layer, pos, n, k, v);
+    cached_.at(layer) = pos + n;
     CausalDense(cache_, set_, layer, pos, n, q, out, pool);
     return;
   }
+  const DecodeItems w = BeginDecode(layer, pos, q, k, v, out, pool);
+  pool.ParallelFor(w.count, w.run);
+  w.finish();
+}
+
+DecodeItems LshAttention::BeginDecode(size_t layer, size_t pos, const float *q, const float *k,
+                                      const float *v, float *out, ThreadPool &pool) {
+  cache_.Append(layer, pos, 1, k, v);
+  cached_.at(layer) = pos + 1;
   const AttentionShape &sh = cache_.shape();
   if (threads_.size() < pool.size())
     threads_.resize(pool.size());
@@ -312,7 +321,8 @@ void LshAttention::Forward(size_t layer, size_t pos, size_t n, const float *q, c
   // G = 3, d = 64, 2 threads, variants alternated step by step in one process): split passes
   // took 6-9 % less time per layer than whole ones with a barrier between the phases, and
   // dropping the barrier another 8-17 % (16k: 196-216 against 222-246 us, 32k: 298-453 against
-  // 322-530 us).
+  // 322-530 us). A batch runs these items beside other sequences' (DecodeItems): the order, and
+  // so the rule, holds within each sequence's items.
   // The schedule's parts knob (0: this rule). It changes no compiled code, so the spec's value
   // holds even when the registry served another schedule's kernels.
   const size_t auto_parts = pool.size() > 1 && H % pool.size() != 0 ? 2 : 1;
@@ -329,7 +339,9 @@ void LshAttention::Forward(size_t layer, size_t pos, size_t n, const float *q, c
     g.lse.resize(parts * G);
     prepared_[kvh].store(false, std::memory_order_relaxed);
   }
-  pool.ParallelFor(H + H * parts, [&](size_t item, size_t thread) {
+  DecodeItems w;
+  w.count = H + H * parts;
+  w.run = [this, layer, pos, q, out, H, G, hd, parts](size_t item, size_t thread) {
     if (item < H) {
       struct Done { // also when PrepareGroup throws: a waiting pass must not spin forever
         std::atomic<bool> &flag;
@@ -345,29 +357,32 @@ void LshAttention::Forward(size_t layer, size_t pos, size_t n, const float *q, c
     if (groups_[kvh].sampled)
       AttendGroup(layer, kvh, q + kvh * G * hd, out + kvh * G * hd, groups_[kvh],
                   (item - H) % parts, parts);
-  });
-  for (size_t kvh = 0; kvh < H; ++kvh) {
-    Group &g = groups_[kvh];
-    if (!g.sampled || parts == 1)
-      continue;
-    // Parts 1, 2, ... folded into part 0 by LSE, the last merge writing the group's output.
-    for (size_t p = 1; p < parts; ++p) {
-      lsh::MergeArgs m;
-      m.out_a = g.out.data();
-      m.lse_a = g.lse.data();
-      m.out_b = g.out.data() + p * G * hd;
-      m.lse_b = g.lse.data() + p * G;
-      m.heads = G;
-      m.d = hd;
-      m.out = p + 1 == parts ? out + kvh * G * hd : g.out.data(); // in place: out may alias out_a
-      m.lse = g.lse.data();                                       // so lse may alias lse_a
-      set_.merge(m);
+  };
+  w.finish = [this, layer, out, H, G, hd, parts] {
+    for (size_t kvh = 0; kvh < H; ++kvh) {
+      Group &g = groups_[kvh];
+      if (!g.sampled || parts == 1)
+        continue;
+      // Parts 1, 2, ... folded into part 0 by LSE, the last merge writing the group's output.
+      for (size_t p = 1; p < parts; ++p) {
+        lsh::MergeArgs m;
+        m.out_a = g.out.data();
+        m.lse_a = g.lse.data();
+        m.out_b = g.out.data() + p * G * hd;
+        m.lse_b = g.lse.data() + p * G;
+        m.heads = G;
+        m.d = hd;
+        m.out = p + 1 == parts ? out + kvh * G * hd : g.out.data(); // in place: out may alias
+        m.lse = g.lse.data();                                       // out_a, so lse may lse_a
+        set_.merge(m);
+      }
     }
-  }
-  for (const auto &c : per_kvh_)
-    total_ += c;
-  if (layer == 0)
-    ++decode_steps_;
+    for (const auto &c : per_kvh_)
+      total_ += c;
+    if (layer == 0)
+      ++decode_steps_;
+  };
+  return w;
 }
 
 } // namespace pig::runtime

@@ -268,6 +268,46 @@ void LlamaForward::MatMulRows(const MatMulJob *jobs, size_t n_jobs, const float 
   }
 }
 
+// One layer's attention for every span of a Run. A prompt chunk, and a decode row whose
+// Attention does not split its step (SplitsDecode), is one Forward. The other decode rows run as
+// one split over the threads: every row's items (Attention::BeginDecode) in one ParallelFor, so a
+// batch of B sequences wakes the pool once a layer, not B times, and the threads share the B
+// rows' work instead of each row's few kv-heads. A row's items run the arithmetic of its Forward,
+// so its output is bit-identical to decoding it alone.
+void LlamaForward::Attend(size_t layer, const Span *spans, size_t n_spans) {
+  const LlamaConfig &c = model_.config();
+  const size_t dim = c.n_heads * c.head_dim, kv = c.n_kv_heads * c.head_dim;
+  decode_items_.clear();
+  decode_first_.clear();
+  size_t total = 0;
+  for (size_t s = 0, row = 0; s < n_spans; row += spans[s].n, ++s) {
+    Attention &a = *spans[s].attention;
+    if (spans[s].n != 1 || !a.SplitsDecode()) {
+      a.Forward(layer, spans[s].pos, spans[s].n, &q_[row * dim], &k_[row * kv], &v_[row * kv],
+                &att_[row * dim], pool_);
+      continue;
+    }
+    decode_items_.push_back(a.BeginDecode(layer, spans[s].pos, &q_[row * dim], &k_[row * kv],
+                                          &v_[row * kv], &att_[row * dim], pool_));
+    decode_first_.push_back(total);
+    total += decode_items_.back().count;
+  }
+  if (decode_items_.empty())
+    return;
+  if (decode_items_.size() == 1) {
+    pool_.ParallelFor(total, decode_items_[0].run);
+  } else {
+    pool_.ParallelFor(total, [this](size_t item, size_t thread) {
+      const size_t r = size_t(std::upper_bound(decode_first_.begin(), decode_first_.end(), item) -
+                              decode_first_.begin()) -
+                       1;
+      decode_items_[r].run(item - decode_first_[r], thread);
+    });
+  }
+  for (const DecodeItems &w : decode_items_)
+    w.finish();
+}
+
 void LlamaForward::Run(const int32_t *tokens, const Span *spans, size_t n_spans, Logits which,
                        float *logits) {
   const LlamaConfig &c = model_.config();
@@ -323,10 +363,7 @@ void LlamaForward::Run(const int32_t *tokens, const Span *spans, size_t n_spans,
       Rope(&q_[i * dim], c.n_heads, i);
       Rope(&k_[i * kv], c.n_kv_heads, i);
     }
-    for (size_t s = 0, row = 0; s < n_spans; row += spans[s].n, ++s) {
-      spans[s].attention->Forward(l, spans[s].pos, spans[s].n, &q_[row * dim], &k_[row * kv],
-                                  &v_[row * kv], &att_[row * dim], pool_);
-    }
+    Attend(l, spans, n_spans);
     const MatMulJob wo{&w.wo, xb_.data()};
     MatMulRows(&wo, 1, att_.data(), n);
     for (size_t i = 0; i < n * dim; ++i)

@@ -11,6 +11,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -62,6 +63,17 @@ struct AttentionStats : CostCounters {
   double gather_ratio() const { return sampled > 0 ? gathered / sampled : 0.0; }
 };
 
+/// One decode row's attention of one layer as work items (Attention::BeginDecode), so that the
+/// rows of several sequences run in one split over the threads (LlamaForward: one ParallelFor per
+/// layer for every decode row of a batch). Items are claimed in index order: an item may wait for
+/// an earlier item of the same row, never for a later one. `finish` runs once every item has,
+/// on the calling thread; `q` and `out` of BeginDecode stay in use until then.
+struct DecodeItems {
+  size_t count = 0;
+  std::function<void(size_t item, size_t thread)> run;
+  std::function<void()> finish;
+};
+
 class Attention {
 public:
   virtual ~Attention() = default;
@@ -70,6 +82,16 @@ public:
   // q/out: n x (n_heads * head_dim); k/v: n x (n_kv_heads * head_dim), row-major.
   virtual void Forward(size_t layer, size_t pos, size_t n, const float *q, const float *k,
                        const float *v, float *out, ThreadPool &pool) = 0;
+  // Whether BeginDecode serves this attention's decode rows. When not, a batch calls Forward.
+  virtual bool SplitsDecode() const { return false; }
+  // Forward(layer, pos, 1, q, k, v, out, pool) as work items: stores the row's key and value,
+  // returns the items that attend it. Running every item and then `finish` is that Forward, bit
+  // for bit, whatever the other items of the split are. Only where SplitsDecode().
+  virtual DecodeItems BeginDecode(size_t layer, size_t pos, const float *q, const float *k,
+                                  const float *v, float *out, ThreadPool &pool) {
+    (void)layer, (void)pos, (void)q, (void)k, (void)v, (void)out, (void)pool;
+    return {};
+  }
   // Forgets every cached position.
   virtual void Reset() = 0;
   virtual const AttentionShape &shape() const = 0;
@@ -139,6 +161,9 @@ public:
                  std::shared_ptr<KvPool> pool = nullptr);
   void Forward(size_t layer, size_t pos, size_t n, const float *q, const float *k, const float *v,
                float *out, ThreadPool &pool) override;
+  bool SplitsDecode() const override { return true; }
+  DecodeItems BeginDecode(size_t layer, size_t pos, const float *q, const float *k, const float *v,
+                          float *out, ThreadPool &pool) override;
   void Reset() override {}
   const AttentionShape &shape() const override { return cache_.shape(); }
   size_t MemoryBytes() const override { return cache_.MemoryBytes(); }
@@ -156,6 +181,9 @@ private:
 /// method). Work items: (kv-head, query) pairs across the pool.
 void CausalDense(const KvCache &cache, const lsh::LshKernelSet &set, size_t layer, size_t pos,
                  size_t n, const float *q, float *out, ThreadPool &pool);
+/// One work item of CausalDense: query i (at position pos + i) of kv-head kvh's group.
+void CausalDenseItem(const KvCache &cache, const lsh::LshKernelSet &set, size_t layer, size_t pos,
+                     size_t i, size_t kvh, const float *q, float *out);
 
 /// One layer's choice in a per-layer operating point (pig-tune): dense, or LSH sampling with
 /// its own (K, L, t) (the spec::LshParams base; {{K, L, t}} initialises, {{}, true} is dense).

@@ -72,6 +72,9 @@ public:
 
   void Forward(size_t layer, size_t pos, size_t n, const float *q, const float *k, const float *v,
                float *out, ThreadPool &pool) override;
+  bool SplitsDecode() const override { return true; }
+  DecodeItems BeginDecode(size_t layer, size_t pos, const float *q, const float *k, const float *v,
+                          float *out, ThreadPool &pool) override;
   void Reset() override;
   const AttentionShape &shape() const override { return cache_.shape(); }
   size_t MemoryBytes() const override;

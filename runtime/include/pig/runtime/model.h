@@ -155,6 +155,8 @@ private:
   void MatMulRows(const MatMulJob *jobs, size_t n_jobs, const float *x, size_t rows);
   // Rotates the n_heads heads of x (one row) by the angles of row `row` (rope_cs_).
   void Rope(float *x, size_t n_heads, size_t row) const;
+  // The attention of one layer for every span (q_, k_, v_ in, att_ out): model.cpp.
+  void Attend(size_t layer, const Span *spans, size_t n_spans);
 
   const LlamaModel &model_;
   ThreadPool &pool_;
@@ -165,8 +167,10 @@ private:
   std::vector<float> x_, xb_, q_, k_, v_, att_, hb_, hb2_;
   MatMulPath decode_path_ = MatMulPath::kInteger;
   MatMulPath prefill_path_ = MatMulPath::kFloat;
-  MatMulScratch scratch_;           // the integer path's quantised activations
-  std::vector<uint8_t> decode_row_; // per row of a Run: 1 for a decode row (a span of one)
+  MatMulScratch scratch_;                 // the integer path's quantised activations
+  std::vector<uint8_t> decode_row_;       // per row of a Run: 1 for a decode row (a span of one)
+  std::vector<DecodeItems> decode_items_; // Attend: the split decode rows of a layer
+  std::vector<size_t> decode_first_;      // ... and the index of each row's first item
 };
 
 // One decoding state: position, KV store (via Attention), scratch buffers.
