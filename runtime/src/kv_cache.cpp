@@ -84,7 +84,9 @@ KvPool::KvPool(const AttentionShape &shape, DType dtype, size_t max_blocks, size
       throw std::bad_alloc();
     want = want / 2 / block_bytes_ * block_bytes_; // the system refuses 1 TiB: ask for less
   }
-  mapped_blocks_ = mapped_bytes_ / block_bytes_;
+  // Block ids are int32 (a block table's entries): an unlimited pool of tiny blocks stops there.
+  mapped_blocks_ =
+      std::min(mapped_bytes_ / block_bytes_, size_t(std::numeric_limits<std::int32_t>::max()));
 #if defined(MADV_HUGEPAGE)
   madvise(region_, mapped_bytes_, MADV_HUGEPAGE); // advisory, like lsh::HugePageAllocator
 #endif
