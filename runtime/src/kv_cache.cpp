@@ -69,6 +69,8 @@ KvPool::KvPool(const AttentionShape &shape, DType dtype, size_t max_blocks, size
     throw std::length_error("KV pool: " + std::to_string(max_blocks) + " blocks exceed a block id");
   size_t want = max_blocks ? detail::CheckedMul(max_blocks, block_bytes_, "KV pool")
                            : std::max(kUnlimitedBytes / block_bytes_, size_t(1)) * block_bytes_;
+  const size_t layer_bytes = block_bytes_ / std::max<size_t>(shape_.n_layers, 1);
+  layer_base_.assign(shape_.n_layers, nullptr);
   if (want == 0)
     return; // a cache of capacity 0: no block, no mapping
   // Reserved, not committed: pages are touched when a block is first written.
@@ -90,6 +92,45 @@ KvPool::KvPool(const AttentionShape &shape, DType dtype, size_t max_blocks, size
 #if defined(MADV_HUGEPAGE)
   madvise(region_, mapped_bytes_, MADV_HUGEPAGE); // advisory, like lsh::HugePageAllocator
 #endif
+  for (size_t l = 0; l < shape_.n_layers; ++l)
+    layer_base_[l] = region_ + l * layer_bytes;
+}
+
+std::shared_ptr<KvPool> KvPool::External(const AttentionShape &shape, DType dtype,
+                                         size_t block_tokens) {
+  // A pool of one layer's blocks and no limit would map address space: built with max_blocks
+  // 0 bytes to map (capacity-0 path), then turned into a view.
+  AttentionShape one = shape;
+  one.n_layers = 1;
+  KvCache::Check(one, dtype);
+  if (block_tokens == 0)
+    throw std::invalid_argument("KV pool: a block of 0 positions");
+  std::shared_ptr<KvPool> p(new KvPool(shape, dtype, /*max_blocks=*/0, block_tokens, true));
+  return p;
+}
+
+KvPool::KvPool(const AttentionShape &shape, DType dtype, size_t max_blocks, size_t block_tokens,
+               bool external)
+    : shape_(shape), dtype_(dtype), block_tokens_(block_tokens),
+      row_bytes_(lsh::row_bytes(dtype, shape.head_dim)), max_blocks_(max_blocks),
+      external_(external), state_(std::make_unique<State>()) {
+  shape_.capacity = 0;
+  AttentionShape one = shape_;
+  one.n_layers = 1;
+  block_bytes_ = BlockBytesFor(one, dtype, block_tokens); // a block of one layer
+  layer_base_.assign(shape_.n_layers, nullptr);
+  layer_blocks_.assign(shape_.n_layers, 0);
+}
+
+void KvPool::SetLayer(size_t layer, const void *base, size_t num_blocks) {
+  if (!external_)
+    throw std::invalid_argument("KV pool: SetLayer names an engine's blocks; this pool owns its");
+  if (layer >= shape_.n_layers || !base)
+    throw std::invalid_argument("KV pool: layer " + std::to_string(layer) + " of " +
+                                std::to_string(shape_.n_layers) +
+                                (base ? "" : " without a region"));
+  layer_base_[layer] = static_cast<const std::uint8_t *>(base);
+  layer_blocks_[layer] = num_blocks;
 }
 
 KvPool::~KvPool() {
@@ -98,6 +139,11 @@ KvPool::~KvPool() {
 }
 
 void KvPool::Reserve(size_t n) {
+  if (external_) {
+    if (n == 0)
+      return;
+    throw std::logic_error("KV pool: an engine's blocks are not reserved here");
+  }
   std::lock_guard lock(state_->mu);
   const size_t limit = max_blocks_ ? max_blocks_ : mapped_blocks_;
   if (n > limit - state_->reserved) {
@@ -115,6 +161,8 @@ void KvPool::Unreserve(size_t n) {
 }
 
 std::int32_t KvPool::Take() {
+  if (external_)
+    throw std::logic_error("KV pool: an engine's blocks are not taken here");
   std::lock_guard lock(state_->mu);
   State &s = *state_;
   if (s.taken >= s.reserved)
@@ -174,6 +222,8 @@ KvCache::KvCache(const AttentionShape &shape, DType dtype, std::shared_ptr<KvPoo
     : shape_(shape), dtype_(dtype) {
   Check(shape, dtype);
   pool_ = PoolFor(shape, dtype, std::move(pool));
+  if (pool_->external())
+    return; // the engine's blocks: adopted, never reserved or taken
   const size_t blocks = KvPool::BlocksFor(shape.capacity, pool_->block_tokens());
   pool_->Reserve(blocks);
   reserved_ = blocks;
@@ -186,13 +236,43 @@ KvCache::~KvCache() {
 }
 
 void KvCache::Clear() {
-  for (std::int32_t b : table_)
-    pool_->Give(b);
+  if (!pool_->external())
+    for (std::int32_t b : table_)
+      pool_->Give(b);
   table_.clear();
+}
+
+void KvCache::Adopt(const std::int32_t *blocks, size_t n_blocks, size_t n) {
+  if (!pool_->external())
+    throw std::invalid_argument("KV cache: only a cache over an engine's blocks adopts a table");
+  if (n > shape_.capacity)
+    throw std::invalid_argument("KV cache: " + std::to_string(n) + " positions, " +
+                                std::to_string(shape_.capacity) + " allocated");
+  const size_t need = KvPool::BlocksFor(n, pool_->block_tokens());
+  if (n_blocks < need || (need > 0 && !blocks))
+    throw std::invalid_argument("KV cache: " + std::to_string(n) + " positions in " +
+                                std::to_string(n_blocks) + " blocks of " +
+                                std::to_string(pool_->block_tokens()));
+  size_t limit = SIZE_MAX; // the smallest region named so far (SetLayer)
+  for (size_t l = 0; l < shape_.n_layers; ++l)
+    if (pool_->layer_blocks(l) > 0)
+      limit = std::min(limit, pool_->layer_blocks(l));
+  for (size_t b = 0; b < need; ++b)
+    if (blocks[b] < 0 || size_t(blocks[b]) >= limit)
+      throw std::invalid_argument("KV cache: block " + std::to_string(blocks[b]) +
+                                  " outside a cache of " + std::to_string(limit) + " blocks");
+  table_.assign(blocks, blocks + need);
 }
 
 void KvCache::Hold(size_t n) {
   const size_t need = KvPool::BlocksFor(n, pool_->block_tokens());
+  if (pool_->external()) {
+    if (table_.size() < need)
+      throw std::runtime_error("KV cache: position " + std::to_string(n - 1) +
+                               " is past the engine's block table (" +
+                               std::to_string(table_.size()) + " blocks)");
+    return;
+  }
   while (table_.size() < need)
     table_.push_back(pool_->Take());
 }
@@ -223,7 +303,13 @@ void KvCache::Append(size_t layer, size_t pos, size_t n, const float *k, const f
     throw std::runtime_error("context full: " + std::to_string(pos + n) + " positions needed, " +
                              std::to_string(shape_.capacity) + " allocated");
   }
+  if ((k == nullptr) != (v == nullptr) || (!k && !pool_->external()))
+    throw std::invalid_argument("KV cache: rows to append without keys or values");
+  if (k && pool_->external())
+    throw std::invalid_argument("KV cache: an engine's blocks are written by the engine");
   Hold(pos + n);
+  if (!k)
+    return; // the engine stored them
   const size_t hd = shape_.head_dim, nkv = shape_.n_kv_heads;
   for (size_t h = 0; h < nkv; ++h) {
     for (size_t i = 0; i < n; ++i) {
@@ -236,6 +322,8 @@ void KvCache::Append(size_t layer, size_t pos, size_t n, const float *k, const f
 }
 
 void KvCache::CopyRows(const KvCache &other, size_t from, size_t to, size_t m) {
+  if (pool_->external())
+    throw std::invalid_argument("KV cache: an engine's blocks are written by the engine");
   const AttentionShape &o = other.shape_;
   if (o.n_layers != shape_.n_layers || o.n_kv_heads != shape_.n_kv_heads ||
       o.head_dim != shape_.head_dim) {

@@ -40,6 +40,56 @@ std::vector<float> Random(size_t n, std::uint64_t seed, double offset = 0.0) {
   return x;
 }
 
+// A view of an engine's blocks (vLLM's layout: per layer [blocks][kv-head][K rows | V rows][d]):
+// a cache over it reads the engine's rows where its adopted table says, holds no memory of its
+// own, and refuses to write or to read past its table.
+TEST(KvPool, ExternalReadsTheEnginesBlocksThroughTheAdoptedTable) {
+  const AttentionShape s = Shape(256);
+  constexpr size_t kBs = 16, kBlocks = 8;
+  const size_t rb = lsh::row_bytes(DType::f32, s.head_dim);
+  std::vector<std::vector<float>> layers(s.n_layers);
+  for (size_t l = 0; l < s.n_layers; ++l)
+    layers[l] = Random(kBlocks * s.n_kv_heads * 2 * kBs * s.head_dim, 40 + l);
+  std::shared_ptr<KvPool> pool = KvPool::External(s, DType::f32, kBs);
+  EXPECT_TRUE(pool->external());
+  EXPECT_THROW(pool->SetLayer(s.n_layers, layers[0].data(), kBlocks), std::invalid_argument);
+  EXPECT_THROW(pool->SetLayer(0, nullptr, kBlocks), std::invalid_argument);
+  for (size_t l = 0; l < s.n_layers; ++l)
+    pool->SetLayer(l, layers[l].data(), kBlocks);
+  KvCache c(s, DType::f32, pool);
+  EXPECT_EQ(c.ReservedBytes(), 0u);
+  const std::vector<std::int32_t> table = {5, 2, 7};
+  // Before a table, and past it: nothing to read.
+  EXPECT_THROW(c.Append(0, 0, 1, nullptr, nullptr), std::runtime_error);
+  EXPECT_THROW(c.Adopt(table.data(), 2, 40), std::invalid_argument); // 40 positions: 3 blocks
+  std::vector<std::int32_t> far = table;
+  far[1] = kBlocks;
+  EXPECT_THROW(c.Adopt(far.data(), far.size(), 40), std::invalid_argument);
+  EXPECT_THROW(c.Adopt(table.data(), table.size(), s.capacity + 1), std::invalid_argument);
+  c.Adopt(table.data(), table.size(), 40);
+  EXPECT_EQ(c.blocks(), table);
+  EXPECT_NO_THROW(c.Append(1, 39, 1, nullptr, nullptr));
+  EXPECT_THROW(c.Append(1, 48, 1, nullptr, nullptr), std::runtime_error); // past 3 blocks
+  const std::vector<float> k(s.n_kv_heads * s.head_dim, 1.0f);
+  EXPECT_THROW(c.Append(0, 0, 1, k.data(), k.data()), std::invalid_argument); // the engine writes
+  EXPECT_EQ(c.MemoryBytes(), 0u);                                             // the engine's
+  for (size_t l = 0; l < s.n_layers; ++l)
+    for (size_t h = 0; h < s.n_kv_heads; ++h)
+      for (size_t pos : {size_t(0), size_t(17), size_t(39)}) {
+        const float *blk =
+            layers[l].data() + size_t(table[pos / kBs]) * s.n_kv_heads * 2 * kBs * s.head_dim;
+        const float *krow = blk + (h * 2 * kBs + pos % kBs) * s.head_dim;
+        EXPECT_EQ(std::memcmp(c.KeyAt(l, h, pos), krow, rb), 0) << l << " " << h << " " << pos;
+        EXPECT_EQ(std::memcmp(c.ValueAt(l, h, pos), krow + kBs * s.head_dim, rb), 0);
+      }
+  KvCache own(s, DType::f32);
+  EXPECT_THROW(own.Adopt(table.data(), table.size(), 40), std::invalid_argument);
+  EXPECT_THROW(own.Append(0, 0, 1, nullptr, nullptr), std::invalid_argument);
+  EXPECT_THROW(c.CopyPrefix(own, 0), std::invalid_argument);
+  KvPool mine(s, DType::f32, 4, 16);
+  EXPECT_THROW(mine.SetLayer(0, layers[0].data(), kBlocks), std::invalid_argument);
+}
+
 TEST(KvPool, ReservesTakesAndGivesBlocks) {
   const AttentionShape s = Shape(0);
   KvPool pool(s, DType::bf16, 4, 16);

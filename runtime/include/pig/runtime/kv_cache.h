@@ -14,8 +14,14 @@
 // bytes). A KvCache is one sequence's block table over a pool: it takes blocks as the sequence
 // grows, never more than its capacity needs, and returns them when it ends. The kernels read the
 // rows in place through the table, bit for bit as they read rows back to back.
+//
+// A pool can also be a view of blocks another engine owns and writes (KvPool::External: vLLM's
+// CPU cache, one tensor per layer, [blocks][kv_heads][K rows | V rows][row]): a cache over it is
+// handed the engine's block table (KvCache::Adopt) and appends positions whose rows are already
+// stored (Append with null k and v), so every Attention reads the engine's cache in place.
 #pragma once
 
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -30,7 +36,14 @@ namespace pig::runtime {
 struct AttentionShape {
   size_t n_layers = 0, n_heads = 0, n_kv_heads = 0, head_dim = 0;
   size_t capacity = 0; // positions the cache can hold
+  /// The logits' scale: 0 means 1 / sqrt(head_dim) (what every model pig loads uses; an engine
+  /// may pass its own: PagedLshAttention).
+  float scale = 0;
   size_t group() const { return n_kv_heads ? n_heads / n_kv_heads : 0; }
+  /// The scale the kernels take (f32).
+  float Scale() const { return scale > 0 ? scale : 1.0f / std::sqrt(float(head_dim)); }
+  /// The scale in double (the budget methods' scores, as pig::ref computes them).
+  double ScaleD() const { return scale > 0 ? double(scale) : 1.0 / std::sqrt(double(head_dim)); }
 };
 
 /// Positions per block of a KvPool unless its constructor is told otherwise: a block of a
@@ -56,6 +69,20 @@ public:
   KvPool(const KvPool &) = delete;
   KvPool &operator=(const KvPool &) = delete;
 
+  /// A view of an engine's cache: per layer one region of blocks of block_tokens positions, a
+  /// block holding each kv-head's K rows then its V rows ([blocks][kv_heads][2 * block_tokens]
+  /// [row]). Nothing is mapped or reserved; SetLayer names each layer's region before a cache over
+  /// the pool is read. Throws std::invalid_argument as KvCache::Check, or for block_tokens == 0.
+  static std::shared_ptr<KvPool> External(const AttentionShape &shape, DType dtype,
+                                          size_t block_tokens);
+  /// External pools: layer `layer`'s region (num_blocks blocks) from now on. Throws
+  /// std::invalid_argument for a layer outside the shape, a null region or an own pool.
+  void SetLayer(size_t layer, const void *base, size_t num_blocks);
+  /// Whether the blocks are an engine's (External).
+  bool external() const { return external_; }
+  /// External pools: the blocks of layer `layer`'s region (0 before SetLayer).
+  size_t layer_blocks(size_t layer) const { return layer_blocks_.at(layer); }
+
   /// Bytes of one block (every layer and kv-head, K and V), without constructing a pool.
   static size_t BlockBytesFor(const AttentionShape &shape, DType dtype,
                               size_t block_tokens = kKvBlockTokens);
@@ -76,14 +103,14 @@ public:
 
   /// The rows of (layer, kv-head) of block 0, K or V: the base of lsh::PagedRows.
   const std::uint8_t *Base(size_t layer, size_t kvh, bool values) const {
-    return region_ +
-           ((layer * shape_.n_kv_heads + kvh) * 2 + (values ? 1 : 0)) * block_tokens_ * row_bytes_;
+    return layer_base_[layer] + (kvh * 2 + (values ? 1 : 0)) * block_tokens_ * row_bytes_;
   }
   std::uint8_t *Row(std::int32_t block, size_t layer, size_t kvh, bool values, size_t row) {
     return const_cast<std::uint8_t *>(Base(layer, kvh, values)) + size_t(block) * block_bytes_ +
            row * row_bytes_;
   }
-  /// The page table of a block table (block_tokens rows a page, BlockBytes() apart).
+  /// The page table of a block table (block_tokens rows a page, BlockBytes() apart; in an
+  /// external pool a block is one layer's, so its pages are a layer's block apart).
   lsh::PagedRows Paging(const std::int32_t *table) const {
     return {table, block_tokens_, block_bytes_};
   }
@@ -91,6 +118,8 @@ public:
   const AttentionShape &shape() const { return shape_; }
   DType dtype() const { return dtype_; }
   size_t block_tokens() const { return block_tokens_; }
+  /// Bytes from one block to the next: a block of every layer (own pools), of one layer
+  /// (external).
   size_t BlockBytes() const { return block_bytes_; }
   size_t RowBytes() const { return row_bytes_; }
   /// 0: no limit.
@@ -101,11 +130,17 @@ public:
   size_t ResidentBytes() const;
 
 private:
+  KvPool(const AttentionShape &shape, DType dtype, size_t max_blocks, size_t block_tokens,
+         bool external);
+
   AttentionShape shape_;
   DType dtype_;
   size_t block_tokens_, row_bytes_, block_bytes_, max_blocks_, mapped_blocks_ = 0;
   std::uint8_t *region_ = nullptr;
   size_t mapped_bytes_ = 0;
+  bool external_ = false;
+  std::vector<const std::uint8_t *> layer_base_; // layer l's block 0
+  std::vector<size_t> layer_blocks_;             // external: each layer's blocks
   struct State;
   std::unique_ptr<State> state_;
 };
@@ -132,8 +167,14 @@ public:
 
   /// Stores the keys and values of positions [pos, pos + n) of `layer`: k, v are n x
   /// (n_kv_heads * head_dim) f32, row-major. Takes the blocks [0, pos + n) needs. Throws
-  /// std::runtime_error past the capacity.
+  /// std::runtime_error past the capacity. Over an external pool k and v must be null (the
+  /// engine stored the rows) and the adopted table must hold the positions (std::runtime_error);
+  /// null k and v over an own pool are std::invalid_argument.
   void Append(size_t layer, size_t pos, size_t n, const float *k, const float *v);
+  /// External pools: the engine's block table, whose first ceil(n / block_tokens) entries hold
+  /// positions [0, n). Throws std::invalid_argument for an own pool, n past the capacity, a
+  /// table shorter than n needs or a block outside a layer's region (the table left as it was).
+  void Adopt(const std::int32_t *blocks, size_t n_blocks, size_t n);
   /// Copies positions [0, n) of every layer from `other` (same shape; rows of another element
   /// type are converted through f32, as Append would store them).
   void CopyPrefix(const KvCache &other, size_t n);
@@ -170,9 +211,9 @@ public:
   /// Bytes of K and V of one token over all layers and kv-heads.
   size_t BytesPerToken() const;
   /// The blocks held now, in bytes: what the cache uses (a sequence of 1k positions in a cache
-  /// of 8k holds 1k, rounded up to a block).
-  size_t MemoryBytes() const { return table_.size() * pool_->BlockBytes(); }
-  /// The blocks the capacity needs, in bytes: what MemoryBytes() can grow to.
+  /// of 8k holds 1k, rounded up to a block). 0 over an external pool (the engine's memory).
+  size_t MemoryBytes() const { return pool_->external() ? 0 : table_.size() * pool_->BlockBytes(); }
+  /// The blocks the capacity needs, in bytes: what MemoryBytes() can grow to (0: external).
   size_t ReservedBytes() const { return reserved_ * pool_->BlockBytes(); }
   /// The block table (one block id per kKvBlockTokens positions held).
   const std::vector<std::int32_t> &blocks() const { return table_; }
