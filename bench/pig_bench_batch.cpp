@@ -46,6 +46,7 @@ struct Options {
   std::vector<size_t> batches{1, 2, 4, 8, 16, 32}, contexts{1024, 8192, 16384}, prompts{512, 4096};
   double budget_gib = 10;
   MatMulPath decode_path = MatMulPath::kInteger;
+  bool batch_hash = true;
   AttentionSpec lsh;
 };
 
@@ -93,6 +94,10 @@ Options ParseOptions(int argc, char **argv) {
                  "GiB of KV caches and indexes a batch may hold (LlamaBatch::Options)")
       ->check(pig::app::Number(0, 1 << 20, true))
       ->capture_default_str();
+  app.add_flag("--batch-hash,!--no-batch-hash", o.batch_hash,
+               "decode rows of all sequences hash their keys and queries in one encode per layer "
+               "(the default; LlamaBatchOptions::batch_hash), or each sequence its own")
+      ->capture_default_str();
   app.add_option("--decode-path", o.decode_path,
                  "decode rows' weight kernels: integer (logits of decoding alone) or float "
                  "(faster at large batches on AVX2; LlamaBatchOptions::decode_path)")
@@ -118,12 +123,13 @@ struct BatchRun {
 
 BatchRun RunBatch(const LlamaModel &model, ThreadPool &pool, const AttentionSpec &spec,
                   const KvCache &tiled, size_t context, size_t b, const std::vector<int32_t> &feed,
-                  size_t budget, MatMulPath path) {
+                  size_t budget, MatMulPath path, bool batch_hash) {
   const LlamaConfig &c = model.config();
   const AttentionShape shape{c.n_layers, c.n_heads, c.n_kv_heads, c.head_dim,
                              context + feed.size()};
   BatchRun r;
-  LlamaBatch batch(model, pool, LlamaBatch::Options{std::max<size_t>(b, 1), budget, path});
+  LlamaBatch batch(model, pool,
+                   LlamaBatch::Options{std::max<size_t>(b, 1), budget, path, batch_hash});
   std::vector<size_t> seqs;
   try {
     for (size_t i = 0; i < b; ++i) {
@@ -207,10 +213,11 @@ int main(int argc, char **argv) {
                                                          c.head_dim, o.prefill}));
     pre.Forward(text.data(), o.prefill, nullptr);
 
-    std::printf("pig-bench-batch: %s, %zu threads, kernels %s, KV %s, decode path %s\n",
+    std::printf("pig-bench-batch: %s, %zu threads, kernels %s, KV %s, decode path %s, %s\n",
                 o.model.path.c_str(), pool.size(), BestKernels().target,
                 lsh::to_string(o.lsh.kv_dtype),
-                o.decode_path == MatMulPath::kFloat ? "float" : "integer");
+                o.decode_path == MatMulPath::kFloat ? "float" : "integer",
+                o.batch_hash ? "one encode per layer" : "an encode per sequence");
     const Kernels &k = BestKernels();
     const double int8_peak = pig::app::MeasurePeakMacRate(pool, k.int8_peak_loop);
     const double f32_peak = pig::app::MeasurePeakMacRate(pool, k.f32_peak_loop);
@@ -247,8 +254,8 @@ int main(int argc, char **argv) {
         for (size_t m = 0; m < 2; ++m) {
           std::fprintf(stderr, "pig-bench-batch: context %zu, %s, B = %zu\n", ctx,
                        specs[m]->method_name(), b);
-          runs[m].push_back(
-              RunBatch(*model, pool, *specs[m], *tiled, ctx, b, feed, budget, o.decode_path));
+          runs[m].push_back(RunBatch(*model, pool, *specs[m], *tiled, ctx, b, feed, budget,
+                                     o.decode_path, o.batch_hash));
         }
       for (size_t m = 0; m < 2; ++m) {
         std::printf("\ncontext %zu, %s\n", ctx, specs[m]->method_name());

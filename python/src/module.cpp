@@ -1096,19 +1096,22 @@ void BindPaged(nb::module_ &m) {
                     "Decode attention over an engine's paged KV cache (vLLM's CPU layout: "
                     "kv_cache [blocks, kv_heads, 2 * block_size, head_dim], a block's K rows then "
                     "its V rows, both row-major), read in place through each request's block "
-                    "table (pig::runtime::PagedLshAttention). Keeps each request's LSH indexes "
-                    "(per layer and kv-head) between calls until free(request).")
+                    "table (pig::runtime::PagedLshAttention: each request is the Attention "
+                    "pig.Session decodes with). Keeps each request's state (LSH indexes, page "
+                    "bounds, sketches) between calls until free(request).")
       .def(nb::init<const pig::runtime::AttentionSpec &, size_t, size_t, size_t, size_t, size_t,
                     size_t, size_t>(),
            "spec"_a, "num_layers"_a, "num_q_heads"_a, "num_kv_heads"_a, "head_dim"_a,
            "block_size"_a, "max_tokens"_a = size_t(1) << 17, "threads"_a = 0,
-           "spec: dense or magicpig (bf16 or f32 caches); max_tokens: the longest sequence (at "
-           "most 2**24); threads: the decode pool (0: every core; at most 1024).")
+           "spec: any method, over bf16 or f32 caches (kv q8 is pig's own row format: refused); "
+           "max_tokens: the longest sequence (at most 2**24); threads: the decode pool (0: every "
+           "core; at most 1024).")
       .def("decode", &Paged::Decode, "layer"_a, "req_ids"_a, "query"_a, "kv_cache"_a,
            "block_table"_a, "seq_lens"_a, "out"_a, "scale"_a,
            "One decode token per request: query and out [R, q_heads, head_dim] (bfloat16 or "
            "float32, the same), block_table int32 [R, max_blocks], seq_lens int32 [R] (the new "
-           "token's K and V already in kv_cache, and counted).")
+           "token's K and V already in kv_cache, and counted); scale: the first call's for "
+           "every call.")
       .def("free", &Paged::Free, "request"_a, "Drops the request's state (unknown ids: nothing).")
       .def_prop_ro("requests", &Paged::Requests, "Requests with state, sorted.")
       .def_prop_ro("bytes", &Paged::Bytes, "Index bytes held.")

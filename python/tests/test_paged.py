@@ -181,8 +181,10 @@ def test_refused_arguments():
     assert pa.requests == []  # refused before any state was made
     pa.decode(**base)
     assert pa.requests == ["a"]
-    with pytest.raises(ValueError, match="dense and magicpig"):
-        pig.PagedAttention(pig.AttentionSpec("topk"), LAYERS, HQ, HKV, D, BS)
+    with pytest.raises(ValueError, match="q8"):  # pig's own row format, not an engine's
+        pig.PagedAttention(pig.AttentionSpec("magicpig", kv="q8"), LAYERS, HQ, HKV, D, BS)
+    with pytest.raises(ValueError, match="scale"):  # the requests' attention was made for 0.125
+        pa.decode(**{**base, "req_ids": ["b"], "scale": 0.25})
     with pytest.raises(ValueError):
         pig.PagedAttention(spec(), LAYERS, 7, HKV, D, BS)  # heads not in groups
     with pytest.raises(ValueError):

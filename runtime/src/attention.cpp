@@ -9,6 +9,7 @@
 #include "pig/reference/lsh.h"
 #include "pig/runtime/budget_attention.h"
 #include "pig/runtime/lsh_attention.h"
+#include "pig/runtime/lsh_index.h"
 
 namespace pig::runtime {
 namespace {
@@ -35,7 +36,7 @@ void CausalDenseItem(const KvCache &cache, const lsh::LshKernelSet &set, size_t 
                      size_t i, size_t kvh, const float *q, float *out) {
   const AttentionShape &sh = cache.shape();
   const size_t hd = sh.head_dim, nh = sh.n_heads, G = sh.group();
-  const float scale = 1.0f / std::sqrt(float(hd));
+  const float scale = sh.Scale();
   float lse[lsh::kMaxGroup];
   // Groups larger than the kernels' limit run as several calls (each reads K/V again).
   for (size_t h0 = 0; h0 < G; h0 += size_t(lsh::kMaxGroup)) {
@@ -58,6 +59,137 @@ void CausalDenseItem(const KvCache &cache, const lsh::LshKernelSet &set, size_t 
   }
 }
 
+HashBatch::Ticket HashBatch::Add(const lsh::LshKernelSet &set, const lsh::SimHash &W,
+                                 const float *a, size_t na, const float *b, size_t nb) {
+  const size_t d = W.d();
+  std::lock_guard lock(mu_);
+  size_t g = 0;
+  while (g < used_ && groups_[g].W != &W)
+    ++g;
+  if (g == used_) {
+    if (used_ == groups_.size())
+      groups_.emplace_back();
+    ++used_;
+    groups_[g].W = &W;
+    groups_[g].set = set;
+    groups_[g].n = 0;
+    groups_[g].rows.clear();
+  }
+  Group &grp = groups_[g];
+  const Ticket t{g, grp.n};
+  grp.rows.insert(grp.rows.end(), a, a + na * d);
+  grp.rows.insert(grp.rows.end(), b, b + nb * d);
+  grp.n += na + nb;
+  return t;
+}
+
+void HashBatch::Encode(ThreadPool &pool) {
+  // Blocks of 8 rows (the encode kernel's widest pass), as many per item as spreads every
+  // group's rows over the threads.
+  std::vector<std::pair<size_t, size_t>> chunks; // (group, first row)
+  size_t total = 0;
+  for (size_t g = 0; g < used_; ++g)
+    total += groups_[g].n;
+  if (total == 0)
+    return;
+  const size_t per = std::max<size_t>(8, (total + 8 * pool.size() - 1) / (8 * pool.size()) * 8);
+  for (size_t g = 0; g < used_; ++g) {
+    Group &grp = groups_[g];
+    grp.codes.resize(grp.n * size_t(grp.W->L()));
+    for (size_t r = 0; r < grp.n; r += per)
+      chunks.emplace_back(g, r);
+  }
+  pool.ParallelFor(chunks.size(), [&](size_t c, size_t) {
+    Group &grp = groups_[chunks[c].first];
+    const size_t r = chunks[c].second, d = grp.W->d(), L = size_t(grp.W->L());
+    lsh::EncodeArgs ea;
+    ea.x = grp.rows.data() + r * d;
+    ea.dtype = lsh::DType::f32;
+    ea.rows = std::min(per, grp.n - r);
+    ea.W = grp.W->view();
+    ea.codes = grp.codes.data() + r * L;
+    grp.set.encode(ea);
+  });
+}
+
+const std::uint16_t *HashBatch::Codes(Ticket t) const {
+  return groups_[t.group].codes.data() + t.row * size_t(groups_[t.group].W->L());
+}
+
+size_t HashBatch::rows() const {
+  size_t n = 0;
+  for (size_t g = 0; g < used_; ++g)
+    n += groups_[g].n;
+  return n;
+}
+
+void HashBatch::Clear() { used_ = 0; }
+
+void BatchAttention::Run(size_t layer, const AttendSpan *spans, size_t n_spans, ThreadPool &pool,
+                         bool batch_hash) {
+  size_t split = 0;
+  for (size_t s = 0; s < n_spans; ++s)
+    split += spans[s].n == 1 && spans[s].attention->SplitsDecode();
+  HashBatch *hash = batch_hash && split >= 2 ? &hash_ : nullptr;
+  hash_.Clear();
+  items_.clear();
+  for (size_t s = 0; s < n_spans; ++s) {
+    const AttendSpan &x = spans[s];
+    if (x.n != 1 || !x.attention->SplitsDecode()) {
+      x.attention->Forward(layer, x.pos, x.n, x.q, x.k, x.v, x.out, pool);
+      continue;
+    }
+    items_.push_back(x.attention->BeginDecode(layer, x.pos, x.q, x.k, x.v, x.out, pool, hash));
+  }
+  if (items_.empty())
+    return;
+  // Stage 0: every item of a row without stages, the first stage of the others; stage 1: the
+  // rest, after the encode. Within a row the items keep their order (an item may wait for an
+  // earlier one of its row, never a later one).
+  bool staged = false;
+  for (int st = 0; st < 2; ++st) {
+    first_[st].clear();
+    row_[st].clear();
+  }
+  size_t total[2] = {0, 0};
+  for (size_t r = 0; r < items_.size(); ++r) {
+    const DecodeItems &w = items_[r];
+    const size_t first = w.first_stage > 0 ? w.first_stage : w.count;
+    staged |= w.first_stage > 0;
+    first_[0].push_back(total[0]);
+    row_[0].push_back(r);
+    total[0] += first;
+    if (w.first_stage > 0) {
+      first_[1].push_back(total[1]);
+      row_[1].push_back(r);
+      total[1] += w.count - w.first_stage;
+    }
+  }
+  auto run_stage = [&](int st) {
+    if (total[st] == 0)
+      return;
+    if (first_[st].size() == 1) {
+      const DecodeItems &w = items_[row_[st][0]];
+      const size_t base = st == 0 ? 0 : w.first_stage;
+      pool.ParallelFor(total[st], [&](size_t i, size_t thread) { w.run(base + i, thread); });
+      return;
+    }
+    pool.ParallelFor(total[st], [&](size_t item, size_t thread) {
+      const std::vector<size_t> &f = first_[st];
+      const size_t k = size_t(std::upper_bound(f.begin(), f.end(), item) - f.begin()) - 1;
+      const DecodeItems &w = items_[row_[st][k]];
+      w.run((st == 0 ? 0 : w.first_stage) + item - f[k], thread);
+    });
+  };
+  run_stage(0);
+  if (staged) {
+    hash_.Encode(pool);
+    run_stage(1);
+  }
+  for (const DecodeItems &w : items_)
+    w.finish();
+}
+
 DenseAttention::DenseAttention(const AttentionShape &shape, lsh::DType dtype,
                                std::shared_ptr<KvPool> pool)
     : cache_(shape, dtype, std::move(pool)), set_(DenseSet(shape, dtype)) {}
@@ -71,7 +203,7 @@ void DenseAttention::Forward(size_t layer, size_t pos, size_t n, const float *q,
 }
 
 DecodeItems DenseAttention::BeginDecode(size_t layer, size_t pos, const float *q, const float *k,
-                                        const float *v, float *out, ThreadPool &) {
+                                        const float *v, float *out, ThreadPool &, HashBatch *) {
   cache_.Append(layer, pos, 1, k, v);
   DecodeItems w;
   w.count = cache_.shape().n_kv_heads; // CausalDense's items for one query

@@ -378,7 +378,7 @@ void BudgetAttention::DenseDecode(size_t layer, size_t n_tok, const float *q, fl
     a.q = q + (kvh * G + g0) * d;
     a.G = int(g);
     a.d = d;
-    a.scale = float(1.0 / std::sqrt(double(d)));
+    a.scale = float(shape().ScaleD());
     const lsh::KvRows rows = cache_.Rows(layer, kvh);
     a.k = rows.k;
     a.v = rows.v;
@@ -400,7 +400,7 @@ void BudgetAttention::SparseHead(size_t layer, size_t head, size_t pos, const fl
   const Rows<E> K(rows.k, rows.paged, rows.dtype, d), V(rows.v, rows.paged, rows.dtype, d);
   const size_t n_tok = pos + 1, b = spec_.sink, e = n_tok - spec_.local, n_idx = e - b;
   const size_t m = BudgetTokens(spec_.budget, n_idx);
-  const double scale = 1.0 / std::sqrt(double(d));
+  const double scale = shape().ScaleD();
   s.acc.resize(d);
   count.indexed = double(n_idx);
   count.kv_bytes_indexed = double(2 * n_idx * cache_.RowBytes());
@@ -725,7 +725,7 @@ void BudgetAttention::HybridHead(size_t layer, size_t head, size_t pos, const fl
   const lsh::KvRows rows = cache_.Rows(layer, kvh);
   const Rows<E> K(rows.k, rows.paged, rows.dtype, d), V(rows.v, rows.paged, rows.dtype, d);
   const size_t n_tok = pos + 1, b = spec_.sink, e = n_tok - spec_.local, n_idx = e - b;
-  const double scale = 1.0 / std::sqrt(double(d));
+  const double scale = shape().ScaleD();
   const HybridIndex &h = hybrid_[layer * shape().n_kv_heads + kvh];
   spec::HybridConfig cfg = spec_.hybrid;
   cfg.budget = spec_.budget;

@@ -3,6 +3,9 @@
 #include <algorithm>
 #include <atomic>
 #include <cmath>
+#include <map>
+#include <mutex>
+#include <sstream>
 #include <stdexcept>
 #include <string>
 #include <thread>
@@ -109,6 +112,28 @@ LshLayers::LshLayers(const AttentionSpec &spec, size_t n_layers, size_t head_dim
   }
 }
 
+std::shared_ptr<const LshLayers> LshLayers::Shared(const AttentionSpec &spec, size_t n_layers,
+                                                   size_t head_dim) {
+  // What the constructor reads of the spec: the kernel key's fields, W's seed, each layer's
+  // choice.
+  std::ostringstream key;
+  key << head_dim << ' ' << n_layers << ' ' << lsh::to_string(spec.kv_dtype) << ' ' << spec.seed
+      << ' ' << spec.K << ' ' << spec.L << " [" << spec.schedule.str() << "]";
+  for (const LayerLsh &c : spec.LayerChoices(n_layers))
+    key << ' ' << c.str();
+  static std::mutex mu;
+  static std::map<std::string, std::weak_ptr<const LshLayers>> cache;
+  std::lock_guard lock(mu);
+  std::weak_ptr<const LshLayers> &slot = cache[key.str()];
+  if (std::shared_ptr<const LshLayers> p = slot.lock())
+    return p;
+  for (auto it = cache.begin(); it != cache.end();) // forget the configurations no one holds
+    it = it->second.expired() && it->first != key.str() ? cache.erase(it) : std::next(it);
+  auto p = std::make_shared<const LshLayers>(spec, n_layers, head_dim);
+  slot = p;
+  return p;
+}
+
 std::string LshLayers::describe() const {
   std::string s = lsh::KernelRegistry::describe(set_);
   std::vector<std::pair<int, int>> seen{{set_.key.K, set_.key.L}};
@@ -124,7 +149,7 @@ std::string LshLayers::describe() const {
 LshAttention::LshAttention(const AttentionSpec &spec, const AttentionShape &shape,
                            std::shared_ptr<KvPool> pool)
     : spec_(Checked(spec, shape)), cache_(shape, spec.kv_dtype, std::move(pool)),
-      layers_(spec, shape.n_layers, shape.head_dim), set_(layers_.dense_set()),
+      layers_(LshLayers::Shared(spec, shape.n_layers, shape.head_dim)), set_(layers_->dense_set()),
       index_(shape.n_layers * shape.n_kv_heads), cached_(shape.n_layers, 0),
       per_kvh_(shape.n_kv_heads) {}
 
@@ -151,13 +176,17 @@ size_t LshAttention::Indexable(size_t n_tokens) const {
 // kMinIndexed, so n has indexed tokens (the mean and the fit see at least kMinIndexed - 1 keys).
 void LshAttention::BuildSlot(size_t layer, size_t kvh, size_t n) {
   const AttentionShape &sh = cache_.shape();
-  const Config &cfg = *layers_.layer(layer);
+  const Config &cfg = *layers_->layer(layer);
   auto &slot = index_[layer * sh.n_kv_heads + kvh];
   const lsh::KvRows rows = cache_.Rows(layer, kvh);
   slot = lsh::LshIndex::build(cfg.set, rows.k, rows.dtype, rows.paged, n, *cfg.W,
                               lsh::StaticTokens{spec_.sink, spec_.local}, spec_.transform);
   slot->drop_codes();
-  slot->reserve(sh.capacity);
+  // Room for the whole capacity, so that no step reallocates the tables; an engine's capacity
+  // (PagedLshAttention: its longest sequence) is no measure of one sequence's, so there the
+  // tables grow as they fill.
+  if (!cache_.pool().external())
+    slot->reserve(sh.capacity);
 }
 
 void LshAttention::PendingUnits(std::vector<size_t> &units) const {
@@ -166,7 +195,7 @@ void LshAttention::PendingUnits(std::vector<size_t> &units) const {
   for (size_t l = 0; l < sh.n_layers; ++l) {
     // What the next decode step of layer l (at position cached_[l]) builds: PrepareGroup's
     // condition with n_tokens = cached_[l] + 1. A full cache has no next step.
-    if (!layers_.layer(l) || cached_[l] >= sh.capacity || Indexable(cached_[l] + 1) < kMinIndexed)
+    if (!layers_->layer(l) || cached_[l] >= sh.capacity || Indexable(cached_[l] + 1) < kMinIndexed)
       continue;
     for (size_t kvh = 0; kvh < sh.n_kv_heads; ++kvh)
       if (!index_[l * sh.n_kv_heads + kvh])
@@ -222,36 +251,58 @@ AttentionStats LshAttention::stats() const {
       s.index_bytes += ix->bytes();
       s.hash_bytes += ix->fitted() ? ix->fitted()->bytes() : 0;
     }
-  s.kernels = layers_.describe();
+  s.kernels = layers_->describe();
   return s;
 }
+
+bool LshAttention::DenseStep(size_t layer, size_t kvh, size_t n_tokens) const {
+  return !layers_->layer(layer) ||
+         (!index_[layer * cache_.shape().n_kv_heads + kvh] && Indexable(n_tokens) < kMinIndexed);
+}
+
+void LshAttention::DenseGroup(size_t layer, size_t kvh, size_t n_tokens, const float *q, float *out,
+                              PerThread &pt) {
+  const AttentionShape &sh = cache_.shape();
+  const lsh::KvRows rows = cache_.Rows(layer, kvh);
+  pt.lse.resize(sh.group());
+  lsh::DenseAttentionArgs a;
+  a.q = q;
+  a.G = int(sh.group());
+  a.d = sh.head_dim;
+  a.scale = sh.Scale();
+  a.k = rows.k;
+  a.v = rows.v;
+  a.paged = rows.paged;
+  a.dtype = cache_.dtype();
+  a.begin = 0;
+  a.end = n_tokens;
+  a.out = out;
+  a.lse = pt.lse.data();
+  set_.dense_attention(a);
+}
+
+namespace {
+void Count(const lsh::StepStats &st, size_t G, size_t row_bytes, CostCounters &c) {
+  c.indexed += double(st.indexed) * double(G);
+  for (size_t h = 0; h < G; ++h)
+    c.sampled += double(st.sampled_per_head[h]);
+  c.gathered += double(st.sampled_union);
+  c.index_bytes_read += st.index_bytes_read;
+  c.kv_bytes_indexed += double(st.indexed) * 2.0 * double(row_bytes);
+}
+} // namespace
 
 void LshAttention::PrepareGroup(size_t layer, size_t kvh, size_t n_tokens, const float *q,
                                 float *out, PerThread &pt, Group &g, CostCounters &c) {
   const AttentionShape &sh = cache_.shape();
-  const size_t d = sh.head_dim, G = sh.group();
-  const lsh::KvRows rows = cache_.Rows(layer, kvh);
   g.sampled = false;
-  auto &slot = index_[layer * sh.n_kv_heads + kvh];
-  const Config *cfg = layers_.layer(layer);
-  if (!cfg || (!slot && Indexable(n_tokens) < kMinIndexed)) {
-    pt.lse.resize(G);
-    lsh::DenseAttentionArgs a;
-    a.q = q;
-    a.G = int(G);
-    a.d = d;
-    a.scale = 1.0f / std::sqrt(float(d));
-    a.k = rows.k;
-    a.v = rows.v;
-    a.paged = rows.paged;
-    a.dtype = cache_.dtype();
-    a.begin = 0;
-    a.end = n_tokens;
-    a.out = out;
-    a.lse = pt.lse.data();
-    set_.dense_attention(a);
+  if (DenseStep(layer, kvh, n_tokens)) {
+    DenseGroup(layer, kvh, n_tokens, q, out, pt);
     return;
   }
+  const lsh::KvRows rows = cache_.Rows(layer, kvh);
+  auto &slot = index_[layer * sh.n_kv_heads + kvh];
+  const Config *cfg = layers_->layer(layer);
   // The first decode step of this (layer, kv-head) builds the index over the positions cached
   // before it, unless PrepareDecode did so ahead; then every step, the first included, extends it
   // by its token. Built either way from the same positions, the index is the same.
@@ -259,15 +310,44 @@ void LshAttention::PrepareGroup(size_t layer, size_t kvh, size_t n_tokens, const
     BuildSlot(layer, kvh, n_tokens - 1);
   slot->extend(cfg->set, rows.k, rows.dtype, rows.paged, n_tokens, *cfg->W);
   lsh::StepStats st;
-  g.n_union =
-      lsh::retrieve_step(cfg->set, *slot, *cfg->W, cfg->t, pt.scratch, g.buf, q, int(G), &st);
+  g.n_union = lsh::retrieve_step(cfg->set, *slot, *cfg->W, cfg->t, pt.scratch, g.buf, q,
+                                 int(sh.group()), &st);
   g.sampled = true;
-  c.indexed += double(st.indexed) * double(G);
-  for (size_t h = 0; h < G; ++h)
-    c.sampled += double(st.sampled_per_head[h]);
-  c.gathered += double(st.sampled_union);
-  c.index_bytes_read += st.index_bytes_read;
-  c.kv_bytes_indexed += double(st.indexed) * 2.0 * double(cache_.RowBytes());
+  Count(st, sh.group(), cache_.RowBytes(), c);
+}
+
+bool LshAttention::PrepareRows(size_t layer, size_t kvh, size_t n_tokens, const float *q,
+                               float *out, PerThread &pt, Group &g, HashBatch &hash) {
+  const AttentionShape &sh = cache_.shape();
+  g.sampled = false;
+  if (DenseStep(layer, kvh, n_tokens)) {
+    DenseGroup(layer, kvh, n_tokens, q, out, pt);
+    return false;
+  }
+  const lsh::KvRows rows = cache_.Rows(layer, kvh);
+  auto &slot = index_[layer * sh.n_kv_heads + kvh];
+  const Config &cfg = *layers_->layer(layer);
+  if (!slot)
+    BuildSlot(layer, kvh, n_tokens - 1);
+  g.keys = slot->extend_rows(rows.k, rows.dtype, rows.paged, n_tokens, g.key_rows);
+  const float *qrows = lsh::query_rows(*slot, q, int(sh.group()), g.buf);
+  g.ticket = hash.Add(cfg.set, *cfg.W, g.key_rows.data(), g.keys, qrows, sh.group());
+  g.sampled = true;
+  return true;
+}
+
+void LshAttention::RetrieveEncoded(size_t layer, size_t kvh, size_t n_tokens, PerThread &pt,
+                                   Group &g, const HashBatch &hash, CostCounters &c) {
+  const AttentionShape &sh = cache_.shape();
+  const Config &cfg = *layers_->layer(layer);
+  const size_t G = sh.group(), L = size_t(cfg.L);
+  lsh::LshIndex &index = *index_[layer * sh.n_kv_heads + kvh];
+  const std::uint16_t *codes = hash.Codes(g.ticket);
+  index.extend_codes(cfg.set, n_tokens, codes);
+  g.buf.qcodes.assign(codes + g.keys * L, codes + (g.keys + G) * L);
+  lsh::StepStats st;
+  g.n_union = lsh::retrieve_encoded(cfg.set, index, cfg.t, pt.scratch, g.buf, int(G), &st);
+  Count(st, G, cache_.RowBytes(), c);
 }
 
 void LshAttention::AttendGroup(size_t layer, size_t kvh, const float *q, float *out, Group &g,
@@ -277,9 +357,8 @@ void LshAttention::AttendGroup(size_t layer, size_t kvh, const float *q, float *
   const size_t begin = g.n_union * part / parts, end = g.n_union * (part + 1) / parts;
   // One part writes the group's output directly; several write partial results for the merge.
   float *o = parts == 1 ? out : g.out.data() + part * G * d;
-  const Config &cfg = *layers_.layer(layer);
-  const lsh::GroupQueries queries{q, int(G), 1.0f / std::sqrt(float(d)), o,
-                                  g.lse.data() + part * G};
+  const Config &cfg = *layers_->layer(layer);
+  const lsh::GroupQueries queries{q, int(G), sh.Scale(), o, g.lse.data() + part * G};
   const lsh::KvRows rows = cache_.Rows(layer, kvh);
   lsh::attend_step(cfg.set, *index_[layer * sh.n_kv_heads + kvh], cfg.log_u, g.buf, begin, end,
                    part == 0, queries, rows);
@@ -299,7 +378,8 @@ void LshAttention::Forward(size_t layer, size_t pos, size_t n, const float *q, c
 }
 
 DecodeItems LshAttention::BeginDecode(size_t layer, size_t pos, const float *q, const float *k,
-                                      const float *v, float *out, ThreadPool &pool) {
+                                      const float *v, float *out, ThreadPool &pool,
+                                      HashBatch *hash) {
   cache_.Append(layer, pos, 1, k, v);
   cached_.at(layer) = pos + 1;
   const AttentionShape &sh = cache_.shape();
@@ -340,8 +420,28 @@ DecodeItems LshAttention::BeginDecode(size_t layer, size_t pos, const float *q, 
     prepared_[kvh].store(false, std::memory_order_relaxed);
   }
   DecodeItems w;
-  w.count = H + H * parts;
-  w.run = [this, layer, pos, q, out, H, G, hd, parts](size_t item, size_t thread) {
+  // With a batch's encode between the stages (hash): H items give their rows to hash (or attend
+  // densely), then H retrieve once the codes are there, then the sampled passes.
+  const size_t first = hash ? H : 0;
+  w.count = first + H + H * parts;
+  w.first_stage = first;
+  w.run = [this, layer, pos, q, out, H, G, hd, parts, hash, first](size_t item, size_t thread) {
+    if (item < first) {
+      PrepareRows(layer, item, pos + 1, q + item * G * hd, out + item * G * hd, *threads_[thread],
+                  groups_[item], *hash);
+      return;
+    }
+    item -= first;
+    if (item < H && hash) {
+      struct Done {
+        std::atomic<bool> &flag;
+        ~Done() { flag.store(true, std::memory_order_release); }
+      } done{prepared_[item]};
+      if (groups_[item].sampled)
+        RetrieveEncoded(layer, item, pos + 1, *threads_[thread], groups_[item], *hash,
+                        per_kvh_[item]);
+      return;
+    }
     if (item < H) {
       struct Done { // also when PrepareGroup throws: a waiting pass must not spin forever
         std::atomic<bool> &flag;

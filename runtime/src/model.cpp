@@ -277,35 +277,11 @@ void LlamaForward::MatMulRows(const MatMulJob *jobs, size_t n_jobs, const float 
 void LlamaForward::Attend(size_t layer, const Span *spans, size_t n_spans) {
   const LlamaConfig &c = model_.config();
   const size_t dim = c.n_heads * c.head_dim, kv = c.n_kv_heads * c.head_dim;
-  decode_items_.clear();
-  decode_first_.clear();
-  size_t total = 0;
-  for (size_t s = 0, row = 0; s < n_spans; row += spans[s].n, ++s) {
-    Attention &a = *spans[s].attention;
-    if (spans[s].n != 1 || !a.SplitsDecode()) {
-      a.Forward(layer, spans[s].pos, spans[s].n, &q_[row * dim], &k_[row * kv], &v_[row * kv],
-                &att_[row * dim], pool_);
-      continue;
-    }
-    decode_items_.push_back(a.BeginDecode(layer, spans[s].pos, &q_[row * dim], &k_[row * kv],
-                                          &v_[row * kv], &att_[row * dim], pool_));
-    decode_first_.push_back(total);
-    total += decode_items_.back().count;
-  }
-  if (decode_items_.empty())
-    return;
-  if (decode_items_.size() == 1) {
-    pool_.ParallelFor(total, decode_items_[0].run);
-  } else {
-    pool_.ParallelFor(total, [this](size_t item, size_t thread) {
-      const size_t r = size_t(std::upper_bound(decode_first_.begin(), decode_first_.end(), item) -
-                              decode_first_.begin()) -
-                       1;
-      decode_items_[r].run(item - decode_first_[r], thread);
-    });
-  }
-  for (const DecodeItems &w : decode_items_)
-    w.finish();
+  attend_spans_.resize(n_spans);
+  for (size_t s = 0, row = 0; s < n_spans; row += spans[s].n, ++s)
+    attend_spans_[s] = {spans[s].attention, spans[s].pos,  spans[s].n,      &q_[row * dim],
+                        &k_[row * kv],      &v_[row * kv], &att_[row * dim]};
+  batch_attention_.Run(layer, attend_spans_.data(), n_spans, pool_, batch_hash_);
 }
 
 void LlamaForward::Run(const int32_t *tokens, const Span *spans, size_t n_spans, Logits which,
@@ -466,6 +442,7 @@ void LlamaSession::Forward(const int32_t *tokens, size_t n, float *logits, bool 
 LlamaBatch::LlamaBatch(const LlamaModel &model, ThreadPool &pool, Options options)
     : model_(model), opts_(options), fwd_(model, pool, options.max_rows) {
   fwd_.set_decode_path(options.decode_path);
+  fwd_.set_batch_hash(options.batch_hash);
 }
 
 LlamaBatch::LlamaBatch(const LlamaModel &model, ThreadPool &pool,

@@ -475,6 +475,96 @@ TEST(Batch, ScatteredBlocksGiveEveryMethodTheLogitsOfDecodingAlone) {
   }
 }
 
+// One attention call per layer for a whole batch (BatchAttention): B = 3 and 24 sequences of
+// five specs (magicpig plain, fitted and per layer: two W configurations hashed in one encode;
+// quest, which runs its own Forward; dense over q8), half of them decoding while the other half's
+// prompts arrive in chunks in the same steps, give every sequence the logits of decoding alone,
+// bit for bit.
+TEST(Batch, OneAttentionCallServesMixedMethodsSpansAndWidths) {
+  PIG_REQUIRE_MODEL();
+  auto m = LoadModel();
+  const size_t vocab = m->config().vocab, n_new = 4, chunk = 16, max_b = 24;
+  ThreadPool pool(2);
+  std::vector<AttentionSpec> specs(5);
+  for (AttentionSpec &sp : specs) {
+    sp.method = spec::Method::magicpig;
+    sp.local = 8; // sink + local + 16 = 28: every prompt below is indexed at its first step
+    sp.K = 8;
+    sp.L = 75;
+  }
+  specs[1].transform = ParseServedTransform("whiten:a=0.15");
+  specs[2].layers.assign(m->config().n_layers, LayerLsh{{10, 150, 2}});
+  specs[2].layers[0].dense = true;
+  specs[3].method = spec::Method::quest;
+  specs[4].method = spec::Method::dense;
+  specs[4].kv_dtype = lsh::DType::q8;
+  std::vector<std::vector<int32_t>> prompts(max_b);
+  std::vector<Trace> alone(max_b);
+  for (size_t s = 0; s < max_b; ++s) {
+    for (size_t i = 0; i < 40 + (s * 13) % 25; ++i)
+      prompts[s].push_back(int32_t(100 + (i * 7919 + s * 104729) % 20000));
+    const size_t cap = prompts[s].size() + n_new;
+    LlamaSession session(*m, pool, cap, MakeAttention(specs[s % 5], Shape(*m, cap)));
+    std::vector<float> logits(vocab);
+    session.Forward(prompts[s].data(), prompts[s].size(), logits.data());
+    for (size_t i = 0; i < n_new; ++i) {
+      alone[s].logits.push_back(logits);
+      alone[s].tokens.push_back(ArgMax(logits.data(), vocab));
+      session.Forward(&alone[s].tokens.back(), 1, logits.data());
+    }
+  }
+  for (size_t b : {size_t(3), max_b}) {
+    LlamaBatch batch(*m, pool, LlamaBatch::Options{});
+    std::vector<size_t> seqs, done(b, 0), k(b, 0);
+    for (size_t s = 0; s < b; ++s) {
+      const AttentionSpec &sp = specs[s % 5];
+      seqs.push_back(batch.Add(
+          MakeAttention(sp, Shape(*m, prompts[s].size() + n_new), batch.KvPoolOf(sp.kv_dtype))));
+    }
+    std::vector<std::vector<float>> out(b, std::vector<float>(vocab));
+    for (size_t round = 0;; ++round) {
+      std::vector<LlamaBatch::Work> w;
+      std::vector<size_t> who;
+      size_t rows = 0;
+      for (size_t s = 0; s < b; ++s) {
+        const bool late = s >= b / 2; // the second half's prompts arrive from round 1 on
+        if (done[s] < prompts[s].size()) {
+          if (late && round == 0)
+            continue;
+          const size_t rest = prompts[s].size() - done[s];
+          // A span of one row is a decode step (sparse), not a prefill chunk: none is left over.
+          const size_t n = !late ? rest : rest <= chunk + 1 ? rest : chunk;
+          if (rows + n > 200) // LlamaBatch takes 256 rows a step (decode rows too): next round
+            continue;
+          rows += n;
+          const bool last = done[s] + n == prompts[s].size();
+          w.push_back({seqs[s], prompts[s].data() + done[s], n, last ? out[s].data() : nullptr});
+          done[s] += n;
+          if (last)
+            who.push_back(s);
+        } else if (++k[s] < n_new) {
+          w.push_back({seqs[s], &alone[s].tokens[k[s] - 1], 1, out[s].data()});
+          who.push_back(s);
+        }
+      }
+      if (w.empty())
+        break;
+      batch.Run(w.data(), w.size());
+      for (size_t s : who) {
+        const size_t step = done[s] == prompts[s].size() && k[s] > 0 ? k[s] : 0;
+        ASSERT_EQ(MaxAbsDiff(out[s].data(), alone[s].logits[step].data(), vocab), 0.0f)
+            << "B " << b << ", sequence " << s << " (" << specs[s % 5].method_name() << "), step "
+            << step << ", round " << round;
+      }
+    }
+    for (size_t s = 0; s < b; ++s) {
+      if (specs[s % 5].method != spec::Method::dense) {
+        EXPECT_GT(batch.attention(seqs[s]).stats().sampled, 0.0) << "B " << b << ", " << s;
+      }
+    }
+  }
+}
+
 TEST(Batch, RejectsMalformedBatches) {
   PIG_REQUIRE_MODEL();
   auto m = LoadModel();

@@ -1,8 +1,9 @@
-// PagedLshAttention (decode over an engine's paged KV cache) against LshAttention (pig-run's
-// decoding over its own contiguous cache): two requests decoded side by side in one paged cache
-// (vLLM's CPU layout, shuffled block tables), one of them starting below the static window, give
-// the contiguous path's output bit for bit at every layer and step, for magicpig with a dense
-// layer and for dense; then the state's life cycle and every refused input.
+// PagedLshAttention (decode over an engine's paged KV cache) against the Attention pig-run decodes
+// with over its own cache: three requests decoded side by side in one paged cache (vLLM's CPU
+// layout, shuffled block tables), one of them starting below the static window, give that path's
+// output bit for bit at every layer and step, for every method (magicpig plain, fitted and per
+// layer, dense, topk, oracle, quest, lsh-hybrid) over bf16 and f32 rows; then the state's life
+// cycle and every refused input.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -41,18 +42,26 @@ AttentionSpec Spec(pig::spec::Method m, const char *transform = "plain", bool pe
   return s;
 }
 
-// One layer's cache: [block][kv-head][K rows, V rows][d] bf16.
+// One layer's cache: [block][kv-head][K rows, V rows][d], bf16 or f32.
 struct Cache {
-  std::vector<std::uint16_t> data =
-      std::vector<std::uint16_t>(kBlocks * kKv * 2 * kBs * kD, 0xFFFF);
+  lsh::DType dtype;
+  size_t rb = lsh::row_bytes(dtype, kD);
+  std::vector<std::uint8_t> data = std::vector<std::uint8_t>(kBlocks * kKv * 2 * kBs * rb, 0xFF);
+  explicit Cache(lsh::DType dt = lsh::DType::bf16) : dtype(dt) {}
+  void Row(const float *x, std::uint8_t *dst) const {
+    if (dtype == lsh::DType::f32)
+      std::memcpy(dst, x, kD * sizeof(float));
+    else
+      lsh::convert_to_bf16(x, reinterpret_cast<std::uint16_t *>(dst), kD);
+  }
   void Put(const std::vector<std::int32_t> &table, size_t pos, const float *k, const float *v) {
     for (size_t h = 0; h < kKv; ++h) {
-      const size_t row = ((size_t(table[pos / kBs]) * kKv + h) * 2 * kBs + pos % kBs) * kD;
-      lsh::convert_to_bf16(k + h * kD, &data[row], kD);
-      lsh::convert_to_bf16(v + h * kD, &data[row + kBs * kD], kD);
+      const size_t row = ((size_t(table[pos / kBs]) * kKv + h) * 2 * kBs + pos % kBs) * rb;
+      Row(k + h * kD, &data[row]);
+      Row(v + h * kD, &data[row + kBs * rb]);
     }
   }
-  PagedCache View() const { return {data.data(), lsh::DType::bf16, kBlocks, kBs}; }
+  PagedCache View() const { return {data.data(), dtype, kBlocks, kBs}; }
 };
 
 struct Seq {
@@ -63,8 +72,9 @@ struct Seq {
 };
 
 void RunSideBySide(pig::spec::Method method, const char *transform = "plain",
-                   bool per_layer = false) {
-  const AttentionSpec spec = Spec(method, transform, per_layer);
+                   bool per_layer = false, lsh::DType dtype = lsh::DType::bf16) {
+  AttentionSpec spec = Spec(method, transform, per_layer);
+  spec.kv_dtype = dtype;
   const AttentionShape shape{kLayers, kHeads, kKv, kD, kCap};
   PagedLshAttention paged(spec, shape, kBs);
   ThreadPool one(1), two(2);
@@ -80,7 +90,7 @@ void RunSideBySide(pig::spec::Method method, const char *transform = "plain",
   seqs.push_back({"long", 300, {perm.begin(), perm.begin() + kTable}, nullptr});
   seqs.push_back({"short", 40, {perm.begin() + kTable, perm.begin() + 2 * kTable}, nullptr});
   seqs.push_back({"mid", 170, {perm.begin() + 2 * kTable, perm.begin() + 3 * kTable}, nullptr});
-  std::vector<Cache> caches(kLayers);
+  std::vector<Cache> caches(kLayers, Cache(dtype));
   std::mt19937 rng(9);
   std::normal_distribution<float> nd;
   std::vector<float> offset(kKv * kD);
@@ -142,8 +152,10 @@ void RunSideBySide(pig::spec::Method method, const char *transform = "plain",
     const AttentionStats st = paged.stats();
     EXPECT_GT(st.cost2(), 0.0);
     EXPECT_LT(st.cost2(), 1.0);
-  } else {
+  } else if (method == pig::spec::Method::dense) {
     EXPECT_EQ(paged.IndexBytes(), 0u);
+  } else {
+    EXPECT_EQ(paged.stats().decode_steps, 80u * seqs.size());
   }
   EXPECT_EQ(paged.Requests(), (std::vector<std::string>{"long", "mid", "short"}));
   paged.Free("long");
@@ -165,11 +177,20 @@ TEST(PagedLshAttention, PerLayerMagicPigEqualsContiguousDecoding) {
   RunSideBySide(pig::spec::Method::magicpig, "plain", true);
 }
 TEST(PagedLshAttention, DenseEqualsContiguousDecoding) { RunSideBySide(pig::spec::Method::dense); }
+TEST(PagedLshAttention, F32MagicPigEqualsContiguousDecoding) {
+  RunSideBySide(pig::spec::Method::magicpig, "plain", false, lsh::DType::f32);
+}
+TEST(PagedLshAttention, TopKEqualsContiguousDecoding) { RunSideBySide(pig::spec::Method::topk); }
+TEST(PagedLshAttention, OracleEqualsContiguousDecoding) {
+  RunSideBySide(pig::spec::Method::oracle, "plain", false, lsh::DType::f32);
+}
+TEST(PagedLshAttention, QuestEqualsContiguousDecoding) { RunSideBySide(pig::spec::Method::quest); }
+TEST(PagedLshAttention, LshHybridEqualsContiguousDecoding) {
+  RunSideBySide(pig::spec::Method::lsh_hybrid);
+}
 
 TEST(PagedLshAttention, RefusesWhatItCannotServe) {
   const AttentionShape shape{kLayers, kHeads, kKv, kD, kCap};
-  AttentionSpec topk = Spec(pig::spec::Method::topk);
-  EXPECT_THROW(PagedLshAttention(topk, shape, kBs), std::invalid_argument);
   AttentionSpec q8 = Spec(pig::spec::Method::magicpig);
   q8.kv_dtype = lsh::DType::q8;
   EXPECT_THROW(PagedLshAttention(q8, shape, kBs), std::invalid_argument);
@@ -223,6 +244,10 @@ TEST(PagedLshAttention, RefusesWhatItCannotServe) {
       decode({{"a", table, 201, q.data(), out.data()}}, {ok.data, lsh::DType::bf16, kBlocks, 32}),
       std::invalid_argument);
   EXPECT_THROW(paged.Decode(kLayers, ok, {}, 0.125f, pool), std::invalid_argument);
+  // A scale other than the one the requests' attention was made with (the first call's).
+  EXPECT_THROW(paged.Decode(0, ok, std::vector<PagedRow>{{"c", table, 200, q.data(), out.data()}},
+                            0.2f, pool),
+               std::invalid_argument);
   // The refusals left no state behind: only "a", from the first call.
   EXPECT_EQ(paged.Requests(), std::vector<std::string>{"a"});
   // The sequence went back (the engine recomputed it): rebuilt, not a throw.

@@ -12,8 +12,9 @@ slot // bs; V at row bs + slot % bs). Nothing else in vLLM reads the interior of
 
 The rows of a batch:
 - decode rows (one query token) of sequences of at least min_tokens tokens, with a pig method
-  (dense, magicpig): pig.PagedAttention.decode, which reads the cache in place through the block
-  table and keeps each request's LSH indexes between steps (pig_vllm.state);
+  (dense, magicpig, topk, oracle, quest, lsh-hybrid): pig.PagedAttention.decode, which reads the
+  cache in place through the block table and keeps each request's state (LSH indexes, page
+  bounds, sketches) between steps (pig_vllm.state);
 - every other row (prefill, chunked prefill, short sequences, method "stock"): vLLM's own kernel
   (ops.cpu_attention_with_kv_cache) over a *staging* cache in vLLM's layout, written by vLLM's
   own cache writer from just the blocks those rows touch, with the block table remapped to the

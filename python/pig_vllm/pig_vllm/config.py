@@ -8,12 +8,14 @@ override for one process tree.
 
 | env variable           | additional_config["pig"] key | meaning                                          |
 |------------------------|------------------------------|--------------------------------------------------|
-| PIG_VLLM_METHOD        | method                       | stock, dense or magicpig (default magicpig)      |
+| PIG_VLLM_METHOD        | method                       | stock or a pig method (default magicpig)         |
 | PIG_VLLM_LSH           | lsh                          | "K=10,L=150,t=2" (pig-run's --lsh; default pig's)|
 | PIG_VLLM_SINK          | sink                         | sink tokens (default pig's, 4)                   |
 | PIG_VLLM_LOCAL         | local                        | local window (default pig's, 64)                 |
 | PIG_VLLM_DENSE_LAYERS  | dense_layers                 | "0,15" (pig-run's --dense-layers)                |
 | PIG_VLLM_TRANSFORM     | transform                    | pig-run's --transform (default plain)            |
+| PIG_VLLM_BUDGET        | budget                       | topk/oracle/quest/lsh-hybrid: pig-run's --budget |
+| PIG_VLLM_HYBRID        | hybrid                       | lsh-hybrid: pig-run's --hybrid                   |
 | PIG_VLLM_MIN_TOKENS    | min_tokens                   | decode rows of shorter sequences go to the stock |
 |                        |                              | kernel (default: sink + local + 16 for sampling  |
 |                        |                              | methods, 0 for dense)                            |
@@ -21,8 +23,9 @@ override for one process tree.
 |                        |                              | the worker is bound to)                          |
 
 Methods: "stock" runs vLLM's own CPU kernel for every row (over pig_vllm's cache layout, through
-the staging copy: the plugin's overhead, no pig kernel); "dense" and "magicpig" run pig's
-kernels (pig.PagedAttention) for the decode rows of sequences of at least min_tokens tokens.
+the staging copy: the plugin's overhead, no pig kernel); pig's methods (dense, magicpig, topk,
+oracle, quest, lsh-hybrid) run pig's attention (pig.PagedAttention) for the decode rows of
+sequences of at least min_tokens tokens. pig's q8 rows are not served: the cache is vLLM's.
 """
 from __future__ import annotations
 
@@ -30,7 +33,7 @@ import dataclasses
 import os
 from typing import Any
 
-METHODS = ("stock", "dense", "magicpig")
+METHODS = ("stock", "dense", "magicpig", "topk", "oracle", "quest", "lsh-hybrid")
 
 # key -> (env variable, parser)
 _FIELDS: dict[str, tuple[str, Any]] = {
@@ -40,6 +43,8 @@ _FIELDS: dict[str, tuple[str, Any]] = {
     "local": ("PIG_VLLM_LOCAL", int),
     "dense_layers": ("PIG_VLLM_DENSE_LAYERS", str),
     "transform": ("PIG_VLLM_TRANSFORM", str),
+    "budget": ("PIG_VLLM_BUDGET", float),
+    "hybrid": ("PIG_VLLM_HYBRID", str),
     "min_tokens": ("PIG_VLLM_MIN_TOKENS", int),
     "threads": ("PIG_VLLM_THREADS", int),
 }
@@ -53,6 +58,8 @@ class PigConfig:
     local: int | None = None
     dense_layers: str | None = None
     transform: str = "plain"
+    budget: float | None = None
+    hybrid: str = ""
     min_tokens: int | None = None
     threads: int = 0
 
@@ -61,7 +68,8 @@ class PigConfig:
         import pig
 
         return pig.AttentionSpec(self.method, lsh=self.lsh, sink=self.sink, local=self.local,
-                                 dense_layers=self.dense_layers, transform=self.transform)
+                                 dense_layers=self.dense_layers, transform=self.transform,
+                                 budget=self.budget, hybrid=self.hybrid)
 
     def effective_min_tokens(self, spec=None) -> int:
         """Decode rows of sequences shorter than this go to the stock kernel."""
@@ -71,7 +79,8 @@ class PigConfig:
             return 0
         spec = spec if spec is not None else self.attention_spec()
         # pig indexes a request from sink + local + 16 tokens on (docs/PYTHON.md) and attends
-        # shorter ones densely; the stock kernel gives those vLLM's own numerics instead.
+        # shorter ones densely (every sparse method); the stock kernel gives those vLLM's own
+        # numerics instead.
         return int(spec.sink) + int(spec.local) + 16
 
 

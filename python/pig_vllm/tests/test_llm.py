@@ -2,7 +2,8 @@
 
 One vLLM per configuration (each start is ~60 s): stock (the plugin not loaded; conftest.py),
 pig's dense path, pig's magicpig (pig-run's defaults), magicpig serving a prompt from the prefix
-cache, magicpig under a KV cache small enough to preempt.
+cache, magicpig under a KV cache small enough to preempt, topk (a budget method: its state is
+the runtime's, through the same attention path).
 """
 import pytest
 
@@ -66,6 +67,15 @@ def preempt(tmp_path_factory, prompts):
         "pig": {"method": "magicpig"},
         "llm": {"num_gpu_blocks_override": 10, "max_model_len": 1024, "max_num_seqs": 4},
         "tasks": [gen("preempt", prompts["preempt"], max_tokens=200)]})
+
+
+@pytest.fixture(scope="module")
+def topk(tmp_path_factory, prompts):
+    # budget 1: every indexed token selected, so the answer is exact attention (one softmax over
+    # the static and selected tokens, summed in selection order)
+    return run_driver(tmp_path_factory, "topk", {
+        "pig": {"method": "topk", "budget": 1.0},
+        "tasks": [gen("long", prompts["long"], logprobs=2)]})
 
 
 def test_stock_says_paris(stock):
@@ -163,3 +173,12 @@ def test_state_freed_after_preemption(preempt):
     assert r["stats"]["frees"] >= 4
     for b in r["batch"][0]:
         assert len(b["tokens"]) == 200
+
+
+def test_topk_at_full_budget_equals_dense(dense, topk):
+    """A budget method through pig.PagedAttention (the runtime's BudgetAttention over vLLM's
+    pages): at budget 1 it attends every token, so its greedy tokens are pig dense's up to a
+    bf16 near-tie (the two sum the same terms in another order)."""
+    want, got = dense["long"]["batch"][0][0], topk["long"]["batch"][0][0]
+    near_tie_or_equal(got, want, "topk long")
+    assert topk["long"]["stats"]["decode_rows"] > 0 and topk["long"]["live"] == []

@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -26,6 +27,9 @@
 #include "pig/spec/transform_spec.h"
 
 namespace pig::runtime {
+namespace lsh {
+class SimHash;
+}
 
 /// The cost counters of sparse decode steps (ALGORITHM.md section 1.8), summed over steps, sparse
 /// layers and query heads. Work items of one step fill one each; they are summed once per step.
@@ -72,6 +76,44 @@ struct DecodeItems {
   size_t count = 0;
   std::function<void(size_t item, size_t thread)> run;
   std::function<void()> finish;
+  /// With a HashBatch: items [0, first_stage) run before the batch's encode (HashBatch::Encode),
+  /// the others after it. 0: no stage, any order.
+  size_t first_stage = 0;
+};
+
+/// Rows that the decode steps of several sequences hash against one W, encoded together
+/// (BatchAttention): W (K L x d floats, 384 KB at K L = 1500, d = 64) is read once per 8 rows
+/// of the whole batch, where each sequence hashing its own rows reads it twice per kv-head (its
+/// key, then its queries). Rows are grouped by W; a row's codes do not depend on the rows beside
+/// it, so a sequence's step is the same bit for bit whatever batch it runs in.
+class HashBatch {
+public:
+  struct Ticket {
+    size_t group = 0, row = 0;
+  };
+  /// Thread-safe: copies rows a (na x W.d()) then b (nb x W.d()), one after the other, to be
+  /// hashed with set.encode against W; their codes are at Codes(ticket) once Encode ran.
+  Ticket Add(const lsh::LshKernelSet &set, const lsh::SimHash &W, const float *a, size_t na,
+             const float *b, size_t nb);
+  /// Encodes every row added since Clear, in blocks of 8 rows across the pool.
+  void Encode(ThreadPool &pool);
+  /// The L codes of each row of an Add, row after row.
+  const std::uint16_t *Codes(Ticket t) const;
+  /// Rows added since Clear.
+  size_t rows() const;
+  void Clear();
+
+private:
+  struct Group {
+    const lsh::SimHash *W = nullptr;
+    lsh::LshKernelSet set;
+    std::vector<float> rows;
+    std::vector<std::uint16_t> codes;
+    size_t n = 0;
+  };
+  std::mutex mu_;
+  std::vector<Group> groups_;
+  size_t used_ = 0; // groups_ in use since Clear (the vectors are kept)
 };
 
 class Attention {
@@ -87,9 +129,13 @@ public:
   // Forward(layer, pos, 1, q, k, v, out, pool) as work items: stores the row's key and value,
   // returns the items that attend it. Running every item and then `finish` is that Forward, bit
   // for bit, whatever the other items of the split are. Only where SplitsDecode().
+  // With `hash`, the items may give their rows to hash to it (DecodeItems::first_stage): the
+  // caller encodes them between the stages. k and v null: the rows are in the cache already (a
+  // cache over an engine's blocks, KvPool::External).
   virtual DecodeItems BeginDecode(size_t layer, size_t pos, const float *q, const float *k,
-                                  const float *v, float *out, ThreadPool &pool) {
-    (void)layer, (void)pos, (void)q, (void)k, (void)v, (void)out, (void)pool;
+                                  const float *v, float *out, ThreadPool &pool,
+                                  HashBatch *hash = nullptr) {
+    (void)layer, (void)pos, (void)q, (void)k, (void)v, (void)out, (void)pool, (void)hash;
     return {};
   }
   // Forgets every cached position.
@@ -106,6 +152,8 @@ public:
   virtual AttentionStats stats() const { return {}; }
   // The KV store every method keeps (never null).
   virtual const KvCache &cache() const = 0;
+  // The same, to hand it an engine's block table (KvCache::Adopt; PagedLshAttention).
+  virtual KvCache &mutable_cache() = 0;
   // Takes positions [0, n) of every layer from `src` (same shape and dtype) as if they had been
   // prefilled here: lets several methods decode from one dense prefill. Forgets anything else.
   virtual void LoadPrefix(const KvCache &src, size_t n) = 0;
@@ -142,6 +190,7 @@ public:
   size_t ReservedBytes() const override { return inner_->ReservedBytes(); }
   AttentionStats stats() const override { return inner_->stats(); }
   const KvCache &cache() const override { return inner_->cache(); }
+  KvCache &mutable_cache() override { return inner_->mutable_cache(); }
   void LoadPrefix(const KvCache &src, size_t n) override { inner_->LoadPrefix(src, n); }
   size_t PrepareDecode(ThreadPool &pool, size_t max_units) override {
     return inner_->PrepareDecode(pool, max_units);
@@ -163,18 +212,46 @@ public:
                float *out, ThreadPool &pool) override;
   bool SplitsDecode() const override { return true; }
   DecodeItems BeginDecode(size_t layer, size_t pos, const float *q, const float *k, const float *v,
-                          float *out, ThreadPool &pool) override;
+                          float *out, ThreadPool &pool, HashBatch *hash = nullptr) override;
   void Reset() override {}
   const AttentionShape &shape() const override { return cache_.shape(); }
   size_t MemoryBytes() const override { return cache_.MemoryBytes(); }
   AttentionStats stats() const override;
   const KvCache &cache() const override { return cache_; }
+  KvCache &mutable_cache() override { return cache_; }
   void LoadPrefix(const KvCache &src, size_t n) override { cache_.CopyPrefix(src, n); }
 
 private:
   KvCache cache_;
   lsh::LshKernelSet set_;
   size_t decode_steps_ = 0;
+};
+
+/// One span of a step's rows for one sequence: n rows at positions [pos, pos + n) (n == 1: a
+/// decode row). q/out: n x (n_heads * head_dim); k/v: n x (n_kv_heads * head_dim), or both null
+/// when the rows are in the cache already (KvPool::External).
+struct AttendSpan {
+  Attention *attention = nullptr;
+  size_t pos = 0, n = 0;
+  const float *q = nullptr, *k = nullptr, *v = nullptr;
+  float *out = nullptr;
+};
+
+/// One layer's attention for every sequence of a step (LlamaForward, PagedLshAttention): spans of
+/// several rows (prefill chunks) and methods that do not split run their Forward; the decode rows
+/// of the others run as one split over the threads, and with `batch_hash` (two split rows or
+/// more) the keys and queries they hash are encoded in one pass (HashBatch) between two stages.
+/// Each sequence's output is what its own Forward would write, bit for bit.
+class BatchAttention {
+public:
+  void Run(size_t layer, const AttendSpan *spans, size_t n_spans, ThreadPool &pool,
+           bool batch_hash = true);
+
+private:
+  std::vector<DecodeItems> items_;
+  std::vector<size_t> first_[2]; // per stage: each split row's first item
+  std::vector<size_t> row_[2];   // per stage: which split row
+  HashBatch hash_;
 };
 
 /// Causal dense attention of n queries at positions [pos, pos + n) over `cache` (prefill of every

@@ -73,6 +73,7 @@ public:
   /// bounds for quest; index_bytes the page bounds.
   AttentionStats stats() const override;
   const KvCache &cache() const override { return cache_; }
+  KvCache &mutable_cache() override { return cache_; }
   void LoadPrefix(const KvCache &src, size_t n) override;
 
   Method method() const { return method_; }

@@ -45,6 +45,11 @@ public:
   };
   /// Throws std::invalid_argument when no kernel serves a (K, L) at head_dim.
   LshLayers(const AttentionSpec &spec, size_t n_layers, size_t head_dim);
+  /// The LshLayers of (spec, n_layers, head_dim), shared by every attention alive that asks for
+  /// the same: W is drawn once, not per sequence, and a batch's sequences hash against one W
+  /// (HashBatch groups rows by W). Thread-safe.
+  static std::shared_ptr<const LshLayers> Shared(const AttentionSpec &spec, size_t n_layers,
+                                                 size_t head_dim);
   /// Layer l's configuration, or null for a dense layer.
   const Config *layer(size_t l) const { return layer_cfg_.at(l); }
   /// The kernels of (spec.K, spec.L).
@@ -73,8 +78,11 @@ public:
   void Forward(size_t layer, size_t pos, size_t n, const float *q, const float *k, const float *v,
                float *out, ThreadPool &pool) override;
   bool SplitsDecode() const override { return true; }
+  /// With `hash`, each sampled group's joining key and queries are hashed by the caller's encode
+  /// between two stages (BatchAttention); without, each group hashes its own and its sampled
+  /// pass may start while other groups still retrieve (no barrier). Both give the same output.
   DecodeItems BeginDecode(size_t layer, size_t pos, const float *q, const float *k, const float *v,
-                          float *out, ThreadPool &pool) override;
+                          float *out, ThreadPool &pool, HashBatch *hash = nullptr) override;
   void Reset() override;
   const AttentionShape &shape() const override { return cache_.shape(); }
   size_t MemoryBytes() const override;
@@ -82,6 +90,7 @@ public:
   size_t ReservedBytes() const override;
   AttentionStats stats() const override;
   const KvCache &cache() const override { return cache_; }
+  KvCache &mutable_cache() override { return cache_; }
   void LoadPrefix(const KvCache &src, size_t n) override;
   /// Units: the (layer, kv-head) indexes the next decode step would build (sparse layers whose
   /// next step has at least kMinIndexed indexed tokens), built here over the cached positions,
@@ -106,12 +115,28 @@ private:
     size_t n_union = 0;          // retrieved tokens
     bool sampled = false;        // false: the group was attended densely in the first phase
     std::vector<float> out, lse; // [part][G x d] (two parts only), [part][G]: partial results
+    // Batched hashing (HashBatch): the joining keys' rows, their count, where their codes (and
+    // then the queries') will be.
+    std::vector<float> key_rows;
+    size_t keys = 0;
+    HashBatch::Ticket ticket;
   };
   // First phase of a group's step: the dense pass (dense layers, short sequences), or index
   // build / extend and retrieval. The second: the fused pass over part `part` of `parts` of the
   // retrieved tokens (the first part with the static tokens).
   void PrepareGroup(size_t layer, size_t kvh, size_t n_tokens, const float *q, float *out,
                     PerThread &pt, Group &g, CostCounters &c);
+  // PrepareGroup in two halves around a batch's encode: the dense pass, or the index built and
+  // the rows to hash given to `hash` (returns whether the group samples); then the index
+  // extended with the codes and the union retrieved.
+  bool PrepareRows(size_t layer, size_t kvh, size_t n_tokens, const float *q, float *out,
+                   PerThread &pt, Group &g, HashBatch &hash);
+  void RetrieveEncoded(size_t layer, size_t kvh, size_t n_tokens, PerThread &pt, Group &g,
+                       const HashBatch &hash, CostCounters &c);
+  // Whether the group of (layer, kvh) is attended densely at a step of n_tokens tokens.
+  bool DenseStep(size_t layer, size_t kvh, size_t n_tokens) const;
+  void DenseGroup(size_t layer, size_t kvh, size_t n_tokens, const float *q, float *out,
+                  PerThread &pt);
   void AttendGroup(size_t layer, size_t kvh, const float *q, float *out, Group &g, size_t part,
                    size_t parts);
   // Tokens a sequence of n_tokens indexes (neither sink nor local).
@@ -125,8 +150,8 @@ private:
 
   AttentionSpec spec_;
   KvCache cache_;
-  LshLayers layers_;
-  const lsh::LshKernelSet &set_; // layers_.dense_set(): dense layers, short sequences, prefill
+  std::shared_ptr<const LshLayers> layers_; // LshLayers::Shared
+  const lsh::LshKernelSet &set_; // layers_->dense_set(): dense layers, short sequences, prefill
   std::vector<std::optional<lsh::LshIndex>> index_; // [layer][kv-head]
   std::vector<size_t> cached_; // [layer]: positions the cache holds (the last Forward's pos + n)
   std::vector<std::unique_ptr<PerThread>> threads_;

@@ -138,6 +138,9 @@ public:
   // for kAuto (it would pick by row count, and a row's logits would depend on its batch).
   void set_decode_path(MatMulPath path);
   MatMulPath decode_path() const { return decode_path_; }
+  // Whether a layer's decode rows of several sequences hash in one encode (BatchAttention::Run's
+  // batch_hash; the default): the same output either way.
+  void set_batch_hash(bool on) { batch_hash_ = on; }
   // The path of prompt chunks: kFloat (the default: prefill logits within 1e-4 of transformers,
   // Parity.LogitsOfFirst64Positions) or kInteger (kAuto means it too): 2.5x faster prefill on
   // AVX-512 VNNI, logits within ~1e-3 of the row's largest
@@ -166,11 +169,12 @@ private:
   std::vector<float> rope_cs_; // per row of a Run: (cos, sin) of each rotary pair
   std::vector<float> x_, xb_, q_, k_, v_, att_, hb_, hb2_;
   MatMulPath decode_path_ = MatMulPath::kInteger;
+  bool batch_hash_ = true;
   MatMulPath prefill_path_ = MatMulPath::kFloat;
-  MatMulScratch scratch_;                 // the integer path's quantised activations
-  std::vector<uint8_t> decode_row_;       // per row of a Run: 1 for a decode row (a span of one)
-  std::vector<DecodeItems> decode_items_; // Attend: the split decode rows of a layer
-  std::vector<size_t> decode_first_;      // ... and the index of each row's first item
+  MatMulScratch scratch_;                // the integer path's quantised activations
+  std::vector<uint8_t> decode_row_;      // per row of a Run: 1 for a decode row (a span of one)
+  std::vector<AttendSpan> attend_spans_; // Attend: the layer's spans
+  BatchAttention batch_attention_;
 };
 
 // One decoding state: position, KV store (via Attention), scratch buffers.
@@ -219,6 +223,9 @@ struct LlamaBatchOptions {
   // logits of decoding it alone with LlamaSession; kFloat the same logits in any batch of this
   // engine, up to rounding from LlamaSession's.
   MatMulPath decode_path = MatMulPath::kInteger;
+  // Decode rows of several sequences hash their keys and queries in one encode per layer
+  // (BatchAttention, HashBatch); off: each sequence hashes its own (the same logits either way).
+  bool batch_hash = true;
 };
 
 class LlamaBatch {

@@ -1,20 +1,23 @@
 // Decode attention over a paged KV cache that another engine owns (vLLM's CPU engine: one tensor
 // per layer, [blocks][kv_heads][2 * block_size][head_dim], a block's K rows then its V rows,
-// both row-major), read in place through each sequence's block table (lsh::PagedRows): nothing
-// of the cache is copied.
+// both row-major), read in place through each sequence's block table: nothing of the cache is
+// copied.
 //
-// The engine schedules; this class keeps, per (request, layer, kv-head), what MagicPIG needs
-// between steps: the LSH index of the request's keys, built from the cache pages the first time
-// the request is seen past the static window (so keys the engine wrote without us, a prefix-cached
-// prompt or a prefill, are indexed too), extended as tokens are generated, dropped by Free() when
-// the request finishes or is preempted. Each decode step is pig-run's (lsh_attention.h): sink and
-// local tokens exact, the rest sampled; layers in spec.dense_layers and sequences too short to
-// index are attended densely with the same kernels; method dense attends every layer densely.
+// It is not a second implementation: each request is the Attention pig-run and pig-serve decode
+// with (MakeAttention: every method, plain and fitted hashing, per-layer points, every schedule),
+// its KvCache a view of the engine's blocks (KvPool::External, KvCache::Adopt), and a call runs
+// the rows of every request through one BatchAttention, as LlamaForward runs a batch's: one split
+// over the threads, the keys and queries of every request hashed in one encode.
+//
+// The engine schedules; this class keeps, per request, what the method needs between steps (the
+// LSH indexes, Quest's page bounds, lsh-hybrid's sketches), built from the cache pages the first
+// time the request is seen past the static window (so keys the engine wrote without us, a
+// prefix-cached prompt or a prefill, are indexed too), extended as tokens are generated, dropped
+// by Free() when the request finishes or is preempted.
 #pragma once
 
 #include <cstdint>
 #include <memory>
-#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -22,7 +25,6 @@
 #include <vector>
 
 #include "pig/runtime/attention.h"
-#include "pig/runtime/lsh_attention.h"
 #include "pig/runtime/thread_pool.h"
 
 namespace pig::runtime {
@@ -46,53 +48,46 @@ struct PagedRow {
 
 class PagedLshAttention {
 public:
-  /// shape.capacity: the longest sequence (the engine's max_model_len). Methods served: dense and
-  /// magicpig with bf16 or f32 rows (the others need state this class does not keep: refused
-  /// with std::invalid_argument, as is any spec AttentionSpec::Validate refuses).
+  /// shape.capacity: the longest sequence (the engine's max_model_len). Every method
+  /// MakeAttention builds, over bf16 or f32 rows: the engine's cache holds its own element type,
+  /// so q8 (pig's own row format) is refused with std::invalid_argument, as is any spec or shape
+  /// MakeAttention refuses.
   PagedLshAttention(const AttentionSpec &spec, const AttentionShape &shape, size_t block_size);
   ~PagedLshAttention();
 
   /// The decode rows of one layer: out = attention of q over the request's n_tokens positions.
   /// Rows of one request may not repeat within a call. Throws std::invalid_argument (the state
   /// left as it was) for a row whose block table is too short or names a block outside the cache,
-  /// a sequence longer than the capacity, or a cache of another dtype or block size.
+  /// a sequence longer than the capacity, a cache of another dtype or block size, or a scale
+  /// other than the first call's (a request's attention is built with it).
   void Decode(size_t layer, const PagedCache &cache, std::span<const PagedRow> rows, float scale,
               ThreadPool &pool);
   /// Drops the request's state (every layer); unknown ids are ignored.
   void Free(std::string_view request);
   /// Requests with state.
   std::vector<std::string> Requests() const;
-  /// Index bytes held (every request, layer and kv-head).
+  /// Bytes of the requests' method state (LSH indexes with their fitted maps, page bounds,
+  /// sketches), every layer and kv-head; the KV rows are the engine's.
   size_t IndexBytes() const;
+  /// Summed over the requests, those freed included.
   AttentionStats stats() const;
   const AttentionSpec &spec() const { return spec_; }
 
 private:
   struct Request {
-    std::vector<std::optional<lsh::LshIndex>> index; // [layer * n_kv_heads + kvh]
+    std::unique_ptr<Attention> attention;
+    std::vector<size_t> n; // [layer]: the positions of the last call
   };
-  struct PerThread;
-  struct Unit;
-  size_t Indexable(size_t n_tokens) const;
-  // A (row, kv-head)'s step in three phases: Prepare attends it densely, or builds its index at
-  // first sight and gives the rows to hash (the keys joining the index, the group's queries);
-  // Decode hashes every unit's rows in one encode; Sample extends, retrieves and attends.
-  void Prepare(size_t layer, const PagedCache &cache, const PagedRow &row, Request &req, size_t kvh,
-               float scale, PerThread &pt, Unit &u);
-  void Sample(size_t layer, const PagedCache &cache, const PagedRow &row, Request &req, size_t kvh,
-              float scale, PerThread &pt, Unit &u);
 
   AttentionSpec spec_;
   AttentionShape shape_;
   size_t block_size_;
-  LshLayers layers_;
+  std::shared_ptr<KvPool> pool_; // KvPool::External: the engine's blocks
+  std::string kernels_;
   std::unordered_map<std::string, Request> requests_;
-  std::vector<std::unique_ptr<PerThread>> threads_;
-  std::vector<Unit> units_;       // [row * n_kv_heads + kvh] of the current call
-  std::vector<float> batch_rows_; // every unit's rows to hash, one f32 matrix
-  std::vector<std::uint16_t> batch_codes_;
-  CostCounters total_;
-  size_t decode_steps_ = 0;
+  BatchAttention batch_;
+  std::vector<AttendSpan> spans_;
+  AttentionStats freed_; // the counters of freed requests
 };
 
 } // namespace pig::runtime
