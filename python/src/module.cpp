@@ -66,7 +66,7 @@ using F32Out = nb::ndarray<nb::numpy, float>;
 // and --ctx and --max-new for positions (app/src/options.cpp, tools/pig-run).
 constexpr size_t kMaxThreads = 1024;
 constexpr size_t kMaxPositions = size_t(1) << 24;
-// The model loader's (runtime/src/model.cpp): layers, and the embedding width, which bounds a
+// The model loader's (runtime/model/model.cpp): layers, and the embedding width, which bounds a
 // head dim and a head count.
 constexpr size_t kMaxLayers = 1024;
 constexpr size_t kMaxWidth = size_t(1) << 16;

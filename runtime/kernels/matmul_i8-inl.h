@@ -1,5 +1,5 @@
 // The integer weight kernels (Highway, compiled once per target through foreach_target.h by
-// runtime/src/ops.cpp): activations quantised per 32-element block to two int8 codes an element
+// ops.cpp, beside it): activations quantised per 32-element block to two int8 codes an element
 // (hi and a residual lo: int16's precision, see QuantizeI8Scalar), multiplied with the weight
 // blocks' own codes by 8-bit multiply-adds, each weight block read once for every activation row
 // of a step.

@@ -10,7 +10,7 @@ CMakeLists.txt's layer comment):
     dialect    spec
     passes     dialect, spec
     codegen    passes, dialect, spec
-    runtime    reference, spec          (runtime/kernels and runtime/cuda are runtime)
+    runtime    reference, spec          (all of runtime/: model, attention, kernels, common, cuda)
     tune       reference, spec          (records, frontier, points: runtime-free)
     app        everything above
     eval       app and everything above it
@@ -235,12 +235,12 @@ def self_test():
         "reference/include/pig/reference/kv_quant.h": "#pragma once\n",
         "reference/include/pig/reference/hybrid.h": "#pragma once\n",
         "reference/include/pig/reference/oracle.h": "#pragma once\n",
-        "runtime/src/kv.cpp": '#include "pig/reference/kv_quant.h"\n',
-        "runtime/src/x.cpp": '#include "pig/reference/oracle.h"\n',
+        "runtime/attention/kv.cpp": '#include "pig/reference/kv_quant.h"\n',
+        "runtime/model/x.cpp": '#include "pig/reference/oracle.h"\n',
         "runtime/include/pig/runtime/a.h": '#include "pig/reference/hybrid.h"\n'})))
     want = ["runtime/include/pig/runtime/a.h:1: a runtime header includes pig/reference/hybrid.h; "
             "runtime/include may include only pig/reference/matrix.h, pig/reference/transform.h",
-            "runtime/src/x.cpp:1: runtime includes pig/reference/oracle.h, not one of "
+            "runtime/model/x.cpp:1: runtime includes pig/reference/oracle.h, not one of "
             "RUNTIME_USES_OF_REFERENCE (the reference where bit-exactness needs it)"]
     if got != want:
         failures.append(f"the runtime's uses of the reference: expected {want!r}, got {got!r}")

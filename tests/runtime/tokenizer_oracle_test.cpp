@@ -19,7 +19,7 @@
 #include "pig/runtime/gguf.h"
 #include "pig/runtime/model.h"
 #include "pig/runtime/tokenizer.h"
-#include "utf8.h" // runtime/src: the tokenizer's own codec
+#include "utf8.h" // runtime/model: the tokenizer's own codec
 
 namespace pig::runtime {
 namespace {

@@ -305,7 +305,7 @@ private:
   std::vector<Entry> entries_;
 };
 
-/// The generic set for the chosen SIMD target (defined in runtime/src/lsh_generic.cpp).
+/// The generic set for the chosen SIMD target (defined in runtime/kernels/lsh_generic.cpp).
 LshKernelSet generic_kernel_set();
 
 /// Static registrar for generated TUs: `static const KernelRegistrar reg{key, &Factory};`.

@@ -1,6 +1,6 @@
 // The Hamming ranker's scan (hybrid_rank.h), compiled for every Highway target.
 #undef HWY_TARGET_INCLUDE
-#define HWY_TARGET_INCLUDE "runtime/src/hybrid_rank.cpp"
+#define HWY_TARGET_INCLUDE "runtime/kernels/hybrid_rank.cpp"
 #include "hwy/foreach_target.h" // IWYU pragma: keep
 
 #include <algorithm>

@@ -1,7 +1,7 @@
 // The generic LSH kernel set (K, L, d and dtype taken at run time) and the SIMD helpers exported
 // to host code, compiled for every Highway target.
 #undef HWY_TARGET_INCLUDE
-#define HWY_TARGET_INCLUDE "runtime/src/lsh_generic.cpp"
+#define HWY_TARGET_INCLUDE "runtime/kernels/lsh_generic.cpp"
 #include "hwy/foreach_target.h" // IWYU pragma: keep
 
 #include <cstring>

@@ -3,7 +3,7 @@
 // exact in double, so only the order of the sum differs from the reference's), the values
 // accumulated in f64 lanes.
 #undef HWY_TARGET_INCLUDE
-#define HWY_TARGET_INCLUDE "runtime/src/hybrid_attend.cpp"
+#define HWY_TARGET_INCLUDE "runtime/kernels/hybrid_attend.cpp"
 #include "hwy/foreach_target.h" // IWYU pragma: keep
 
 #include <algorithm>

@@ -1,6 +1,6 @@
 // Compiles runtime/kernels/ops-inl.h once per Highway target and exports op-level functions.
 #undef HWY_TARGET_INCLUDE
-#define HWY_TARGET_INCLUDE "runtime/src/ops.cpp"
+#define HWY_TARGET_INCLUDE "runtime/kernels/ops.cpp"
 #include "hwy/foreach_target.h" // IWYU pragma: keep
 
 #include <algorithm>

@@ -2,7 +2,7 @@
 // every Highway target (uniforms, max, exp and sum, normalisation, the water-filling's capping
 // pass, the draw), and the scalar glue.
 #undef HWY_TARGET_INCLUDE
-#define HWY_TARGET_INCLUDE "runtime/src/hybrid_select.cpp"
+#define HWY_TARGET_INCLUDE "runtime/kernels/hybrid_select.cpp"
 #include "hwy/foreach_target.h" // IWYU pragma: keep
 
 #include <algorithm>
