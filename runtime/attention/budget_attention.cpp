@@ -860,6 +860,15 @@ void BudgetAttention::Reset() {
 
 void BudgetAttention::LoadPrefix(const KvCache &src, size_t n) {
   cache_.CopyPrefix(src, n);
+  Loaded(n);
+}
+
+void BudgetAttention::AttachPrefix(const std::int32_t *blocks, size_t n_blocks) {
+  cache_.Attach(blocks, n_blocks);
+  Loaded(n_blocks * cache_.pool().block_tokens());
+}
+
+void BudgetAttention::Loaded(size_t n) {
   for (size_t l = 0; l < shape().n_layers; ++l) {
     QuestTruncate(l, 0);
     HybridTruncate(l, 0); // encoded again at the next decode step

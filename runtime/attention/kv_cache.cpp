@@ -48,6 +48,8 @@ struct KvPool::State {
   std::mutex mu;
   std::priority_queue<std::int32_t, std::vector<std::int32_t>, std::greater<>> free;
   size_t reserved = 0, taken = 0, high = 0; // high: blocks ever handed out (ids [0, high))
+  std::vector<std::uint32_t> refs;          // [block]: holders of a taken block
+  std::function<size_t(size_t)> evictor;    // SetEvictor's
 };
 
 namespace {
@@ -144,8 +146,23 @@ void KvPool::Reserve(size_t n) {
       return;
     throw std::logic_error("KV pool: an engine's blocks are not reserved here");
   }
-  std::lock_guard lock(state_->mu);
   const size_t limit = max_blocks_ ? max_blocks_ : mapped_blocks_;
+  std::function<size_t(size_t)> evictor;
+  {
+    std::lock_guard lock(state_->mu);
+    if (n <= limit - state_->reserved) {
+      state_->reserved += n;
+      return;
+    }
+    evictor = state_->evictor;
+  }
+  // Short: what a prefix cache holds and no sequence uses is given back first (it calls Give and
+  // Unreserve, so not under the lock).
+  if (evictor) {
+    const size_t short_by = n - (limit - reserved_blocks());
+    evictor(short_by);
+  }
+  std::lock_guard lock(state_->mu);
   if (n > limit - state_->reserved) {
     throw std::length_error("KV pool: " + std::to_string(n) + " blocks of " +
                             std::to_string(block_tokens_) + " positions needed, " +
@@ -168,18 +185,47 @@ std::int32_t KvPool::Take() {
   if (s.taken >= s.reserved)
     throw std::logic_error("KV pool: a block taken without a reservation");
   ++s.taken;
+  std::int32_t b;
   if (!s.free.empty()) {
-    const std::int32_t b = s.free.top();
+    b = s.free.top();
     s.free.pop();
-    return b;
+  } else {
+    b = std::int32_t(s.high++);
+    if (s.refs.size() < s.high)
+      s.refs.resize(std::max<size_t>(s.high, 2 * s.refs.size()));
   }
-  return std::int32_t(s.high++);
+  s.refs[size_t(b)] = 1;
+  return b;
 }
 
 void KvPool::Give(std::int32_t block) {
   std::lock_guard lock(state_->mu);
-  state_->free.push(block);
-  --state_->taken;
+  State &s = *state_;
+  if (block < 0 || size_t(block) >= s.high || s.refs[size_t(block)] == 0)
+    throw std::logic_error("KV pool: block " + std::to_string(block) + " given back untaken");
+  if (--s.refs[size_t(block)] > 0)
+    return; // another holder keeps it
+  s.free.push(block);
+  --s.taken;
+}
+
+void KvPool::Share(std::int32_t block) {
+  std::lock_guard lock(state_->mu);
+  State &s = *state_;
+  if (block < 0 || size_t(block) >= s.high || s.refs[size_t(block)] == 0)
+    throw std::logic_error("KV pool: block " + std::to_string(block) + " shared untaken");
+  ++s.refs[size_t(block)];
+}
+
+std::uint32_t KvPool::Holders(std::int32_t block) const {
+  std::lock_guard lock(state_->mu);
+  const State &s = *state_;
+  return block >= 0 && size_t(block) < s.high ? s.refs[size_t(block)] : 0;
+}
+
+void KvPool::SetEvictor(std::function<size_t(size_t)> evictor) {
+  std::lock_guard lock(state_->mu);
+  state_->evictor = std::move(evictor);
 }
 
 size_t KvPool::reserved_blocks() const {
@@ -231,15 +277,65 @@ KvCache::KvCache(const AttentionShape &shape, DType dtype, std::shared_ptr<KvPoo
 }
 
 KvCache::~KvCache() {
-  Clear();
+  if (!pool_->external())
+    for (std::int32_t b : table_)
+      pool_->Give(b);
   pool_->Unreserve(reserved_);
 }
 
 void KvCache::Clear() {
+  size_t borrowed = 0;
+  for (std::uint8_t b : borrowed_)
+    borrowed += b;
+  if (borrowed > 0) { // the attached blocks were another's: the capacity's own come back
+    pool_->Reserve(borrowed);
+    reserved_ += borrowed;
+  }
   if (!pool_->external())
     for (std::int32_t b : table_)
       pool_->Give(b);
   table_.clear();
+  borrowed_.clear();
+}
+
+void KvCache::Attach(const std::int32_t *blocks, size_t n_blocks) {
+  if (pool_->external())
+    throw std::invalid_argument("KV cache: an engine's blocks are adopted, not attached");
+  if (!table_.empty())
+    throw std::logic_error("KV cache: a prefix is attached to an empty cache only");
+  if (n_blocks > KvPool::BlocksFor(shape_.capacity, pool_->block_tokens()) ||
+      n_blocks * pool_->block_tokens() > shape_.capacity)
+    throw std::invalid_argument("KV cache: a prefix of " + std::to_string(n_blocks) +
+                                " blocks past the capacity of " + std::to_string(shape_.capacity));
+  for (size_t i = 0; i < n_blocks; ++i) {
+    pool_->Share(blocks[i]);
+    table_.push_back(blocks[i]);
+    borrowed_.push_back(1);
+  }
+  pool_->Unreserve(n_blocks); // held by another; this cache needs that many fewer of its own
+  reserved_ -= n_blocks;
+}
+
+void KvCache::Unshare(size_t pos, size_t n) {
+  if (pool_->external() || n == 0)
+    return;
+  const size_t bt = pool_->block_tokens();
+  const size_t end = std::min(table_.size(), KvPool::BlocksFor(pos + n, bt));
+  for (size_t i = pos / bt; i < end; ++i) {
+    const std::int32_t old = table_[i];
+    if (pool_->Holders(old) <= 1)
+      continue;
+    if (borrowed_[i]) { // a block of our own from now on
+      pool_->Reserve(1);
+      ++reserved_;
+      borrowed_[i] = 0;
+    }
+    const std::int32_t copy = pool_->Take();
+    std::memcpy(pool_->Row(copy, 0, 0, false, 0), pool_->Row(old, 0, 0, false, 0),
+                pool_->BlockBytes());
+    table_[i] = copy;
+    pool_->Give(old);
+  }
 }
 
 void KvCache::Adopt(const std::int32_t *blocks, size_t n_blocks, size_t n) {
@@ -273,8 +369,10 @@ void KvCache::Hold(size_t n) {
                                std::to_string(table_.size()) + " blocks)");
     return;
   }
-  while (table_.size() < need)
+  while (table_.size() < need) {
     table_.push_back(pool_->Take());
+    borrowed_.push_back(0);
+  }
 }
 
 size_t KvCache::BytesPerToken() const {
@@ -307,6 +405,7 @@ void KvCache::Append(size_t layer, size_t pos, size_t n, const float *k, const f
     throw std::invalid_argument("KV cache: rows to append without keys or values");
   if (k && pool_->external())
     throw std::invalid_argument("KV cache: an engine's blocks are written by the engine");
+  Unshare(pos, n);
   Hold(pos + n);
   if (!k)
     return; // the engine stored them
@@ -336,6 +435,7 @@ void KvCache::CopyRows(const KvCache &other, size_t from, size_t to, size_t m) {
   }
   if (KvPool::BlocksFor(from + m, other.pool_->block_tokens()) > other.table_.size())
     throw std::runtime_error("KV cache: copying positions the source never stored");
+  Unshare(to, m);
   Hold(to + m);
   const size_t d = shape_.head_dim, rb = RowBytes();
   std::vector<float> row(d);

@@ -167,6 +167,12 @@ void LshAttention::LoadPrefix(const KvCache &src, size_t n) {
   std::fill(cached_.begin(), cached_.end(), n);
 }
 
+void LshAttention::AttachPrefix(const std::int32_t *blocks, size_t n_blocks) {
+  Reset();
+  cache_.Attach(blocks, n_blocks);
+  std::fill(cached_.begin(), cached_.end(), n_blocks * cache_.pool().block_tokens());
+}
+
 size_t LshAttention::Indexable(size_t n_tokens) const {
   return n_tokens > spec_.sink + spec_.local ? n_tokens - spec_.sink - spec_.local : 0;
 }

@@ -467,7 +467,72 @@ std::shared_ptr<KvPool> LlamaBatch::KvPoolOf(lsh::DType dtype) {
   const size_t max_blocks =
       opts_.memory_budget ? 2 * (opts_.memory_budget / KvPool::BlockBytesFor(shape, dtype)) + 1 : 0;
   pools_.push_back(std::make_shared<KvPool>(shape, dtype, max_blocks));
+  // The salt names what else the rows depend on: this model's shape (one model per batch; the
+  // element type is the pool's, the prefill path set_prefill_path's, which clears the cache).
+  std::uint64_t salt = 0x7069672d6b76ull;
+  for (size_t x : {c.n_layers, c.n_heads, c.n_kv_heads, c.head_dim, c.dim, c.vocab})
+    salt = salt * 0x100000001b3ull ^ x;
+  prefix_.push_back(opts_.prefix_cache ? std::make_unique<PrefixCache>(pools_.back(), salt)
+                                       : nullptr);
   return pools_.back();
+}
+
+PrefixCache *LlamaBatch::PrefixOf(size_t seq) {
+  const KvPool *pool = &At(seq).attn->cache().pool();
+  for (size_t i = 0; i < pools_.size(); ++i)
+    if (pools_[i].get() == pool)
+      return prefix_[i].get();
+  return nullptr; // a sequence over a pool of its own
+}
+
+size_t LlamaBatch::AttachCachedPrefix(size_t seq, const int32_t *tokens, size_t n) {
+  PrefixCache *cache = PrefixOf(seq);
+  Sequence &s = At(seq);
+  if (!cache || s.pos != 0 || !s.attn->cache().blocks().empty())
+    return 0;
+  fwd_.CheckTokens(tokens, n);
+  std::vector<std::int32_t> blocks;
+  const size_t hit = cache->Lookup(tokens, std::min(n, s.capacity), blocks);
+  if (hit == 0)
+    return 0;
+  s.attn->AttachPrefix(blocks.data(), blocks.size());
+  s.pos = hit;
+  return hit;
+}
+
+void LlamaBatch::CachePrompt(size_t seq, const int32_t *tokens, size_t n) {
+  PrefixCache *cache = PrefixOf(seq);
+  if (!cache)
+    return;
+  const Sequence &s = At(seq);
+  if (n > s.pos)
+    throw std::invalid_argument("LlamaBatch: caching " + std::to_string(n) +
+                                " prompt tokens of sequence " + std::to_string(seq) + " at " +
+                                std::to_string(s.pos));
+  cache->Insert(tokens, n, s.attn->cache().blocks());
+}
+
+PrefixCache::Stats LlamaBatch::PrefixStats() const {
+  PrefixCache::Stats t;
+  for (const auto &p : prefix_) {
+    if (!p)
+      continue;
+    const PrefixCache::Stats s = p->stats();
+    t.lookups += s.lookups;
+    t.hits += s.hits;
+    t.hit_tokens += s.hit_tokens;
+    t.evictions += s.evictions;
+    t.inserted += s.inserted;
+    t.blocks += s.blocks;
+    t.bytes += s.bytes;
+  }
+  return t;
+}
+
+void LlamaBatch::ClearPrefixCache() {
+  for (const auto &p : prefix_)
+    if (p)
+      p->Clear();
 }
 
 size_t LlamaBatch::KvResidentBytes() const {

@@ -157,6 +157,11 @@ public:
   // Takes positions [0, n) of every layer from `src` (same shape and dtype) as if they had been
   // prefilled here: lets several methods decode from one dense prefill. Forgets anything else.
   virtual void LoadPrefix(const KvCache &src, size_t n) = 0;
+  // Takes n_blocks full blocks of the KV store's pool (a cached prompt prefix: PrefixCache) as
+  // positions [0, n_blocks * block_tokens) of every layer, shared, not copied; the rest as
+  // LoadPrefix: the method's state is built from those rows when it is needed. The cache must be
+  // empty (KvCache::Attach's errors).
+  virtual void AttachPrefix(const std::int32_t *blocks, size_t n_blocks) = 0;
 
   // Work the next decode step (Forward with n == 1 on every layer, at the position after the
   // cached ones) would do for the first time and that can be done ahead, between steps, in
@@ -192,6 +197,9 @@ public:
   const KvCache &cache() const override { return inner_->cache(); }
   KvCache &mutable_cache() override { return inner_->mutable_cache(); }
   void LoadPrefix(const KvCache &src, size_t n) override { inner_->LoadPrefix(src, n); }
+  void AttachPrefix(const std::int32_t *blocks, size_t n_blocks) override {
+    inner_->AttachPrefix(blocks, n_blocks);
+  }
   size_t PrepareDecode(ThreadPool &pool, size_t max_units) override {
     return inner_->PrepareDecode(pool, max_units);
   }
@@ -220,6 +228,9 @@ public:
   const KvCache &cache() const override { return cache_; }
   KvCache &mutable_cache() override { return cache_; }
   void LoadPrefix(const KvCache &src, size_t n) override { cache_.CopyPrefix(src, n); }
+  void AttachPrefix(const std::int32_t *blocks, size_t n_blocks) override {
+    cache_.Attach(blocks, n_blocks);
+  }
 
 private:
   KvCache cache_;

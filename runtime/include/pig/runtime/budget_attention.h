@@ -75,6 +75,7 @@ public:
   const KvCache &cache() const override { return cache_; }
   KvCache &mutable_cache() override { return cache_; }
   void LoadPrefix(const KvCache &src, size_t n) override;
+  void AttachPrefix(const std::int32_t *blocks, size_t n_blocks) override;
 
   Method method() const { return method_; }
 
@@ -108,6 +109,9 @@ private:
   template <typename E>
   void HybridHead(size_t layer, size_t head, size_t pos, const float *q, float *out, Scratch &s,
                   HeadCount &count) const;
+  // After positions [0, n) came from elsewhere (LoadPrefix, AttachPrefix): Quest's pages folded
+  // over them, lsh-hybrid's sketches left to the next decode step.
+  void Loaded(size_t n);
   // The end of the indexed part for a sequence of n tokens, or sink when nothing is indexed.
   size_t IndexedEnd(size_t n) const;
 

@@ -24,6 +24,7 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <utility>
 #include <vector>
@@ -98,8 +99,18 @@ public:
   void Unreserve(size_t n);
   /// One of the blocks reserved before (the lowest free id): a block id for a block table.
   std::int32_t Take();
-  /// Returns a taken block (it stays reserved until Unreserve).
+  /// Returns a taken block (it stays reserved until Unreserve): drops one holder; the block is
+  /// free once none is left.
   void Give(std::int32_t block);
+  /// One more holder of a taken block (a prefix several caches share, PrefixCache): it is free
+  /// once every holder gave it back. Rows of a block with several holders are never written
+  /// (KvCache copies it first).
+  void Share(std::int32_t block);
+  /// The holders of a block (0: free).
+  std::uint32_t Holders(std::int32_t block) const;
+  /// What Reserve calls when the pool is short, with the blocks missing: it gives back blocks it
+  /// holds (a prefix cache's least recently used) and returns how many. Null: none.
+  void SetEvictor(std::function<size_t(size_t)> evictor);
 
   /// The rows of (layer, kv-head) of block 0, K or V: the base of lsh::PagedRows.
   const std::uint8_t *Base(size_t layer, size_t kvh, bool values) const {
@@ -183,6 +194,12 @@ public:
   void Tile(const KvCache &other, size_t period, size_t n);
   /// Returns every block to the pool (the positions are forgotten; the reservation is kept).
   void Clear();
+  /// Takes `n_blocks` full blocks another cache holds as this cache's positions [0, n_blocks *
+  /// block_tokens) (a cached prompt prefix, PrefixCache): shared, not copied; this cache's own
+  /// reservation shrinks by as many blocks. A block it later rewrites (after SetPosition back) is
+  /// copied first. Throws std::logic_error unless the cache is empty, std::invalid_argument past
+  /// the capacity or over an external pool.
+  void Attach(const std::int32_t *blocks, size_t n_blocks);
 
   /// The K and V rows of one (layer, kv-head), in pages: what the kernels take. Valid until the
   /// next Append, CopyPrefix, Tile or Clear.
@@ -233,11 +250,16 @@ private:
   // Positions [from, from + m) of `other` to [to, to + m) of this cache, every layer and kv-head.
   void CopyRows(const KvCache &other, size_t from, size_t to, size_t m);
 
+  // Before positions [pos, pos + n) are written: a block among them that others hold too is
+  // replaced by a copy of its own.
+  void Unshare(size_t pos, size_t n);
+
   AttentionShape shape_;
   DType dtype_;
   std::shared_ptr<KvPool> pool_;
-  size_t reserved_ = 0;             // blocks reserved in the pool for this cache
-  std::vector<std::int32_t> table_; // blocks held, in position order
+  size_t reserved_ = 0;                // blocks reserved in the pool for this cache
+  std::vector<std::int32_t> table_;    // blocks held, in position order
+  std::vector<std::uint8_t> borrowed_; // [block of table_]: attached (another's reservation)
 };
 
 } // namespace pig::runtime

@@ -92,6 +92,7 @@ public:
   const KvCache &cache() const override { return cache_; }
   KvCache &mutable_cache() override { return cache_; }
   void LoadPrefix(const KvCache &src, size_t n) override;
+  void AttachPrefix(const std::int32_t *blocks, size_t n_blocks) override;
   /// Units: the (layer, kv-head) indexes the next decode step would build (sparse layers whose
   /// next step has at least kMinIndexed indexed tokens), built here over the cached positions,
   /// as that step would build them.

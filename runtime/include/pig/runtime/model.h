@@ -17,6 +17,7 @@
 #include "pig/runtime/attention.h"
 #include "pig/runtime/gguf.h"
 #include "pig/runtime/ops.h"
+#include "pig/runtime/prefix_cache.h"
 #include "pig/runtime/thread_pool.h"
 #include "pig/runtime/tokenizer.h"
 
@@ -226,6 +227,10 @@ struct LlamaBatchOptions {
   // Decode rows of several sequences hash their keys and queries in one encode per layer
   // (BatchAttention, HashBatch); off: each sequence hashes its own (the same logits either way).
   bool batch_hash = true;
+  // Prompt prefixes shared across sequences (PrefixCache, one per KV pool): AttachCachedPrefix
+  // finds a prompt's longest cached prefix and attaches its KV blocks; CachePrompt caches a
+  // prefilled prompt's full blocks.
+  bool prefix_cache = false;
 };
 
 class LlamaBatch {
@@ -256,6 +261,19 @@ public:
   std::shared_ptr<KvPool> KvPoolOf(lsh::DType dtype);
   // The bytes the pools have committed: the most blocks their sequences held at once.
   size_t KvResidentBytes() const;
+
+  // Options::prefix_cache. A new sequence (position 0, over KvPoolOf's pool) attaches the KV
+  // blocks of the longest cached prefix of its prompt tokens[0, n) and continues after them:
+  // returns that position (0: no hit, or no cache). Prefilling the rest gives the logits of
+  // prefilling the whole prompt, bit for bit.
+  size_t AttachCachedPrefix(size_t seq, const int32_t *tokens, size_t n);
+  // Caches the full blocks of sequence seq's prompt tokens[0, n), which it has prefilled (with
+  // chunks of two rows or more: PrefillChunk's; the rows of a decode step are not a prompt's).
+  void CachePrompt(size_t seq, const int32_t *tokens, size_t n);
+  // The prefix caches' counters, summed over the pools (zero without Options::prefix_cache).
+  PrefixCache::Stats PrefixStats() const;
+  // Evicts every cached prefix no sequence holds.
+  void ClearPrefixCache();
 
   // Adds a sequence (e.g. MakeAttention(spec, shape)); its capacity is the Attention's. Returns
   // its id, the lowest free slot. Throws std::invalid_argument for a null Attention or a shape
@@ -294,7 +312,12 @@ public:
   size_t MemoryBytes() const;
   const Options &options() const { return opts_; }
   const Kernels &kernels() const { return fwd_.kernels(); }
-  void set_prefill_path(MatMulPath path) { fwd_.set_prefill_path(path); } // LlamaForward's
+  // LlamaForward's; cached prefixes were computed on the other path: they are evicted.
+  void set_prefill_path(MatMulPath path) {
+    if (path != fwd_.prefill_path())
+      ClearPrefixCache();
+    fwd_.set_prefill_path(path);
+  }
 
 private:
   struct Sequence {
@@ -307,7 +330,9 @@ private:
 
   const LlamaModel &model_;
   Options opts_;
-  std::vector<std::shared_ptr<KvPool>> pools_; // KvPoolOf's, one per element type in use
+  std::vector<std::shared_ptr<KvPool>> pools_;       // KvPoolOf's, one per element type in use
+  std::vector<std::unique_ptr<PrefixCache>> prefix_; // [pool], with Options::prefix_cache
+  PrefixCache *PrefixOf(size_t seq);
   std::vector<Sequence> seqs_;
   size_t live_ = 0;
   LlamaForward fwd_;

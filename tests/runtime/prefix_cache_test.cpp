@@ -1,0 +1,146 @@
+// Prompt prefixes shared across sequences (prefix_cache.h): blocks with several holders, copied
+// before a rewrite; the cache's hash chain, exact token match, least-recently-used eviction of
+// blocks no sequence holds. Synthetic shapes only; prefix_cache_model_test.cpp holds the hits on
+// the model.
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <cstring>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "pig/runtime/attention.h"
+#include "pig/runtime/kv_cache.h"
+#include "pig/runtime/prefix_cache.h"
+
+namespace pig::runtime {
+namespace {
+
+using lsh::DType;
+
+AttentionShape Shape(size_t capacity) {
+  AttentionShape s;
+  s.n_layers = 2;
+  s.n_heads = 2;
+  s.n_kv_heads = 1;
+  s.head_dim = 32;
+  s.capacity = capacity;
+  return s;
+}
+
+std::vector<float> Rows(size_t n, float base) {
+  std::vector<float> x(n * 32);
+  for (size_t i = 0; i < x.size(); ++i)
+    x[i] = base + float(i % 97) * 0.25f;
+  return x;
+}
+
+void Fill(KvCache &c, size_t from, size_t n, float base) {
+  const std::vector<float> k = Rows(n, base), v = Rows(n, -base);
+  for (size_t l = 0; l < 2; ++l)
+    c.Append(l, from, n, k.data(), v.data());
+}
+
+TEST(KvPool, SharedBlocksAreFreedByTheirLastHolderAndCopiedBeforeARewrite) {
+  auto pool = std::make_shared<KvPool>(Shape(0), DType::f32, 8, 16);
+  KvCache a(Shape(64), DType::f32, pool);
+  Fill(a, 0, 40, 1.0f); // 3 blocks
+  EXPECT_EQ(pool->reserved_blocks(), 4u);
+  std::vector<std::int32_t> prefix(a.blocks().begin(), a.blocks().begin() + 2);
+  {
+    KvCache b(Shape(64), DType::f32, pool);
+    b.Attach(prefix.data(), prefix.size());      // positions [0, 32) shared
+    EXPECT_EQ(pool->reserved_blocks(), 4u + 2u); // b reserves its 4 less the 2 it shares
+    EXPECT_EQ(pool->Holders(prefix[0]), 2u);
+    EXPECT_EQ(std::memcmp(b.KeyAt(1, 0, 17), a.KeyAt(1, 0, 17), b.RowBytes()), 0);
+    EXPECT_THROW(b.Attach(prefix.data(), 1), std::logic_error); // not empty
+    // b rewrites position 20 (inside the second shared block): it gets a copy; a keeps its rows.
+    std::vector<float> before(32);
+    a.KeyRow(0, 0, 20, before.data());
+    Fill(b, 20, 1, 50.0f);
+    EXPECT_NE(b.blocks()[1], prefix[1]);
+    EXPECT_EQ(b.blocks()[0], prefix[0]);
+    EXPECT_EQ(pool->Holders(prefix[1]), 1u);
+    std::vector<float> after(32), copied(32);
+    a.KeyRow(0, 0, 20, after.data());
+    EXPECT_EQ(before, after);
+    b.KeyRow(0, 0, 19, copied.data()); // the copy holds the shared rows before the rewrite
+    a.KeyRow(0, 0, 19, after.data());
+    EXPECT_EQ(copied, after);
+    EXPECT_EQ(pool->reserved_blocks(), 4u + 3u); // the copied block is b's own now
+  }
+  EXPECT_EQ(pool->Holders(prefix[0]), 1u); // b gave its holds back, a keeps its blocks
+  EXPECT_EQ(pool->reserved_blocks(), 4u);
+  EXPECT_EQ(pool->taken_blocks(), 3u);
+  EXPECT_THROW(pool->Share(7), std::logic_error); // never taken
+}
+
+TEST(PrefixCache, FindsTheLongestCachedChainByItsTokens) {
+  auto pool = std::make_shared<KvPool>(Shape(0), DType::f32, 0, 16);
+  PrefixCache cache(pool, 42);
+  std::vector<std::int32_t> doc(100);
+  for (size_t i = 0; i < doc.size(); ++i)
+    doc[i] = std::int32_t(1000 + i);
+  std::vector<std::int32_t> blocks;
+  EXPECT_EQ(cache.Lookup(doc.data(), doc.size(), blocks), 0u);
+  {
+    KvCache a(Shape(128), DType::f32, pool);
+    Fill(a, 0, 70, 2.0f); // 5 blocks, 4 full
+    cache.Insert(doc.data(), 70, a.blocks());
+    EXPECT_EQ(cache.stats().blocks, 4u);
+    // The same prompt: at most (n - 2) / 16 blocks, two tokens left to compute.
+    EXPECT_EQ(cache.Lookup(doc.data(), 66, blocks), 64u);
+    EXPECT_EQ(cache.Lookup(doc.data(), 65, blocks), 48u);
+    EXPECT_EQ(blocks, std::vector<std::int32_t>(a.blocks().begin(), a.blocks().begin() + 3));
+    EXPECT_EQ(cache.Lookup(doc.data(), 100, blocks), 64u);
+  }
+  // The sequence ended: the cache holds its blocks.
+  EXPECT_EQ(pool->taken_blocks(), 4u);
+  // A different token in block 2: the chain stops there; in block 0: nothing.
+  std::vector<std::int32_t> other = doc;
+  other[40] = 7;
+  EXPECT_EQ(cache.Lookup(other.data(), other.size(), blocks), 32u);
+  other[3] = 7;
+  EXPECT_EQ(cache.Lookup(other.data(), other.size(), blocks), 0u);
+  const PrefixCache::Stats s = cache.stats();
+  EXPECT_EQ(s.lookups, 6u);
+  EXPECT_EQ(s.hits, 4u);
+  EXPECT_EQ(s.bytes, 4 * pool->BlockBytes());
+  cache.Clear();
+  EXPECT_EQ(pool->taken_blocks(), 0u);
+  EXPECT_EQ(pool->reserved_blocks(), 0u);
+}
+
+TEST(PrefixCache, EvictsLeastRecentlyUsedBlocksNoSequenceHolds) {
+  // 8 blocks: two cached prompts of 2 full blocks each, one of them in use by a sequence.
+  auto pool = std::make_shared<KvPool>(Shape(0), DType::f32, 8, 16);
+  PrefixCache cache(pool, 1);
+  std::vector<std::int32_t> p1(40, 5), p2(40, 9);
+  for (const auto *p : {&p1, &p2}) { // one request after the other
+    KvCache a(Shape(40), DType::f32, pool);
+    Fill(a, 0, 40, float((*p)[0]));
+    cache.Insert(p->data(), 40, a.blocks());
+  }
+  EXPECT_EQ(cache.stats().blocks, 4u);
+  std::vector<std::int32_t> blocks;
+  ASSERT_EQ(cache.Lookup(p2.data(), 40, blocks), 32u); // p2 used last
+  KvCache user(Shape(48), DType::f32, pool);
+  user.Attach(blocks.data(), blocks.size()); // p2's blocks in use: never evicted
+  // 4 cached + user's 1 own: 3 free. A cache of 4 blocks makes the pool evict p1 (its leaf
+  // first, then its first block), never p2.
+  KvCache big(Shape(64), DType::f32, pool);
+  EXPECT_EQ(cache.stats().evictions, 1u);
+  EXPECT_EQ(cache.Lookup(p1.data(), 40, blocks), 16u);
+  EXPECT_EQ(cache.Lookup(p2.data(), 40, blocks), 32u);
+  KvCache more(Shape(16), DType::f32, pool);
+  EXPECT_EQ(cache.stats().evictions, 2u);
+  EXPECT_EQ(cache.Lookup(p1.data(), 40, blocks), 0u);
+  // Nothing left that no sequence holds: the pool refuses, naming what is free.
+  EXPECT_THROW(KvCache(Shape(16), DType::f32, pool), std::length_error);
+  EXPECT_EQ(cache.Lookup(p2.data(), 40, blocks), 32u);
+}
+
+} // namespace
+} // namespace pig::runtime
