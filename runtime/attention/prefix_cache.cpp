@@ -90,6 +90,11 @@ void PrefixCache::Insert(const std::int32_t *tokens, size_t n,
         continue;
       }
     }
+    {
+      std::lock_guard lock(mu_);
+      if (max_blocks_ && entries_.size() >= max_blocks_ && EvictLocked(1) == 0)
+        return; // full of blocks in use
+    }
     // The cache's own reservation for the block (the sequence's goes when it ends); not under
     // the lock: a short pool calls back into Evict.
     try {
@@ -138,6 +143,13 @@ size_t PrefixCache::EvictLocked(size_t blocks) {
 size_t PrefixCache::Evict(size_t blocks) {
   std::lock_guard lock(mu_);
   return EvictLocked(blocks);
+}
+
+void PrefixCache::set_max_blocks(size_t blocks) {
+  std::lock_guard lock(mu_);
+  max_blocks_ = blocks;
+  if (blocks && entries_.size() > blocks)
+    EvictLocked(entries_.size() - blocks);
 }
 
 void PrefixCache::Clear() {

@@ -474,6 +474,9 @@ std::shared_ptr<KvPool> LlamaBatch::KvPoolOf(lsh::DType dtype) {
     salt = salt * 0x100000001b3ull ^ x;
   prefix_.push_back(opts_.prefix_cache ? std::make_unique<PrefixCache>(pools_.back(), salt)
                                        : nullptr);
+  if (prefix_.back() && opts_.prefix_cache_bytes)
+    prefix_.back()->set_max_blocks(
+        std::max<size_t>(1, opts_.prefix_cache_bytes / pools_.back()->BlockBytes()));
   return pools_.back();
 }
 
@@ -527,6 +530,16 @@ PrefixCache::Stats LlamaBatch::PrefixStats() const {
     t.bytes += s.bytes;
   }
   return t;
+}
+
+size_t LlamaBatch::EvictPrefix(size_t bytes) {
+  size_t freed = 0;
+  for (size_t i = 0; i < prefix_.size() && freed < bytes; ++i)
+    if (prefix_[i]) {
+      const size_t bb = pools_[i]->BlockBytes();
+      freed += prefix_[i]->Evict((bytes - freed + bb - 1) / bb) * bb;
+    }
+  return freed;
 }
 
 void LlamaBatch::ClearPrefixCache() {

@@ -139,7 +139,8 @@ Engine::Engine(const runtime::LlamaModel &model, EngineOptions options)
       batch_(model, pool_,
              runtime::LlamaBatch::Options{std::max({options.max_running, options.prefill_chunk,
                                                     options.prefill_chunk_alone}),
-                                          0, runtime::MatMulPath::kInteger}) {
+                                          0, runtime::MatMulPath::kInteger, true,
+                                          options.prefix_cache, options.prefix_cache_bytes}) {
   if (opts_.max_running == 0)
     throw std::invalid_argument("the engine needs at least one running slot");
   if (opts_.prefill_chunk < 3 || opts_.prefill_chunk_alone < 3)
@@ -298,8 +299,14 @@ void Engine::Admit() {
       }
       if (active_.size() + admit.size() >= opts_.max_running)
         break;
-      if (opts_.memory_budget && reserved_ + w.reserved > opts_.memory_budget)
-        break; // first come, first served: nothing overtakes the head of the queue
+      if (opts_.memory_budget) {
+        // Cached prefixes count against the budget too: those no request holds make room.
+        const size_t cached = batch_.PrefixStats().bytes;
+        if (reserved_ + w.reserved + cached > opts_.memory_budget)
+          batch_.EvictPrefix(reserved_ + w.reserved + cached - opts_.memory_budget);
+        if (reserved_ + w.reserved + batch_.PrefixStats().bytes > opts_.memory_budget)
+          break; // first come, first served: nothing overtakes the head of the queue
+      }
       reserved_ += w.reserved;
       MethodMetrics &mm = metrics_.methods[w.req->method()];
       --mm.waiting;
@@ -339,6 +346,9 @@ void Engine::Admit() {
              memory ? 503 : 400);
       continue;
     }
+    // The longest cached prefix of the prompt: its KV blocks shared, the rest prefilled.
+    a->cached = batch_.AttachCachedPrefix(a->seq, p.prompt.data(), p.prompt.size());
+    a->prefilled = a->cached;
     active_.push_back(std::move(a));
   }
 }
@@ -354,6 +364,7 @@ void Engine::Retire(size_t i, Finish f, const std::string &error, int status) {
   const auto now = Clock::now();
   RequestSummary s;
   s.prompt_tokens = a.req->params().prompt.size();
+  s.cached_tokens = a.cached;
   const size_t generated = a.gen.generated();
   s.completion_tokens = generated;
   s.queue_s = Seconds(a.arrival, a.admitted);
@@ -431,9 +442,15 @@ Engine::MemoryByMethod Engine::ActiveMemory() const {
 void Engine::UpdateMemoryGauges() {
   const MemoryByMethod bytes = ActiveMemory();
   const size_t resident = batch_.KvResidentBytes();
+  const runtime::PrefixCache::Stats prefix = batch_.PrefixStats();
   std::lock_guard lock(mu_);
   SetMemoryGauges(bytes);
   metrics_.kv_resident = resident;
+  metrics_.prefix_lookups = prefix.lookups;
+  metrics_.prefix_hits = prefix.hits;
+  metrics_.prefix_hit_tokens = prefix.hit_tokens;
+  metrics_.prefix_evictions = prefix.evictions;
+  metrics_.prefix_bytes = prefix.bytes;
 }
 
 void Engine::SetMemoryGauges(const MemoryByMethod &bytes) {
@@ -546,6 +563,8 @@ bool Engine::Step() {
       prefill_token_s_ = Ema(prefill_token_s_, Seconds(tp, Clock::now()) / double(chunk));
       prefill->prefilled += chunk;
       if (last) {
+        const std::vector<int32_t> &prompt = prefill->req->params().prompt;
+        batch_.CachePrompt(prefill->seq, prompt.data(), prompt.size());
         const float *row = logits_.data();
         if (const Finish f = Emit(*prefill, row); f != Finish::kNone)
           done.emplace_back(prefill, f);

@@ -125,6 +125,21 @@ std::string ServerMetrics::Render() const {
        "Bytes of the KV block pools the system has given: the most blocks held at once (blocks "
        "freed by finished requests are reused, not returned).");
   out += "pig_kv_resident_bytes " + Num(kv_resident) + "\n";
+  Head(out, "pig_prefix_cache_lookups_total", "counter",
+       "Admitted requests that looked their prompt up in the prefix cache.");
+  out += "pig_prefix_cache_lookups_total " + Num(prefix_lookups) + "\n";
+  Head(out, "pig_prefix_cache_hits_total", "counter",
+       "Lookups that found at least one cached block of the prompt.");
+  out += "pig_prefix_cache_hits_total " + Num(prefix_hits) + "\n";
+  Head(out, "pig_prefix_cache_hit_tokens_total", "counter",
+       "Prompt tokens whose KV came from the prefix cache instead of prefill.");
+  out += "pig_prefix_cache_hit_tokens_total " + Num(prefix_hit_tokens) + "\n";
+  Head(out, "pig_prefix_cache_evictions_total", "counter",
+       "Cached blocks evicted (least recently used, held by no request) for memory.");
+  out += "pig_prefix_cache_evictions_total " + Num(prefix_evictions) + "\n";
+  Head(out, "pig_prefix_cache_bytes", "gauge",
+       "KV bytes the prefix cache holds (each block once, however many requests share it).");
+  out += "pig_prefix_cache_bytes " + Num(prefix_bytes) + "\n";
   Head(out, "pig_engine_steps_total", "counter", "Forward passes of the scheduler.");
   out += "pig_engine_steps_total " + Num(steps) + "\n";
   Head(out, "pig_engine_step_seconds_total", "counter", "Time spent in scheduler steps.");

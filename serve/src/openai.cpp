@@ -507,7 +507,8 @@ Json ResponseWriter::Chunk(const RequestUpdate &u, Finish finish) {
 Json ResponseWriter::Usage(const RequestSummary &s) {
   return Json{{"prompt_tokens", s.prompt_tokens},
               {"completion_tokens", s.completion_tokens},
-              {"total_tokens", s.prompt_tokens + s.completion_tokens}};
+              {"total_tokens", s.prompt_tokens + s.completion_tokens},
+              {"prompt_tokens_details", {{"cached_tokens", s.cached_tokens}}}};
 }
 
 Json ResponseWriter::PigInfo(const RequestSummary &s) {

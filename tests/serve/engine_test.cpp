@@ -74,7 +74,6 @@ protected:
     o.prefill_share = 0.05; // small chunks, the index build in many slices
     return o;
   }
-
 };
 
 TEST_F(EngineTest, ConcurrentRequestsGetTheTokensOfTheirSoloRuns) {
@@ -130,6 +129,59 @@ TEST_F(EngineTest, ConcurrentRequestsGetTheTokensOfTheirSoloRuns) {
   EXPECT_EQ(m.memory_reserved, 0u);
   EXPECT_EQ(m.methods.at("magicpig").running, 0u);
   EXPECT_EQ(m.methods.at("magicpig").finished.size() > 0, true);
+}
+
+// Prefix caching: a document asked about twice is prefilled once; the second request attaches
+// the cached blocks (usage's cached_tokens), gets its solo run's tokens all the same, and once
+// every request ended (one of them cancelled mid-decode) the running requests hold no KV and the
+// cache holds the document's blocks, once.
+TEST_F(EngineTest, ADocumentAskedTwiceIsPrefilledOnce) {
+  AttentionSpec lsh;
+  lsh.method = spec::Method::magicpig;
+  lsh.local = 16;
+  lsh.K = 8;
+  lsh.L = 40;
+  AttentionSpec dense;
+  dense.method = spec::Method::dense;
+  const std::vector<int32_t> doc = Prompt(300, 5);
+  for (const AttentionSpec &spec : {lsh, dense}) {
+    const std::string what = spec.method_name();
+    std::vector<GenerationParams> ps(3);
+    for (int i = 0; i < 3; ++i) {
+      ps[size_t(i)].prompt = doc;
+      const std::vector<int32_t> q = Prompt(10 + size_t(i), i);
+      ps[size_t(i)].prompt.insert(ps[size_t(i)].prompt.end(), q.begin(), q.end());
+      ps[size_t(i)].max_tokens = i == 2 ? 200 : 8;
+      ps[size_t(i)].ignore_eos = true;
+      ps[size_t(i)].attention = spec;
+    }
+    const std::vector<int32_t> want = Solo(ps[1]);
+    for (const bool cached : {true, false}) {
+      EngineOptions o = Small();
+      o.prefix_cache = cached;
+      Engine engine(*model_, o);
+      Collect(*engine.Submit(ps[0]));
+      const std::shared_ptr<Request> second = engine.Submit(ps[1]);
+      EXPECT_EQ(Collect(*second), want) << what << (cached ? ", cached" : "");
+      EXPECT_EQ(second->summary().cached_tokens, cached ? 256u : 0u) << what; // 4 blocks of 64
+      // A third asks too and is cancelled after its first tokens.
+      const std::shared_ptr<Request> third = engine.Submit(ps[2]);
+      while (third->Take(100ms).tokens.empty()) {
+      }
+      engine.Cancel(third);
+      Finish f = Finish::kNone;
+      Collect(*third, &f);
+      EXPECT_EQ(f, Finish::kCancelled) << what;
+      const ServerMetrics m = engine.Metrics();
+      EXPECT_EQ(m.memory_reserved, 0u) << what;
+      EXPECT_EQ(m.methods.at(what).kv_bytes, 0u) << what;
+      EXPECT_EQ(m.prefix_lookups, cached ? 3u : 0u) << what;
+      EXPECT_EQ(m.prefix_hits, cached ? 2u : 0u) << what;
+      EXPECT_EQ(m.prefix_hit_tokens, cached ? 512u : 0u) << what;
+      // The document's 4 full blocks (each question ends inside the fifth: not cached).
+      EXPECT_EQ(m.prefix_bytes > 0, cached) << what;
+    }
+  }
 }
 
 TEST_F(EngineTest, StopStringsEndTheTextAndTheRequest) {

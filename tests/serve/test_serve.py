@@ -77,6 +77,28 @@ def test_health_models_and_metrics(server):
         assert f"# TYPE {name} " in text, name
 
 
+def test_a_document_asked_twice_is_prefilled_once(server, client):
+    """Prefix caching (on by default): the second request on a document attaches the first's
+    cached KV blocks (usage.prompt_tokens_details.cached_tokens, OpenAI's field), answers as
+    without the cache (greedy: the same text as pig-run's, tests/serve test_greedy_text...), and
+    /metrics counts the hit and the cached bytes."""
+    doc = "The river runs north past seven stone lamps. " * 30  # ~300 tokens: 4 full blocks
+    before = server.metrics()
+    first = complete(client, doc + "Where does the river run?", max_tokens=4)
+    second = complete(client, doc + "What stands by the river?", max_tokens=4)
+    assert first.usage.prompt_tokens_details.cached_tokens == 0
+    cached = second.usage.prompt_tokens_details.cached_tokens
+    assert cached >= 256 and cached % 64 == 0 and cached < second.usage.prompt_tokens
+    after = server.metrics()
+    assert after["pig_prefix_cache_hits_total"] >= before.get("pig_prefix_cache_hits_total", 0) + 1
+    assert after["pig_prefix_cache_hit_tokens_total"] >= cached
+    assert after["pig_prefix_cache_bytes"] > 0
+    # The same request again, from the cache, gives the same greedy text.
+    again = complete(client, doc + "What stands by the river?", max_tokens=4)
+    assert again.choices[0].text == second.choices[0].text
+    assert again.usage.prompt_tokens_details.cached_tokens >= cached
+
+
 def test_tokenize_and_detokenize_round_trip(server):
     status, _, tok = server.post("/tokenize", {"content": "Hello, world! 123"})
     assert status == 200 and tok["count"] == len(tok["tokens"]) > 3

@@ -163,6 +163,19 @@ Options Parse(int argc, char **argv) {
       ->check(app::Integer(3, 4096))
       ->capture_default_str()
       ->group(kServe);
+  app.add_flag("--prefix-cache,!--no-prefix-cache", o.engine.prefix_cache,
+               "share the KV blocks of prompt prefixes across requests (a document asked about "
+               "again is not prefilled again; usage.prompt_tokens_details.cached_tokens counts "
+               "them)")
+      ->capture_default_str()
+      ->group(kServe);
+  size_t prefix_mib = o.engine.prefix_cache_bytes >> 20;
+  app.add_option("--prefix-cache-mib", prefix_mib,
+                 "KV MiB the prefix cache holds at most (least recently used blocks no request "
+                 "holds are evicted; with --memory-budget they count against it)")
+      ->check(app::Integer(1, size_t(1) << 30))
+      ->capture_default_str()
+      ->group(kServe);
   app.add_option("--prefill-share", o.engine.prefill_share,
                  "while others decode, a step's prefill work (a prompt chunk, a slice of an LSH "
                  "index build) takes about F times their decode rows' time (0: no limit but "
@@ -213,6 +226,7 @@ Options Parse(int argc, char **argv) {
   bool quiet = false;
   app.add_flag("--quiet", quiet, "no line per request on stderr")->group(kServe);
   app::Parse(app, argc, argv);
+  o.engine.prefix_cache_bytes = prefix_mib << 20;
   o.http.log_requests = !quiet;
   // The API key, from one of three places; never echoed.
   if (!o.api_key_file.empty()) {

@@ -231,6 +231,7 @@ struct LlamaBatchOptions {
   // finds a prompt's longest cached prefix and attaches its KV blocks; CachePrompt caches a
   // prefilled prompt's full blocks.
   bool prefix_cache = false;
+  size_t prefix_cache_bytes = 0; // the most KV bytes each cache holds (0: the pool's limit)
 };
 
 class LlamaBatch {
@@ -274,6 +275,9 @@ public:
   PrefixCache::Stats PrefixStats() const;
   // Evicts every cached prefix no sequence holds.
   void ClearPrefixCache();
+  // Evicts cached prefixes no sequence holds, least recently used first, until `bytes` are given
+  // back or none is left; returns the bytes given back.
+  size_t EvictPrefix(size_t bytes);
 
   // Adds a sequence (e.g. MakeAttention(spec, shape)); its capacity is the Attention's. Returns
   // its id, the lowest free slot. Throws std::invalid_argument for a null Attention or a shape

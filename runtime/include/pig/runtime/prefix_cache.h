@@ -66,6 +66,9 @@ public:
   size_t Evict(size_t blocks);
   /// Evicts every block no sequence holds.
   void Clear();
+  /// The most blocks the cache holds (0: as many as the pool gives); Insert evicts the least
+  /// recently used to stay within it.
+  void set_max_blocks(size_t blocks);
   Stats stats() const;
   const KvPool &pool() const { return *pool_; }
 
@@ -85,6 +88,7 @@ private:
   mutable std::mutex mu_;
   std::unordered_map<std::uint64_t, Entry> entries_;
   std::uint64_t clock_ = 0;
+  size_t max_blocks_ = 0;
   Stats stats_;
 };
 

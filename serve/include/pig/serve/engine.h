@@ -95,11 +95,12 @@ struct RequestUpdate {
 /// A finished request's account (usage and pig's extension fields).
 struct RequestSummary {
   size_t prompt_tokens = 0, completion_tokens = 0;
-  double queue_s = 0;    ///< arrival to admission
-  double ttft_s = 0;     ///< arrival to the first token
-  double total_s = 0;    ///< arrival to the last token
-  double decode_s = 0;   ///< first token to last
-  std::string attention; ///< AttentionSpec::str
+  size_t cached_tokens = 0; ///< prompt tokens whose KV came from the prefix cache
+  double queue_s = 0;       ///< arrival to admission
+  double ttft_s = 0;        ///< arrival to the first token
+  double total_s = 0;       ///< arrival to the last token
+  double decode_s = 0;      ///< first token to last
+  std::string attention;    ///< AttentionSpec::str
   runtime::AttentionStats stats;
 };
 
@@ -147,6 +148,12 @@ struct EngineOptions {
   /// time limit (the chunk is prefill_chunk).
   double prefill_share = 1.0;
   size_t context = 0; ///< the most positions a request may hold (prompt + max_tokens)
+  /// A request attaches the KV blocks of its prompt's longest cached prefix (runtime::
+  /// PrefixCache) and its prompt is cached once prefilled (--no-prefix-cache: off).
+  bool prefix_cache = true;
+  /// The most KV bytes the prefix cache holds; with a memory budget, admission also evicts
+  /// cached blocks no request holds to make room (they count against the budget).
+  size_t prefix_cache_bytes = size_t(1) << 30;
 };
 
 class Engine {
@@ -186,6 +193,7 @@ private:
     int32_t next = 0; ///< the token the next decode row feeds
     app::Generation gen;
     std::chrono::steady_clock::time_point arrival, admitted, first, last;
+    size_t cached = 0; ///< prompt tokens attached from the prefix cache
   };
   struct Waiting {
     std::shared_ptr<Request> req;

@@ -45,6 +45,10 @@ struct ServerMetrics {
   std::map<std::string, uint64_t> rejected;     ///< requests refused before admission, by reason
   uint64_t memory_budget = 0, memory_reserved = 0;
   uint64_t kv_resident = 0; ///< the KV pools' committed bytes: the most blocks held at once
+  /// The prefix cache (runtime::PrefixCache::Stats): lookups, hits, prompt tokens served from
+  /// it, blocks evicted (counters); bytes of the blocks it holds (gauge).
+  uint64_t prefix_lookups = 0, prefix_hits = 0, prefix_hit_tokens = 0, prefix_evictions = 0;
+  uint64_t prefix_bytes = 0;
   ServerMetrics();
   uint64_t steps = 0;
   double step_seconds = 0;
