@@ -1,0 +1,144 @@
+#!/usr/bin/env python3
+"""Questions on one long document, pig-serve with and without its prefix cache (issue 51).
+
+    bench/ab_prefix_cache.py BINARY [--doc-tokens 4096] [--questions 3] [--attention dense]
+                             [--threads 2] [--max-tokens 8]
+
+For each setting (--no-prefix-cache, then the default, the cache on), one server on 127.0.0.1
+(port 0); then --questions requests one after the other, each the same document (--doc-tokens
+tokens of Debian's GPL-3 text, tokenized by the server) followed by a different question, greedy,
+--max-tokens tokens. Prints each request's time to first token (streamed), its cached_tokens,
+and its text; then the ratio of the later questions' mean TTFT, without / with the cache, and
+whether the texts agree (they must: a hit gives the tokens of prefilling the whole prompt).
+Everything binds and connects to loopback; every wait is bounded.
+"""
+import argparse
+import http.client
+import json
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+HOST = "127.0.0.1"
+TEXT = "/usr/share/common-licenses/GPL-3"
+QUESTIONS = ["\n\nQuestion: who may copy this program?\nAnswer:",
+             "\n\nQuestion: what must a distributor give the recipients?\nAnswer:",
+             "\n\nQuestion: is there any warranty?\nAnswer:",
+             "\n\nQuestion: what is a covered work?\nAnswer:"]
+
+
+def request(port, method, path, body=None, timeout=600):
+    conn = http.client.HTTPConnection(HOST, port, timeout=timeout)
+    try:
+        conn.request(method, path, body=None if body is None else json.dumps(body),
+                     headers={"Content-Type": "application/json"})
+        resp = conn.getresponse()
+        return resp.status, resp.read().decode()
+    finally:
+        conn.close()
+
+
+def ask(port, body):
+    """Streams one completion: (seconds to the first token, text, usage)."""
+    conn = http.client.HTTPConnection(HOST, port, timeout=900)
+    t0 = time.time()
+    first, text, usage = None, "", None
+    try:
+        conn.request("POST", "/v1/completions", body=json.dumps(body),
+                     headers={"Content-Type": "application/json"})
+        resp = conn.getresponse()
+        if resp.status != 200:
+            sys.exit(f"request failed: {resp.status} {resp.read()[:300]!r}")
+        for raw in resp:
+            line = raw.decode().strip()
+            if not line.startswith("data: {"):
+                continue
+            chunk = json.loads(line[6:])
+            if chunk.get("usage"):
+                usage = chunk["usage"]
+            for ch in chunk.get("choices", []):
+                if ch.get("text"):
+                    first = first or time.time() - t0
+                    text += ch["text"]
+    finally:
+        conn.close()
+    return first, text, usage
+
+
+def run(binary, args, cache):
+    cmd = [binary, "--host", HOST, "--port", "0", "--threads", str(args.threads), "--quiet"]
+    if not cache:
+        cmd.append("--no-prefix-cache")
+    proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True)
+    port = None
+    deadline = time.time() + 120
+    for line in proc.stderr:
+        m = re.search(r"listening on http://[^:]+:(\d+)", line)
+        if m:
+            port = int(m.group(1))
+            break
+        if time.time() > deadline:
+            break
+    if port is None:
+        proc.kill()
+        sys.exit(f"{binary} never listened")
+    threading.Thread(target=lambda: [None for _ in proc.stderr], daemon=True).start()
+    try:
+        while time.time() < deadline:
+            try:
+                if request(port, "GET", "/health", timeout=5)[0] == 200:
+                    break
+            except OSError:
+                pass
+            time.sleep(0.1)
+        _, text = request(port, "POST", "/tokenize", {"content": open(TEXT).read()})
+        doc = json.loads(text)["tokens"][:args.doc_tokens]
+        out = []
+        for i in range(args.questions):
+            _, text = request(port, "POST", "/tokenize",
+                              {"content": QUESTIONS[i % len(QUESTIONS)], "add_special": False})
+            body = {"prompt": doc + json.loads(text)["tokens"], "max_tokens": args.max_tokens,
+                    "temperature": 0, "ignore_eos": True, "stream": True,
+                    "stream_options": {"include_usage": True},
+                    "pig": {"attention": args.attention}}
+            ttft, answer, usage = ask(port, body)
+            cached = ((usage or {}).get("prompt_tokens_details") or {}).get("cached_tokens", 0)
+            out.append((ttft, cached, answer))
+            print(f"  {'cache' if cache else 'no cache'} question {i}: TTFT {ttft:.2f} s, "
+                  f"{usage['prompt_tokens']} prompt tokens, {cached} cached: {answer!r}")
+        return out
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    p.add_argument("binary")
+    p.add_argument("--doc-tokens", type=int, default=4096)
+    p.add_argument("--questions", type=int, default=3)
+    p.add_argument("--attention", default="dense")
+    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--max-tokens", type=int, default=8)
+    args = p.parse_args()
+    if args.questions < 2:
+        sys.exit("--questions: at least 2 (the first fills the cache)")
+    off = run(args.binary, args, False)
+    on = run(args.binary, args, True)
+    later = lambda r: sum(x[0] for x in r[1:]) / (len(r) - 1)  # noqa: E731
+    same = all(a[2] == b[2] for a, b in zip(off, on))
+    print(f"{args.attention}, {args.doc_tokens}-token document: later questions' TTFT "
+          f"{later(off):.2f} s without the cache, {later(on):.2f} s with it: "
+          f"{later(off) / later(on):.1f}x; first question {off[0][0]:.2f} / {on[0][0]:.2f} s; "
+          f"texts {'identical' if same else 'DIFFER'}")
+    sys.exit(0 if same else 1)
+
+
+if __name__ == "__main__":
+    main()
