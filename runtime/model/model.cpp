@@ -467,17 +467,33 @@ std::shared_ptr<KvPool> LlamaBatch::KvPoolOf(lsh::DType dtype) {
   const size_t max_blocks =
       opts_.memory_budget ? 2 * (opts_.memory_budget / KvPool::BlockBytesFor(shape, dtype)) + 1 : 0;
   pools_.push_back(std::make_shared<KvPool>(shape, dtype, max_blocks));
-  // The salt names what else the rows depend on: this model's shape (one model per batch; the
-  // element type is the pool's, the prefill path set_prefill_path's, which clears the cache).
-  std::uint64_t salt = 0x7069672d6b76ull;
-  for (size_t x : {c.n_layers, c.n_heads, c.n_kv_heads, c.head_dim, c.dim, c.vocab})
-    salt = salt * 0x100000001b3ull ^ x;
-  prefix_.push_back(opts_.prefix_cache ? std::make_unique<PrefixCache>(pools_.back(), salt)
+  prefix_.push_back(opts_.prefix_cache ? std::make_unique<PrefixCache>(pools_.back(), PrefixSalt())
                                        : nullptr);
   if (prefix_.back() && opts_.prefix_cache_bytes)
     prefix_.back()->set_max_blocks(
         std::max<size_t>(1, opts_.prefix_cache_bytes / pools_.back()->BlockBytes()));
+  if (prefix_.back() && !opts_.prefix_cache_dir.empty())
+    prefix_.back()->SetDisk(opts_.prefix_cache_dir + "/" + lsh::to_string(dtype),
+                            opts_.prefix_cache_disk_bytes);
   return pools_.back();
+}
+
+std::uint64_t LlamaBatch::PrefixSalt() const {
+  // What the rows depend on besides their tokens: the model (its shape, and the file's hash when
+  // given), the prefill path; the element type is the pool's.
+  const LlamaConfig &c = model_.config();
+  std::uint64_t salt = 0x7069672d6b76ull;
+  for (size_t x : {c.n_layers, c.n_heads, c.n_kv_heads, c.head_dim, c.dim, c.vocab,
+                   size_t(opts_.model_id), size_t(fwd_.prefill_path())})
+    salt = (salt ^ x) * 0x100000001b3ull;
+  return salt;
+}
+
+void LlamaBatch::set_prefill_path(MatMulPath path) {
+  fwd_.set_prefill_path(path);
+  for (const auto &p : prefix_)
+    if (p)
+      p->set_salt(PrefixSalt());
 }
 
 PrefixCache *LlamaBatch::PrefixOf(size_t seq) {
@@ -528,6 +544,10 @@ PrefixCache::Stats LlamaBatch::PrefixStats() const {
     t.inserted += s.inserted;
     t.blocks += s.blocks;
     t.bytes += s.bytes;
+    t.disk_reads += s.disk_reads;
+    t.disk_writes += s.disk_writes;
+    t.disk_rejected += s.disk_rejected;
+    t.disk_bytes += s.disk_bytes;
   }
   return t;
 }

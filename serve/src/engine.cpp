@@ -134,13 +134,23 @@ void Request::Close(Finish f, RequestSummary s, std::string error, int status) {
 
 // --- Engine --------------------------------------------------------------------------------------
 
+namespace {
+runtime::LlamaBatch::Options BatchOptions(const EngineOptions &o) {
+  runtime::LlamaBatch::Options b;
+  b.max_rows = std::max({o.max_running, o.prefill_chunk, o.prefill_chunk_alone});
+  b.decode_path = runtime::MatMulPath::kInteger;
+  b.prefix_cache = o.prefix_cache;
+  b.prefix_cache_bytes = o.prefix_cache_bytes;
+  b.prefix_cache_dir = o.prefix_cache ? o.cache_dir : std::string();
+  b.prefix_cache_disk_bytes = o.cache_dir_bytes;
+  b.model_id = o.model_id;
+  return b;
+}
+} // namespace
+
 Engine::Engine(const runtime::LlamaModel &model, EngineOptions options)
     : model_(model), opts_(options), pool_(options.threads),
-      batch_(model, pool_,
-             runtime::LlamaBatch::Options{std::max({options.max_running, options.prefill_chunk,
-                                                    options.prefill_chunk_alone}),
-                                          0, runtime::MatMulPath::kInteger, true,
-                                          options.prefix_cache, options.prefix_cache_bytes}) {
+      batch_(model, pool_, BatchOptions(options)) {
   if (opts_.max_running == 0)
     throw std::invalid_argument("the engine needs at least one running slot");
   if (opts_.prefill_chunk < 3 || opts_.prefill_chunk_alone < 3)
@@ -451,6 +461,10 @@ void Engine::UpdateMemoryGauges() {
   metrics_.prefix_hit_tokens = prefix.hit_tokens;
   metrics_.prefix_evictions = prefix.evictions;
   metrics_.prefix_bytes = prefix.bytes;
+  metrics_.prefix_disk_reads = prefix.disk_reads;
+  metrics_.prefix_disk_writes = prefix.disk_writes;
+  metrics_.prefix_disk_rejected = prefix.disk_rejected;
+  metrics_.prefix_disk_bytes = prefix.disk_bytes;
 }
 
 void Engine::SetMemoryGauges(const MemoryByMethod &bytes) {

@@ -140,6 +140,16 @@ std::string ServerMetrics::Render() const {
   Head(out, "pig_prefix_cache_bytes", "gauge",
        "KV bytes the prefix cache holds (each block once, however many requests share it).");
   out += "pig_prefix_cache_bytes " + Num(prefix_bytes) + "\n";
+  Head(out, "pig_prefix_cache_disk_reads_total", "counter",
+       "Cached blocks read back from the disk tier (--cache-dir).");
+  out += "pig_prefix_cache_disk_reads_total " + Num(prefix_disk_reads) + "\n";
+  Head(out, "pig_prefix_cache_disk_writes_total", "counter", "Blocks written to the disk tier.");
+  out += "pig_prefix_cache_disk_writes_total " + Num(prefix_disk_writes) + "\n";
+  Head(out, "pig_prefix_cache_disk_rejected_total", "counter",
+       "Disk tier files refused: truncated, corrupt, another model's or another version's.");
+  out += "pig_prefix_cache_disk_rejected_total " + Num(prefix_disk_rejected) + "\n";
+  Head(out, "pig_prefix_cache_disk_bytes", "gauge", "Bytes of the disk tier's files.");
+  out += "pig_prefix_cache_disk_bytes " + Num(prefix_disk_bytes) + "\n";
   Head(out, "pig_engine_steps_total", "counter", "Forward passes of the scheduler.");
   out += "pig_engine_steps_total " + Num(steps) + "\n";
   Head(out, "pig_engine_step_seconds_total", "counter", "Time spent in scheduler steps.");

@@ -6,14 +6,19 @@
 
 #include <cstdint>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
 #include <memory>
 #include <stdexcept>
 #include <string>
 #include <vector>
 
+#include <unistd.h>
+
 #include "pig/runtime/attention.h"
 #include "pig/runtime/kv_cache.h"
 #include "pig/runtime/prefix_cache.h"
+#include "pig/spec/files.h"
 
 namespace pig::runtime {
 namespace {
@@ -140,6 +145,100 @@ TEST(PrefixCache, EvictsLeastRecentlyUsedBlocksNoSequenceHolds) {
   // Nothing left that no sequence holds: the pool refuses, naming what is free.
   EXPECT_THROW(KvCache(Shape(16), DType::f32, pool), std::length_error);
   EXPECT_EQ(cache.Lookup(p2.data(), 40, blocks), 32u);
+}
+
+// The disk tier: blocks written when cached are read back by a new pool and cache over the same
+// directory (a restart), bit for bit; a truncated, corrupted, foreign or old-version file is a
+// miss, never a crash or a wrong block; the directory stays under its limit.
+TEST(PrefixCache, TheDiskTierServesAfterARestartAndRefusesBadFiles) {
+  const std::filesystem::path dir =
+      std::filesystem::temp_directory_path() / ("pig-prefix-test-" + std::to_string(::getpid()));
+  std::filesystem::remove_all(dir);
+  std::vector<std::int32_t> doc(40);
+  for (size_t i = 0; i < doc.size(); ++i)
+    doc[i] = std::int32_t(300 + 7 * i);
+  std::vector<float> want(32), got(32);
+  {
+    auto pool = std::make_shared<KvPool>(Shape(0), DType::f32, 0, 16);
+    PrefixCache cache(pool, 7);
+    cache.SetDisk(dir.string(), 0);
+    KvCache a(Shape(64), DType::f32, pool);
+    Fill(a, 0, 40, 4.0f);
+    cache.Insert(doc.data(), 40, a.blocks());
+    EXPECT_EQ(cache.stats().disk_writes, 2u);
+    a.KeyRow(1, 0, 20, want.data());
+  }
+  auto restart = [&](std::uint64_t salt = 7) {
+    auto pool = std::make_shared<KvPool>(Shape(0), DType::f32, 0, 16);
+    auto cache = std::make_unique<PrefixCache>(pool, salt);
+    cache->SetDisk(dir.string(), 0);
+    return std::make_pair(pool, std::move(cache));
+  };
+  std::vector<std::int32_t> blocks;
+  {
+    auto [pool, cache] = restart();
+    ASSERT_EQ(cache->Lookup(doc.data(), doc.size(), blocks), 32u);
+    EXPECT_EQ(cache->stats().disk_reads, 2u);
+    KvCache b(Shape(64), DType::f32, pool);
+    b.Attach(blocks.data(), blocks.size());
+    b.KeyRow(1, 0, 20, got.data());
+    EXPECT_EQ(got, want);
+  }
+  {
+    auto [pool, cache] = restart();
+    const std::string path = cache->DiskPath(cache->FirstKey(doc.data()));
+    const std::string good = spec::ReadFile(path);
+    struct Bad {
+      const char *what;
+      std::string bytes;
+    };
+    std::vector<Bad> bad;
+    bad.push_back({"truncated", good.substr(0, good.size() - 100)});
+    bad.push_back({"empty", ""});
+    std::string flipped = good;
+    flipped[good.size() - 7] ^= 0x10;
+    bad.push_back({"flipped", flipped});
+    std::string version = good;
+    version[8] = 2; // the format version, after the 8-byte magic
+    bad.push_back({"version", version});
+    std::string foreign = good;
+    foreign[16] ^= 1; // the salt: another model's
+    bad.push_back({"foreign", foreign});
+    size_t rejected = 0;
+    for (const Bad &b : bad) {
+      spec::WriteFileAtomically(path, b.bytes);
+      EXPECT_EQ(cache->Lookup(doc.data(), doc.size(), blocks), 0u) << b.what;
+      EXPECT_EQ(cache->stats().disk_rejected, ++rejected) << b.what;
+      EXPECT_EQ(pool->taken_blocks(), 0u) << b.what;
+    }
+    // The next insert of that block rewrites its file.
+    KvCache a(Shape(64), DType::f32, pool);
+    Fill(a, 0, 40, 4.0f);
+    cache->Insert(doc.data(), 40, a.blocks());
+    EXPECT_EQ(spec::ReadFile(path), good);
+  }
+  {
+    // Another model (salt): its keys name other files, a miss.
+    auto [pool, cache] = restart(8);
+    EXPECT_EQ(cache->Lookup(doc.data(), doc.size(), blocks), 0u);
+  }
+  {
+    // A limit of one file and a half: the oldest go.
+    const size_t file = std::filesystem::file_size(
+        restart().second->DiskPath(restart().second->FirstKey(doc.data())));
+    auto pool = std::make_shared<KvPool>(Shape(0), DType::f32, 0, 16);
+    PrefixCache cache(pool, 9);
+    cache.SetDisk((dir / "small").string(), file + file / 2);
+    KvCache a(Shape(64), DType::f32, pool);
+    Fill(a, 0, 64, 1.0f);
+    cache.Insert(doc.data(), 32, a.blocks());
+    EXPECT_LE(cache.stats().disk_bytes, file + file / 2);
+    size_t files = 0;
+    for (const auto &f : std::filesystem::directory_iterator(dir / "small"))
+      files += f.path().extension() == ".pigkv";
+    EXPECT_EQ(files, 1u);
+  }
+  std::filesystem::remove_all(dir);
 }
 
 } // namespace

@@ -99,6 +99,46 @@ def test_a_document_asked_twice_is_prefilled_once(server, client):
     assert again.usage.prompt_tokens_details.cached_tokens >= cached
 
 
+def test_the_disk_tier_serves_a_document_after_a_restart(tmp_path):
+    """--cache-dir: a prompt's blocks written by one server are read back by the next one over
+    the same directory (cached_tokens, the disk metrics) with the same greedy text as without
+    any cache; a corrupt file there is a logged miss, not a crash."""
+    doc = "Seven lamps stand by the quiet north river. " * 30
+    body = {"prompt": doc + "What stands by the river?", "max_tokens": 4, "temperature": 0}
+    plain = Server("--no-prefix-cache")
+    try:
+        status, _, want = plain.post("/v1/completions", body)
+        assert status == 200
+    finally:
+        assert plain.stop() == 0, plain.log()
+    for round_ in range(2):
+        s = Server("--cache-dir", str(tmp_path))
+        try:
+            status, _, r = s.post("/v1/completions", body)
+            assert status == 200 and r["choices"][0]["text"] == want["choices"][0]["text"]
+            cached = r["usage"]["prompt_tokens_details"]["cached_tokens"]
+            m = s.metrics()
+            if round_ == 0:  # nothing on disk yet: prefilled, then written
+                assert cached == 0 and m["pig_prefix_cache_disk_writes_total"] >= 4
+            else:  # a new process: read back from the files
+                assert cached >= 256 and m["pig_prefix_cache_disk_reads_total"] >= 4
+        finally:
+            assert s.stop() == 0, s.log()
+    files = sorted((tmp_path / "bf16").glob("*.pigkv"))
+    assert files
+    for f in files:
+        f.write_bytes(f.read_bytes()[:-50])  # truncated
+    s = Server("--cache-dir", str(tmp_path))
+    try:
+        status, _, r = s.post("/v1/completions", body)
+        assert status == 200 and r["choices"][0]["text"] == want["choices"][0]["text"]
+        assert r["usage"]["prompt_tokens_details"]["cached_tokens"] == 0
+        assert s.metrics()["pig_prefix_cache_disk_rejected_total"] >= 1
+    finally:
+        assert s.stop() == 0, s.log()
+    assert "truncated" in s.log()
+
+
 def test_tokenize_and_detokenize_round_trip(server):
     status, _, tok = server.post("/tokenize", {"content": "Hello, world! 123"})
     assert status == 200 and tok["count"] == len(tok["tokens"]) > 3

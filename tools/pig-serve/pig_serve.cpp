@@ -176,6 +176,17 @@ Options Parse(int argc, char **argv) {
       ->check(app::Integer(1, size_t(1) << 30))
       ->capture_default_str()
       ->group(kServe);
+  app.add_option("--cache-dir", o.engine.cache_dir,
+                 "the prefix cache's disk tier: cached prompt blocks are also written to DIR and "
+                 "read back on a later hit, also after a restart (bad files are a logged miss)")
+      ->type_name("DIR")
+      ->group(kServe);
+  size_t cache_dir_mib = o.engine.cache_dir_bytes >> 20;
+  app.add_option("--cache-dir-mib", cache_dir_mib,
+                 "MiB of files the disk tier keeps at most (the oldest are removed)")
+      ->check(app::Integer(1, size_t(1) << 30))
+      ->capture_default_str()
+      ->group(kServe);
   app.add_option("--prefill-share", o.engine.prefill_share,
                  "while others decode, a step's prefill work (a prompt chunk, a slice of an LSH "
                  "index build) takes about F times their decode rows' time (0: no limit but "
@@ -227,6 +238,7 @@ Options Parse(int argc, char **argv) {
   app.add_flag("--quiet", quiet, "no line per request on stderr")->group(kServe);
   app::Parse(app, argc, argv);
   o.engine.prefix_cache_bytes = prefix_mib << 20;
+  o.engine.cache_dir_bytes = cache_dir_mib << 20;
   o.http.log_requests = !quiet;
   // The API key, from one of three places; never echoed.
   if (!o.api_key_file.empty()) {
@@ -321,6 +333,8 @@ int main(int argc, char **argv) {
     runtime::MakeAttention(
         d.tuned && d.attention.method == spec::Method::magicpig ? *d.tuned : d.attention,
         runtime::AttentionShape{cfg.n_layers, cfg.n_heads, cfg.n_kv_heads, cfg.head_dim, 8});
+    if (!eo.cache_dir.empty() && eo.prefix_cache)
+      eo.model_id = runtime::FileHash(o.model.path); // names the disk tier's blocks
     engine = std::make_unique<serve::Engine>(*model, eo);
     http.SetEngine(engine.get(), d);
     char budget[64] = "no limit";

@@ -232,6 +232,11 @@ struct LlamaBatchOptions {
   // prefilled prompt's full blocks.
   bool prefix_cache = false;
   size_t prefix_cache_bytes = 0; // the most KV bytes each cache holds (0: the pool's limit)
+  // The disk tier (PrefixCache::SetDisk): a directory ("": none), its size limit (0: none), and
+  // the model file's identity (FileHash), which names the blocks with the model's shape.
+  std::string prefix_cache_dir = {};
+  size_t prefix_cache_disk_bytes = 0;
+  std::uint64_t model_id = 0;
 };
 
 class LlamaBatch {
@@ -316,12 +321,8 @@ public:
   size_t MemoryBytes() const;
   const Options &options() const { return opts_; }
   const Kernels &kernels() const { return fwd_.kernels(); }
-  // LlamaForward's; cached prefixes were computed on the other path: they are evicted.
-  void set_prefill_path(MatMulPath path) {
-    if (path != fwd_.prefill_path())
-      ClearPrefixCache();
-    fwd_.set_prefill_path(path);
-  }
+  // LlamaForward's; cached prefixes were computed on the other path: the caches take a new salt.
+  void set_prefill_path(MatMulPath path);
 
 private:
   struct Sequence {
@@ -337,6 +338,7 @@ private:
   std::vector<std::shared_ptr<KvPool>> pools_;       // KvPoolOf's, one per element type in use
   std::vector<std::unique_ptr<PrefixCache>> prefix_; // [pool], with Options::prefix_cache
   PrefixCache *PrefixOf(size_t seq);
+  std::uint64_t PrefixSalt() const; // the model, its identity, the prefill path
   std::vector<Sequence> seqs_;
   size_t live_ = 0;
   LlamaForward fwd_;

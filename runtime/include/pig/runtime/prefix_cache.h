@@ -22,12 +22,20 @@
 // reservation per cached block; a sequence that attaches a block holds another. Blocks no sequence
 // holds are evicted least recently used when the pool is short (KvPool::SetEvictor), leaves of the
 // chain first; a block a sequence holds is never evicted.
+//
+// A disk tier (SetDisk): a cached block is also written to DIR, one file per block named by its
+// key (a versioned header with the salt, the shape and element type, the block's tokens and its
+// parent's key, then the rows, checksummed; written atomically), and a lookup that leaves memory
+// continues on disk, also after a restart. A truncated, corrupted, foreign or old-version file is
+// a logged miss (and rewritten at the next insert of its block), never a wrong prefix. The
+// directory is kept under its size limit by removing the oldest files.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <string>
 #include <unordered_map>
 #include <vector>
 
@@ -35,16 +43,24 @@
 
 namespace pig::runtime {
 
+/// A 64-bit hash of a file's bytes (the model's identity in the disk tier's salt). Throws
+/// std::runtime_error when the file cannot be read.
+std::uint64_t FileHash(const std::string &path);
+
 class PrefixCache {
 public:
   struct Stats {
-    std::uint64_t lookups = 0;    ///< Lookup calls
-    std::uint64_t hits = 0;       ///< ... that found at least one block
-    std::uint64_t hit_tokens = 0; ///< positions served from the cache
-    std::uint64_t evictions = 0;  ///< blocks evicted
-    std::uint64_t inserted = 0;   ///< blocks ever cached
-    size_t blocks = 0;            ///< blocks cached now
-    size_t bytes = 0;             ///< ... in bytes (each counted once, however many hold it)
+    std::uint64_t lookups = 0;       ///< Lookup calls
+    std::uint64_t hits = 0;          ///< ... that found at least one block
+    std::uint64_t hit_tokens = 0;    ///< positions served from the cache
+    std::uint64_t evictions = 0;     ///< blocks evicted
+    std::uint64_t inserted = 0;      ///< blocks ever cached
+    size_t blocks = 0;               ///< blocks cached now
+    size_t bytes = 0;                ///< ... in bytes (each counted once, however many hold it)
+    std::uint64_t disk_reads = 0;    ///< blocks read back from the disk tier
+    std::uint64_t disk_writes = 0;   ///< blocks written to it
+    std::uint64_t disk_rejected = 0; ///< files refused (truncated, corrupt, foreign, old)
+    size_t disk_bytes = 0;           ///< the disk tier's files now
   };
 
   /// A cache over `pool` (own blocks, not an engine's); salt: what else names the rows (the
@@ -69,6 +85,19 @@ public:
   /// The most blocks the cache holds (0: as many as the pool gives); Insert evicts the least
   /// recently used to stay within it.
   void set_max_blocks(size_t blocks);
+  /// A new salt (the rows of the old one are computed otherwise): the cached blocks no sequence
+  /// holds are evicted, the others are never found again.
+  void set_salt(std::uint64_t salt);
+  /// The disk tier in `dir` (made if missing), at most max_bytes of files (0: no limit). The
+  /// salt must name the model file itself (FileHash), not only its shape. Throws
+  /// std::runtime_error when the directory cannot be made.
+  void SetDisk(const std::string &dir, size_t max_bytes);
+  /// The file of a block's key in the disk tier (tests).
+  std::string DiskPath(std::uint64_t key) const;
+  /// The key of the first block of `tokens` (tests: DiskPath(FirstKey(t))).
+  std::uint64_t FirstKey(const std::int32_t *tokens) const { return Key(salt_, tokens); }
+  /// The format version of the disk tier's files.
+  static constexpr std::uint32_t kDiskVersion = 1;
   Stats stats() const;
   const KvPool &pool() const { return *pool_; }
 
@@ -79,9 +108,16 @@ private:
     std::int32_t block = -1;
     std::uint64_t used = 0; // the clock at the last Lookup or Insert that met it
     size_t children = 0;    // cached blocks that continue it
+    bool pinned = false;    // met by the Lookup under way: not evicted by its disk reads
   };
   std::uint64_t Key(std::uint64_t parent, const std::int32_t *tokens) const;
   size_t EvictLocked(size_t blocks);
+  // The disk tier: a block's file written (unless a good one is there), read back into a block
+  // the cache takes (-1: no usable file), and the directory trimmed to its limit.
+  void WriteBlock(std::uint64_t key, std::uint64_t parent, const std::int32_t *tokens,
+                  std::int32_t block);
+  std::int32_t ReadBlock(std::uint64_t key, std::uint64_t parent, const std::int32_t *tokens);
+  void TrimDisk();
 
   std::shared_ptr<KvPool> pool_;
   std::uint64_t salt_;
@@ -90,6 +126,9 @@ private:
   std::uint64_t clock_ = 0;
   size_t max_blocks_ = 0;
   Stats stats_;
+  std::string dir_;
+  size_t disk_max_ = 0;
+  std::unordered_map<std::uint64_t, bool> bad_; // keys whose file was refused: rewrite them
 };
 
 } // namespace pig::runtime

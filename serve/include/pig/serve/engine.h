@@ -154,6 +154,11 @@ struct EngineOptions {
   /// The most KV bytes the prefix cache holds; with a memory budget, admission also evicts
   /// cached blocks no request holds to make room (they count against the budget).
   size_t prefix_cache_bytes = size_t(1) << 30;
+  /// The prefix cache's disk tier ("": none; runtime::PrefixCache::SetDisk), its size limit, and
+  /// the model file's hash (runtime::FileHash) that names its blocks.
+  std::string cache_dir = {};
+  size_t cache_dir_bytes = size_t(4) << 30;
+  std::uint64_t model_id = 0;
 };
 
 class Engine {

@@ -49,6 +49,9 @@ struct ServerMetrics {
   /// it, blocks evicted (counters); bytes of the blocks it holds (gauge).
   uint64_t prefix_lookups = 0, prefix_hits = 0, prefix_hit_tokens = 0, prefix_evictions = 0;
   uint64_t prefix_bytes = 0;
+  /// Its disk tier: blocks read back, written, files refused (counters); its files' bytes.
+  uint64_t prefix_disk_reads = 0, prefix_disk_writes = 0, prefix_disk_rejected = 0;
+  uint64_t prefix_disk_bytes = 0;
   ServerMetrics();
   uint64_t steps = 0;
   double step_seconds = 0;
