@@ -731,11 +731,64 @@ pig::runtime::AttentionSpec ParseSpec(const std::string &method, const std::stri
   return spec;
 }
 
+// The sessions of one model that share prompt prefixes (Model.session(prefix_cache=True)): one
+// KV pool and one PrefixCache per element type, made at first use.
+class PrefixShare {
+public:
+  explicit PrefixShare(const pig::runtime::LlamaConfig &c) : config_(c) {}
+  std::shared_ptr<pig::runtime::KvPool> Pool(DType dtype) {
+    std::lock_guard lock(mu_);
+    for (auto &e : by_dtype_)
+      if (e.pool->dtype() == dtype)
+        return e.pool;
+    const pig::runtime::AttentionShape shape{config_.n_layers, config_.n_heads, config_.n_kv_heads,
+                                             config_.head_dim, 0};
+    Entry e;
+    e.pool = std::make_shared<pig::runtime::KvPool>(shape, dtype, 0);
+    std::uint64_t salt = 0x707974686f6eull; // the model's shape; sessions prefill on one path
+    for (size_t x : {config_.n_layers, config_.n_kv_heads, config_.head_dim, config_.vocab})
+      salt = (salt ^ x) * 0x100000001b3ull;
+    e.cache = std::make_unique<pig::runtime::PrefixCache>(e.pool, salt);
+    by_dtype_.push_back(std::move(e));
+    return by_dtype_.back().pool;
+  }
+  pig::runtime::PrefixCache *CacheOf(const pig::runtime::KvPool &pool) {
+    std::lock_guard lock(mu_);
+    for (auto &e : by_dtype_)
+      if (e.pool.get() == &pool)
+        return e.cache.get();
+    return nullptr;
+  }
+  pig::runtime::PrefixCache::Stats Stats() {
+    std::lock_guard lock(mu_);
+    pig::runtime::PrefixCache::Stats t;
+    for (auto &e : by_dtype_) {
+      const auto s = e.cache->stats();
+      t.lookups += s.lookups;
+      t.hits += s.hits;
+      t.hit_tokens += s.hit_tokens;
+      t.evictions += s.evictions;
+      t.blocks += s.blocks;
+      t.bytes += s.bytes;
+    }
+    return t;
+  }
+
+private:
+  struct Entry {
+    std::shared_ptr<pig::runtime::KvPool> pool;
+    std::unique_ptr<pig::runtime::PrefixCache> cache;
+  };
+  pig::runtime::LlamaConfig config_;
+  std::mutex mu_;
+  std::vector<Entry> by_dtype_;
+};
+
 class Session {
 public:
   Session(std::shared_ptr<pig::runtime::LlamaModel> model, const pig::runtime::AttentionSpec &spec,
-          size_t capacity, size_t threads)
-      : model_(std::move(model)), pool_(threads) {
+          size_t capacity, size_t threads, std::shared_ptr<PrefixShare> share = nullptr)
+      : model_(std::move(model)), pool_(threads), share_(std::move(share)) {
     const pig::runtime::LlamaConfig &c = model_->config();
     if (capacity == 0)
       capacity = c.context_length;
@@ -744,7 +797,8 @@ public:
       session_ = std::make_unique<pig::runtime::LlamaSession>(
           *model_, pool_, capacity,
           pig::runtime::MakeAttention(spec,
-                                      {c.n_layers, c.n_heads, c.n_kv_heads, c.head_dim, capacity}));
+                                      {c.n_layers, c.n_heads, c.n_kv_heads, c.head_dim, capacity},
+                                      share_ ? share_->Pool(spec.kv_dtype) : nullptr));
     } catch (const std::invalid_argument &e) {
       Bad(e.what());
     }
@@ -766,7 +820,25 @@ public:
         Bad("tokens: " + std::to_string(session_->position() + tokens.size()) +
             " positions exceed the session's capacity of " + std::to_string(session_->capacity()));
       nb::gil_scoped_release rel;
-      session_->Forward(tokens.data(), tokens.size(), logits_.data());
+      // A prompt from position 0 over a shared pool: its longest cached prefix is attached, the
+      // rest prefilled (the same logits), and the prompt is cached for the next session.
+      pig::runtime::PrefixCache *cache =
+          share_ && session_->position() == 0 && session_->attention().cache().blocks().empty()
+              ? share_->CacheOf(session_->attention().cache().pool())
+              : nullptr;
+      size_t hit = 0;
+      if (cache) {
+        std::vector<std::int32_t> blocks;
+        hit = cache->Lookup(tokens.data(), tokens.size(), blocks);
+        if (hit > 0) {
+          session_->attention().AttachPrefix(blocks.data(), blocks.size());
+          session_->SetPosition(hit);
+        }
+        cached_tokens_ = hit;
+      }
+      session_->Forward(tokens.data() + hit, tokens.size() - hit, logits_.data());
+      if (cache && tokens.size() >= 2)
+        cache->Insert(tokens.data(), tokens.size(), session_->attention().cache().blocks());
     } catch (const std::runtime_error &e) {
       Bad(e.what());
     }
@@ -819,15 +891,21 @@ public:
     s["index_bytes"] = st.index_bytes;
     s["kv_bytes"] = session_->attention().cache().MemoryBytes();
     s["kernels"] = st.kernels;
+    s["cached_tokens"] = cached_tokens_;
     return s;
   }
-  void Reset() { session_->Reset(); }
+  void Reset() {
+    session_->Reset();
+    cached_tokens_ = 0;
+  }
   size_t position() const { return session_->position(); }
 
 private:
   std::shared_ptr<pig::runtime::LlamaModel> model_;
   pig::runtime::ThreadPool pool_;
   std::unique_ptr<pig::runtime::LlamaSession> session_;
+  std::shared_ptr<PrefixShare> share_; // Model.session(prefix_cache=True)
+  size_t cached_tokens_ = 0;           // of the last prompt run from position 0
   pig::runtime::AttentionSpec spec_;
   std::vector<float> logits_;
 };
@@ -870,6 +948,7 @@ void BindRuntime(nb::module_ &m) {
 
   struct Model {
     std::shared_ptr<pig::runtime::LlamaModel> impl;
+    std::shared_ptr<PrefixShare> prefix; // its sessions' shared prompt prefixes
   };
   nb::class_<Model>(m, "Model", "A Llama-family GGUF model on the CPU (pig::runtime::LlamaModel).")
       .def(
@@ -886,7 +965,8 @@ void BindRuntime(nb::module_ &m) {
                 Bad(e.what());
               }
             }
-            new (self) Model{std::move(impl)};
+            auto prefix = std::make_shared<PrefixShare>(impl->config());
+            new (self) Model{std::move(impl), std::move(prefix)};
           },
           "path"_a = nb::none(), "Loads a GGUF file (default: the model ./pig installs).")
       .def_prop_ro("config",
@@ -940,17 +1020,34 @@ void BindRuntime(nb::module_ &m) {
       .def(
           "session",
           [](const Model &m, std::optional<pig::runtime::AttentionSpec> attention, size_t capacity,
-             size_t threads) {
+             size_t threads, bool prefix_cache) {
             // before any thread starts or any memory is taken
             CheckRange(capacity, 0, kMaxPositions, "capacity");
             CheckRange(threads, 0, kMaxThreads, "threads");
             return new Session(m.impl, attention.value_or(pig::runtime::AttentionSpec{}), capacity,
-                               threads);
+                               threads, prefix_cache ? m.prefix : nullptr);
           },
-          "attention"_a = nb::none(), "capacity"_a = 0, "threads"_a = 0,
+          "attention"_a = nb::none(), "capacity"_a = 0, "threads"_a = 0, "prefix_cache"_a = false,
           nb::rv_policy::take_ownership,
           "A decoding session: capacity positions (0: the model's context; at most 2**24), "
-          "threads (0: every core; at most 1024).");
+          "threads (0: every core; at most 1024). prefix_cache: the model's sessions that set it "
+          "share prompt prefixes: a prompt run from position 0 attaches the KV blocks of its "
+          "longest prefix another such session prefilled (stats['cached_tokens']), with the same "
+          "logits, and is cached in turn.")
+      .def_prop_ro(
+          "prefix_stats",
+          [](const Model &m) {
+            const pig::runtime::PrefixCache::Stats st = m.prefix->Stats();
+            nb::dict d;
+            d["lookups"] = st.lookups;
+            d["hits"] = st.hits;
+            d["hit_tokens"] = st.hit_tokens;
+            d["evictions"] = st.evictions;
+            d["blocks"] = st.blocks;
+            d["bytes"] = st.bytes;
+            return d;
+          },
+          "The prefix cache its sessions share (Model.session(prefix_cache=True)).");
 }
 
 // --- decode over an engine's paged KV cache (vLLM) ----------------------------------------------

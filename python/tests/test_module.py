@@ -447,6 +447,28 @@ def test_the_kernels_that_serve():
 
 
 @pytest.mark.skipif(not os.path.exists(MODEL), reason="the model is not installed (./pig setup)")
+def test_sessions_share_prompt_prefixes():
+    """Model.session(prefix_cache=True): a second session on the same document attaches the
+    first one's cached KV blocks and generates what a session without the cache generates."""
+    model = pig.Model(MODEL)
+    doc = model.encode("The river runs north past seven stone lamps. " * 20)
+    q1 = doc + model.encode(" Where does it run?", add_bos=False)
+    q2 = doc + model.encode(" What stands by it?", add_bos=False)
+    for i, spec in enumerate((pig.AttentionSpec(), pig.AttentionSpec("magicpig", local=16))):
+        want = model.session(spec, capacity=len(q2) + 8, threads=2).generate(q2, max_new=6)
+        a = model.session(spec, capacity=len(q1) + 8, threads=2, prefix_cache=True)
+        a.generate(q1, max_new=2)
+        # the KV rows do not depend on the method: magicpig's first session finds dense's blocks
+        assert (a.stats["cached_tokens"] == 0) == (i == 0)
+        b = model.session(spec, capacity=len(q2) + 8, threads=2, prefix_cache=True)
+        assert b.generate(q2, max_new=6) == want, spec
+        cached = b.stats["cached_tokens"]
+        assert cached >= 128 and cached % 64 == 0 and cached <= len(doc), cached
+    st = model.prefix_stats
+    assert st["hits"] >= 2 and st["hit_tokens"] >= 256 and st["bytes"] > 0
+
+
+@pytest.mark.skipif(not os.path.exists(MODEL), reason="the model is not installed (./pig setup)")
 def test_the_runtime_decodes_like_pig_run():
     model = pig.Model(MODEL)
     assert model.config["n_layers"] == 30
