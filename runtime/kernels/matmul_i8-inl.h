@@ -7,10 +7,10 @@
 // Arithmetic of one (weight row, activation row) pair, the same whatever other rows it is
 // computed with:
 //   * per 32-element block b, the integer dot 256 <u_b, hi_b> + <u_b, lo_b> of unsigned weight
-//     bytes and signed activation bytes, exact in int32 (|u| <= 255, |s| <= 127, 32 terms). Weight codes that are
-//     signed (Q8_0, Q6_K minus its offset 32) go in as |w| against the activation negated where
-//     w < 0; Q4 nibbles go in as they are (0..15) and their offset (Q4_0's 8) or minimum (Q4_1,
-//     Q4_K) is a float term on the block's exact float sum;
+//     bytes and signed activation bytes, exact in int32 (|u| <= 255, |s| <= 127, 32 terms). Weight
+//     codes that are signed (Q8_0, Q6_K minus its offset 32) go in as |w| against the activation
+//     negated where w < 0; Q4 nibbles go in as they are (0..15) and their offset (Q4_0's 8) or
+//     minimum (Q4_1, Q4_K) is a float term on the block's exact float sum;
 //   * blocks go in pairs (64 elements, one 512-bit vector or two 256-bit ones): the int32 lanes
 //     are converted to float, multiplied by the activation scales (expanded per lane) and added
 //     into one float accumulator with the weight scales by one fused multiply-add per lane;
@@ -116,8 +116,7 @@ HWY_INLINE void QuantizeI8Impl(const float *HWY_RESTRICT x, size_t n, int8_t *HW
         const auto r = hn::Sub(v, hn::Mul(hn::ConvertTo(df, hi), vd));
         const auto lo = hn::NearestInt(hn::Mul(r, vinv256));
         hn::StoreU(hn::DemoteTo(d8, hn::Min(hn::Max(hi, lo127), hi127)), d8, xq + 32 * b + j);
-        hn::StoreU(hn::DemoteTo(d8, hn::Min(hn::Max(lo, lo127), hi127)), d8,
-                   xq + n + 32 * b + j);
+        hn::StoreU(hn::DemoteTo(d8, hn::Min(hn::Max(lo, lo127), hi127)), d8, xq + n + 32 * b + j);
       }
     }
     scale[b] = finite ? d / 256.0f : std::numeric_limits<float>::quiet_NaN();
@@ -258,8 +257,8 @@ HWY_INLINE F32x16 Scales4(const int8_t *sc, float d) {
 
 // acc + (int32 lanes of 256 <u, s_hi> + <u, s_lo>, four bytes a lane, converted) * x * w: the
 // per-pair update.
-HWY_INLINE F32x16 DotScaleAdd(const I8x64 &u, const I8x64 &s_hi, const I8x64 &s_lo,
-                              const F32x16 &x, const F32x16 &w, F32x16 acc) {
+HWY_INLINE F32x16 DotScaleAdd(const I8x64 &u, const I8x64 &s_hi, const I8x64 &s_lo, const F32x16 &x,
+                              const F32x16 &w, F32x16 acc) {
 #if HWY_TARGET == HWY_AVX2
   const __m256i ones = _mm256_set1_epi16(1);
   auto dot = [&](__m256i a, __m256i b) {
@@ -292,8 +291,9 @@ HWY_INLINE float SumLanes(const F32x16 &v) {
   r = _mm_add_ss(r, _mm_movehdup_ps(r));
   return _mm_cvtss_f32(r);
 #else
-  const __m256 s = _mm256_add_ps(_mm512_castps512_ps256(v.v),
-                                 _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v.v), 1)));
+  const __m256 s =
+      _mm256_add_ps(_mm512_castps512_ps256(v.v),
+                    _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v.v), 1)));
   __m128 r = _mm_add_ps(_mm256_castps256_ps128(s), _mm256_extractf128_ps(s, 1));
   r = _mm_add_ps(r, _mm_movehl_ps(r, r));
   r = _mm_add_ss(r, _mm_movehdup_ps(r));
@@ -348,8 +348,9 @@ HWY_INLINE I8x64 Q4KPair(const uint8_t *qs) {
   const __m256i m = _mm256_set1_epi8(0x0F);
   return {_mm256_and_si256(q, m), _mm256_and_si256(_mm256_srli_epi16(q, 4), m)};
 #else
-  return {_mm512_and_si512(_mm512_inserti64x4(_mm512_castsi256_si512(q), _mm256_srli_epi16(q, 4), 1),
-                           _mm512_set1_epi8(0x0F))};
+  return {
+      _mm512_and_si512(_mm512_inserti64x4(_mm512_castsi256_si512(q), _mm256_srli_epi16(q, 4), 1),
+                       _mm512_set1_epi8(0x0F))};
 #endif
 }
 
@@ -381,10 +382,10 @@ HWY_INLINE I8x64 Q6KPair(const BlockQ6_K *blk, size_t j) {
   const __m128i s0 = _mm_cvtsi32_si128(int(2 * q)), s1 = _mm_cvtsi32_si128(int(2 * q + 2));
   const __m256i h0 = _mm256_and_si256(_mm256_srl_epi16(h, s0), m2);
   const __m256i h1 = _mm256_and_si256(_mm256_srl_epi16(h, s1), m2);
-  const __m256i c0 = _mm256_sub_epi8(
-      _mm256_or_si256(_mm256_and_si256(l0, m4), _mm256_slli_epi16(h0, 4)), k32);
-  const __m256i c1 = _mm256_sub_epi8(
-      _mm256_or_si256(_mm256_and_si256(l1, m4), _mm256_slli_epi16(h1, 4)), k32);
+  const __m256i c0 =
+      _mm256_sub_epi8(_mm256_or_si256(_mm256_and_si256(l0, m4), _mm256_slli_epi16(h0, 4)), k32);
+  const __m256i c1 =
+      _mm256_sub_epi8(_mm256_or_si256(_mm256_and_si256(l1, m4), _mm256_slli_epi16(h1, 4)), k32);
 #if HWY_TARGET == HWY_AVX2
   return {c0, c1};
 #else
@@ -496,10 +497,10 @@ template <QKind kKind> constexpr size_t PackedBytes() {
 }
 
 template <QKind kKind, size_t G>
-HWY_INLINE void PanelI8(const uint8_t *HWY_RESTRICT panel, size_t nb,
-                        const int8_t *HWY_RESTRICT xq, size_t cols,
-                        const float *HWY_RESTRICT xscale, const float *HWY_RESTRICT xsum,
-                        const int32_t *HWY_RESTRICT xsum128, __m512 *acc) {
+HWY_INLINE void PanelI8(const uint8_t *HWY_RESTRICT panel, size_t nb, const int8_t *HWY_RESTRICT xq,
+                        size_t cols, const float *HWY_RESTRICT xscale,
+                        const float *HWY_RESTRICT xsum, const int32_t *HWY_RESTRICT xsum128,
+                        __m512 *acc) {
   constexpr size_t kCode = PackedCodeBytes<kKind>(), kBytes = PackedBytes<kKind>();
   constexpr size_t kGroups = kCode / 64;
   for (size_t g = 0; g < G; ++g)
@@ -549,9 +550,8 @@ HWY_INLINE void PanelI8(const uint8_t *HWY_RESTRICT panel, size_t nb,
 
 // y[t][r] for rows [row_begin, row_end) from the packed panels (w.packed), every activation row.
 template <QKind kKind>
-void MatMulPacked16(const WeightMatrix &w, const int8_t *xq, const float *xscale,
-                    const float *xsum, size_t n_x, float *y, size_t y_stride, size_t row_begin,
-                    size_t row_end) {
+void MatMulPacked16(const WeightMatrix &w, const int8_t *xq, const float *xscale, const float *xsum,
+                    size_t n_x, float *y, size_t y_stride, size_t row_begin, size_t row_end) {
   constexpr size_t kBytes = PackedBytes<kKind>(), kGroup = 8;
   const size_t cols = w.cols, nb = cols / 32, panel_bytes = nb * kBytes;
   thread_local std::vector<int32_t> sum128; // Q8_0: 128 x the sum of each block's codes

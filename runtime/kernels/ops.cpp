@@ -146,8 +146,8 @@ uint64_t Int8PeakLoop(size_t iters) {
 #if HWY_TARGET == HWY_AVX3_DL
       a[j] = Dpbusd(a[j], u.v, s.v);
 #else
-      a[j] = _mm512_add_epi32(a[j], _mm512_madd_epi16(_mm512_maddubs_epi16(u.v, s.v),
-                                                      _mm512_set1_epi16(1)));
+      a[j] = _mm512_add_epi32(
+          a[j], _mm512_madd_epi16(_mm512_maddubs_epi16(u.v, s.v), _mm512_set1_epi16(1)));
 #endif
     }
   }
