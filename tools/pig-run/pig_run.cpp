@@ -89,6 +89,23 @@ Options Parse(int argc, char **argv) {
          "the prompt, from a file")
       ->type_name("F")
       ->group(kRun);
+  app.add_option_function<std::string>(
+         "--then", [&o](const std::string &p) { o.then.push_back(p); },
+         "a further prompt, run after the ones before it as a new sequence that shares the KV of "
+         "its prefix with them (a document asked about again is not prefilled again); repeatable")
+      ->group(kRun);
+  app.add_option_function<std::string>(
+         "--then-file",
+         [&o](const std::string &path) {
+           try {
+             o.then.push_back(pig::spec::ReadFile(path));
+           } catch (const std::runtime_error &) {
+             throw CLI::ValidationError("--then-file", "cannot read prompt file " + path);
+           }
+         },
+         "--then, from a file; repeatable")
+      ->type_name("F")
+      ->group(kRun);
   CLI::Option *max_new = app.add_option("--max-new", o.generate.max_new, "tokens generated at most")
                              ->check(pig::app::Integer(0, size_t(1) << 24))
                              ->capture_default_str()
@@ -210,6 +227,9 @@ Options Parse(int argc, char **argv) {
     usage("give --prompt TEXT or --prompt-file F (or --demo)");
   if (!o.compare.empty() && o.batch)
     usage("--compare and --batch do not combine");
+  if (!o.then.empty() && (o.batch || !o.compare.empty() || o.demo))
+    usage("--then runs prompts one after another: it does not combine with --batch, --compare "
+          "or --demo");
   return o;
 }
 
@@ -225,6 +245,7 @@ int main(int argc, char **argv) {
       return 0;
     }
     return o.batch             ? pig::run::RunBatch(o)
+           : !o.then.empty()   ? pig::run::RunThen(o)
            : o.compare.empty() ? pig::run::Run(o)
                                : pig::run::RunCompare(o);
   } catch (const pig::app::TuningMismatch &e) { // a point made for another model: bad --tuning

@@ -8,6 +8,7 @@
 #include "pig/app/kernels.h"
 #include "pig/app/report.h"
 #include "pig/app/text.h"
+#include "pig/runtime/prefix_cache.h"
 
 #include "run.h"
 
@@ -132,6 +133,77 @@ int Run(const Options &o) {
                  AnswerContains(r.text, o.expect) ? "correct" : "WRONG", o.expect.c_str());
   std::fprintf(stderr, "peak memory: %.1f MiB (RSS; weights are memory-mapped)\n",
                pig::app::PeakRssMiB());
+  return 0;
+}
+
+int RunThen(const Options &o) {
+  Prepared p = Prepare(o); // the first prompt, the model, the attention
+  const LlamaConfig &cfg = p.model->config();
+  const Tokenizer &tok = p.model->tokenizer();
+  std::vector<std::vector<int32_t>> prompts{p.prompt};
+  const size_t steps = pig::app::StepsNeeded(o.generate);
+  for (const std::string &text : o.then) {
+    prompts.push_back(o.chat ? tok.EncodeChat({{"user", text}}) : tok.Encode(text));
+    const size_t n = prompts.back().size(), ctx = o.model.ctx ? o.model.ctx : n + steps;
+    if (n == 0)
+      throw std::runtime_error("a --then prompt encodes to no tokens");
+    if ((ctx > cfg.context_length && !o.model.long_context) || n + steps > ctx)
+      throw std::runtime_error("--then prompt " + std::to_string(prompts.size()) + " (" +
+                               std::to_string(n) + " tokens) + " + std::to_string(steps) +
+                               " steps exceeds the context of " +
+                               std::to_string(std::min(ctx, cfg.context_length)) + " tokens");
+  }
+  ThreadPool pool(o.threads);
+  // One KV pool for the prompts' sequences and a prefix cache over it.
+  const AttentionShape shape0{cfg.n_layers, cfg.n_heads, cfg.n_kv_heads, cfg.head_dim, 0};
+  auto kv = std::make_shared<KvPool>(shape0, p.attention.kv_dtype, 0);
+  PrefixCache cache(kv, 0x7069672d72756eull);
+  std::fprintf(stderr,
+               "pig-run: %s (%s), %zu threads; attention %s; %zu prompts sharing their "
+               "prefixes\n",
+               o.model.path.c_str(), p.model->WeightTypesSummary().c_str(), pool.size(),
+               p.attention.str(cfg.n_layers).c_str(), prompts.size());
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    const std::vector<int32_t> &prompt = prompts[i];
+    const size_t ctx = o.model.ctx ? o.model.ctx : prompt.size() + steps;
+    LlamaSession session(
+        *p.model, pool, ctx,
+        MakeAttention(p.attention, {cfg.n_layers, cfg.n_heads, cfg.n_kv_heads, cfg.head_dim, ctx},
+                      kv));
+    std::vector<std::int32_t> blocks;
+    const size_t hit = cache.Lookup(prompt.data(), prompt.size(), blocks);
+    if (hit > 0) {
+      session.attention().AttachPrefix(blocks.data(), blocks.size());
+      session.SetPosition(hit);
+    }
+    double prefill_s = 0;
+    std::vector<float> logits = pig::app::Prefill(
+        session, cfg.vocab,
+        std::vector<int32_t>(prompt.begin() + std::ptrdiff_t(hit), prompt.end()), prefill_s);
+    cache.Insert(prompt.data(), prompt.size(), session.attention().cache().blocks());
+    std::printf("--- prompt %zu\n", i + 1);
+    const pig::app::DecodeResult r =
+        pig::app::Decode(session, tok, std::move(logits), o.generate, [](const std::string &piece) {
+          std::fwrite(piece.data(), 1, piece.size(), stdout);
+          std::fflush(stdout);
+        });
+    std::printf("\n");
+    std::fflush(stdout);
+    if (o.print_ids) {
+      std::printf("generated ids:");
+      for (int32_t id : r.tokens)
+        std::printf(" %d", id);
+      std::printf("\n");
+    }
+    std::fprintf(stderr,
+                 "prompt %zu: %zu tokens, %zu from the prefix cache; prefill %.3f s; %zu tokens "
+                 "generated\n",
+                 i + 1, prompt.size(), hit, prefill_s, r.tokens.size());
+  }
+  const PrefixCache::Stats st = cache.stats();
+  std::fprintf(stderr, "prefix cache: %llu of %zu prompts hit, %llu tokens not prefilled again\n",
+               static_cast<unsigned long long>(st.hits), prompts.size(),
+               static_cast<unsigned long long>(st.hit_tokens));
   return 0;
 }
 

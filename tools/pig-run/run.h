@@ -22,6 +22,9 @@ struct Options {
   pig::app::ModelOptions model; // --model, --ctx, --long-context
   std::string prompt;
   bool have_prompt = false;
+  // --then TEXT / --then-file F: further prompts run after the first, one after another, each a
+  // new sequence that attaches the KV blocks of its prefix the prompts before it prefilled.
+  std::vector<std::string> then;
   pig::app::GenerateOptions generate; // --max-new, --temperature, --top-p, --seed, --rate-steps
   bool chat = false;
   size_t threads = 0;
@@ -55,6 +58,7 @@ Prepared Prepare(const Options &o);
 void PrintTuning(const app::Tuning &t);
 
 int Run(const Options &o);        // one sequence, streamed to stdout
+int RunThen(const Options &o);    // --then: several prompts in turn, sharing their prefixes
 int RunCompare(const Options &o); // --compare: one prefill, each method decodes, side by side
 int RunBatch(const Options &o);   // --batch B: B sequences decoded together
 
