@@ -2,7 +2,7 @@
 """Questions on one long document, pig-serve with and without its prefix cache (issue 51).
 
     bench/ab_prefix_cache.py BINARY [--doc-tokens 4096] [--questions 3] [--attention dense]
-                             [--threads 2] [--max-tokens 8]
+                             [--threads 2] [--max-tokens 8] [--together]
 
 For each setting (--no-prefix-cache, then the default, the cache on), one server on 127.0.0.1
 (port 0); then --questions requests one after the other, each the same document (--doc-tokens
@@ -10,6 +10,8 @@ tokens of Debian's GPL-3 text, tokenized by the server) followed by a different 
 --max-tokens tokens. Prints each request's time to first token (streamed), its cached_tokens,
 and its text; then the ratio of the later questions' mean TTFT, without / with the cache, and
 whether the texts agree (they must: a hit gives the tokens of prefilling the whole prompt).
+--together sends the questions at once (clients that arrive together on one document) and also
+prints the time until every question has its first token.
 Everything binds and connects to loopback; every wait is bounded.
 """
 import argparse
@@ -69,7 +71,8 @@ def ask(port, body):
 
 
 def run(binary, args, cache):
-    cmd = [binary, "--host", HOST, "--port", "0", "--threads", str(args.threads), "--quiet"]
+    cmd = [binary, "--host", HOST, "--port", "0", "--threads", str(args.threads), "--quiet",
+           "--parallel", str(max(args.questions, 8))]
     if not cache:
         cmd.append("--no-prefix-cache")
     proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True)
@@ -96,19 +99,35 @@ def run(binary, args, cache):
             time.sleep(0.1)
         _, text = request(port, "POST", "/tokenize", {"content": open(TEXT).read()})
         doc = json.loads(text)["tokens"][:args.doc_tokens]
-        out = []
+        bodies = []
         for i in range(args.questions):
             _, text = request(port, "POST", "/tokenize",
                               {"content": QUESTIONS[i % len(QUESTIONS)], "add_special": False})
-            body = {"prompt": doc + json.loads(text)["tokens"], "max_tokens": args.max_tokens,
-                    "temperature": 0, "ignore_eos": True, "stream": True,
-                    "stream_options": {"include_usage": True},
-                    "pig": {"attention": args.attention}}
-            ttft, answer, usage = ask(port, body)
+            bodies.append({"prompt": doc + json.loads(text)["tokens"],
+                           "max_tokens": args.max_tokens, "temperature": 0, "ignore_eos": True,
+                           "stream": True, "stream_options": {"include_usage": True},
+                           "pig": {"attention": args.attention}})
+        results = [None] * len(bodies)
+        t0 = time.time()
+        if args.together:
+            threads = [threading.Thread(target=lambda i=i, b=b: results.__setitem__(i, ask(port, b)))
+                       for i, b in enumerate(bodies)]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join(1800)
+        else:
+            for i, b in enumerate(bodies):
+                results[i] = ask(port, b)
+        out = []
+        for i, (ttft, answer, usage) in enumerate(results):
             cached = ((usage or {}).get("prompt_tokens_details") or {}).get("cached_tokens", 0)
             out.append((ttft, cached, answer))
             print(f"  {'cache' if cache else 'no cache'} question {i}: TTFT {ttft:.2f} s, "
                   f"{usage['prompt_tokens']} prompt tokens, {cached} cached: {answer!r}")
+        if args.together:
+            print(f"  every question answered its first token within "
+                  f"{max(r[0] for r in results):.2f} s; all done in {time.time() - t0:.2f} s")
         return out
     finally:
         proc.send_signal(signal.SIGTERM)
@@ -126,6 +145,7 @@ def main():
     p.add_argument("--attention", default="dense")
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--max-tokens", type=int, default=8)
+    p.add_argument("--together", action="store_true")
     args = p.parse_args()
     if args.questions < 2:
         sys.exit("--questions: at least 2 (the first fills the cache)")

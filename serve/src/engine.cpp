@@ -356,9 +356,6 @@ void Engine::Admit() {
              memory ? 503 : 400);
       continue;
     }
-    // The longest cached prefix of the prompt: its KV blocks shared, the rest prefilled.
-    a->cached = batch_.AttachCachedPrefix(a->seq, p.prompt.data(), p.prompt.size());
-    a->prefilled = a->cached;
     active_.push_back(std::move(a));
   }
 }
@@ -560,6 +557,15 @@ bool Engine::Step() {
     if (left == 0)
       index->phase = Phase::kDecode;
   } else if (prefill) {
+    if (!prefill->looked_up) {
+      // When its prefill starts, not when it was admitted: requests on one document that arrive
+      // together find the blocks the one before them has prefilled by then (every chunk caches
+      // its full blocks), so the document is prefilled once, not once per request.
+      prefill->looked_up = true;
+      const std::vector<int32_t> &prompt = prefill->req->params().prompt;
+      prefill->cached = batch_.AttachCachedPrefix(prefill->seq, prompt.data(), prompt.size());
+      prefill->prefilled = prefill->cached;
+    }
     const size_t remaining = prefill->req->params().prompt.size() - prefill->prefilled;
     size_t most = others ? opts_.prefill_chunk : opts_.prefill_chunk_alone;
     if (budget_s > 0)
@@ -576,9 +582,9 @@ bool Engine::Step() {
     if (RunWork()) {
       prefill_token_s_ = Ema(prefill_token_s_, Seconds(tp, Clock::now()) / double(chunk));
       prefill->prefilled += chunk;
+      const std::vector<int32_t> &prompt = prefill->req->params().prompt;
+      batch_.CachePrompt(prefill->seq, prompt.data(), prefill->prefilled); // its full blocks
       if (last) {
-        const std::vector<int32_t> &prompt = prefill->req->params().prompt;
-        batch_.CachePrompt(prefill->seq, prompt.data(), prompt.size());
         const float *row = logits_.data();
         if (const Finish f = Emit(*prefill, row); f != Finish::kNone)
           done.emplace_back(prefill, f);

@@ -184,6 +184,38 @@ TEST_F(EngineTest, ADocumentAskedTwiceIsPrefilledOnce) {
   }
 }
 
+// Requests on one document that arrive together: each looks the cache up when its own prefill
+// starts, after the one before it has prefilled (and cached) the document, so the document is
+// prefilled once; every request still gets its solo tokens.
+TEST_F(EngineTest, RequestsOnOneDocumentArrivingTogetherPrefillItOnce) {
+  AttentionSpec lsh;
+  lsh.method = spec::Method::magicpig;
+  lsh.local = 16;
+  lsh.K = 8;
+  lsh.L = 40;
+  const std::vector<int32_t> doc = Prompt(300, 6);
+  std::vector<GenerationParams> ps(3);
+  std::vector<std::vector<int32_t>> want;
+  for (size_t i = 0; i < ps.size(); ++i) {
+    ps[i].prompt = doc;
+    const std::vector<int32_t> q = Prompt(9 + i, int(i));
+    ps[i].prompt.insert(ps[i].prompt.end(), q.begin(), q.end());
+    ps[i].max_tokens = 6;
+    ps[i].ignore_eos = true;
+    ps[i].attention = lsh;
+    want.push_back(Solo(ps[i]));
+  }
+  Engine engine(*model_, Small());
+  std::vector<std::shared_ptr<Request>> reqs;
+  for (const GenerationParams &p : ps)
+    reqs.push_back(engine.Submit(p));
+  for (size_t i = 0; i < reqs.size(); ++i) {
+    EXPECT_EQ(Collect(*reqs[i]), want[i]) << "request " << i;
+    EXPECT_EQ(reqs[i]->summary().cached_tokens, i == 0 ? 0u : 256u) << "request " << i;
+  }
+  EXPECT_EQ(engine.Metrics().prefix_hit_tokens, 512u);
+}
+
 TEST_F(EngineTest, StopStringsEndTheTextAndTheRequest) {
   GenerationParams p;
   p.prompt = model_->tokenizer().Encode("Count: one, two, three, four, five, six,");

@@ -198,7 +198,8 @@ private:
     int32_t next = 0; ///< the token the next decode row feeds
     app::Generation gen;
     std::chrono::steady_clock::time_point arrival, admitted, first, last;
-    size_t cached = 0; ///< prompt tokens attached from the prefix cache
+    size_t cached = 0;      ///< prompt tokens attached from the prefix cache
+    bool looked_up = false; ///< the prefix cache was asked (when the prefill starts)
   };
   struct Waiting {
     std::shared_ptr<Request> req;
