@@ -2,7 +2,7 @@
 """Questions on one long document, pig-serve with and without its prefix cache (issue 51).
 
     bench/ab_prefix_cache.py BINARY [--doc-tokens 4096] [--questions 3] [--attention dense]
-                             [--threads 2] [--max-tokens 8] [--together]
+                             [--threads 2] [--max-tokens 8] [--together] [--cache-dir DIR]
 
 For each setting (--no-prefix-cache, then the default, the cache on), one server on 127.0.0.1
 (port 0); then --questions requests one after the other, each the same document (--doc-tokens
@@ -11,7 +11,9 @@ tokens of Debian's GPL-3 text, tokenized by the server) followed by a different 
 and its text; then the ratio of the later questions' mean TTFT, without / with the cache, and
 whether the texts agree (they must: a hit gives the tokens of prefilling the whole prompt).
 --together sends the questions at once (clients that arrive together on one document) and also
-prints the time until every question has its first token.
+prints the time until every question has its first token. --cache-dir gives the cached server
+the disk tier in DIR (emptied first) and runs a third server over it: the questions again after a
+restart, the document read back from disk.
 Everything binds and connects to loopback; every wait is bounded.
 """
 import argparse
@@ -70,11 +72,14 @@ def ask(port, body):
     return first, text, usage
 
 
-def run(binary, args, cache):
+def run(binary, args, cache, label=None):
     cmd = [binary, "--host", HOST, "--port", "0", "--threads", str(args.threads), "--quiet",
            "--parallel", str(max(args.questions, 8))]
     if not cache:
         cmd.append("--no-prefix-cache")
+    elif args.cache_dir:
+        cmd += ["--cache-dir", args.cache_dir]
+    label = label or ("cache" if cache else "no cache")
     proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True)
     port = None
     deadline = time.time() + 120
@@ -123,7 +128,7 @@ def run(binary, args, cache):
         for i, (ttft, answer, usage) in enumerate(results):
             cached = ((usage or {}).get("prompt_tokens_details") or {}).get("cached_tokens", 0)
             out.append((ttft, cached, answer))
-            print(f"  {'cache' if cache else 'no cache'} question {i}: TTFT {ttft:.2f} s, "
+            print(f"  {label} question {i}: TTFT {ttft:.2f} s, "
                   f"{usage['prompt_tokens']} prompt tokens, {cached} cached: {answer!r}")
         if args.together:
             print(f"  every question answered its first token within "
@@ -146,11 +151,20 @@ def main():
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--max-tokens", type=int, default=8)
     p.add_argument("--together", action="store_true")
+    p.add_argument("--cache-dir", default="")
     args = p.parse_args()
     if args.questions < 2:
         sys.exit("--questions: at least 2 (the first fills the cache)")
+    if args.cache_dir:
+        import shutil
+        shutil.rmtree(args.cache_dir, ignore_errors=True)
     off = run(args.binary, args, False)
     on = run(args.binary, args, True)
+    if args.cache_dir:
+        again = run(args.binary, args, True, "after a restart")
+        print(f"after a restart over {args.cache_dir}: first question TTFT {again[0][0]:.2f} s "
+              f"({again[0][1]} tokens from disk), texts "
+              f"{'identical' if all(a[2] == b[2] for a, b in zip(off, again)) else 'DIFFER'}")
     later = lambda r: sum(x[0] for x in r[1:]) / (len(r) - 1)  # noqa: E731
     same = all(a[2] == b[2] for a, b in zip(off, on))
     print(f"{args.attention}, {args.doc_tokens}-token document: later questions' TTFT "
