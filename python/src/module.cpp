@@ -762,15 +762,8 @@ public:
   pig::runtime::PrefixCache::Stats Stats() {
     std::lock_guard lock(mu_);
     pig::runtime::PrefixCache::Stats t;
-    for (auto &e : by_dtype_) {
-      const auto s = e.cache->stats();
-      t.lookups += s.lookups;
-      t.hits += s.hits;
-      t.hit_tokens += s.hit_tokens;
-      t.evictions += s.evictions;
-      t.blocks += s.blocks;
-      t.bytes += s.bytes;
-    }
+    for (auto &e : by_dtype_)
+      t += e.cache->stats();
     return t;
   }
 

@@ -65,6 +65,21 @@ std::uint64_t FileHash(const std::string &path) {
   return h;
 }
 
+PrefixCache::Stats &PrefixCache::Stats::operator+=(const Stats &o) {
+  lookups += o.lookups;
+  hits += o.hits;
+  hit_tokens += o.hit_tokens;
+  evictions += o.evictions;
+  inserted += o.inserted;
+  blocks += o.blocks;
+  bytes += o.bytes;
+  disk_reads += o.disk_reads;
+  disk_writes += o.disk_writes;
+  disk_rejected += o.disk_rejected;
+  disk_bytes += o.disk_bytes;
+  return *this;
+}
+
 PrefixCache::PrefixCache(std::shared_ptr<KvPool> pool, std::uint64_t salt)
     : pool_(std::move(pool)), salt_(salt) {
   if (!pool_ || pool_->external())

@@ -533,22 +533,9 @@ void LlamaBatch::CachePrompt(size_t seq, const int32_t *tokens, size_t n) {
 
 PrefixCache::Stats LlamaBatch::PrefixStats() const {
   PrefixCache::Stats t;
-  for (const auto &p : prefix_) {
-    if (!p)
-      continue;
-    const PrefixCache::Stats s = p->stats();
-    t.lookups += s.lookups;
-    t.hits += s.hits;
-    t.hit_tokens += s.hit_tokens;
-    t.evictions += s.evictions;
-    t.inserted += s.inserted;
-    t.blocks += s.blocks;
-    t.bytes += s.bytes;
-    t.disk_reads += s.disk_reads;
-    t.disk_writes += s.disk_writes;
-    t.disk_rejected += s.disk_rejected;
-    t.disk_bytes += s.disk_bytes;
-  }
+  for (const auto &p : prefix_)
+    if (p)
+      t += p->stats();
   return t;
 }
 

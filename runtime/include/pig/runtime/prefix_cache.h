@@ -61,6 +61,8 @@ public:
     std::uint64_t disk_writes = 0;   ///< blocks written to it
     std::uint64_t disk_rejected = 0; ///< files refused (truncated, corrupt, foreign, old)
     size_t disk_bytes = 0;           ///< the disk tier's files now
+    /// Sums another cache's (several pools: one cache each).
+    Stats &operator+=(const Stats &o);
   };
 
   /// A cache over `pool` (own blocks, not an engine's); salt: what else names the rows (the
