@@ -16,15 +16,10 @@ added. Everything binds and connects to loopback; every wait is bounded.
 import argparse
 import http.client
 import json
-import os
-import re
-import signal
-import subprocess
 import sys
 import threading
-import time
 
-HOST = "127.0.0.1"
+from loopback import HOST, metrics, request, start, stop
 TEXT = "/usr/share/common-licenses/GPL-3"
 
 
@@ -36,52 +31,10 @@ def rss_bytes(pid):
     return 0
 
 
-def request(port, method, path, body=None, timeout=60):
-    conn = http.client.HTTPConnection(HOST, port, timeout=timeout)
-    try:
-        conn.request(method, path, body=None if body is None else json.dumps(body),
-                     headers={"Content-Type": "application/json"})
-        resp = conn.getresponse()
-        return resp.status, resp.read().decode()
-    finally:
-        conn.close()
-
-
-def metrics(port):
-    status, text = request(port, "GET", "/metrics")
-    out = {}
-    for line in text.splitlines():
-        if line and not line.startswith("#"):
-            name, value = line.rsplit(" ", 1)
-            out[name] = float(value)
-    return out
-
-
 def measure(binary, args):
-    proc = subprocess.Popen([binary, "--host", HOST, "--port", "0", "--threads", str(args.threads),
-                             "--parallel", str(args.requests), "--memory-budget", "0"],
-                            stderr=subprocess.PIPE, text=True)
-    port = None
-    deadline = time.time() + 120
-    for line in proc.stderr:
-        m = re.search(r"listening on http://[^:]+:(\d+)", line)
-        if m:
-            port = int(m.group(1))
-            break
-        if time.time() > deadline:
-            break
-    if port is None:
-        proc.kill()
-        sys.exit(f"{binary} never listened")
-    threading.Thread(target=lambda: [None for _ in proc.stderr], daemon=True).start()
+    proc, port = start([binary, "--host", HOST, "--port", "0", "--threads", str(args.threads),
+                        "--parallel", str(args.requests), "--memory-budget", "0"])
     try:
-        while time.time() < deadline:
-            try:
-                if request(port, "GET", "/health", timeout=5)[0] == 200:
-                    break
-            except OSError:
-                pass
-            time.sleep(0.1)
         idle = rss_bytes(proc.pid)
         status, text = request(port, "POST", "/tokenize", {"content": open(TEXT).read()})
         tokens = json.loads(text)["tokens"][:args.prompt_tokens]
@@ -136,11 +89,7 @@ def measure(binary, args):
                 "reserved": m.get("pig_memory_reserved_bytes", 0),
                 "resident": m.get("pig_kv_resident_bytes"), "context": context}
     finally:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+        stop(proc)
 
 
 def main():

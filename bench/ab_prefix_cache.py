@@ -19,30 +19,16 @@ Everything binds and connects to loopback; every wait is bounded.
 import argparse
 import http.client
 import json
-import re
-import signal
-import subprocess
 import sys
 import threading
 import time
 
-HOST = "127.0.0.1"
+from loopback import HOST, request, start, stop
 TEXT = "/usr/share/common-licenses/GPL-3"
 QUESTIONS = ["\n\nQuestion: who may copy this program?\nAnswer:",
              "\n\nQuestion: what must a distributor give the recipients?\nAnswer:",
              "\n\nQuestion: is there any warranty?\nAnswer:",
              "\n\nQuestion: what is a covered work?\nAnswer:"]
-
-
-def request(port, method, path, body=None, timeout=600):
-    conn = http.client.HTTPConnection(HOST, port, timeout=timeout)
-    try:
-        conn.request(method, path, body=None if body is None else json.dumps(body),
-                     headers={"Content-Type": "application/json"})
-        resp = conn.getresponse()
-        return resp.status, resp.read().decode()
-    finally:
-        conn.close()
 
 
 def ask(port, body):
@@ -80,28 +66,8 @@ def run(binary, args, cache, label=None):
     elif args.cache_dir:
         cmd += ["--cache-dir", args.cache_dir]
     label = label or ("cache" if cache else "no cache")
-    proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True)
-    port = None
-    deadline = time.time() + 120
-    for line in proc.stderr:
-        m = re.search(r"listening on http://[^:]+:(\d+)", line)
-        if m:
-            port = int(m.group(1))
-            break
-        if time.time() > deadline:
-            break
-    if port is None:
-        proc.kill()
-        sys.exit(f"{binary} never listened")
-    threading.Thread(target=lambda: [None for _ in proc.stderr], daemon=True).start()
+    proc, port = start(cmd)
     try:
-        while time.time() < deadline:
-            try:
-                if request(port, "GET", "/health", timeout=5)[0] == 200:
-                    break
-            except OSError:
-                pass
-            time.sleep(0.1)
         _, text = request(port, "POST", "/tokenize", {"content": open(TEXT).read()})
         doc = json.loads(text)["tokens"][:args.doc_tokens]
         bodies = []
@@ -135,11 +101,7 @@ def run(binary, args, cache, label=None):
                   f"{max(r[0] for r in results):.2f} s; all done in {time.time() - t0:.2f} s")
         return out
     finally:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+        stop(proc)
 
 
 def main():
