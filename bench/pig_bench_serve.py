@@ -27,6 +27,20 @@ prompt is the detokenized text of exactly --prompt-tokens tokens. Without them a
 characters per token, and the report says so. The prompt tokens reported are the server's
 (usage.prompt_tokens): detokenized text need not tokenize back to the same count.
 
+Workloads that share prefixes (a server's prefix cache: pig-serve's, vLLM's automatic prefix
+caching), each off by default. --shared-doc: every prompt is ONE document, a single window of
+--prompt-tokens tokens at an offset drawn from --seed, followed by a question of its own: " Q
+(question n)\\nAnswer:", Q one of 8 fixed questions (request i asks the (i mod 8)-th) and
+n = i + 1. The questions' first words differ, so that where a tokenizer joins a word to the space
+before it (BPE, SentencePiece) the prompts part at the first token after the document. --turns
+T: each client holds conversations of T turns; a conversation's turn 1 is its own window (drawn
+as above, distinct heads) plus question 1, and turn k is turn k-1's prompt, its answer (the text
+streamed back) and question k, sent when turn k-1 has finished. A turn counts as one request
+against --requests (default --clients x T; the last conversation is cut short when T does not
+divide it); a failed turn ends its conversation, whose later turns are not sent. The two do not
+combine. The prompt tokens are then the document's and the questions' (and the answers'), as the
+server counts them.
+
 Measurements (all in one process clock, time.perf_counter). Every request opens its own
 connection, and its clock starts just before that (a loopback connect costs ~0.1 ms). The events
 of its Server-Sent Events stream are parsed by the specification (data: lines joined, dispatched
@@ -42,7 +56,12 @@ the last request's first chunk and the first request's last chunk, over that spa
 request had begun decoding before any finished (all of them running at once: the batch's decode
 rate without the ramp; one chunk is one token for pig-serve, vLLM and llama-server). Totals and throughputs count successful
 requests; the duration runs from the first request sent to the last one finished. Percentiles
-are numpy's default (linear interpolation).
+are numpy's default (linear interpolation). Cached prompt tokens: usage.prompt_tokens_details.
+cached_tokens (OpenAI's field; pig-serve and vLLM send it), per request and in all, with the
+prompt tokens of the requests that reported it ("X of Y"); the report leaves the line out when
+no request had it. With --shared-doc, the TTFT of the first request sent (it prefills the
+document) against the TTFT of the others; with --turns, the TTFT of first turns against that of
+later turns (a prefix cache makes the later ones short).
 
 A request fails, with its reason, on an HTTP status other than 200, a connection error, an event
 that is not JSON or carries "error", a stream that ends without [DONE], or the deadline; the run
@@ -55,17 +74,22 @@ talk to no other machine).
 
 Output: the report on stdout. --json FILE writes one object: the run's settings (label, url,
 model, clients, requests, prompt_tokens_requested, output_tokens_requested, ignore_eos, pig,
-extra, seed, timeout_s), how the prompts were made (prompts: method "tokenize" or "chars",
-tokenize_shape, corpus_files, corpus_chars, corpus_tokens, offsets), the figures (completed,
-failed, not_sent, failure_reasons {reason: count}, first_failures, duration_s,
-total_input_tokens, mean_prompt_tokens, total_output_tokens, mean_output_tokens,
-request_throughput, output_throughput, total_token_throughput, decode_span_s,
+extra, seed, timeout_s, shared_doc, turns, conversations), how the prompts were made (prompts:
+method "tokenize" or "chars", tokenize_shape, corpus_files, corpus_chars, corpus_tokens, offsets:
+one per prompt, per conversation with --turns, the document's alone with --shared-doc), the
+figures (completed, failed, not_sent, not_sent_after_failed_turn, failure_reasons {reason:
+count}, first_failures, duration_s, total_input_tokens, mean_prompt_tokens, total_output_tokens,
+mean_output_tokens, request_throughput, output_throughput, total_token_throughput, decode_span_s,
 decode_output_throughput, steady_span_s, steady_output_throughput, deadline_s (the deadline,
-from the first request sent); ttft_ms,
-tpot_ms, itl_ms as {mean, median, p90, p99, count}) and records, one per request sent: index,
+from the first request sent), cached_prompt_tokens (X, null when no request reported it),
+cached_usage_prompt_tokens (Y), cached_usage_requests, mean_cached_tokens; ttft_ms,
+tpot_ms, itl_ms as {mean, median, p90, p99, count}; ttft_first_request_ms (a number) and
+ttft_others_ms with --shared-doc, ttft_first_turns_ms and ttft_later_turns_ms with --turns, null
+otherwise) and records, one per request sent: index (with --turns, conversation x T + turn - 1),
 client, ok, error, error_detail, start_s (from the first request sent), prompt_tokens,
-output_tokens, output_tokens_source ("usage" or "chunks"), text_chunks, ttft_s, latency_s,
-tpot_s, itl_s (the list of gaps). Throughputs are per second.
+cached_tokens (null without it), output_tokens, output_tokens_source ("usage" or "chunks"),
+text_chunks, ttft_s, latency_s, tpot_s, itl_s (the list of gaps), conversation and turn (from 1;
+without --turns every request is its own conversation's turn 1). Throughputs are per second.
 
 Exit status: 0 when every request succeeded, 3 when the report was printed but some requests
 failed or were not sent, 1 when the run could not start (server unreachable, no model, the
@@ -94,6 +118,12 @@ HEAD_TOKENS = 32  # prompts must differ within their first HEAD_TOKENS tokens
 MAX_LINE = 1 << 22  # an SSE line longer than 4 MiB is malformed, not a reason to exhaust memory
 JOIN_GRACE_S = 5.0  # after the deadline, how long the report waits for threads to notice it
 FIRST_FAILURES = 3
+# The questions of --shared-doc and --turns: their first words (and letters) differ, so that
+# prompts on one document part right after it.
+QUESTIONS = ("What is this text about?", "Summarize it in one sentence.",
+             "List three terms it uses.", "Name one obligation it states.",
+             "Explain its last sentence simply.", "Give an example it applies to.",
+             "Quote its most important phrase.", "Does it mention any dates?")
 
 
 class SetupError(Exception):
@@ -191,11 +221,19 @@ def parse_args(argv):
     load.add_argument("--clients", type=positive_int, default=1, metavar="N",
                       help="concurrent clients, each in a closed loop (default: %(default)s)")
     load.add_argument("--requests", type=positive_int, metavar="M",
-                      help="requests in all (default: --clients)")
+                      help="requests in all (default: --clients, times --turns)")
     load.add_argument("--prompt-tokens", type=positive_int, default=1024, metavar="P",
-                      help="prompt length in tokens (default: %(default)s)")
+                      help="prompt length in tokens (default: %(default)s); with "
+                           "--shared-doc or --turns the document's, before its question")
     load.add_argument("--output-tokens", type=positive_int, default=128, metavar="O",
                       help="max_tokens of every request (default: %(default)s)")
+    load.add_argument("--shared-doc", action="store_true",
+                      help="every prompt is the same P-token document followed by a question of "
+                           "its own (a prefix cache's workload)")
+    load.add_argument("--turns", type=positive_int, default=1, metavar="T",
+                      help="each client holds conversations of T turns: a turn's prompt is the "
+                           "previous turn's prompt, its answer and a new question; a turn is one "
+                           "request (default: %(default)s, no conversations)")
     load.add_argument("--ignore-eos", action="store_true",
                       help='send "ignore_eos": true (vLLM, llama-server) so that every request '
                            "generates O tokens")
@@ -214,8 +252,11 @@ def parse_args(argv):
     out.add_argument("--json", metavar="FILE", help="write the figures and per-request records")
     args = parser.parse_args(argv)
     args.host, args.port, args.path_prefix = parse_url(parser, args.url)
+    if args.shared_doc and args.turns > 1:
+        parser.error("--shared-doc and --turns are separate workloads: give one of them")
     if args.requests is None:
-        args.requests = args.clients
+        args.requests = args.clients * args.turns
+    args.conversations = -(-args.requests // args.turns)  # the last one may have fewer turns
     return args
 
 
@@ -407,8 +448,17 @@ def draw_offsets(seq, count, length, head, rng):
     return offsets, apart
 
 
+def question(j, n):
+    """The question after a document (or an answer): the j-th of QUESTIONS, cyclically, numbered
+    n. It starts with a space and a word, which BPE and SentencePiece tokenizers join into one
+    token, apart from what precedes it."""
+    return f" {QUESTIONS[j % len(QUESTIONS)]} (question {n})\nAnswer:"
+
+
 def make_prompts(server, model, args):
-    """The prompts and a description of how they were made (for the report and the JSON)."""
+    """The prompts (with --turns, each conversation's first) and a description of how they were
+    made (for the report and the JSON)."""
+    count = 1 if args.shared_doc else args.conversations  # the corpus windows drawn
     corpus, files = read_corpus()
     info = {"corpus_files": files, "corpus_chars": len(corpus), "corpus_tokens": None,
             "method": None, "tokenize_shape": None, "offsets": None, "note": None}
@@ -423,7 +473,7 @@ def make_prompts(server, model, args):
             tokens += tokenizer.tokenize(piece)
         if not tokens:
             raise SetupError("POST /tokenize returned no tokens for the corpus")
-        offsets, apart = draw_offsets(tokens, args.requests, args.prompt_tokens, HEAD_TOKENS, rng)
+        offsets, apart = draw_offsets(tokens, count, args.prompt_tokens, HEAD_TOKENS, rng)
         prompts = []
         for offset in offsets:
             text = tokenizer.detokenize(ring_window(tokens, offset, args.prompt_tokens))
@@ -434,15 +484,19 @@ def make_prompts(server, model, args):
         unit = "tokens"
     else:
         chars = CHARS_PER_TOKEN * args.prompt_tokens
-        offsets, apart = draw_offsets(corpus, args.requests, chars, CHARS_PER_TOKEN * HEAD_TOKENS,
-                                      rng)
+        offsets, apart = draw_offsets(corpus, count, chars, CHARS_PER_TOKEN * HEAD_TOKENS, rng)
         prompts = [ring_window(corpus, offset, chars) for offset in offsets]
         info.update(method="chars", why_not_tokenize=why_not)
         unit = "characters"
     info["offsets"] = offsets
     if not apart:
-        print(f"{PROG}: warning: the corpus is too small to give {args.requests} prompts distinct "
+        what = "prompts" if args.turns == 1 else "conversations"
+        print(f"{PROG}: warning: the corpus is too small to give {count} {what} distinct "
               f"first {HEAD_TOKENS} {unit}: some prompts share a prefix", file=sys.stderr)
+    if args.shared_doc:
+        prompts = [prompts[0] + question(i, i + 1) for i in range(args.requests)]
+    elif args.turns > 1:
+        prompts = [document + question(0, 1) for document in prompts]
     return prompts, info
 
 
@@ -495,7 +549,7 @@ def sse_events(response, sock, deadline):
 
 def run_request(server, body, deadline, record):
     """Sends one streaming completion and fills record; never raises."""
-    chunk_times, usage = [], None
+    chunk_times, texts, usage = [], [], None
     t0 = time.perf_counter()
     record["start"] = t0
     conn = None
@@ -529,6 +583,8 @@ def run_request(server, body, deadline, record):
             choices = event.get("choices") or []
             if any(isinstance(c, dict) and c.get("text") for c in choices):
                 chunk_times.append(stamp)
+                texts += [c["text"] for c in choices
+                          if isinstance(c, dict) and isinstance(c.get("text"), str)]
             if isinstance(event.get("usage"), dict):
                 usage = event["usage"]
         if not done:
@@ -552,9 +608,13 @@ def run_request(server, body, deadline, record):
             conn.close()
     record.setdefault("end", time.perf_counter())
     record["chunk_times"] = chunk_times
+    record["text"] = "".join(texts)  # the answer, which --turns' next turn sends back
     if usage is not None:
         if isinstance(usage.get("prompt_tokens"), int):
             record["prompt_tokens"] = usage["prompt_tokens"]
+        details = usage.get("prompt_tokens_details")
+        if isinstance(details, dict) and type(details.get("cached_tokens")) is int:
+            record["cached_tokens"] = details["cached_tokens"]
         if isinstance(usage.get("completion_tokens"), int):
             record["output_tokens"] = usage["completion_tokens"]
             record["output_tokens_source"] = "usage"
@@ -565,24 +625,43 @@ def run_request(server, body, deadline, record):
 
 # ---------------------------------------------------------------------------- the load
 
-def run_load(server, bodies, clients, deadline):
+def run_load(server, conversations, clients, deadline, build):
     """Closed loop: each client sends its next request when its previous one has finished.
-    Returns (records, t_start): records[i] is None for a request never sent."""
-    records = [None] * len(bodies)
+    conversations: one per conversation (without --turns, per request), {"index": its first
+    request's index, "turns", "prompt": its first prompt, "body": that prompt's body}; turn k > 1
+    sends build(the previous prompt + its answer + question k). Returns (records, t_start,
+    dropped): records[i] is None for a request never sent, dropped counts the turns not sent
+    because an earlier turn of theirs failed (not at the deadline)."""
+    records = [None] * sum(c["turns"] for c in conversations)
     lock = threading.Lock()
-    state = {"next": 0}
+    state = {"next": 0, "stopped": False, "dropped": 0}
 
     def client(cid):
         while True:
             with lock:
-                i = state["next"]
-                if i >= len(bodies) or time.perf_counter() >= deadline:
+                c = state["next"]
+                if c >= len(conversations) or time.perf_counter() >= deadline:
                     return
-                state["next"] = i + 1
-            record = {"index": i, "client": cid, "ok": False}
-            records[i] = record
-            run_request(server, bodies[i], deadline, record)
-            record["finished"] = True
+                state["next"] = c + 1
+            conversation = conversations[c]
+            prompt, body = conversation["prompt"], conversation["body"]
+            for turn in range(1, conversation["turns"] + 1):
+                i = conversation["index"] + turn - 1
+                if turn > 1:
+                    prompt = prompt + records[i - 1]["text"] + question(turn - 1, turn)
+                    body = build(prompt)
+                record = {"index": i, "client": cid, "ok": False, "conversation": c, "turn": turn}
+                with lock:
+                    if state["stopped"] or (turn > 1 and time.perf_counter() >= deadline):
+                        return
+                    records[i] = record
+                run_request(server, body, deadline, record)
+                record["finished"] = True
+                if not record["ok"]:
+                    if record["error"] != "deadline":
+                        with lock:
+                            state["dropped"] += conversation["turns"] - turn
+                    break
 
     t_start = time.perf_counter()
     threads = [threading.Thread(target=client, args=(c,), daemon=True) for c in range(clients)]
@@ -596,19 +675,22 @@ def run_load(server, bodies, clients, deadline):
         reason = "interrupted"
         print(f"{PROG}: interrupted: reporting what finished", file=sys.stderr)
     with lock:
-        state["next"] = len(bodies)  # nothing more is sent, whatever the threads still do
+        # Nothing more is sent, whatever the threads still do.
+        state["next"], state["stopped"] = len(conversations), True
+        records, dropped = list(records), state["dropped"]
     snapshot = []
     for record in records:
         if record is not None and not record.get("finished"):
             # Still running past the deadline's grace, or interrupted: abandoned (its thread is a
             # daemon and may still write to the original record, not to this copy).
             record = {"index": record["index"], "client": record["client"], "ok": False,
+                      "conversation": record["conversation"], "turn": record["turn"],
                       "error": reason, "error_detail": f"{reason} (abandoned)",
                       "start": record.get("start", t_start),
                       "end": min(time.perf_counter(), deadline),
                       "chunk_times": [], "output_tokens": 0, "output_tokens_source": "chunks"}
         snapshot.append(record)
-    return snapshot, t_start
+    return snapshot, t_start, dropped
 
 
 # ---------------------------------------------------------------------------- statistics
@@ -641,16 +723,18 @@ def per_request(record, t_start):
            "error": record.get("error"), "error_detail": record.get("error_detail"),
            "start_s": None if start is None else start - t_start,
            "prompt_tokens": record.get("prompt_tokens"),
+           "cached_tokens": record.get("cached_tokens"),
            "output_tokens": record.get("output_tokens"),
            "output_tokens_source": record.get("output_tokens_source"),
            "text_chunks": len(times), "ttft_s": ttft, "latency_s": latency,
-           "tpot_s": None, "itl_s": [b - a for a, b in zip(times, times[1:])]}
+           "tpot_s": None, "itl_s": [b - a for a, b in zip(times, times[1:])],
+           "conversation": record["conversation"], "turn": record["turn"]}
     if record["ok"] and ttft is not None and (out["output_tokens"] or 0) > 1:
         out["tpot_s"] = (latency - ttft) / (out["output_tokens"] - 1)
     return out
 
 
-def summarize(records, t_start):
+def summarize(records, t_start, args, dropped):
     sent = [r for r in records if r is not None]
     rows = [per_request(r, t_start) for r in sent]
     ok = [row for row, r in zip(rows, sent) if r["ok"]]
@@ -677,9 +761,23 @@ def summarize(records, t_start):
     def rate(x, span):
         return x / span if span > 0 else None
 
+    cached = [row for row in ok if row["cached_tokens"] is not None]
+    ttft_first = ttft_others = ttft_first_turns = ttft_later_turns = None
+    if args.shared_doc and rows:
+        first = min(rows, key=lambda row: row["start_s"])  # the first sent prefills the document
+        if first["ok"] and first["ttft_s"] is not None:
+            ttft_first = first["ttft_s"] * 1000.0
+        ttft_others = summary_ms([row["ttft_s"] for row in ok
+                                  if row is not first and row["ttft_s"] is not None])
+    if args.turns > 1:
+        ttft_first_turns = summary_ms([row["ttft_s"] for row in ok
+                                       if row["turn"] == 1 and row["ttft_s"] is not None])
+        ttft_later_turns = summary_ms([row["ttft_s"] for row in ok
+                                       if row["turn"] > 1 and row["ttft_s"] is not None])
     return {
         "completed": len(ok), "failed": len(rows) - len(ok),
-        "not_sent": len(records) - len(sent), "failure_reasons": reasons,
+        "not_sent": len(records) - len(sent), "not_sent_after_failed_turn": dropped,
+        "failure_reasons": reasons,
         "first_failures": [row["error_detail"] for row in rows if not row["ok"]][:FIRST_FAILURES],
         "duration_s": duration,
         "total_input_tokens": total_in,
@@ -698,6 +796,14 @@ def summarize(records, t_start):
         "ttft_ms": summary_ms([r["ttft_s"] for r in ok if r["ttft_s"] is not None]),
         "tpot_ms": summary_ms([r["tpot_s"] for r in ok if r["tpot_s"] is not None]),
         "itl_ms": summary_ms([gap for r in ok for gap in r["itl_s"]]),
+        "cached_prompt_tokens": sum(row["cached_tokens"] for row in cached) if cached else None,
+        "cached_usage_prompt_tokens": (sum(row["prompt_tokens"] or 0 for row in cached)
+                                       if cached else None),
+        "cached_usage_requests": len(cached),
+        "mean_cached_tokens": (statistics.fmean([row["cached_tokens"] for row in cached])
+                               if cached else None),
+        "ttft_first_request_ms": ttft_first, "ttft_others_ms": ttft_others,
+        "ttft_first_turns_ms": ttft_first_turns, "ttft_later_turns_ms": ttft_later_turns,
     }, rows
 
 
@@ -724,23 +830,38 @@ def print_report(args, model, info, result):
                 f"prompt tokens, max_tokens {args.output_tokens}")
     if args.ignore_eos:
         workload += ", ignore_eos"
+    if args.shared_doc:
+        workload += ", one shared document"
+    if args.turns > 1:
+        workload += f", {args.conversations} conversations of {args.turns} turns"
     line("Workload", workload)
     if args.pig_json:
         line("pig", json.dumps(args.pig_json))
     if info["method"] == "tokenize":
-        line("Prompts", f"{args.prompt_tokens}-token windows (/tokenize, "
-                        f"{info['tokenize_shape']} shape) of a {info['corpus_tokens']}-token "
-                        "corpus")
+        windows = f"{args.prompt_tokens}-token window" + ("" if args.shared_doc else "s")
+        if args.shared_doc:
+            windows = "one shared " + windows
+        prompts = (f"{windows} (/tokenize, {info['tokenize_shape']} shape) of a "
+                   f"{info['corpus_tokens']}-token corpus")
     else:
         chars = CHARS_PER_TOKEN * args.prompt_tokens
-        line("Prompts", f"~{CHARS_PER_TOKEN} characters per token: {chars} characters each "
-                        f"(no /tokenize: {info['why_not_tokenize']})")
+        each = "in one shared document" if args.shared_doc else "each"
+        prompts = (f"~{CHARS_PER_TOKEN} characters per token: {chars} characters {each} "
+                   f"(no /tokenize: {info['why_not_tokenize']})")
+    if args.shared_doc:
+        prompts += ", then a question per request"
+    elif args.turns > 1:
+        prompts += ", then a question; a later turn adds the answer and a question"
+    line("Prompts", prompts)
     if info["note"]:
         line("Corpus", info["note"])
     line("Successful requests", result["completed"])
     line("Failed requests", result["failed"])
-    if result["not_sent"]:
-        line("Requests not sent (deadline)", result["not_sent"])
+    if result["not_sent"] - result["not_sent_after_failed_turn"]:
+        line("Requests not sent (deadline)",
+             result["not_sent"] - result["not_sent_after_failed_turn"])
+    if result["not_sent_after_failed_turn"]:
+        line("Requests not sent (a turn failed)", result["not_sent_after_failed_turn"])
     if result["failure_reasons"]:
         line("Failure reasons", "; ".join(f"{k} x{v}" for k, v in
                                           sorted(result["failure_reasons"].items())))
@@ -751,6 +872,13 @@ def print_report(args, model, info, result):
     line("Mean prompt tokens (usage)", fmt(result["mean_prompt_tokens"], 1))
     if result["requests_without_prompt_usage"]:
         line("  without usage.prompt_tokens", result["requests_without_prompt_usage"])
+    if result["cached_prompt_tokens"] is not None:
+        x, y = result["cached_prompt_tokens"], result["cached_usage_prompt_tokens"]
+        share = f" ({100.0 * x / y:.1f}%)" if y else ""
+        line("Cached prompt tokens (usage)", f"{x} of {y}{share}")
+        line("Mean cached tokens per request", fmt(result["mean_cached_tokens"], 1))
+        if result["cached_usage_requests"] < result["completed"]:
+            line("  without cached_tokens", result["completed"] - result["cached_usage_requests"])
     line("Total generated tokens", result["total_output_tokens"])
     line("Mean output tokens", fmt(result["mean_output_tokens"], 1))
     if result["output_tokens_from_chunks"]:
@@ -768,6 +896,14 @@ def print_report(args, model, info, result):
         for stat, label in (("mean", "Mean"), ("median", "Median"), ("p90", "P90"),
                             ("p99", "P99")):
             line(f"{label} {name} (ms)", fmt(stats.get(stat)))
+        if key == "ttft_ms" and args.shared_doc:
+            line("TTFT of the first request (ms)", fmt(result["ttft_first_request_ms"]))
+            line("Mean TTFT of the others (ms)", fmt((result["ttft_others_ms"] or {}).get("mean")))
+        if key == "ttft_ms" and args.turns > 1:
+            for which, name in (("first", "first turns"), ("later", "later turns")):
+                stats = result[f"ttft_{which}_turns_ms"] or {}
+                line(f"Mean TTFT, {name} (ms)", fmt(stats.get("mean")))
+                line(f"Median TTFT, {name} (ms)", fmt(stats.get("median")))
     print("=" * width)
     sys.stdout.flush()
 
@@ -779,7 +915,8 @@ def write_json(path, args, model, info, result, rows):
         "prompt_tokens_requested": args.prompt_tokens,
         "output_tokens_requested": args.output_tokens, "ignore_eos": args.ignore_eos,
         "pig": args.pig_json, "extra": args.extra_json, "seed": args.seed,
-        "timeout_s": args.timeout, "prompts": info,
+        "timeout_s": args.timeout, "shared_doc": args.shared_doc, "turns": args.turns,
+        "conversations": args.conversations, "prompts": info,
         **result,
         "records": rows,
     }
@@ -814,9 +951,13 @@ def main(argv=None):
     except KeyboardInterrupt:
         print(f"{PROG}: interrupted while preparing", file=sys.stderr)
         return 1
-    bodies = [request_body(args, model, p) for p in prompts]
-    records, t_start = run_load(server, bodies, args.clients, deadline)
-    result, rows = summarize(records, t_start)
+    conversations = [{"index": c * args.turns,
+                      "turns": min(args.turns, args.requests - c * args.turns),
+                      "prompt": p, "body": request_body(args, model, p)}
+                     for c, p in enumerate(prompts)]
+    records, t_start, dropped = run_load(server, conversations, args.clients, deadline,
+                                         lambda prompt: request_body(args, model, prompt))
+    result, rows = summarize(records, t_start, args, dropped)
     result["deadline_s"] = deadline - t_start
     print_report(args, model, info, result)
     if args.json:

@@ -20,8 +20,12 @@ without "ignore_eos": true a request stops after K tokens (finish_reason "stop")
 {"tokens"}, {"tokens"} -> {"content"}), vLLM's ({"prompt", "model"} -> {"tokens", "count"},
 {"tokens"} -> {"prompt"}; the other shape gets 400), or no such endpoints (404).
 
-GET /debug/requests lists what the completions received (the body without its prompt, the
-prompt's length and first 64 characters, the Authorization header) and the most requests in
+Prefix cache: a completion's cached tokens are the longest prefix it shares with a prompt
+received before (in the character tokenizer's tokens); --report-cached sends them as
+usage.prompt_tokens_details.cached_tokens (OpenAI's field, as pig-serve and vLLM do).
+
+GET /debug/requests lists what the completions received (the body, the prompt's length and
+first 64 characters, its cached tokens, the Authorization header) and the most requests in
 flight at once. It prints "fake-openai-server: listening on http://127.0.0.1:PORT" and serves
 until killed or --lifetime seconds (so that a test that dies leaves no server behind).
 """
@@ -43,7 +47,20 @@ class State:
         self.in_flight = 0
         self.max_in_flight = 0
         self.log = []
+        self.prompts = []  # every prompt received, for the cached prefix
         self.stop = threading.Event()
+
+    def cached_prefix(self, prompt):
+        """The longest prefix prompt shares with a prompt received before (under the lock)."""
+        best = 0
+        for seen in self.prompts:
+            n = min(len(seen), len(prompt))
+            k = 0
+            while k < n and seen[k] == prompt[k]:
+                k += 1
+            best = max(best, k)
+        self.prompts.append(prompt)
+        return best
 
 
 class Handler(BaseHTTPRequestHandler):
@@ -126,13 +143,15 @@ class Handler(BaseHTTPRequestHandler):
             n = state.arrivals
             state.in_flight += 1
             state.max_in_flight = max(state.max_in_flight, state.in_flight)
-            logged = {k: v for k, v in body.items() if k != "prompt"}
+            cached = state.cached_prefix(body["prompt"])
+            logged = dict(body)
             logged.update(prompt_len=len(body["prompt"]), prompt_head=body["prompt"][:64],
-                          authorization=self.headers.get("Authorization"), arrival=n)
+                          cached_tokens=cached, authorization=self.headers.get("Authorization"),
+                          arrival=n)
             state.log.append(logged)
         try:
             self.counted = True
-            self.answer(body, n)
+            self.answer(body, n, cached)
         finally:
             self.leave()
 
@@ -144,7 +163,7 @@ class Handler(BaseHTTPRequestHandler):
             with self.state.lock:
                 self.state.in_flight -= 1
 
-    def answer(self, body, n):
+    def answer(self, body, n, cached):
         options = self.state.options
         if options.hang:
             self.state.stop.wait(options.lifetime)
@@ -190,9 +209,12 @@ class Handler(BaseHTTPRequestHandler):
         stream_options = body.get("stream_options") or {}
         if stream_options.get("include_usage") and not options.no_usage:
             prompt_tokens = len(body["prompt"])
+            usage = {"prompt_tokens": prompt_tokens, "completion_tokens": count,
+                     "total_tokens": prompt_tokens + count}
+            if options.report_cached:
+                usage["prompt_tokens_details"] = {"cached_tokens": cached}
             self.event({"id": f"cmpl-{n}", "object": "text_completion", "choices": [],
-                        "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": count,
-                                  "total_tokens": prompt_tokens + count}})
+                        "usage": usage})
         self.leave()
         self.raw_event(b"data: [DONE]")
         self.chunk(b"")
@@ -228,6 +250,8 @@ def main():
     parser.add_argument("--hang", action="store_true")
     parser.add_argument("--stall-after", type=int, default=0, metavar="K")
     parser.add_argument("--no-usage", action="store_true", help="never send a usage chunk")
+    parser.add_argument("--report-cached", action="store_true",
+                        help="send usage.prompt_tokens_details.cached_tokens")
     parser.add_argument("--crlf", action="store_true", help="end SSE lines with \\r\\n")
     parser.add_argument("--tokenize", choices=("content", "prompt", "none"), default="content")
     parser.add_argument("--lifetime", type=float, default=120.0, metavar="S")

@@ -141,6 +141,12 @@ def test_counts_timings_and_the_closed_loop(fake, tmp_path):
         assert body["model"] == "fake-model-a" and "pig" not in body
     # Distinct windows: no two prompts share their first 32 tokens (characters here).
     assert len({body["prompt_head"][:32] for body in bodies}) == 10
+    # This server sends no usage.prompt_tokens_details: no cached figures, no line for them.
+    assert "Cached prompt tokens" not in out and run["cached_prompt_tokens"] is None
+    assert run["cached_usage_requests"] == 0 and all(r["cached_tokens"] is None for r in records)
+    assert (run["shared_doc"], run["turns"], run["conversations"]) == (False, 1, 10)
+    assert run["ttft_first_request_ms"] is None and run["ttft_first_turns_ms"] is None
+    assert "TTFT of the first request" not in out and "first turns" not in out
 
 
 def test_steady_throughput_counts_only_while_every_request_decodes(fake, tmp_path):
@@ -236,6 +242,131 @@ def test_same_seed_same_prompts(fake, tmp_path):
     assert sorted(heads[:4]) == sorted(heads[4:8]) and set(heads[:4]) != set(heads[8:])
 
 
+def cached_line(x, y):
+    return f"Cached prompt tokens (usage):            {x} of {y} ({100.0 * x / y:.1f}%)\n"
+
+
+def test_cached_tokens_are_reported(fake, tmp_path):
+    # The fake reports as cached the longest prefix it has seen before: the same seed twice sends
+    # the same prompts, whose heads differ from each other (less than 32 cached the first time)
+    # and are all cached the second time.
+    server = fake("--report-cached")
+    args = ("--url", server.url, "--clients", "2", "--requests", "4", "--prompt-tokens", "90",
+            "--output-tokens", "2")
+    result, first = run_json(tmp_path, *args)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert all(r["cached_tokens"] < 32 for r in first["records"])
+    assert first["cached_usage_requests"] == 4 and first["cached_usage_prompt_tokens"] == 360
+    result, again = run_json(tmp_path, *args)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert [r["cached_tokens"] for r in again["records"]] == [90] * 4
+    assert (again["cached_prompt_tokens"], again["cached_usage_prompt_tokens"]) == (360, 360)
+    assert again["mean_cached_tokens"] == 90
+    assert cached_line(360, 360) in result.stdout
+    assert "Mean cached tokens per request:          90.0\n" in result.stdout
+    # What the fake computed is what the records say, request by request.
+    logged = [body["cached_tokens"] for body in server.log()["requests"]]
+    assert sorted(logged) == sorted(r["cached_tokens"] for r in first["records"] + again["records"])
+
+
+def test_shared_doc(fake, tmp_path):
+    P = 120
+    server = fake("--report-cached", "--token-delay", "0.005")
+    result, run = run_json(tmp_path, "--url", server.url, "--clients", "3", "--requests", "8",
+                           "--prompt-tokens", str(P), "--output-tokens", "3", "--seed", "5",
+                           "--shared-doc")
+    assert result.returncode == 0, result.stdout + result.stderr
+    out = result.stdout
+    assert "3 clients, 8 requests, 120 prompt tokens, max_tokens 3, one shared document" in out
+    assert "one shared 120-token window (/tokenize, content shape)" in out
+    assert run["shared_doc"] is True and len(run["prompts"]["offsets"]) == 1
+    prompts = [body["prompt"] for body in server.log()["requests"]]
+    assert len(prompts) == 8
+    # One document of P tokens (characters here) for all, then a question of each one's own:
+    # the questions start with a space and 8 different words.
+    assert len({p[:P] for p in prompts}) == 1
+    assert len({p[P:] for p in prompts}) == 8 and len({p[P:P + 2] for p in prompts}) == 8
+    question = load_bench_module().question
+    assert sorted(p[P:] for p in prompts) == sorted(question(i, i + 1) for i in range(8))
+    # The fake caches the document and the space after it: 0 for the first arrival, P + 1 for
+    # the 7 others.
+    records = run["records"]
+    assert sorted(r["cached_tokens"] for r in records) == [0] + [P + 1] * 7
+    total = sum(len(p) for p in prompts)
+    assert (run["cached_prompt_tokens"], run["total_input_tokens"]) == (7 * (P + 1), total)
+    assert cached_line(7 * (P + 1), total) in out
+    # The first request sent against the others.
+    first = min(records, key=lambda r: r["start_s"])
+    assert run["ttft_first_request_ms"] == pytest.approx(first["ttft_s"] * 1000)
+    others = [r["ttft_s"] * 1000 for r in records if r is not first]
+    assert run["ttft_others_ms"]["count"] == 7
+    assert run["ttft_others_ms"]["mean"] == pytest.approx(statistics.fmean(others))
+    assert "TTFT of the first request (ms):" in out and "Mean TTFT of the others (ms):" in out
+    assert run["ttft_first_turns_ms"] is None and "first turns" not in out
+
+
+def test_turns(fake, tmp_path):
+    # 5 requests of 3 turns: conversations of 3 and 2 turns. The fake answers " t0 t1 t2 t3".
+    P, answer = 80, " t0 t1 t2 t3"
+    server = fake("--report-cached", "--token-delay", "0.005")
+    result, run = run_json(tmp_path, "--url", server.url, "--clients", "2", "--requests", "5",
+                           "--prompt-tokens", str(P), "--output-tokens", "4", "--turns", "3")
+    assert result.returncode == 0, result.stdout + result.stderr
+    out = result.stdout
+    assert "5 requests, 80 prompt tokens, max_tokens 4, 2 conversations of 3 turns" in out
+    assert (run["completed"], run["turns"], run["conversations"]) == (5, 3, 2)
+    assert len(run["prompts"]["offsets"]) == 2
+    question = load_bench_module().question
+    records = sorted(run["records"], key=lambda r: r["index"])
+    assert [(r["conversation"], r["turn"]) for r in records] == \
+        [(0, 1), (0, 2), (0, 3), (1, 1), (1, 2)]
+    for prev, r in zip(records, records[1:]):
+        if r["turn"] > 1:
+            # The same client, sent once the previous turn had finished.
+            assert r["client"] == prev["client"]
+            assert r["start_s"] >= prev["start_s"] + prev["latency_s"]
+            # The fake has seen the previous prompt, not the answer after it.
+            assert r["cached_tokens"] == prev["prompt_tokens"]
+        else:
+            assert r["cached_tokens"] < 32  # heads differ: another document's window
+    # What the server saw: two first turns (a window and question 1), and every later turn is
+    # exactly an earlier prompt, its answer and the next question.
+    prompts = [body["prompt"] for body in server.log()["requests"]]
+    firsts = [p for p in prompts if p.endswith(question(0, 1))]
+    assert len(firsts) == 2 and all(len(p) == P + len(question(0, 1)) for p in firsts)
+    assert firsts[0][:32] != firsts[1][:32]
+    seconds = [p + answer + question(1, 2) for p in firsts]
+    assert all(p in prompts for p in seconds)
+    thirds = [p + answer + question(2, 3) for p in seconds]
+    assert sum(1 for p in thirds if p in prompts) == 1  # the conversation of 3 turns
+    assert len(prompts) == 5
+    # TTFT of first turns against later turns.
+    assert run["ttft_first_turns_ms"]["count"] == 2 and run["ttft_later_turns_ms"]["count"] == 3
+    later = [r["ttft_s"] * 1000 for r in records if r["turn"] > 1]
+    assert run["ttft_later_turns_ms"]["mean"] == pytest.approx(statistics.fmean(later))
+    for name in ("Mean TTFT, first turns (ms):", "Mean TTFT, later turns (ms):"):
+        assert name in out
+    assert run["ttft_first_request_ms"] is None and "TTFT of the first request" not in out
+    total = sum(len(p) for p in prompts)
+    assert cached_line(run["cached_prompt_tokens"], total) in out
+
+
+def test_a_failed_turn_ends_its_conversation(fake, tmp_path):
+    # One client, two conversations of 3 turns; every second arrival is a 503: turn 2 of each
+    # fails, and turn 3 is not sent.
+    server = fake("--fail-every", "2")
+    result, run = run_json(tmp_path, "--url", server.url, "--requests", "6", "--turns", "3",
+                           "--prompt-tokens", "50", "--output-tokens", "2")
+    assert result.returncode == 3, result.stdout + result.stderr
+    assert (run["completed"], run["failed"], run["not_sent"]) == (2, 2, 2)
+    assert run["not_sent_after_failed_turn"] == 2
+    assert [(r["conversation"], r["turn"], r["ok"]) for r in run["records"]] == \
+        [(0, 1, True), (0, 2, False), (1, 1, True), (1, 2, False)]
+    assert "Requests not sent (a turn failed):       2\n" in result.stdout
+    assert "Requests not sent (deadline)" not in result.stdout
+    assert len(server.log()["requests"]) == 4
+
+
 def test_deadline_stops_a_server_that_never_answers(fake, tmp_path):
     server = fake("--hang")
     start = time.monotonic()
@@ -306,7 +437,8 @@ def test_unreachable_server_is_a_message(host):
     (["--clients", "12x"], "--clients"), (["--requests", "0"], "--requests"),
     (["--timeout", "-1"], "--timeout"), (["--pig-json", "[1]"], "--pig-json"),
     (["--extra-json", "{"], "--extra-json"), (["--url", "https://127.0.0.1"], "--url"),
-    (["--no-such-flag", "1"], "--no-such-flag"), (["--url"], "--url")])
+    (["--no-such-flag", "1"], "--no-such-flag"), (["--url"], "--url"),
+    (["--turns", "0"], "--turns"), (["--shared-doc", "--turns", "2"], "--turns")])
 def test_usage_errors(args, flag):
     result = bench(*args)
     assert result.returncode == 2
@@ -318,7 +450,8 @@ def test_help_documents_every_option():
     assert result.returncode == 0
     for option in ("--url", "--api-key", "--model", "--clients", "--requests", "--prompt-tokens",
                    "--output-tokens", "--ignore-eos", "--pig-json", "--extra-json", "--seed",
-                   "--timeout", "--label", "--json", "TTFT", "ITL", "TPOT", "Exit status"):
+                   "--timeout", "--label", "--json", "--shared-doc", "--turns", "cached_tokens",
+                   "TTFT", "ITL", "TPOT", "Exit status"):
         assert option in result.stdout
 
 
