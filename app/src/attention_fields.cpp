@@ -147,6 +147,17 @@ void ApplyLocal(AttentionSpec &s, const FieldValue &v, const FieldContext &) {
   s.local = Integer(v, 0, kMaxPositions);
 }
 
+void ApplyMeanWindow(AttentionSpec &s, const FieldValue &v, const FieldContext &) {
+  if (const auto *t = std::get_if<std::string>(&v); t && *t == "prefix") {
+    s.mean_window = AttentionSpec::kMeanOfPrefix;
+    return;
+  }
+  if (const auto *t = std::get_if<std::string>(&v); t && !ReadInteger(*t))
+    Fail("expects an integer in [0, " + std::to_string(kMaxPositions) + "] or 'prefix', got '" +
+         *t + "'");
+  s.mean_window = Integer(v, 0, kMaxPositions);
+}
+
 void ApplyDenseLayers(AttentionSpec &s, const FieldValue &v, const FieldContext &) {
   const std::string &text = Text(v);
   if (const std::string e = CheckIntegerList(text, 0, 1u << 16, true); !e.empty())
@@ -200,6 +211,11 @@ std::vector<AttentionField> MakeFields() {
        ApplySink, [](const AttentionSpec &s) { return Streamed(s.sink); }},
       {"local", "local", true, "UINT:[0, 16777216]", "last positions always attended", true,
        ApplyLocal, [](const AttentionSpec &s) { return Streamed(s.local); }},
+      {"mean_window", "mean_window", true, "UINT|prefix",
+       "magicpig: centre keys on the mean of the first N indexed keys (0: all, the paper's rule; "
+       "prefix: those of the cached prefix a request attached); requests whose cached prefixes "
+       "hold those keys share one LSH index over them (docs/SERVING.md)",
+       true, ApplyMeanWindow, [](const AttentionSpec &s) { return s.MeanWindowName(); }},
       {"dense_layers", "dense_layers", true, "LIST|none",
        "layers that stay dense, e.g. 0,15 or none (default: the first and the middle one)", true,
        ApplyDenseLayers, nullptr},

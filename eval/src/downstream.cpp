@@ -42,6 +42,7 @@ std::vector<Method> Methods(const EvalOptions &e, const DownstreamOptions &o,
   AttentionSpec base;
   base.kv_dtype = e.kv;
   base.sample_seed = e.seed;
+  base.mean_window = e.mean_window;
   if (o.lsh_seed)
     base.seed = *o.lsh_seed;
   m.push_back({"dense", "", base});

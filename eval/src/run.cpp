@@ -172,6 +172,7 @@ void Run(const EvalOptions &e, const AttentionErrorOptions *error, const Downstr
         pig::ref::simhash_matrix(AttentionSpec{}.seed, cfg.head_dim, 10, 150);
     ErrorOptions eo;
     eo.sample_seed = e.seed;
+    eo.statics.mean_window = e.mean_window;
     if (error)
       eo.hybrid = error->hybrid;
     // lsh-hybrid variants that reuse a selection need the queries of the steps before: the last

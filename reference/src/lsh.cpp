@@ -56,6 +56,10 @@ void LshConfig::validate() const {
   require_in("t", t, 1, L);
 }
 
+std::size_t mean_count(std::size_t indexed, std::size_t after_sink, std::size_t mean_window) {
+  return mean_window == 0 ? indexed : std::min(after_sink, mean_window);
+}
+
 std::vector<float> mean_of_rows(Matrix X, std::size_t begin, std::size_t end) {
   if (begin >= end || end > X.rows)
     throw std::invalid_argument("mean_of_rows: range [" + std::to_string(begin) + ", " +

@@ -50,7 +50,7 @@ LshIndex build_index(Matrix K, Matrix W, const LshConfig &cfg, StaticConfig st, 
   const std::size_t count = index.split.indexed();
   index.mean.assign(K.cols, 0.0f);
   if (count > 0 && centering == Centering::mean_of_indexed)
-    index.mean = mean_of_rows(K, begin, index.split.indexed_end);
+    index.mean = mean_of_rows(K, begin, begin + mean_count(count, K.rows - begin, st.mean_window));
   index.centered = OwnedMatrix(count, K.cols);
   for (std::size_t i = 0; i < count; ++i)
     for (std::size_t j = 0; j < K.cols; ++j)

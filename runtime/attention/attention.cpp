@@ -342,6 +342,10 @@ void AttentionSpec::Validate(size_t n_layers) const {
   }
 }
 
+std::string AttentionSpec::MeanWindowName() const {
+  return mean_window == kMeanOfPrefix ? "prefix" : std::to_string(mean_window);
+}
+
 std::string AttentionSpec::str(size_t n_layers) const {
   std::ostringstream s;
   s << method_name();
@@ -369,6 +373,8 @@ std::string AttentionSpec::str(size_t n_layers) const {
     s << " budget=" << budget;
   if (method == spec::Method::magicpig && !transform.identity())
     s << " transform=" << transform.str();
+  if (method == spec::Method::magicpig && mean_window > 0)
+    s << " mean-window=" << MeanWindowName();
   if (method == spec::Method::quest)
     s << " page=" << quest_page;
   if (method == spec::Method::lsh_hybrid) {

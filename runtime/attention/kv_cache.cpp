@@ -14,6 +14,7 @@
 
 #include "checked_size.h"
 #include "pig/reference/kv_quant.h"
+#include "pig/runtime/index_share.h"
 
 namespace pig::runtime {
 
@@ -49,7 +50,9 @@ struct KvPool::State {
   std::priority_queue<std::int32_t, std::vector<std::int32_t>, std::greater<>> free;
   size_t reserved = 0, taken = 0, high = 0; // high: blocks ever handed out (ids [0, high))
   std::vector<std::uint32_t> refs;          // [block]: holders of a taken block
-  std::function<size_t(size_t)> evictor;    // SetEvictor's
+  std::vector<std::uint64_t> stamps;        // [block]: Stamp() while taken
+  std::uint64_t next_stamp = 1;
+  std::function<size_t(size_t)> evictor; // SetEvictor's
 };
 
 namespace {
@@ -62,7 +65,7 @@ constexpr size_t kUnlimitedBytes = size_t(1) << 40;
 KvPool::KvPool(const AttentionShape &shape, DType dtype, size_t max_blocks, size_t block_tokens)
     : shape_(shape), dtype_(dtype), block_tokens_(block_tokens),
       row_bytes_(lsh::row_bytes(dtype, shape.head_dim)), max_blocks_(max_blocks),
-      state_(std::make_unique<State>()) {
+      state_(std::make_unique<State>()), shared_indexes_(std::make_unique<IndexShare>()) {
   if (block_tokens == 0)
     throw std::invalid_argument("KV pool: a block of 0 positions");
   shape_.capacity = 0;
@@ -115,7 +118,8 @@ KvPool::KvPool(const AttentionShape &shape, DType dtype, size_t max_blocks, size
                bool external)
     : shape_(shape), dtype_(dtype), block_tokens_(block_tokens),
       row_bytes_(lsh::row_bytes(dtype, shape.head_dim)), max_blocks_(max_blocks),
-      external_(external), state_(std::make_unique<State>()) {
+      external_(external), state_(std::make_unique<State>()),
+      shared_indexes_(std::make_unique<IndexShare>()) {
   shape_.capacity = 0;
   AttentionShape one = shape_;
   one.n_layers = 1;
@@ -160,7 +164,8 @@ void KvPool::Reserve(size_t n) {
   // Unreserve, so not under the lock).
   if (evictor) {
     const size_t short_by = n - (limit - reserved_blocks());
-    evictor(short_by);
+    if (evictor(short_by) > 0)
+      shared_indexes_->Collect(*this); // the indexes over what was evicted go with it
   }
   std::lock_guard lock(state_->mu);
   if (n > limit - state_->reserved) {
@@ -191,11 +196,27 @@ std::int32_t KvPool::Take() {
     s.free.pop();
   } else {
     b = std::int32_t(s.high++);
-    if (s.refs.size() < s.high)
+    if (s.refs.size() < s.high) {
       s.refs.resize(std::max<size_t>(s.high, 2 * s.refs.size()));
+      s.stamps.resize(s.refs.size());
+    }
   }
   s.refs[size_t(b)] = 1;
+  s.stamps[size_t(b)] = s.next_stamp++;
   return b;
+}
+
+void KvPool::Stamps(const std::int32_t *blocks, size_t n, std::uint64_t *out,
+                    std::uint32_t *holders) const {
+  std::lock_guard lock(state_->mu);
+  const State &s = *state_;
+  for (size_t i = 0; i < n; ++i) {
+    const std::int32_t b = blocks[i];
+    const std::uint32_t refs = b >= 0 && size_t(b) < s.high ? s.refs[size_t(b)] : 0;
+    out[i] = refs > 0 ? s.stamps[size_t(b)] : 0;
+    if (holders)
+      holders[i] = refs;
+  }
 }
 
 void KvPool::Give(std::int32_t block) {

@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "checked_size.h"
+#include "pig/runtime/index_share.h"
 
 namespace pig::runtime {
 namespace {
@@ -151,12 +152,24 @@ LshAttention::LshAttention(const AttentionSpec &spec, const AttentionShape &shap
     : spec_(Checked(spec, shape)), cache_(shape, spec.kv_dtype, std::move(pool)),
       layers_(LshLayers::Shared(spec, shape.n_layers, shape.head_dim)), set_(layers_->dense_set()),
       index_(shape.n_layers * shape.n_kv_heads), cached_(shape.n_layers, 0),
-      per_kvh_(shape.n_kv_heads) {}
+      per_kvh_(shape.n_kv_heads) {
+  // What makes two sequences' codes of one key agree besides the key: the index parameters. An
+  // engine's pool (vLLM) names blocks this process cannot stamp: nothing is shared there.
+  if (spec_.mean_window > 0 && spec_.transform.identity() && !cache_.pool().external()) {
+    std::ostringstream key;
+    // (The window is the request's: IndexShare matches a base's mean to it.)
+    key << spec_.seed << ' ' << shape.head_dim << ' ' << spec_.sink << ' ' << spec_.local;
+    for (const LayerLsh &c : spec_.LayerChoices(shape.n_layers))
+      key << ' ' << c.str();
+    share_key_ = key.str();
+  }
+}
 
 void LshAttention::Reset() {
   for (auto &ix : index_)
     ix.reset();
   std::fill(cached_.begin(), cached_.end(), 0);
+  attached_ = 0;
   total_ = {};
   decode_steps_ = 0;
 }
@@ -170,7 +183,14 @@ void LshAttention::LoadPrefix(const KvCache &src, size_t n) {
 void LshAttention::AttachPrefix(const std::int32_t *blocks, size_t n_blocks) {
   Reset();
   cache_.Attach(blocks, n_blocks);
-  std::fill(cached_.begin(), cached_.end(), n_blocks * cache_.pool().block_tokens());
+  attached_ = n_blocks * cache_.pool().block_tokens();
+  std::fill(cached_.begin(), cached_.end(), attached_);
+}
+
+size_t LshAttention::MeanWindow() const {
+  if (spec_.mean_window != AttentionSpec::kMeanOfPrefix)
+    return spec_.mean_window;
+  return attached_ > spec_.sink ? attached_ - spec_.sink : 0; // no prefix: all the keys
 }
 
 size_t LshAttention::Indexable(size_t n_tokens) const {
@@ -183,11 +203,50 @@ size_t LshAttention::Indexable(size_t n_tokens) const {
 void LshAttention::BuildSlot(size_t layer, size_t kvh, size_t n) {
   const AttentionShape &sh = cache_.shape();
   const Config &cfg = *layers_->layer(layer);
-  auto &slot = index_[layer * sh.n_kv_heads + kvh];
+  const size_t unit = layer * sh.n_kv_heads + kvh;
+  auto &slot = index_[unit];
   const lsh::KvRows rows = cache_.Rows(layer, kvh);
-  slot = lsh::LshIndex::build(cfg.set, rows.k, rows.dtype, rows.paged, n, *cfg.W,
-                              lsh::StaticTokens{spec_.sink, spec_.local}, spec_.transform);
-  slot->drop_codes();
+  const lsh::StaticTokens st{spec_.sink, spec_.local, MeanWindow()};
+  IndexShare::Share share;
+  if (!share_key_.empty()) {
+    // The full blocks of [0, n), their stamps, and how many lead that others hold too.
+    const KvPool &pool = cache_.pool();
+    const size_t bs = pool.block_tokens();
+    const size_t nb = std::min(cache_.blocks().size(), n / bs);
+    thread_local std::vector<std::uint64_t> stamps;
+    thread_local std::vector<std::uint32_t> holders;
+    stamps.resize(nb);
+    holders.resize(nb);
+    pool.Stamps(cache_.blocks().data(), nb, stamps.data(), holders.data());
+    size_t shared = 0;
+    while (shared < nb && holders[shared] >= 2)
+      ++shared;
+    IndexShare::Request r{
+        share_key_, unit, index_.size(), cache_.blocks().data(), stamps.data(), nb, shared, bs,
+        st,         n};
+    share = pool.shared_indexes().Acquire(r);
+  }
+  if (share.build > 0) {
+    std::shared_ptr<const lsh::LshIndex> base;
+    try {
+      base = lsh::LshIndex::freeze(lsh::LshIndex::build(
+          cfg.set, rows.k, rows.dtype, rows.paged, st.sink + share.build + st.local, *cfg.W, st));
+    } catch (...) {
+      cache_.pool().shared_indexes().Abandon(share);
+      throw;
+    }
+    cache_.pool().shared_indexes().Publish(share, base);
+    share.base = std::move(base);
+    share.limit = share.build;
+  }
+  if (share.base) {
+    slot = lsh::LshIndex::on(std::move(share.base), share.limit);
+    slot->extend(cfg.set, rows.k, rows.dtype, rows.paged, n, *cfg.W); // this sequence's own
+  } else {
+    slot = lsh::LshIndex::build(cfg.set, rows.k, rows.dtype, rows.paged, n, *cfg.W, st,
+                                spec_.transform);
+    slot->drop_codes();
+  }
   // Room for the whole capacity, so that no step reallocates the tables; an engine's capacity
   // (PagedLshAttention: its longest sequence) is no measure of one sequence's, so there the
   // tables grow as they fill.
@@ -252,10 +311,15 @@ AttentionStats LshAttention::stats() const {
   AttentionStats s;
   static_cast<CostCounters &>(s) = total_;
   s.decode_steps = decode_steps_;
+  std::vector<const lsh::LshIndex *> bases;
   for (const auto &ix : index_)
     if (ix) {
       s.index_bytes += ix->bytes();
       s.hash_bytes += ix->fitted() ? ix->fitted()->bytes() : 0;
+      if (ix->base() && std::find(bases.begin(), bases.end(), ix->base()) == bases.end()) {
+        bases.push_back(ix->base());
+        s.shared_index_bytes += ix->base()->bytes();
+      }
     }
   s.kernels = layers_->describe();
   return s;

@@ -81,16 +81,17 @@ LshIndex LshIndex::build(const LshKernelSet &set, const void *keys, DType dtype,
   const std::size_t count = all_static ? 0 : n - st.sink - st.local;
   ix.layout_ = IndexLayout::of(count, W.K(), W.L());
   ix.mean_.assign(d, 0.0f);
+  ix.mean_count_ = count > 0 ? ref::mean_count(count, n - ix.begin_, st.mean_window) : 0;
   if (count > 0) {
     std::vector<double> acc(d, 0.0);
     std::vector<float> row(d);
-    for (std::size_t i = 0; i < count; ++i) {
+    for (std::size_t i = 0; i < ix.mean_count_; ++i) {
       row_to_f32(keys, dtype, paged, ix.begin_ + i, d, row.data());
       for (std::size_t j = 0; j < d; ++j)
         acc[j] += double(row[j]);
     }
     for (std::size_t j = 0; j < d; ++j)
-      ix.mean_[j] = float(acc[j] / double(count));
+      ix.mean_[j] = float(acc[j] / double(ix.mean_count_));
   }
   ix.codes_.assign(count * std::size_t(W.L()), 0);
   std::vector<float> mapped; // fitted hashing: k' of the indexed keys, hashed instead
@@ -209,11 +210,42 @@ std::size_t FittedHash::bytes() const {
 }
 
 IndexView LshIndex::view() const {
-  return IndexView{layout_.K, layout_.L, begin_, layout_.count, offsets_.data(), ids_.data()};
+  return IndexView{layout_.K,     layout_.L,       begin_ + base_count_,
+                   layout_.count, offsets_.data(), ids_.data()};
+}
+
+std::shared_ptr<const LshIndex> LshIndex::freeze(LshIndex built) {
+  if (built.fitted_ || built.base_ || built.tail_count() > 0)
+    throw std::invalid_argument("LshIndex::freeze: only a plain index without a base and with no "
+                                "unmerged tail can be shared");
+  built.codes_ = {};
+  return std::make_shared<const LshIndex>(std::move(built));
+}
+
+LshIndex LshIndex::on(std::shared_ptr<const LshIndex> base, std::size_t limit) {
+  if (!base)
+    throw std::invalid_argument("LshIndex::on: no base");
+  if (limit > base->layout_.count || limit == 0)
+    throw std::invalid_argument("LshIndex::on: " + std::to_string(limit) +
+                                " tokens of a base that indexes " +
+                                std::to_string(base->layout_.count));
+  LshIndex ix;
+  ix.begin_ = base->begin_;
+  ix.local_ = base->local_;
+  ix.K_ = base->K_;
+  ix.L_ = base->L_;
+  ix.mean_ = base->mean_;
+  ix.mean_count_ = base->mean_count_;
+  ix.base_count_ = limit;
+  ix.n_ = ix.begin_ + limit + ix.local_;
+  ix.layout_ = IndexLayout::of(0, ix.K_, ix.L_);
+  ix.base_ = std::move(base);
+  return ix;
 }
 
 void LshIndex::reserve(std::size_t capacity) {
   const std::size_t L = std::size_t(L_), stride = (std::size_t(1) << K_) + 1;
+  capacity -= std::min(capacity, base_count_); // the base's tokens are not this index's
   const std::size_t segments = (capacity + kSegmentTokens - 1) / kSegmentTokens;
   ids_.reserve(capacity * L);
   offsets_.reserve(segments * L * stride);

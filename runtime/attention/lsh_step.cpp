@@ -37,38 +37,86 @@ std::size_t retrieve_step(const LshKernelSet &set, const LshIndex &index, const 
   return retrieve_encoded(set, index, t, scratch, buf, G, stats);
 }
 
+namespace {
+
+// set.retrieve of one sorted view, its tokens appended at buf[n, ...): returns the new n and adds
+// each head's hits to per_head.
+std::size_t RetrieveView(const LshKernelSet &set, const IndexView &view, int G, int t,
+                         RetrievalScratch &scratch, StepBuffers &buf, std::uint8_t *masks,
+                         std::size_t n, std::size_t *per_head) {
+  if (view.count == 0)
+    return n;
+  if (scratch.capacity() < view.count)
+    throw std::invalid_argument("retrieve_step: retrieval scratch too small");
+  std::size_t found = 0, heads[kMaxGroup] = {};
+  RetrieveArgs ra;
+  ra.index = view;
+  ra.query_codes = buf.qcodes.data();
+  ra.G = G;
+  ra.t = t;
+  ra.state = scratch.state();
+  ra.tokens = buf.tokens.data() + n;
+  ra.masks = masks ? masks + n : nullptr;
+  ra.count = &found;
+  ra.per_head = heads;
+  set.retrieve(ra);
+  for (int h = 0; h < G; ++h)
+    per_head[h] += heads[h];
+  return n + found;
+}
+
+// Index traffic of walking one sorted view: per head and table, the two offsets and the ids of
+// the query's bucket in every segment.
+double WalkBytes(const IndexView &ix, const std::uint16_t *qcodes, int G) {
+  const std::size_t L = std::size_t(ix.L), stride = (std::size_t(1) << ix.K) + 1;
+  double bytes = 0;
+  for (std::size_t s0 = 0, s = 0; s0 < ix.count; s0 += kSegmentTokens, ++s) {
+    const std::uint16_t *off = ix.offsets + s * L * stride;
+    for (int h = 0; h < G; ++h) {
+      const std::uint16_t *qc = qcodes + std::size_t(h) * L;
+      for (std::size_t l = 0; l < L; ++l) {
+        const std::uint16_t *o = off + l * stride + qc[l];
+        bytes += 4.0 + 2.0 * double(o[1] - o[0]);
+      }
+    }
+  }
+  return bytes;
+}
+
+} // namespace
+
 std::size_t retrieve_encoded(const LshKernelSet &set, const LshIndex &index, int t,
                              RetrievalScratch &scratch, StepBuffers &buf, int G, StepStats *stats) {
   if (G < 1 || G > kMaxGroup)
     throw std::invalid_argument("retrieve_step: group of " + std::to_string(G) + " heads");
-  const std::size_t L = std::size_t(index.L()), sorted = index.layout().count;
-  const std::size_t count = index.count();
+  const std::size_t L = std::size_t(index.L());
+  const LshIndex *base = index.base();
   if (buf.qcodes.size() < std::size_t(G) * L)
     throw std::invalid_argument("retrieve_step: no query codes");
-  if (scratch.capacity() < sorted)
-    throw std::invalid_argument("retrieve_step: retrieval scratch too small");
-  buf.tokens.resize(std::max<std::size_t>(count, 1));
-  buf.masks.resize(std::max<std::size_t>(count, 1));
+  // A base's walk returns its tokens past base_count() too, before they are dropped.
+  const std::size_t room = index.count() + (base ? base->count() - index.base_count() : 0);
+  buf.tokens.resize(std::max<std::size_t>(room, 1));
+  buf.masks.resize(std::max<std::size_t>(room, 1));
   std::size_t n_union = 0, per_head[kMaxGroup] = {};
   std::uint8_t *masks = G > 1 ? buf.masks.data() : nullptr;
-  if (sorted > 0) {
-    RetrieveArgs ra;
-    ra.index = index.view();
-    ra.query_codes = buf.qcodes.data();
-    ra.G = G;
-    ra.t = t;
-    ra.state = scratch.state();
-    ra.tokens = buf.tokens.data();
-    ra.masks = masks;
-    ra.count = &n_union;
-    ra.per_head = per_head;
-    set.retrieve(ra);
+  if (base) {
+    // Sorted ascending: the tokens of the base that are not this sequence's are the last ones.
+    n_union = RetrieveView(set, base->view(), G, t, scratch, buf, masks, 0, per_head);
+    const std::uint32_t bound = std::uint32_t(index.sink_end() + index.base_count());
+    const std::size_t kept =
+        std::size_t(std::lower_bound(buf.tokens.data(), buf.tokens.data() + n_union, bound) -
+                    buf.tokens.data());
+    for (std::size_t i = kept; i < n_union; ++i)
+      for (int h = 0; h < G; ++h)
+        per_head[h] -= masks ? (masks[i] >> h) & 1u : 1u;
+    n_union = kept;
   }
+  n_union = RetrieveView(set, index.view(), G, t, scratch, buf, masks, n_union, per_head);
   if (index.tail_count() > 0) {
     RetrieveTailArgs ta;
     ta.codes = index.tail_codes();
     ta.count = index.tail_count();
-    ta.first = index.sink_end() + sorted;
+    ta.first = index.tail_begin();
     ta.L = int(L);
     ta.query_codes = buf.qcodes.data();
     ta.G = G;
@@ -82,23 +130,12 @@ std::size_t retrieve_encoded(const LshKernelSet &set, const LshIndex &index, int
   if (stats) {
     stats->sampled_union = n_union;
     std::copy(per_head, per_head + G, stats->sampled_per_head);
-    stats->indexed = count;
-    // Index traffic: per head and table, the two offsets and the ids of the query's bucket in
-    // every segment; the tail's codes once for the group.
+    stats->indexed = index.count();
+    // The tail's codes are read once for the group.
     double bytes = 2.0 * double(index.tail_count() * L);
-    const IndexView ix = index.view();
-    const std::size_t stride = (std::size_t(1) << ix.K) + 1;
-    for (std::size_t s0 = 0, s = 0; s0 < sorted; s0 += kSegmentTokens, ++s) {
-      const std::uint16_t *off = ix.offsets + s * L * stride;
-      for (int h = 0; h < G; ++h) {
-        const std::uint16_t *qc = buf.qcodes.data() + std::size_t(h) * L;
-        for (std::size_t l = 0; l < L; ++l) {
-          const std::uint16_t *o = off + l * stride + qc[l];
-          bytes += 4.0 + 2.0 * double(o[1] - o[0]);
-        }
-      }
-    }
-    stats->index_bytes_read = bytes;
+    if (base)
+      bytes += WalkBytes(base->view(), buf.qcodes.data(), G);
+    stats->index_bytes_read = bytes + WalkBytes(index.view(), buf.qcodes.data(), G);
   }
   return n_union;
 }

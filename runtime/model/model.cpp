@@ -1,5 +1,7 @@
 #include "pig/runtime/model.h"
 
+#include "pig/runtime/index_share.h"
+
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -545,14 +547,29 @@ size_t LlamaBatch::EvictPrefix(size_t bytes) {
     if (prefix_[i]) {
       const size_t bb = pools_[i]->BlockBytes();
       freed += prefix_[i]->Evict((bytes - freed + bb - 1) / bb) * bb;
+      pools_[i]->shared_indexes().Collect(*pools_[i]);
     }
   return freed;
 }
 
 void LlamaBatch::ClearPrefixCache() {
-  for (const auto &p : prefix_)
-    if (p)
-      p->Clear();
+  for (size_t i = 0; i < prefix_.size(); ++i)
+    if (prefix_[i]) {
+      prefix_[i]->Clear();
+      pools_[i]->shared_indexes().Clear();
+    }
+}
+
+IndexShare::Stats LlamaBatch::SharedIndexStats() const {
+  IndexShare::Stats t;
+  for (const auto &p : pools_) {
+    const IndexShare::Stats s = p->shared_indexes().stats();
+    t.nodes += s.nodes;
+    t.bytes += s.bytes;
+    t.hits += s.hits;
+    t.builds += s.builds;
+  }
+  return t;
 }
 
 size_t LlamaBatch::KvResidentBytes() const {

@@ -310,11 +310,12 @@ void Engine::Admit() {
       if (active_.size() + admit.size() >= opts_.max_running)
         break;
       if (opts_.memory_budget) {
-        // Cached prefixes count against the budget too: those no request holds make room.
-        const size_t cached = batch_.PrefixStats().bytes;
-        if (reserved_ + w.reserved + cached > opts_.memory_budget)
-          batch_.EvictPrefix(reserved_ + w.reserved + cached - opts_.memory_budget);
-        if (reserved_ + w.reserved + batch_.PrefixStats().bytes > opts_.memory_budget)
+        // Cached prefixes count against the budget too, with the indexes shared over them:
+        // those no request holds make room (an index goes with its blocks).
+        auto cached = [&] { return batch_.PrefixStats().bytes + batch_.SharedIndexStats().bytes; };
+        if (const size_t c = cached(); reserved_ + w.reserved + c > opts_.memory_budget)
+          batch_.EvictPrefix(reserved_ + w.reserved + c - opts_.memory_budget);
+        if (reserved_ + w.reserved + cached() > opts_.memory_budget)
           break; // first come, first served: nothing overtakes the head of the queue
       }
       reserved_ += w.reserved;
@@ -450,6 +451,7 @@ void Engine::UpdateMemoryGauges() {
   const MemoryByMethod bytes = ActiveMemory();
   const size_t resident = batch_.KvResidentBytes();
   const runtime::PrefixCache::Stats prefix = batch_.PrefixStats();
+  const runtime::IndexShare::Stats shared = batch_.SharedIndexStats();
   std::lock_guard lock(mu_);
   SetMemoryGauges(bytes);
   metrics_.kv_resident = resident;
@@ -462,6 +464,9 @@ void Engine::UpdateMemoryGauges() {
   metrics_.prefix_disk_writes = prefix.disk_writes;
   metrics_.prefix_disk_rejected = prefix.disk_rejected;
   metrics_.prefix_disk_bytes = prefix.disk_bytes;
+  metrics_.shared_index_bytes = shared.bytes;
+  metrics_.shared_index_builds = shared.builds;
+  metrics_.shared_index_hits = shared.hits;
 }
 
 void Engine::SetMemoryGauges(const MemoryByMethod &bytes) {

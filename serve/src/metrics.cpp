@@ -150,6 +150,16 @@ std::string ServerMetrics::Render() const {
   out += "pig_prefix_cache_disk_rejected_total " + Num(prefix_disk_rejected) + "\n";
   Head(out, "pig_prefix_cache_disk_bytes", "gauge", "Bytes of the disk tier's files.");
   out += "pig_prefix_cache_disk_bytes " + Num(prefix_disk_bytes) + "\n";
+  Head(out, "pig_shared_index_bytes", "gauge",
+       "LSH index bytes over cached prefixes that requests stand on (each once; not in "
+       "pig_index_bytes).");
+  out += "pig_shared_index_bytes " + Num(shared_index_bytes) + "\n";
+  Head(out, "pig_shared_index_builds_total", "counter",
+       "(layer, kv-head) indexes built over a cached prefix for requests to share.");
+  out += "pig_shared_index_builds_total " + Num(shared_index_builds) + "\n";
+  Head(out, "pig_shared_index_hits_total", "counter",
+       "(layer, kv-head) indexes a request stood on instead of building them.");
+  out += "pig_shared_index_hits_total " + Num(shared_index_hits) + "\n";
   Head(out, "pig_engine_steps_total", "counter", "Forward passes of the scheduler.");
   out += "pig_engine_steps_total " + Num(steps) + "\n";
   Head(out, "pig_engine_step_seconds_total", "counter", "Time spent in scheduler steps.");

@@ -32,6 +32,7 @@ const std::map<std::string, Values> kValues = {
     {"transform", {"whiten:a=0.25", "rotate"}},
     {"sink", {"2", "33554432"}},
     {"local", {"32", "16777217"}},
+    {"mean_window", {"1024", "16777217"}},
     {"dense_layers", {"0,3", "0,x"}},
     {"budget", {"0.1", "1.5"}},
     {"hybrid", {"head=0.5:floor=0.2", "head=-1"}},
@@ -42,7 +43,7 @@ const std::map<std::string, Values> kValues = {
 // Python's value of a field: its numbers as numbers (sink=2, budget=0.1), its text as text.
 FieldValue PythonValue(const AttentionField &f, const std::string &text) {
   const std::string name = f.name;
-  if (name == "sink" || name == "local")
+  if (name == "sink" || name == "local" || name == "mean_window")
     return std::uint64_t(std::strtoull(text.c_str(), nullptr, 10));
   if (name == "budget")
     return std::strtod(text.c_str(), nullptr);
@@ -78,7 +79,8 @@ std::string Describe(const AttentionSpec &s) {
          " schedule=" + s.schedule.str() + " dense=" + dense +
          (s.dense_layers_set ? " set" : " unset") + " K=" + std::to_string(s.K) +
          " L=" + std::to_string(s.L) + " t=" + std::to_string(s.t) +
-         " sink=" + std::to_string(s.sink) + " local=" + std::to_string(s.local);
+         " sink=" + std::to_string(s.sink) + " local=" + std::to_string(s.local) +
+         " mean_window=" + std::to_string(s.mean_window);
 }
 
 TEST(AttentionFields, EveryFieldIsAnOptionWithTheTablesHelp) {
@@ -114,10 +116,12 @@ TEST(AttentionFields, EachFrontEndTakesItsFields) {
     EXPECT_TRUE(pig::app::Takes(f, Front::kCommandLine));
     EXPECT_EQ(kValues.count(f.name), 1u) << f.name << ": give the test its values";
   }
-  EXPECT_EQ(request, (std::vector<std::string>{"attention", "lsh", "transform", "sink", "local",
-                                               "dense_layers", "budget", "schedule", "kv"}));
-  EXPECT_EQ(python, (std::vector<std::string>{"method", "lsh", "transform", "sink", "local",
-                                              "dense_layers", "budget", "hybrid", "kv"}));
+  EXPECT_EQ(request,
+            (std::vector<std::string>{"attention", "lsh", "transform", "sink", "local",
+                                      "mean_window", "dense_layers", "budget", "schedule", "kv"}));
+  EXPECT_EQ(python,
+            (std::vector<std::string>{"method", "lsh", "transform", "sink", "local", "mean_window",
+                                      "dense_layers", "budget", "hybrid", "kv"}));
   EXPECT_EQ(pig::app::SpellingOf(pig::app::FieldNamed("dense_layers"), Front::kCommandLine),
             "--dense-layers");
   EXPECT_EQ(pig::app::SpellingOf(pig::app::FieldNamed("dense_layers"), Front::kRequest),

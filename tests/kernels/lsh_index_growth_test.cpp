@@ -5,13 +5,16 @@
 // mean, for several queries and group sizes.
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <random>
 #include <stdexcept>
+#include <string>
 #include <vector>
 
 #include <gtest/gtest.h>
 
 #include "pig/reference/lsh.h"
+#include "pig/reference/magicpig.h"
 #include "pig/reference/random.h"
 #include "pig/reference/transform.h"
 #include "pig/runtime/lsh_index.h"
@@ -236,3 +239,116 @@ TEST(LshIndexGrowth, RetrievalSurvivesEpochWraparound) {
 }
 
 } // namespace
+
+// Prefix sharing (LshIndex::freeze / on; index_share.h): an index that stands on another
+// sequence's frozen index over shared positions, plus its own part, retrieves exactly what one
+// index built over the whole sequence retrieves (tokens, head masks, per-head counts; the fused
+// pass bit for bit), for bases cut at several points, while both grow; the mean of a window is
+// pig::ref::build_index's.
+TEST(LshIndexShare, AnIndexOnASharedBaseRetrievesWhatTheWholeIndexRetrieves) {
+  const std::size_t d = 16, sink = 4, local = 16, window = 40;
+  const int K = 5, L = 8, t = 2;
+  const std::size_t n_end = 1400;
+  std::mt19937 rng(7);
+  std::normal_distribution<float> nd;
+  std::vector<float> keys(n_end * d), values(n_end * d);
+  for (std::size_t i = 0; i < n_end; ++i)
+    for (std::size_t j = 0; j < d; ++j) {
+      // Runs of equal keys (every key of a run collides with the same queries) and an offset.
+      keys[i * d + j] = i % 50 > 0 && i % 50 < 10 ? keys[(i - i % 50) * d + j] : nd(rng) + 0.7f;
+      values[i * d + j] = nd(rng);
+    }
+  const LshKernelSet set = generic_kernel_set();
+  const SimHash W(11, d, K, L);
+  const StaticTokens st{sink, local, window};
+  // The mean is the reference's over the window only.
+  const ref::OwnedMatrix Km = [&] {
+    ref::OwnedMatrix m(n_end, d);
+    std::copy(keys.begin(), keys.end(), m.data.begin());
+    return m;
+  }();
+  const ref::LshIndex rix =
+      ref::build_index(Km.view(), ref::simhash_matrix(11, d, K, L).view(),
+                       ref::LshConfig{K, L, t, 11}, ref::StaticConfig{sink, local, window});
+  EXPECT_EQ(LshIndex::build(set, keys.data(), DType::f32, n_end, W, st).mean(), rix.mean);
+  EXPECT_EQ(rix.mean, ref::mean_of_rows(Km.view(), sink, sink + window));
+
+  // A window longer than the indexed range reaches into the local window: still the keys
+  // [sink, sink + window), which every sequence holding those positions has.
+  {
+    const std::size_t short_n = sink + window + 5; // 29 indexed keys
+    const ref::OwnedMatrix Ks = [&] {
+      ref::OwnedMatrix m(short_n, d);
+      std::copy(keys.begin(), keys.begin() + std::ptrdiff_t(short_n * d), m.data.begin());
+      return m;
+    }();
+    const LshIndex ix = LshIndex::build(set, keys.data(), DType::f32, short_n, W, st);
+    EXPECT_EQ(ix.mean_count(), window);
+    EXPECT_EQ(ix.mean(), ref::mean_of_rows(Km.view(), sink, sink + window));
+    EXPECT_EQ(ix.mean(),
+              ref::build_index(Ks.view(), ref::simhash_matrix(11, d, K, L).view(),
+                               ref::LshConfig{K, L, t, 11}, ref::StaticConfig{sink, local, window})
+                  .mean);
+  }
+  const std::size_t base_n = 700; // the sequence that built the base had 700 positions
+  const auto base = LshIndex::freeze(LshIndex::build(set, keys.data(), DType::f32, base_n, W, st));
+  ASSERT_EQ(base->layout().count, base_n - sink - local);
+  LogUTableData log_u(K, L, t);
+  RetrievalScratch scratch(n_end);
+  StepBuffers bw, bs;
+  std::vector<float> q(3 * d), ow(3 * d), os(3 * d), lw(3), ls(3);
+  for (std::size_t limit : {window, std::size_t(333), base->layout().count}) {
+    for (std::size_t n0 : {sink + limit + local, std::size_t(900)}) {
+      LshIndex whole = LshIndex::build(set, keys.data(), DType::f32, n0, W, st);
+      LshIndex shared = LshIndex::on(base, limit);
+      shared.extend(set, keys.data(), DType::f32, n0, W);
+      ASSERT_EQ(shared.count(), whole.count());
+      ASSERT_EQ(shared.mean(), whole.mean());
+      ASSERT_EQ(shared.base_count(), limit);
+      for (std::size_t n = n0; n <= n_end; n += 131) {
+        whole.extend(set, keys.data(), DType::f32, n, W);
+        shared.extend(set, keys.data(), DType::f32, n, W);
+        for (int G : {1, 3}) {
+          for (auto &x : q)
+            x = nd(rng) + 0.7f;
+          const KvRows rows{keys.data(), values.data(), DType::f32, d, {}};
+          StepStats sw, ss;
+          sampled_step(set, whole, W, log_u, t, scratch, bw,
+                       {q.data(), G, 0.3f, ow.data(), lw.data()}, rows, &sw);
+          sampled_step(set, shared, W, log_u, t, scratch, bs,
+                       {q.data(), G, 0.3f, os.data(), ls.data()}, rows, &ss);
+          const std::string at = "limit " + std::to_string(limit) + " n " + std::to_string(n) +
+                                 " G " + std::to_string(G);
+          ASSERT_EQ(ss.sampled_union, sw.sampled_union) << at;
+          ASSERT_GT(sw.sampled_union, 0u) << at;
+          for (int h = 0; h < G; ++h)
+            ASSERT_EQ(ss.sampled_per_head[h], sw.sampled_per_head[h]) << at;
+          ASSERT_TRUE(std::equal(bw.tokens.begin(),
+                                 bw.tokens.begin() + std::ptrdiff_t(sw.sampled_union),
+                                 bs.tokens.begin()))
+              << at;
+          if (G > 1) {
+            ASSERT_TRUE(std::equal(bw.masks.begin(),
+                                   bw.masks.begin() + std::ptrdiff_t(sw.sampled_union),
+                                   bs.masks.begin()))
+                << at;
+          }
+          ASSERT_EQ(std::memcmp(ow.data(), os.data(), std::size_t(G) * d * sizeof(float)), 0) << at;
+          ASSERT_EQ(std::memcmp(lw.data(), ls.data(), std::size_t(G) * sizeof(float)), 0) << at;
+        }
+      }
+      EXPECT_LT(shared.bytes(), whole.bytes()); // the base's tables are not its own
+    }
+  }
+  // What cannot be shared, or stood on.
+  EXPECT_THROW(LshIndex::on(base, base->layout().count + 1), std::invalid_argument);
+  EXPECT_THROW(LshIndex::on(base, 0), std::invalid_argument);
+  EXPECT_THROW(LshIndex::on(nullptr, window), std::invalid_argument);
+  LshIndex grown = LshIndex::build(set, keys.data(), DType::f32, 400, W, st);
+  grown.extend(set, keys.data(), DType::f32, 410, W); // a tail not merged yet
+  EXPECT_THROW(LshIndex::freeze(std::move(grown)), std::invalid_argument);
+  EXPECT_THROW(LshIndex::freeze(LshIndex::build(set, keys.data(), DType::f32, 400, W, st,
+                                                ref::TransformSpec::parse("whiten:a=0.25"))),
+               std::invalid_argument);
+  EXPECT_THROW(LshIndex::freeze(LshIndex::on(base, window)), std::invalid_argument);
+}

@@ -55,8 +55,8 @@ RUNTIME_USES_OF_REFERENCE = {
                   "runtime's q8 rows are the oracle's (kv_cache, lsh_generic, hybrid_attend, "
                   "budget_attention)",
     "lsh.h": "simhash_matrix (W from the reference's RNG: the runtime hashes bit-identically), "
-             "log_collision_probability (MagicPIG's weights 1/u), mean_of_rows (the centring "
-             "mean, accumulated as the oracle does)",
+             "log_collision_probability (MagicPIG's weights 1/u), mean_of_rows and mean_count (the "
+             "centring mean over its window, accumulated as the oracle does)",
     "random.h": "Rng: oracle sampling's draws (budget_attention), seeded as pig::ref's",
     "transform.h": "fitted hashing: fit_transform / fit_stride / HashTransform, the map the "
                    "oracle fits, held by lsh_index.h's FittedHash",

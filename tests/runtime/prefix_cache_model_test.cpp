@@ -12,6 +12,7 @@
 
 #include "model_util.h"
 #include "pig/runtime/attention.h"
+#include "pig/runtime/index_share.h"
 #include "pig/runtime/model.h"
 #include "pig/runtime/sampler.h"
 
@@ -94,6 +95,120 @@ TEST(PrefixCache, AHitGivesTheLogitsOfPrefillingTheWholePrompt) {
     batch.ClearPrefixCache();
     EXPECT_EQ(batch.KvPoolOf(k.dtype)->taken_blocks(), 0u) << what;
     EXPECT_EQ(batch.KvPoolOf(k.dtype)->reserved_blocks(), 0u) << what;
+  }
+}
+
+// MagicPIG with a mean window (index_share.h): A's first decode step builds the index over the
+// document's cached blocks once and publishes it; B and C, which attach the document and decode
+// together in one step, stand on it and index only their own positions. Their logits are those
+// of the same requests without the cache, bit for bit; the document's index exists once.
+TEST(PrefixCache, SequencesOnOneDocumentShareItsLshIndex) {
+  PIG_REQUIRE_MODEL();
+  auto m = testing::LoadModel();
+  const LlamaConfig &c = m->config();
+  const size_t vocab = c.vocab, n_new = 5;
+  ThreadPool pool(2);
+  std::vector<int32_t> doc;
+  for (size_t i = 0; i < 300; ++i)
+    doc.push_back(int32_t(300 + (i * 7919) % 20000));
+  auto ask = [&](std::initializer_list<int32_t> q) {
+    std::vector<int32_t> p = doc;
+    p.insert(p.end(), q);
+    return p;
+  };
+  const std::vector<int32_t> qa = ask({11, 12, 13, 14, 15}), qb = ask({21, 22, 23}),
+                             qc = ask({31, 32, 33, 34, 35, 36, 37});
+  for (const size_t window : {size_t(32), AttentionSpec::kMeanOfPrefix}) {
+    AttentionSpec spec;
+    spec.method = spec::Method::magicpig;
+    spec.local = 16;
+    spec.mean_window = window;
+    // mean_window = prefix: B and C centre on the mean of the prefix they attached (256 positions),
+    // as the same requests do without the cache when told that window.
+    AttentionSpec plain_spec = spec;
+    if (window == AttentionSpec::kMeanOfPrefix) {
+      spec.local = 64; // B's 47 own positions are fewer: the window reaches into the local window
+      plain_spec.local = 64;
+      plain_spec.mean_window = 256 - spec.sink;
+    }
+    const std::string what = "mean window " + spec.MeanWindowName();
+    const size_t cap = 320;
+    const AttentionShape shape{c.n_layers, c.n_heads, c.n_kv_heads, c.head_dim, cap};
+    // Greedy decoding of several sequences stepped together; logits of every step.
+    auto decode = [&](LlamaBatch &batch, std::vector<size_t> seqs,
+                      std::vector<std::vector<float>> first) {
+      std::vector<std::vector<std::vector<float>>> out(seqs.size());
+      std::vector<int32_t> tok(seqs.size());
+      std::vector<float> logits(seqs.size() * vocab);
+      for (size_t i = 0; i < n_new; ++i) {
+        for (size_t s = 0; s < seqs.size(); ++s) {
+          out[s].push_back(first[s]);
+          tok[s] = ArgMax(first[s].data(), vocab);
+        }
+        batch.Step(tok.data(), seqs.data(), seqs.size(), logits.data());
+        for (size_t s = 0; s < seqs.size(); ++s)
+          first[s].assign(logits.begin() + std::ptrdiff_t(s * vocab),
+                          logits.begin() + std::ptrdiff_t((s + 1) * vocab));
+      }
+      return out;
+    };
+    auto prefill = [&](LlamaBatch &batch, size_t seq, const std::vector<int32_t> &p, size_t from) {
+      std::vector<float> logits(vocab);
+      batch.Prefill(seq, p.data() + from, p.size() - from, logits.data());
+      return logits;
+    };
+    // Without the cache: B and C alone.
+    std::vector<std::vector<std::vector<float>>> want;
+    for (const auto *p : {&qb, &qc}) {
+      LlamaBatch plain(*m, pool, LlamaBatch::Options{});
+      const size_t s = plain.Add(MakeAttention(plain_spec, shape, plain.KvPoolOf(DType::bf16)));
+      want.push_back(decode(plain, {s}, {prefill(plain, s, *p, 0)})[0]);
+      EXPECT_EQ(plain.SharedIndexStats().nodes, 0u); // no cache, nothing shared
+    }
+    LlamaBatch::Options o;
+    o.prefix_cache = true;
+    LlamaBatch batch(*m, pool, o);
+    const size_t a = batch.Add(MakeAttention(spec, shape, batch.KvPoolOf(DType::bf16)));
+    const auto la = prefill(batch, a, qa, 0);
+    batch.CachePrompt(a, qa.data(), qa.size());
+    // A's first step builds the document's index and publishes it (a fixed window); with the
+    // prefix's mean A, which attached nothing, centres on all its keys and keeps its index.
+    decode(batch, {a}, {la});
+    const IndexShare::Stats after_a = batch.SharedIndexStats();
+    const bool a_shares = window != AttentionSpec::kMeanOfPrefix;
+    EXPECT_EQ(after_a.nodes, a_shares ? 1u : 0u) << what;
+    const size_t b = batch.Add(MakeAttention(spec, shape, batch.KvPoolOf(DType::bf16)));
+    const size_t cc = batch.Add(MakeAttention(spec, shape, batch.KvPoolOf(DType::bf16)));
+    ASSERT_EQ(batch.AttachCachedPrefix(b, qb.data(), qb.size()), 256u);
+    ASSERT_EQ(batch.AttachCachedPrefix(cc, qc.data(), qc.size()), 256u);
+    const auto lb = prefill(batch, b, qb, 256), lc = prefill(batch, cc, qc, 256);
+    const auto got = decode(batch, {b, cc}, {lb, lc});
+    for (size_t s = 0; s < 2; ++s)
+      for (size_t i = 0; i < n_new; ++i)
+        ASSERT_EQ(std::memcmp(got[s][i].data(), want[s][i].data(), vocab * sizeof(float)), 0)
+            << what << ", " << (s ? "C" : "B") << ", token " << i;
+    // B and C stood on one index over the document (A's, or the one B built): each holds only its
+    // own positions' tables.
+    const IndexShare::Stats after = batch.SharedIndexStats();
+    EXPECT_EQ(after.nodes, 1u) << what;
+    EXPECT_GT(after.bytes, 0u) << what;
+    const size_t units = after.builds; // one base per sparse (layer, kv-head)
+    EXPECT_GT(units, 0u) << what;
+    EXPECT_EQ(after.hits, a_shares ? 2 * units : units) << what;
+    for (size_t s : a_shares ? std::vector<size_t>{a, b, cc} : std::vector<size_t>{b, cc}) {
+      const AttentionStats st = batch.attention(s).stats();
+      EXPECT_EQ(st.shared_index_bytes, after.bytes) << what << " " << s;
+      EXPECT_LT(st.index_bytes, after.bytes / 4) << what << " " << s;
+    }
+    if (!a_shares) {
+      EXPECT_EQ(batch.attention(a).stats().shared_index_bytes, 0u) << what;
+    }
+    batch.Remove(a);
+    batch.Remove(b);
+    batch.Remove(cc);
+    batch.ClearPrefixCache();
+    EXPECT_EQ(batch.SharedIndexStats().nodes, 0u) << what;
+    EXPECT_EQ(batch.KvPoolOf(DType::bf16)->taken_blocks(), 0u) << what;
   }
 }
 

@@ -4,6 +4,8 @@
 // the model.
 #include <gtest/gtest.h>
 
+#include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <cstring>
 #include <filesystem>
@@ -11,11 +13,13 @@
 #include <memory>
 #include <stdexcept>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <unistd.h>
 
 #include "pig/runtime/attention.h"
+#include "pig/runtime/index_share.h"
 #include "pig/runtime/kv_cache.h"
 #include "pig/runtime/prefix_cache.h"
 #include "pig/spec/files.h"
@@ -239,6 +243,102 @@ TEST(PrefixCache, TheDiskTierServesAfterARestartAndRefusesBadFiles) {
     EXPECT_EQ(files, 1u);
   }
   std::filesystem::remove_all(dir);
+}
+
+// IndexShare (index_share.h) on its own: who builds, who waits and stands on the result, what a
+// changed block (a new stamp) or a short prefix refuses, and what Collect forgets.
+TEST(IndexShare, OneBuildsTheOthersWaitAndStandOnIt) {
+  auto pool = std::make_shared<KvPool>(Shape(0), DType::f32, 16, 16);
+  auto a = std::make_unique<KvCache>(Shape(128), DType::f32, pool);
+  Fill(*a, 0, 100, 1.0f); // 7 blocks, 6 full
+  const std::vector<std::int32_t> blocks = a->blocks();
+  for (size_t i = 0; i < 4; ++i)
+    pool->Share(blocks[i]); // a cache holds the first 4
+  std::vector<std::uint64_t> stamps(blocks.size());
+  std::vector<std::uint32_t> holders(blocks.size());
+  pool->Stamps(blocks.data(), blocks.size(), stamps.data(), holders.data());
+  EXPECT_EQ(holders[0], 2u);
+  EXPECT_EQ(holders[5], 1u);
+  IndexShare &share = pool->shared_indexes();
+  IndexShare::Request r{
+      "key", 1, 2, blocks.data(), stamps.data(), 6, 4, 16, lsh::StaticTokens{4, 16, 32}, 100};
+  // The first builds an index of 60 indexed tokens: the shared 64 positions less the sink.
+  const IndexShare::Share first = share.Acquire(r);
+  ASSERT_EQ(first.build, 60u);
+  ASSERT_FALSE(first.base);
+  // Another sequence over the same blocks waits until the build is published.
+  std::atomic<bool> done{false};
+  IndexShare::Share second;
+  std::thread waiter([&] {
+    second = share.Acquire(r);
+    done = true;
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  EXPECT_FALSE(done.load());
+  std::vector<float> rows(100 * 32);
+  for (size_t i = 0; i < rows.size(); ++i)
+    rows[i] = float((i * 7) % 13) - 6.0f;
+  const lsh::LshKernelSet set = lsh::generic_kernel_set();
+  const lsh::SimHash W(1, 32, 4, 4);
+  auto base = lsh::LshIndex::freeze(
+      lsh::LshIndex::build(set, rows.data(), DType::f32, 4 + 60 + 16, W, r.st));
+  share.Publish(first, base);
+  waiter.join();
+  EXPECT_EQ(second.base, base);
+  EXPECT_EQ(second.limit, 60u);
+  EXPECT_EQ(share.stats().builds, 1u);
+  EXPECT_EQ(share.stats().hits, 1u);
+  EXPECT_EQ(share.stats().bytes, base->bytes());
+  // Another key over blocks no one else holds enough of, or no window: nothing shared.
+  IndexShare::Request other = r;
+  other.key = "other";
+  other.shared_blocks = 2; // 32 positions < sink + window
+  IndexShare::Share none = share.Acquire(other);
+  EXPECT_TRUE(!none.base && none.build == 0);
+  other = r;
+  other.st.mean_window = 0;
+  none = share.Acquire(other);
+  EXPECT_TRUE(!none.base && none.build == 0);
+  // The node's other unit is built by whoever comes first; a failed build is built again.
+  IndexShare::Request u0 = r;
+  u0.unit = 0;
+  const IndexShare::Share failed = share.Acquire(u0);
+  EXPECT_EQ(failed.build, 60u);
+  share.Abandon(failed);
+  const IndexShare::Share building = share.Acquire(u0);
+  EXPECT_EQ(building.build, 60u);
+  // Every block given back and taken anew (the same ids, new stamps): the node no longer names
+  // what they hold, and a sequence over them builds a node of its own.
+  a.reset();
+  for (size_t i = 0; i < 4; ++i)
+    pool->Give(blocks[i]);
+  ASSERT_EQ(pool->taken_blocks(), 0u);
+  pool->Reserve(6);
+  std::vector<std::int32_t> again;
+  for (size_t i = 0; i < 6; ++i)
+    again.push_back(pool->Take());
+  EXPECT_EQ(again, std::vector<std::int32_t>(blocks.begin(), blocks.begin() + 6));
+  std::vector<std::uint64_t> now(6);
+  pool->Stamps(again.data(), 6, now.data());
+  for (size_t i = 0; i < 6; ++i)
+    EXPECT_NE(now[i], stamps[i]) << i;
+  IndexShare::Request fresh = r;
+  fresh.blocks = again.data();
+  fresh.stamps = now.data();
+  fresh.shared_blocks = 6;
+  const IndexShare::Share own = share.Acquire(fresh);
+  EXPECT_TRUE(!own.base && own.build == 80u); // min(96, sink + 80 indexed) - sink
+  share.Abandon(own);
+  // Collect keeps a node one of whose units is being built, and the current one.
+  share.Collect(*pool);
+  EXPECT_EQ(share.stats().nodes, 2u);
+  share.Abandon(building);
+  share.Collect(*pool);
+  EXPECT_EQ(share.stats().nodes, 1u);
+  for (std::int32_t b : again)
+    pool->Give(b);
+  share.Collect(*pool);
+  EXPECT_EQ(share.stats().nodes, 0u);
 }
 
 } // namespace

@@ -99,6 +99,41 @@ def test_a_document_asked_twice_is_prefilled_once(server, client):
     assert again.usage.prompt_tokens_details.cached_tokens >= cached
 
 
+def test_magicpig_requests_on_a_document_share_its_lsh_index(server):
+    """--mean-window prefix (pig-serve's default): magicpig requests that attach a cached
+    document centre their keys on its mean and stand on one LSH index over it, built by the first
+    of them and counted once in /metrics (pig_shared_index_*); each gives the text the same
+    request gives with no cache at all and --mean-window set to its cached tokens - sink."""
+    doc = "Nine copper bells ring over the western harbour at dawn. " * 30
+    questions = ["When do the bells ring?", "Where are the bells?", "What are the bells made of?"]
+    before = server.metrics()
+    got = []
+    for q in questions:
+        status, _, r = server.post("/v1/completions", {
+            "prompt": doc + q, "max_tokens": 6, "temperature": 0, "ignore_eos": True,
+            "pig": {"attention": "magicpig"}})
+        assert status == 200, r
+        got.append(r)
+    cached = [r["usage"]["prompt_tokens_details"]["cached_tokens"] for r in got]
+    assert cached[0] == 0 and cached[1] == cached[2] >= 256
+    after = server.metrics()
+    delta = lambda k: after.get(k, 0) - before.get(k, 0)  # noqa: E731
+    units = delta("pig_shared_index_builds_total")
+    assert units > 0  # the second request built it: one base per sparse (layer, kv-head)
+    assert delta("pig_shared_index_hits_total") >= units  # the third stood on every one
+    assert after["pig_shared_index_bytes"] > 0
+    assert after['pig_index_bytes{method="magicpig"}'] == 0  # nothing running holds its own
+    plain = Server("--no-prefix-cache", "--mean-window", str(cached[2] - 4))
+    try:
+        status, _, want = plain.post("/v1/completions", {
+            "prompt": doc + questions[2], "max_tokens": 6, "temperature": 0, "ignore_eos": True,
+            "pig": {"attention": "magicpig"}})
+        assert status == 200 and want["choices"][0]["text"] == got[2]["choices"][0]["text"]
+        assert plain.metrics().get("pig_shared_index_builds_total", 0) == 0
+    finally:
+        assert plain.stop() == 0, plain.log()
+
+
 def test_the_disk_tier_serves_a_document_after_a_restart(tmp_path):
     """--cache-dir: a prompt's blocks written by one server are read back by the next one over
     the same directory (cached_tokens, the disk metrics) with the same greedy text as without

@@ -221,6 +221,12 @@ int main(int argc, char **argv) {
       ->check(pig::app::Integer(0, UINT64_MAX))
       ->type_name("S")
       ->group(kEval);
+  app.add_option("--mean-window", o.eval.mean_window,
+                 "magicpig: centre keys on the mean of the first N indexed keys (0: all of them; "
+                 "pig-serve's default is 1024)")
+      ->check(pig::app::Integer(0, 1 << 24))
+      ->capture_default_str()
+      ->group(kEval);
   AddList(app, "--error-contexts", o.error.contexts, 128, 1 << 20,
           "KV cache lengths of attention-error and kv-formats");
   AddList(app, "--layers", o.eval.layers, 0, 1024, "layers of attention-error and kv-formats");

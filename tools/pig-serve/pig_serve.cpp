@@ -97,6 +97,9 @@ Options Parse(int argc, char **argv) {
   app::Init(app);
   app::AddModelOptions(app, o.model, true);
   app::AddThreadsOption(app, o.threads);
+  // A server shares prefixes: magicpig centring on the mean of a request's cached prefix makes
+  // their indexes shareable too (index_share.h). pig-run keeps the paper's mean of every key.
+  o.attention.mean_window = runtime::AttentionSpec::kMeanOfPrefix;
   const app::AttentionFlags af = app::AddAttentionOptions(app, o.attention);
   app::AddKvOption(app, o.attention.kv_dtype);
   app::AddTuningOptions(app, o.tuning);

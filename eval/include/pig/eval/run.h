@@ -37,6 +37,10 @@ struct EvalOptions {
   std::size_t threads = 1;
   std::uint64_t seed = 1; ///< task instances and sampling seeds
   runtime::lsh::DType kv = runtime::lsh::DType::bf16;
+  /// MagicPIG's centring mean over the first mean_window indexed keys (0: all of them):
+  /// attention-error's statics and downstream's AttentionSpec
+  /// (runtime::AttentionSpec::mean_window).
+  std::size_t mean_window = 0;
   /// Layers whose decode-step queries are captured (attention-error, kv-formats); each must be
   /// a layer of the model (else UsageError, for every command).
   std::vector<std::size_t> layers{2, 5, 8, 12, 16, 20, 24, 28};

@@ -28,6 +28,11 @@ struct LshConfig : spec::LshParams {
 /// The mean of rows [begin, end) of X (accumulated in double, rounded to float once).
 /// Throws if the range is empty or out of bounds.
 std::vector<float> mean_of_rows(Matrix X, std::size_t begin, std::size_t end);
+/// The keys a centring mean averages (StaticConfig::mean_window), from the first indexed one:
+/// the `indexed` keys when mean_window is 0, else the first mean_window keys after the sink, of
+/// the `after_sink` there are (a window may reach into the local window: it is a range of
+/// positions, the same for every sequence that holds them).
+std::size_t mean_count(std::size_t indexed, std::size_t after_sink, std::size_t mean_window);
 
 struct Centered {
   std::vector<float> mean; ///< the mean of the rows it was taken over

@@ -20,6 +20,12 @@ namespace pig::ref {
 struct StaticConfig {
   std::size_t sink = 4;
   std::size_t local = 64;
+  /// Centring (Centering::mean_of_indexed) on the mean of the first `mean_window` keys after the
+  /// sink only (0: every indexed key, the paper's rule). A window fixed in positions makes
+  /// the mean, and so every code, a function of the prefix alone: an index built over a cached
+  /// prefix then serves every sequence that extends it (runtime index_share.h); lsh.h's
+  /// mean_count says how many keys the mean averages.
+  std::size_t mean_window = 0;
 };
 
 /// Which tokens are indexed: [indexed_begin, indexed_end). Everything else is static. When

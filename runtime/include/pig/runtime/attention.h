@@ -52,7 +52,9 @@ struct CostCounters {
 /// What the decode steps of an Attention did.
 struct AttentionStats : CostCounters {
   size_t decode_steps = 0; ///< single-token Forward calls (per layer: counted once, layer 0)
-  size_t index_bytes = 0;  ///< index memory now (all layers, kv-heads)
+  size_t index_bytes = 0;  ///< index memory now (all layers, kv-heads), the shared apart
+  /// The shared prefix indexes this sequence's indexes stand on (IndexShare), counted once each.
+  size_t shared_index_bytes = 0;
   /// Fitted hashing (AttentionSpec::transform): the per-(layer, kv-head) key and query maps
   /// and per-token key norms, in bytes (0 for plain MagicPIG: its W is shared by every head).
   size_t hash_bytes = 0;
@@ -290,6 +292,16 @@ struct AttentionSpec : spec::LshParams {
   lsh::DType kv_dtype = lsh::DType::bf16;
   std::uint64_t seed = 0x9e3779b97f4a7c15ull; ///< W (pig::ref::simhash_matrix)
   size_t sink = 4, local = 64;
+  /// magicpig: the centring mean averages the first mean_window indexed keys (0: all of them,
+  /// the paper's rule; kMeanOfPrefix: those of the cached prefix the sequence attached, all of
+  /// them without one). Nonzero, sequences that attached a cached prefix holding those keys share
+  /// one LSH index over it (index_share.h). A fixed window gives every request the tokens it
+  /// gives without the cache; kMeanOfPrefix gives those of the same request run with
+  /// mean_window = its cached positions - sink (pig-serve's default).
+  size_t mean_window = 0;
+  static constexpr size_t kMeanOfPrefix = ~size_t(0);
+  /// "0", "1024" or "prefix".
+  std::string MeanWindowName() const;
   /// Layers that stay dense; unset: the first layer and the middle one ({0, n_layers / 2}).
   std::vector<size_t> dense_layers;
   bool dense_layers_set = false;

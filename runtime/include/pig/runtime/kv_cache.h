@@ -34,6 +34,8 @@
 
 namespace pig::runtime {
 
+class IndexShare; // index_share.h
+
 struct AttentionShape {
   size_t n_layers = 0, n_heads = 0, n_kv_heads = 0, head_dim = 0;
   size_t capacity = 0; // positions the cache can hold
@@ -108,6 +110,15 @@ public:
   void Share(std::int32_t block);
   /// The holders of a block (0: free).
   std::uint32_t Holders(std::int32_t block) const;
+  /// Each block's stamp: a number that names what the block holds, unique to one taking of it
+  /// (a block given back and taken again gets a new one; rows of a shared block are never
+  /// rewritten), 0 for a free block. An index over a prefix records its blocks' stamps, and serves
+  /// a sequence only while the sequence's blocks have the same (IndexShare). holders: each
+  /// block's Holders() too, when not null.
+  void Stamps(const std::int32_t *blocks, size_t n, std::uint64_t *out,
+              std::uint32_t *holders = nullptr) const;
+  /// The LSH indexes built over this pool's cached prefixes (index_share.h).
+  IndexShare &shared_indexes() const { return *shared_indexes_; }
   /// What Reserve calls when the pool is short, with the blocks missing: it gives back blocks it
   /// holds (a prefix cache's least recently used) and returns how many. Null: none.
   void SetEvictor(std::function<size_t(size_t)> evictor);
@@ -154,6 +165,7 @@ private:
   std::vector<size_t> layer_blocks_;             // external: each layer's blocks
   struct State;
   std::unique_ptr<State> state_;
+  std::unique_ptr<IndexShare> shared_indexes_;
 };
 
 class KvCache {

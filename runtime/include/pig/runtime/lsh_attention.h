@@ -142,6 +142,8 @@ private:
                    size_t parts);
   // Tokens a sequence of n_tokens indexes (neither sink nor local).
   size_t Indexable(size_t n_tokens) const;
+  // The mean's window: spec.mean_window, or the attached prefix's indexed keys.
+  size_t MeanWindow() const;
   // Builds the index of (layer, kv-head) over positions [0, n).
   void BuildSlot(size_t layer, size_t kvh, size_t n);
   // The slots (layer * n_kv_heads + kvh) the next decode step would build, in that order.
@@ -150,6 +152,8 @@ private:
   using Config = LshLayers::Config;
 
   AttentionSpec spec_;
+  std::string share_key_; // IndexShare::Request::key; empty: this sequence shares no index
+  size_t attached_ = 0;   // positions of the cached prefix AttachPrefix gave
   KvCache cache_;
   std::shared_ptr<const LshLayers> layers_; // LshLayers::Shared
   const lsh::LshKernelSet &set_; // layers_->dense_set(): dense layers, short sequences, prefill

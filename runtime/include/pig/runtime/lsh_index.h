@@ -112,6 +112,9 @@ private:
 struct StaticTokens {
   std::size_t sink = 4;
   std::size_t local = 64;
+  /// The centring mean averages the first mean_window indexed keys (0: all of them;
+  /// pig::ref::StaticConfig::mean_window). Nonzero, an index over a prefix can be shared.
+  std::size_t mean_window = 0;
 };
 
 /// Hashing in a space fitted to one (layer, kv-head)'s indexed keys (pig/reference/transform.h;
@@ -169,6 +172,19 @@ public:
                         const PagedRows &paged, std::size_t n, const SimHash &W,
                         StaticTokens st = {}, const spec::TransformSpec &transform = {});
 
+  /// An immutable copy of a built index's tables that other sequences' indexes can stand on
+  /// (on()): the index of a prefix, shared read-only. Throws std::invalid_argument for an index
+  /// that cannot be shared: fitted hashing (its map is fitted to all of one sequence's keys), a
+  /// tail not yet merged, or one that stands on a base itself.
+  static std::shared_ptr<const LshIndex> freeze(LshIndex built);
+  /// The index of a sequence whose first sink_end() + limit positions, and the keys base's mean
+  /// averaged, hold the same keys as base's (the same KV blocks: the caller's to know): base's
+  /// first `limit` indexed tokens are read through `base`, never copied, and this index owns
+  /// what joins after them (extend() from here, with base's mean). Retrieval gives what an index
+  /// built over the whole sequence with the same mean gives, token for token. Throws
+  /// std::invalid_argument when limit is 0 or exceeds base's indexed tokens.
+  static LshIndex on(std::shared_ptr<const LshIndex> base, std::size_t limit);
+
   /// Room for `capacity` tokens in total, so that extend() never reallocates the tables.
   void reserve(std::size_t capacity);
   /// The sequence grew to new_n >= n() tokens; keys: the whole new_n x d matrix of `dtype`.
@@ -188,8 +204,15 @@ public:
                           std::vector<float> &rows);
   void extend_codes(const LshKernelSet &set, std::size_t new_n, const std::uint16_t *codes);
 
-  /// The sorted part (what set.retrieve reads).
+  /// The sorted part this index owns (what set.retrieve reads), after the base's tokens.
   IndexView view() const;
+  /// The index this one stands on (null: none), and how many of its indexed tokens it reads:
+  /// positions [sink_end(), sink_end() + base_count()). Retrieval walks base()->view() and keeps
+  /// the tokens below that bound.
+  const LshIndex *base() const { return base_.get(); }
+  std::size_t base_count() const { return base_count_; }
+  /// Keys the mean averaged: [sink_end(), sink_end() + mean_count()) (ref::mean_count).
+  std::size_t mean_count() const { return mean_count_; }
   /// Layout of the sorted part.
   const IndexLayout &layout() const { return layout_; }
   const std::vector<float> &mean() const { return mean_; }
@@ -199,16 +222,18 @@ public:
   void drop_codes() { codes_ = {}; }
   std::size_t n() const { return n_; }
   std::size_t sink_end() const { return begin_; }
-  /// Indexed tokens: sorted part plus tail.
-  std::size_t count() const { return layout_.count + tail_count(); }
+  /// Indexed tokens: the base's, the sorted part, the tail.
+  std::size_t count() const { return base_count_ + layout_.count + tail_count(); }
   std::size_t local_begin() const { return begin_ + count(); }
-  /// Tokens [begin + layout().count, local_begin()), token-major codes (L each).
+  /// Tokens [tail_begin(), local_begin()), token-major codes (L each).
   std::size_t tail_count() const { return L_ ? tail_.size() / std::size_t(L_) : 0; }
+  std::size_t tail_begin() const { return begin_ + base_count_ + layout_.count; }
   const std::uint16_t *tail_codes() const { return tail_.data(); }
   /// The tail is merged into the tables when it reaches this many tokens: 256, or 1/16 of the
   /// open segment, whichever is larger (merging costs a pass over the open segment).
   std::size_t tail_limit() const;
-  /// Bytes held now: tables, tail codes, mean (fitted hashing apart: fitted()->bytes()).
+  /// Bytes held now: tables, tail codes, mean (fitted hashing apart: fitted()->bytes()); a
+  /// base's are its own (base()->bytes()), shared by every index on it.
   std::size_t bytes() const;
   /// The fitted hashing space, or null for plain hashing.
   const FittedHash *fitted() const { return fitted_ ? &*fitted_ : nullptr; }
@@ -221,7 +246,8 @@ private:
   // sequence would shrink).
   std::size_t joining(std::size_t new_n) const;
 
-  std::size_t n_ = 0, begin_ = 0, local_ = 0;
+  std::size_t n_ = 0, begin_ = 0, local_ = 0, mean_count_ = 0, base_count_ = 0;
+  std::shared_ptr<const LshIndex> base_;
   int K_ = 0, L_ = 0;
   IndexLayout layout_;
   std::vector<float> mean_;

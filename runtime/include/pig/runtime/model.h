@@ -16,6 +16,7 @@
 
 #include "pig/runtime/attention.h"
 #include "pig/runtime/gguf.h"
+#include "pig/runtime/index_share.h"
 #include "pig/runtime/ops.h"
 #include "pig/runtime/prefix_cache.h"
 #include "pig/runtime/thread_pool.h"
@@ -278,7 +279,10 @@ public:
   void CachePrompt(size_t seq, const int32_t *tokens, size_t n);
   // The prefix caches' counters, summed over the pools (zero without Options::prefix_cache).
   PrefixCache::Stats PrefixStats() const;
-  // Evicts every cached prefix no sequence holds.
+  // The LSH indexes shared over cached prefixes (index_share.h; magicpig with a mean window),
+  // summed over the pools.
+  IndexShare::Stats SharedIndexStats() const;
+  // Evicts every cached prefix no sequence holds, and forgets the indexes shared over them.
   void ClearPrefixCache();
   // Evicts cached prefixes no sequence holds, least recently used first, until `bytes` are given
   // back or none is left; returns the bytes given back.

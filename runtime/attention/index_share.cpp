@@ -1,0 +1,176 @@
+#include "pig/runtime/index_share.h"
+
+#include <algorithm>
+#include <stdexcept>
+#include <unordered_set>
+
+#include "pig/runtime/kv_cache.h"
+
+namespace pig::runtime {
+
+struct IndexShare::Node {
+  std::string key;
+  std::vector<std::int32_t> blocks;
+  std::vector<std::uint64_t> stamps;
+  std::size_t block_tokens = 0;
+  std::size_t need = 0; ///< positions a sequence must share for any base here: sink + window
+  enum class State : std::uint8_t { empty, building, ready };
+  struct Slot {
+    State state = State::empty;
+    std::shared_ptr<const lsh::LshIndex> base;
+  };
+  std::vector<Slot> slots; ///< per unit
+};
+
+namespace {
+
+struct Ticket {
+  std::shared_ptr<void> node;
+  std::size_t unit = 0;
+};
+
+// Leading blocks the node and the request name alike, with the same stamps.
+std::size_t Common(const std::vector<std::int32_t> &blocks,
+                   const std::vector<std::uint64_t> &stamps, const IndexShare::Request &r) {
+  const std::size_t m = std::min(blocks.size(), r.n_blocks);
+  std::size_t i = 0;
+  while (i < m && blocks[i] == r.blocks[i] && stamps[i] == r.stamps[i] && stamps[i] != 0)
+    ++i;
+  return i;
+}
+
+} // namespace
+
+IndexShare::IndexShare() = default;
+IndexShare::~IndexShare() = default;
+
+IndexShare::Share IndexShare::Acquire(const Request &r) {
+  const lsh::StaticTokens &st = r.st;
+  const std::size_t count = r.n > st.sink + st.local ? r.n - st.sink - st.local : 0;
+  // The mean must be a function of the shared positions: a window, every key of which exists.
+  if (st.mean_window == 0 || r.n < st.sink + st.mean_window || count == 0 || r.block_tokens == 0)
+    return {};
+  const std::size_t need = st.sink + st.mean_window;
+  std::unique_lock lock(mu_);
+  for (;;) {
+    std::shared_ptr<Node> ready, building, empty;
+    std::size_t ready_limit = 0, empty_limit = 0;
+    for (const auto &node : nodes_) {
+      if (node->key != r.key || node->block_tokens != r.block_tokens || node->need != need ||
+          node->slots.size() != r.units)
+        continue;
+      const std::size_t shared = Common(node->blocks, node->stamps, r) * r.block_tokens;
+      if (shared < need)
+        continue;
+      // Positions both index: the shared blocks, within this sequence's indexed range.
+      const std::size_t limit = std::min(shared, st.sink + count) - st.sink;
+      const Node::Slot &slot = node->slots[r.unit];
+      if (slot.state == Node::State::ready) {
+        const std::size_t l = std::min(limit, slot.base->layout().count);
+        if (slot.base->mean_count() == st.mean_window && l > ready_limit) {
+          ready = node;
+          ready_limit = l;
+        }
+      } else if (slot.state == Node::State::building) {
+        building = node;
+      } else if (limit > empty_limit) {
+        empty = node;
+        empty_limit = limit;
+      }
+    }
+    if (ready) {
+      ++hits_;
+      return Share{ready->slots[r.unit].base, ready_limit, 0, nullptr};
+    }
+    if (building) { // another thread builds what this one would stand on
+      built_.wait(lock);
+      continue;
+    }
+    if (!empty) {
+      // A new node over the blocks this sequence shares with their other holders.
+      const std::size_t shared = std::min(r.shared_blocks, r.n_blocks) * r.block_tokens;
+      if (shared < need)
+        return {};
+      auto node = std::make_shared<Node>();
+      node->key = r.key;
+      node->blocks.assign(r.blocks, r.blocks + std::min(r.shared_blocks, r.n_blocks));
+      node->stamps.assign(r.stamps, r.stamps + node->blocks.size());
+      node->block_tokens = r.block_tokens;
+      node->need = need;
+      node->slots.resize(r.units);
+      nodes_.push_back(node);
+      empty = node;
+      empty_limit = std::min(shared, st.sink + count) - st.sink;
+    }
+    empty->slots[r.unit].state = Node::State::building;
+    return Share{nullptr, 0, empty_limit, std::make_shared<Ticket>(Ticket{empty, r.unit})};
+  }
+}
+
+void IndexShare::Publish(const Share &s, std::shared_ptr<const lsh::LshIndex> base) {
+  if (!s.ticket || !base)
+    throw std::invalid_argument("IndexShare::Publish: no build was asked, or no index");
+  const auto &t = *std::static_pointer_cast<Ticket>(s.ticket);
+  {
+    std::lock_guard lock(mu_);
+    Node::Slot &slot = std::static_pointer_cast<Node>(t.node)->slots[t.unit];
+    slot.base = std::move(base);
+    slot.state = Node::State::ready;
+    ++builds_;
+  }
+  built_.notify_all();
+}
+
+void IndexShare::Abandon(const Share &s) {
+  if (!s.ticket)
+    return;
+  const auto &t = *std::static_pointer_cast<Ticket>(s.ticket);
+  {
+    std::lock_guard lock(mu_);
+    std::static_pointer_cast<Node>(t.node)->slots[t.unit].state = Node::State::empty;
+  }
+  built_.notify_all();
+}
+
+void IndexShare::Collect(const KvPool &pool) {
+  std::lock_guard lock(mu_);
+  std::vector<std::uint64_t> now;
+  std::erase_if(nodes_, [&](const std::shared_ptr<Node> &node) {
+    now.resize(node->blocks.size());
+    pool.Stamps(node->blocks.data(), node->blocks.size(), now.data());
+    std::size_t m = 0;
+    while (m < now.size() && now[m] == node->stamps[m] && now[m] != 0)
+      ++m;
+    node->blocks.resize(m);
+    node->stamps.resize(m);
+    // A slot being built keeps its node: its builder publishes into it.
+    const bool building = std::any_of(node->slots.begin(), node->slots.end(), [](const auto &s) {
+      return s.state == Node::State::building;
+    });
+    return m * node->block_tokens < node->need && !building;
+  });
+}
+
+void IndexShare::Clear() {
+  std::lock_guard lock(mu_);
+  std::erase_if(nodes_, [](const std::shared_ptr<Node> &node) {
+    return std::none_of(node->slots.begin(), node->slots.end(),
+                        [](const auto &s) { return s.state == Node::State::building; });
+  });
+}
+
+IndexShare::Stats IndexShare::stats() const {
+  std::lock_guard lock(mu_);
+  Stats s;
+  s.nodes = nodes_.size();
+  s.hits = hits_;
+  s.builds = builds_;
+  std::unordered_set<const lsh::LshIndex *> seen;
+  for (const auto &node : nodes_)
+    for (const auto &slot : node->slots)
+      if (slot.base && seen.insert(slot.base.get()).second)
+        s.bytes += slot.base->bytes();
+  return s;
+}
+
+} // namespace pig::runtime
