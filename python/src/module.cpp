@@ -704,7 +704,7 @@ pig::runtime::AttentionSpec ParseSpec(const std::string &method, const std::stri
                                       std::optional<size_t> local,
                                       const std::optional<std::string> &dense_layers,
                                       std::optional<double> budget, const std::string &transform,
-                                      const std::string &hybrid) {
+                                      const std::string &hybrid, const nb::object &mean_window) {
   std::vector<std::pair<std::string, pig::app::FieldValue>> values = {
       {"method", method}, {"kv", kv}, {"transform", transform}};
   if (!hybrid.empty())
@@ -719,6 +719,14 @@ pig::runtime::AttentionSpec ParseSpec(const std::string &method, const std::stri
     values.emplace_back("dense_layers", *dense_layers);
   if (budget)
     values.emplace_back("budget", *budget);
+  if (!mean_window.is_none()) { // a number of keys, or "prefix"
+    if (nb::isinstance<nb::str>(mean_window))
+      values.emplace_back("mean_window", nb::cast<std::string>(mean_window));
+    else if (nb::isinstance<nb::int_>(mean_window) && nb::cast<long long>(mean_window) >= 0)
+      values.emplace_back("mean_window", std::uint64_t(nb::cast<long long>(mean_window)));
+    else
+      Bad("mean_window: expects a number of keys or 'prefix'");
+  }
   pig::runtime::AttentionSpec spec;
   std::vector<std::string> warnings;
   try {
@@ -882,6 +890,7 @@ public:
     s["decode_steps"] = st.decode_steps;
     s["cost2"] = st.cost2();
     s["index_bytes"] = st.index_bytes;
+    s["shared_index_bytes"] = st.shared_index_bytes;
     s["kv_bytes"] = session_->attention().cache().MemoryBytes();
     s["kernels"] = st.kernels;
     s["cached_tokens"] = cached_tokens_;
@@ -911,19 +920,27 @@ void BindRuntime(nb::module_ &m) {
           [](pig::runtime::AttentionSpec *self, const std::string &method, const std::string &lsh,
              const std::string &kv, std::optional<size_t> sink, std::optional<size_t> local,
              std::optional<std::string> dense_layers, std::optional<double> budget,
-             const std::string &transform, const std::string &hybrid) {
-            new (self) pig::runtime::AttentionSpec(
-                ParseSpec(method, lsh, kv, sink, local, dense_layers, budget, transform, hybrid));
+             const std::string &transform, const std::string &hybrid,
+             const nb::object &mean_window) {
+            new (self)
+                pig::runtime::AttentionSpec(ParseSpec(method, lsh, kv, sink, local, dense_layers,
+                                                      budget, transform, hybrid, mean_window));
           },
           "method"_a = "dense", "lsh"_a = "", "kv"_a = "bf16", "sink"_a = nb::none(),
           "local"_a = nb::none(), "dense_layers"_a = nb::none(), "budget"_a = nb::none(),
-          "transform"_a = "plain", "hybrid"_a = "")
+          "transform"_a = "plain", "hybrid"_a = "", "mean_window"_a = nb::none())
       .def_prop_ro("method", [](const pig::runtime::AttentionSpec &s) { return s.method_name(); })
       .def_ro("K", &pig::runtime::AttentionSpec::K)
       .def_ro("L", &pig::runtime::AttentionSpec::L)
       .def_ro("t", &pig::runtime::AttentionSpec::t)
       .def_ro("sink", &pig::runtime::AttentionSpec::sink)
       .def_ro("local", &pig::runtime::AttentionSpec::local)
+      .def_prop_ro("mean_window",
+                   [](const pig::runtime::AttentionSpec &s) -> nb::object {
+                     if (s.mean_window == pig::runtime::AttentionSpec::kMeanOfPrefix)
+                       return nb::str("prefix");
+                     return nb::int_(s.mean_window);
+                   })
       .def("__repr__",
            [](const pig::runtime::AttentionSpec &s) { return "AttentionSpec(" + s.str(0) + ")"; });
 
@@ -1149,6 +1166,10 @@ public:
     s["cost2"] = st.cost2();
     s["index_bytes"] = st.index_bytes;
     s["hash_bytes"] = st.hash_bytes;
+    const pig::runtime::IndexShare::Stats shared = impl_->SharedIndexStats();
+    s["shared_index_bytes"] = shared.bytes; // indexes over blocks requests share, once each
+    s["shared_index_builds"] = shared.builds;
+    s["shared_index_hits"] = shared.hits;
     s["requests"] = impl_->Requests().size();
     s["kernels"] = st.kernels;
     s["threads"] = pool_.size();

@@ -469,6 +469,35 @@ def test_sessions_share_prompt_prefixes():
 
 
 @pytest.mark.skipif(not os.path.exists(MODEL), reason="the model is not installed (./pig setup)")
+def test_sessions_share_the_lsh_index_of_a_cached_prefix():
+    """mean_window="prefix": sessions that attach a cached document centre on its keys' mean and
+    stand on one LSH index over it (stats["shared_index_bytes"]); each generates what a session
+    without the cache generates with mean_window = its cached tokens - sink."""
+    model = pig.Model(MODEL)
+    doc = model.encode("Nine copper bells ring over the western harbour at dawn. " * 30)
+    questions = [doc + model.encode(q, add_bos=False)
+                 for q in (" The bells ring at", " The harbour lies to the", " The bells are made of")]
+    spec = pig.AttentionSpec("magicpig", local=16, mean_window="prefix")
+    assert spec.mean_window == "prefix" and pig.AttentionSpec("magicpig").mean_window == 0
+    with pytest.raises(ValueError, match="mean_window"):
+        pig.AttentionSpec("magicpig", mean_window="all")
+    sessions = []
+    for q in questions:
+        s = model.session(spec, capacity=len(q) + 8, threads=2, prefix_cache=True)
+        got = s.generate(q, max_new=6)
+        sessions.append(s)
+        cached = s.stats["cached_tokens"]
+        window = pig.AttentionSpec("magicpig", local=16, mean_window=max(cached - 4, 0))
+        want = model.session(window, capacity=len(q) + 8, threads=2).generate(q, max_new=6)
+        assert got == want and len(got) == 6, (cached, got, want)
+    assert sessions[0].stats["cached_tokens"] == 0 and sessions[0].stats["shared_index_bytes"] == 0
+    for s in sessions[1:]:
+        assert s.stats["cached_tokens"] >= 256
+        assert 0 < s.stats["index_bytes"] < s.stats["shared_index_bytes"], s.stats
+    assert sessions[1].stats["shared_index_bytes"] == sessions[2].stats["shared_index_bytes"]
+
+
+@pytest.mark.skipif(not os.path.exists(MODEL), reason="the model is not installed (./pig setup)")
 def test_the_runtime_decodes_like_pig_run():
     model = pig.Model(MODEL)
     assert model.config["n_layers"] == 30

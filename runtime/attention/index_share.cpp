@@ -20,6 +20,7 @@ struct IndexShare::Node {
     std::shared_ptr<const lsh::LshIndex> base;
   };
   std::vector<Slot> slots; ///< per unit
+  std::uint64_t last_use = 0;
 };
 
 namespace {
@@ -80,6 +81,7 @@ IndexShare::Share IndexShare::Acquire(const Request &r) {
     }
     if (ready) {
       ++hits_;
+      ready->last_use = ++clock_;
       return Share{ready->slots[r.unit].base, ready_limit, 0, nullptr};
     }
     if (building) { // another thread builds what this one would stand on
@@ -103,6 +105,7 @@ IndexShare::Share IndexShare::Acquire(const Request &r) {
       empty_limit = std::min(shared, st.sink + count) - st.sink;
     }
     empty->slots[r.unit].state = Node::State::building;
+    empty->last_use = ++clock_;
     return Share{nullptr, 0, empty_limit, std::make_shared<Ticket>(Ticket{empty, r.unit})};
   }
 }
@@ -117,8 +120,38 @@ void IndexShare::Publish(const Share &s, std::shared_ptr<const lsh::LshIndex> ba
     slot.base = std::move(base);
     slot.state = Node::State::ready;
     ++builds_;
+    // Over the limit: the least recently used nodes go, none being built, the new one last.
+    while (max_bytes_ > 0 && BytesLocked() > max_bytes_) {
+      auto victim = nodes_.end();
+      for (auto it = nodes_.begin(); it != nodes_.end(); ++it) {
+        const bool building =
+            std::any_of((*it)->slots.begin(), (*it)->slots.end(),
+                        [](const auto &s) { return s.state == Node::State::building; });
+        if (!building && it->get() != t.node.get() &&
+            (victim == nodes_.end() || (*it)->last_use < (*victim)->last_use))
+          victim = it;
+      }
+      if (victim == nodes_.end())
+        break;
+      nodes_.erase(victim);
+    }
   }
   built_.notify_all();
+}
+
+void IndexShare::set_max_bytes(std::size_t bytes) {
+  std::lock_guard lock(mu_);
+  max_bytes_ = bytes;
+}
+
+std::size_t IndexShare::BytesLocked() const {
+  std::size_t bytes = 0;
+  std::unordered_set<const lsh::LshIndex *> seen;
+  for (const auto &node : nodes_)
+    for (const auto &slot : node->slots)
+      if (slot.base && seen.insert(slot.base.get()).second)
+        bytes += slot.base->bytes();
+  return bytes;
 }
 
 void IndexShare::Abandon(const Share &s) {
@@ -133,6 +166,8 @@ void IndexShare::Abandon(const Share &s) {
 }
 
 void IndexShare::Collect(const KvPool &pool) {
+  if (pool.external())
+    return; // an engine's blocks have no stamps: set_max_bytes bounds those nodes
   std::lock_guard lock(mu_);
   std::vector<std::uint64_t> now;
   std::erase_if(nodes_, [&](const std::shared_ptr<Node> &node) {
@@ -165,11 +200,7 @@ IndexShare::Stats IndexShare::stats() const {
   s.nodes = nodes_.size();
   s.hits = hits_;
   s.builds = builds_;
-  std::unordered_set<const lsh::LshIndex *> seen;
-  for (const auto &node : nodes_)
-    for (const auto &slot : node->slots)
-      if (slot.base && seen.insert(slot.base.get()).second)
-        s.bytes += slot.base->bytes();
+  s.bytes = BytesLocked();
   return s;
 }
 

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cmath>
+#include <cstring>
 #include <map>
 #include <mutex>
 #include <sstream>
@@ -153,9 +154,8 @@ LshAttention::LshAttention(const AttentionSpec &spec, const AttentionShape &shap
       layers_(LshLayers::Shared(spec, shape.n_layers, shape.head_dim)), set_(layers_->dense_set()),
       index_(shape.n_layers * shape.n_kv_heads), cached_(shape.n_layers, 0),
       per_kvh_(shape.n_kv_heads) {
-  // What makes two sequences' codes of one key agree besides the key: the index parameters. An
-  // engine's pool (vLLM) names blocks this process cannot stamp: nothing is shared there.
-  if (spec_.mean_window > 0 && spec_.transform.identity() && !cache_.pool().external()) {
+  // What makes two sequences' codes of one key agree besides the key: the index parameters.
+  if (spec_.mean_window > 0 && spec_.transform.identity()) {
     std::ostringstream key;
     // (The window is the request's: IndexShare matches a base's mean to it.)
     key << spec_.seed << ' ' << shape.head_dim << ' ' << spec_.sink << ' ' << spec_.local;
@@ -193,6 +193,27 @@ size_t LshAttention::MeanWindow() const {
   return attached_ > spec_.sink ? attached_ - spec_.sink : 0; // no prefix: all the keys
 }
 
+namespace {
+// A 64-bit fingerprint of n bytes (a multiply-xorshift over 8-byte words), never 0 (a stamp of 0
+// is a free block's).
+std::uint64_t Fingerprint(const std::uint8_t *p, size_t n) {
+  std::uint64_t h = 0x6a09e667f3bcc909ull ^ n;
+  size_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    std::uint64_t w;
+    std::memcpy(&w, p + i, 8);
+    h = (h ^ w) * 0x9e3779b97f4a7c15ull;
+    h ^= h >> 32;
+  }
+  for (; i < n; ++i)
+    h = (h ^ p[i]) * 0x100000001b3ull;
+  h ^= h >> 29;
+  h *= 0xbf58476d1ce4e5b9ull;
+  h ^= h >> 32;
+  return h | 1;
+}
+} // namespace
+
 size_t LshAttention::Indexable(size_t n_tokens) const {
   return n_tokens > spec_.sink + spec_.local ? n_tokens - spec_.sink - spec_.local : 0;
 }
@@ -209,21 +230,33 @@ void LshAttention::BuildSlot(size_t layer, size_t kvh, size_t n) {
   const lsh::StaticTokens st{spec_.sink, spec_.local, MeanWindow()};
   IndexShare::Share share;
   if (!share_key_.empty()) {
-    // The full blocks of [0, n), their stamps, and how many lead that others hold too.
     const KvPool &pool = cache_.pool();
     const size_t bs = pool.block_tokens();
     const size_t nb = std::min(cache_.blocks().size(), n / bs);
     thread_local std::vector<std::uint64_t> stamps;
     thread_local std::vector<std::uint32_t> holders;
     stamps.resize(nb);
-    holders.resize(nb);
-    pool.Stamps(cache_.blocks().data(), nb, stamps.data(), holders.data());
-    size_t shared = 0;
-    while (shared < nb && holders[shared] >= 2)
-      ++shared;
     IndexShare::Request r{
-        share_key_, unit, index_.size(), cache_.blocks().data(), stamps.data(), nb, shared, bs,
-        st,         n};
+        share_key_, unit, index_.size(), cache_.blocks().data(), stamps.data(), nb, nb, bs, st, n};
+    if (pool.external()) {
+      // An engine's blocks (vLLM's prefix caching shares them, and reuses a freed one for other
+      // tokens): a block's stamp is a fingerprint of the K rows this index reads, and each
+      // (layer, kv-head) is a node of its own. Every full block may be shared: the engine decides.
+      const std::uint8_t *base = pool.Base(layer, kvh, false);
+      for (size_t b = 0; b < nb; ++b)
+        stamps[b] = Fingerprint(base + size_t(cache_.blocks()[b]) * pool.BlockBytes(),
+                                bs * pool.RowBytes());
+      r.key += " unit " + std::to_string(unit);
+      r.unit = 0;
+      r.units = 1;
+    } else {
+      // The full blocks of [0, n), their stamps, and how many lead that others hold too.
+      holders.resize(nb);
+      pool.Stamps(cache_.blocks().data(), nb, stamps.data(), holders.data());
+      r.shared_blocks = 0;
+      while (r.shared_blocks < nb && holders[r.shared_blocks] >= 2)
+        ++r.shared_blocks;
+    }
     share = pool.shared_indexes().Acquire(r);
   }
   if (share.build > 0) {

@@ -38,6 +38,14 @@ PagedLshAttention::PagedLshAttention(const AttentionSpec &spec, const AttentionS
   // A request's attention, made once here: what MakeAttention refuses is refused now, not at
   // the first decode; and which kernels serve.
   kernels_ = MakeAttention(spec_, shape_, pool_)->stats().kernels;
+  // With a fixed mean window, requests whose leading blocks hold the same keys (vLLM's prefix
+  // caching gives them the same blocks) stand on one index over them (index_share.h); what
+  // finished requests leave is bounded here, as nothing tells when the engine reuses a block.
+  pool_->shared_indexes().set_max_bytes(kSharedIndexBytes);
+}
+
+IndexShare::Stats PagedLshAttention::SharedIndexStats() const {
+  return pool_->shared_indexes().stats();
 }
 
 PagedLshAttention::~PagedLshAttention() = default;

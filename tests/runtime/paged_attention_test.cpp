@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "pig/runtime/attention.h"
+#include "pig/runtime/index_share.h"
 #include "pig/runtime/lsh_attention.h"
 #include "pig/runtime/paged_attention.h"
 
@@ -187,6 +188,116 @@ TEST(PagedLshAttention, OracleEqualsContiguousDecoding) {
 TEST(PagedLshAttention, QuestEqualsContiguousDecoding) { RunSideBySide(pig::spec::Method::quest); }
 TEST(PagedLshAttention, LshHybridEqualsContiguousDecoding) {
   RunSideBySide(pig::spec::Method::lsh_hybrid);
+}
+
+// vLLM's prefix caching hands requests on one document the same blocks. With a fixed mean window
+// (index_share.h) the requests over those blocks stand on one index over them, built by the
+// first; each still gives what its own contiguous attention gives, bit for bit. A block the
+// engine freed and filled with other keys (the same id, a new fingerprint) is not matched.
+TEST(PagedLshAttention, RequestsOnTheSameBlocksShareTheirIndex) {
+  AttentionSpec spec = Spec(pig::spec::Method::magicpig);
+  spec.mean_window = 64;
+  const AttentionShape shape{kLayers, kHeads, kKv, kD, kCap};
+  PagedLshAttention paged(spec, shape, kBs);
+  ThreadPool two(2);
+  constexpr size_t kDoc = 256, kTable = kCap / kBs;
+  std::vector<std::int32_t> doc_blocks(kDoc / kBs);
+  std::iota(doc_blocks.begin(), doc_blocks.end(), 0);
+  std::vector<Cache> caches(kLayers, Cache());
+  std::mt19937 rng(11);
+  std::normal_distribution<float> nd;
+  auto fill = [&](std::vector<float> &x, float offset) {
+    for (float &v : x)
+      v = offset + nd(rng);
+  };
+  // The document's keys and values per layer, shared by every request that starts with it.
+  std::vector<std::vector<float>> dk(kLayers), dv(kLayers);
+  auto new_document = [&] {
+    for (size_t l = 0; l < kLayers; ++l) {
+      dk[l].resize(kDoc * kKv * kD);
+      dv[l].resize(dk[l].size());
+      fill(dk[l], 1.5f);
+      fill(dv[l], 0.0f);
+    }
+  };
+  new_document();
+  struct Req {
+    std::string id;
+    size_t own; // prompt positions after the document
+    std::vector<std::int32_t> table;
+    std::unique_ptr<Attention> contiguous;
+    size_t pos = 0;
+  };
+  std::int32_t next = std::int32_t(doc_blocks.size());
+  auto make = [&](std::string id, size_t own) {
+    Req r{std::move(id), own, doc_blocks, MakeAttention(spec, shape)};
+    while (r.table.size() < kTable)
+      r.table.push_back(next++);
+    for (size_t l = 0; l < kLayers; ++l) {
+      std::vector<float> k(dk[l]), v(dv[l]), extra(own * kKv * kD), ev(extra.size());
+      fill(extra, 1.5f);
+      fill(ev, 0.0f);
+      k.insert(k.end(), extra.begin(), extra.end());
+      v.insert(v.end(), ev.begin(), ev.end());
+      const size_t n = kDoc + own;
+      std::vector<float> q(n * kHeads * kD), out(q.size());
+      fill(q, 0.0f);
+      r.contiguous->Forward(l, 0, n, q.data(), k.data(), v.data(), out.data(), two);
+      for (size_t p = 0; p < n; ++p)
+        caches[l].Put(r.table, p, &k[p * kKv * kD], &v[p * kKv * kD]);
+    }
+    r.pos = kDoc + own;
+    return r;
+  };
+  auto decode = [&](std::vector<Req *> reqs, size_t steps) {
+    const float scale = 1.0f / std::sqrt(float(kD));
+    for (size_t step = 0; step < steps; ++step)
+      for (size_t l = 0; l < kLayers; ++l) {
+        std::vector<std::vector<float>> q(reqs.size()), want(reqs.size()), got(reqs.size());
+        std::vector<PagedRow> rows;
+        for (size_t i = 0; i < reqs.size(); ++i) {
+          Req &r = *reqs[i];
+          std::vector<float> k(kKv * kD), v(k.size());
+          q[i].resize(kHeads * kD);
+          fill(q[i], 0.0f);
+          fill(k, 1.5f);
+          fill(v, 0.0f);
+          want[i].resize(q[i].size());
+          got[i].assign(q[i].size(), -1.0f);
+          r.contiguous->Forward(l, r.pos + step, 1, q[i].data(), k.data(), v.data(), want[i].data(),
+                                two);
+          caches[l].Put(r.table, r.pos + step, k.data(), v.data());
+          rows.push_back({r.id, r.table, r.pos + step + 1, q[i].data(), got[i].data()});
+        }
+        paged.Decode(l, caches[l].View(), rows, scale, two);
+        for (size_t i = 0; i < reqs.size(); ++i)
+          ASSERT_EQ(std::memcmp(want[i].data(), got[i].data(), want[i].size() * sizeof(float)), 0)
+              << reqs[i]->id << " layer " << l << " step " << step;
+      }
+    for (Req *r : reqs)
+      r->pos += steps;
+  };
+  const size_t units = 2 * kKv; // two sampled layers
+  Req a = make("a", 90);
+  decode({&a}, 3); // a's first step builds the document's indexes and publishes them
+  EXPECT_EQ(paged.SharedIndexStats().builds, units);
+  Req b = make("b", 70), c = make("c", 100);
+  decode({&b, &c, &a}, 4); // b and c stand on them
+  IndexShare::Stats st = paged.SharedIndexStats();
+  EXPECT_EQ(st.builds, units);
+  EXPECT_EQ(st.hits, 2 * units);
+  EXPECT_GT(st.bytes, 0u);
+  // The engine frees the document's blocks and fills them with another text: a request over the
+  // same block ids is not matched with the old indexes, and builds its own.
+  paged.Free("a");
+  paged.Free("b");
+  paged.Free("c");
+  new_document();
+  Req d = make("d", 80);
+  decode({&d}, 3);
+  st = paged.SharedIndexStats();
+  EXPECT_EQ(st.hits, 2 * units);
+  EXPECT_EQ(st.builds, 2 * units);
 }
 
 TEST(PagedLshAttention, RefusesWhatItCannotServe) {

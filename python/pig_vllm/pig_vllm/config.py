@@ -16,6 +16,9 @@ override for one process tree.
 | PIG_VLLM_TRANSFORM     | transform                    | pig-run's --transform (default plain)            |
 | PIG_VLLM_BUDGET        | budget                       | topk/oracle/quest/lsh-hybrid: pig-run's --budget |
 | PIG_VLLM_HYBRID        | hybrid                       | lsh-hybrid: pig-run's --hybrid                   |
+| PIG_VLLM_MEAN_WINDOW   | mean_window                  | magicpig: centre on the first N keys (default 0: |
+|                        |                              | all); N > 0: requests on vLLM's shared prefix    |
+|                        |                              | blocks share one index over them                 |
 | PIG_VLLM_MIN_TOKENS    | min_tokens                   | decode rows of shorter sequences go to the stock |
 |                        |                              | kernel (default: sink + local + 16 for sampling  |
 |                        |                              | methods, 0 for dense)                            |
@@ -45,6 +48,7 @@ _FIELDS: dict[str, tuple[str, Any]] = {
     "transform": ("PIG_VLLM_TRANSFORM", str),
     "budget": ("PIG_VLLM_BUDGET", float),
     "hybrid": ("PIG_VLLM_HYBRID", str),
+    "mean_window": ("PIG_VLLM_MEAN_WINDOW", int),
     "min_tokens": ("PIG_VLLM_MIN_TOKENS", int),
     "threads": ("PIG_VLLM_THREADS", int),
 }
@@ -60,6 +64,7 @@ class PigConfig:
     transform: str = "plain"
     budget: float | None = None
     hybrid: str = ""
+    mean_window: int | None = None
     min_tokens: int | None = None
     threads: int = 0
 
@@ -69,7 +74,8 @@ class PigConfig:
 
         return pig.AttentionSpec(self.method, lsh=self.lsh, sink=self.sink, local=self.local,
                                  dense_layers=self.dense_layers, transform=self.transform,
-                                 budget=self.budget, hybrid=self.hybrid)
+                                 budget=self.budget, hybrid=self.hybrid,
+                                 mean_window=self.mean_window)
 
     def effective_min_tokens(self, spec=None) -> int:
         """Decode rows of sequences shorter than this go to the stock kernel."""

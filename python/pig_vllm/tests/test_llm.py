@@ -60,6 +60,22 @@ def prefix(tmp_path_factory, prompts):
 
 
 @pytest.fixture(scope="module")
+def prefix_shared(tmp_path_factory, prompts):
+    """The prefix fixture's two runs with a fixed mean window (PIG_VLLM_MEAN_WINDOW): the
+    second request, over the blocks vLLM's prefix cache gives it, stands on the index the first
+    built over them (index_share.h) instead of building its own."""
+    prompt = prompts["prefix"][0]
+    cut = (len(prompt) - 1) // BLOCK * BLOCK
+    out = run_driver(tmp_path_factory, "prefix_shared", {
+        "pig": {"method": "magicpig", "mean_window": 512},
+        "llm": {"block_size": BLOCK, "enable_chunked_prefill": True,
+                "max_num_batched_tokens": cut},
+        "tasks": [gen("prefix", [prompt], max_tokens=16, repeat=2, logprobs=2)]})
+    out["cut"] = cut
+    return out
+
+
+@pytest.fixture(scope="module")
 def preempt(tmp_path_factory, prompts):
     # 10 blocks of 128 tokens for 4 sequences of 300 + 200 tokens (4 blocks each): vLLM must
     # preempt some and recompute them later.
@@ -161,6 +177,21 @@ def test_prefix_cached_prompt(prefix):
     assert second["tokens"] == first["tokens"]
     assert second["top"] == first["top"]
     assert r["stats"]["decode_rows"] > 0 and r["stats"]["frees"] >= 2  # pig decoded both
+    assert r["live"] == []
+
+
+def test_prefix_cached_prompt_shares_the_lsh_index(prefix_shared):
+    """pig's index follows vLLM's shared blocks: the second run stands on the first's index
+    (every sampled (layer, kv-head) a hit, nothing built again) and gives the first run's tokens
+    and log-probabilities bit for bit."""
+    r = prefix_shared["prefix"]
+    first, second = (r["batch"][k][0] for k in (0, 1))
+    assert first["cached"] == 0 and second["cached"] == prefix_shared["cut"]
+    assert second["tokens"] == first["tokens"]
+    assert second["top"] == first["top"]
+    st = r["stats"]
+    assert st["shared_index_builds"] > 0 and st["shared_index_bytes"] > 0
+    assert st["shared_index_hits"] == st["shared_index_builds"], st
     assert r["live"] == []
 
 

@@ -15,7 +15,9 @@
 // mean_window == 0 (the paper's mean of every indexed key) nothing is shared.
 //
 // A node lives while its first blocks do: Collect drops the nodes whose blocks were given back
-// and taken anew (their stamps changed) past the point where their mean was taken.
+// and taken anew (their stamps changed) past the point where their mean was taken. Over an
+// engine's blocks (vLLM: KvPool::External, which stamps nothing) the stamps are fingerprints of
+// the very K rows a (layer, kv-head) index reads, and set_max_bytes bounds what is kept.
 #pragma once
 
 #include <condition_variable>
@@ -83,14 +85,20 @@ public:
   void Collect(const KvPool &pool);
   /// Forgets every node (the bases live on in the indexes that stand on them).
   void Clear();
+  /// Past this many bytes of bases (0: no limit), Publish forgets the least recently used nodes
+  /// none of whose units is being built. For pools whose blocks it cannot stamp (an engine's:
+  /// Collect cannot tell when their content changes), this bounds what finished requests leave.
+  void set_max_bytes(std::size_t bytes);
   Stats stats() const;
 
 private:
   struct Node;
   mutable std::mutex mu_;
   std::condition_variable built_;
+  std::size_t BytesLocked() const;
   std::vector<std::shared_ptr<Node>> nodes_;
-  std::size_t hits_ = 0, builds_ = 0;
+  std::size_t hits_ = 0, builds_ = 0, max_bytes_ = 0;
+  std::uint64_t clock_ = 0; // Acquire and Publish calls: nodes' last use
 };
 
 } // namespace pig::runtime

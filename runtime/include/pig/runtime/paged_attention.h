@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "pig/runtime/attention.h"
+#include "pig/runtime/index_share.h"
 #include "pig/runtime/thread_pool.h"
 
 namespace pig::runtime {
@@ -72,6 +73,10 @@ public:
   /// Summed over the requests, those freed included.
   AttentionStats stats() const;
   const AttentionSpec &spec() const { return spec_; }
+  /// The indexes requests share over blocks that hold the same keys (spec.mean_window fixed;
+  /// index_share.h): kept up to kSharedIndexBytes, least recently used first out.
+  IndexShare::Stats SharedIndexStats() const;
+  static constexpr size_t kSharedIndexBytes = size_t(1) << 30;
 
 private:
   struct Request {
