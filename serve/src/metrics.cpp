@@ -77,6 +77,11 @@ Histogram DecodePassHistogram() { return Histogram(kItlBounds); }
 
 std::string ServerMetrics::Render() const {
   std::string out;
+  // A series without labels.
+  auto scalar = [&](const char *name, const char *type, const char *help, auto value) {
+    Head(out, name, type, help);
+    out += std::string(name) + " " + Num(value) + "\n";
+  };
   auto gauge = [&](const char *name, const char *help, auto field) {
     Head(out, name, "gauge", help);
     for (const auto &[m, mm] : methods)
@@ -116,54 +121,49 @@ std::string ServerMetrics::Render() const {
        "Requests refused before admission, by reason.");
   for (const auto &[reason, n] : rejected)
     out += "pig_requests_rejected_total{" + Label("reason", reason) + "} " + Num(n) + "\n";
-  Head(out, "pig_memory_budget_bytes", "gauge", "The admission budget (--memory-budget).");
-  out += "pig_memory_budget_bytes " + Num(memory_budget) + "\n";
-  Head(out, "pig_memory_reserved_bytes", "gauge",
-       "Bytes reserved by admitted requests (KV and index at full capacity).");
-  out += "pig_memory_reserved_bytes " + Num(memory_reserved) + "\n";
-  Head(out, "pig_kv_resident_bytes", "gauge",
-       "Bytes of the KV block pools the system has given: the most blocks held at once (blocks "
-       "freed by finished requests are reused, not returned).");
-  out += "pig_kv_resident_bytes " + Num(kv_resident) + "\n";
-  Head(out, "pig_prefix_cache_lookups_total", "counter",
-       "Admitted requests that looked their prompt up in the prefix cache.");
-  out += "pig_prefix_cache_lookups_total " + Num(prefix_lookups) + "\n";
-  Head(out, "pig_prefix_cache_hits_total", "counter",
-       "Lookups that found at least one cached block of the prompt.");
-  out += "pig_prefix_cache_hits_total " + Num(prefix_hits) + "\n";
-  Head(out, "pig_prefix_cache_hit_tokens_total", "counter",
-       "Prompt tokens whose KV came from the prefix cache instead of prefill.");
-  out += "pig_prefix_cache_hit_tokens_total " + Num(prefix_hit_tokens) + "\n";
-  Head(out, "pig_prefix_cache_evictions_total", "counter",
-       "Cached blocks evicted (least recently used, held by no request) for memory.");
-  out += "pig_prefix_cache_evictions_total " + Num(prefix_evictions) + "\n";
-  Head(out, "pig_prefix_cache_bytes", "gauge",
-       "KV bytes the prefix cache holds (each block once, however many requests share it).");
-  out += "pig_prefix_cache_bytes " + Num(prefix_bytes) + "\n";
-  Head(out, "pig_prefix_cache_disk_reads_total", "counter",
-       "Cached blocks read back from the disk tier (--cache-dir).");
-  out += "pig_prefix_cache_disk_reads_total " + Num(prefix_disk_reads) + "\n";
-  Head(out, "pig_prefix_cache_disk_writes_total", "counter", "Blocks written to the disk tier.");
-  out += "pig_prefix_cache_disk_writes_total " + Num(prefix_disk_writes) + "\n";
-  Head(out, "pig_prefix_cache_disk_rejected_total", "counter",
-       "Disk tier files refused: truncated, corrupt, another model's or another version's.");
-  out += "pig_prefix_cache_disk_rejected_total " + Num(prefix_disk_rejected) + "\n";
-  Head(out, "pig_prefix_cache_disk_bytes", "gauge", "Bytes of the disk tier's files.");
-  out += "pig_prefix_cache_disk_bytes " + Num(prefix_disk_bytes) + "\n";
-  Head(out, "pig_shared_index_bytes", "gauge",
-       "LSH index bytes over cached prefixes that requests stand on (each once; not in "
-       "pig_index_bytes).");
-  out += "pig_shared_index_bytes " + Num(shared_index_bytes) + "\n";
-  Head(out, "pig_shared_index_builds_total", "counter",
-       "(layer, kv-head) indexes built over a cached prefix for requests to share.");
-  out += "pig_shared_index_builds_total " + Num(shared_index_builds) + "\n";
-  Head(out, "pig_shared_index_hits_total", "counter",
-       "(layer, kv-head) indexes a request stood on instead of building them.");
-  out += "pig_shared_index_hits_total " + Num(shared_index_hits) + "\n";
-  Head(out, "pig_engine_steps_total", "counter", "Forward passes of the scheduler.");
-  out += "pig_engine_steps_total " + Num(steps) + "\n";
-  Head(out, "pig_engine_step_seconds_total", "counter", "Time spent in scheduler steps.");
-  out += "pig_engine_step_seconds_total " + Num(step_seconds) + "\n";
+  scalar("pig_memory_budget_bytes", "gauge", "The admission budget (--memory-budget).",
+         memory_budget);
+  scalar("pig_memory_reserved_bytes", "gauge",
+         "Bytes reserved by admitted requests (KV and index at full capacity).", memory_reserved);
+  scalar("pig_kv_resident_bytes", "gauge",
+         "Bytes of the KV block pools the system has given: the most blocks held at once (blocks "
+         "freed by finished requests are reused, not returned).",
+         kv_resident);
+  scalar("pig_prefix_cache_lookups_total", "counter",
+         "Admitted requests that looked their prompt up in the prefix cache.", prefix_lookups);
+  scalar("pig_prefix_cache_hits_total", "counter",
+         "Lookups that found at least one cached block of the prompt.", prefix_hits);
+  scalar("pig_prefix_cache_hit_tokens_total", "counter",
+         "Prompt tokens whose KV came from the prefix cache instead of prefill.",
+         prefix_hit_tokens);
+  scalar("pig_prefix_cache_evictions_total", "counter",
+         "Cached blocks evicted (least recently used, held by no request) for memory.",
+         prefix_evictions);
+  scalar("pig_prefix_cache_bytes", "gauge",
+         "KV bytes the prefix cache holds (each block once, however many requests share it).",
+         prefix_bytes);
+  scalar("pig_prefix_cache_disk_reads_total", "counter",
+         "Cached blocks read back from the disk tier (--cache-dir).", prefix_disk_reads);
+  scalar("pig_prefix_cache_disk_writes_total", "counter", "Blocks written to the disk tier.",
+         prefix_disk_writes);
+  scalar("pig_prefix_cache_disk_rejected_total", "counter",
+         "Disk tier files refused: truncated, corrupt, another model's or another version's.",
+         prefix_disk_rejected);
+  scalar("pig_prefix_cache_disk_bytes", "gauge", "Bytes of the disk tier's files.",
+         prefix_disk_bytes);
+  scalar("pig_shared_index_bytes", "gauge",
+         "LSH index bytes over cached prefixes that requests stand on (each once; not in "
+         "pig_index_bytes).",
+         shared_index_bytes);
+  scalar("pig_shared_index_builds_total", "counter",
+         "(layer, kv-head) indexes built over a cached prefix for requests to share.",
+         shared_index_builds);
+  scalar("pig_shared_index_hits_total", "counter",
+         "(layer, kv-head) indexes a request stood on instead of building them.",
+         shared_index_hits);
+  scalar("pig_engine_steps_total", "counter", "Forward passes of the scheduler.", steps);
+  scalar("pig_engine_step_seconds_total", "counter", "Time spent in scheduler steps.",
+         step_seconds);
   Head(out, "pig_engine_decode_pass_seconds", "histogram",
        "The decode rows' forward pass of a step, by the number of rows in it.");
   for (const auto &[rows, h] : decode_pass)
