@@ -11,6 +11,7 @@
 #include <string>
 #include <thread>
 
+#include "byte_hash.h"
 #include "checked_size.h"
 #include "pig/runtime/index_share.h"
 
@@ -170,6 +171,7 @@ void LshAttention::Reset() {
     ix.reset();
   std::fill(cached_.begin(), cached_.end(), 0);
   attached_ = 0;
+  prefix_key_ = 0;
   total_ = {};
   decode_steps_ = 0;
 }
@@ -192,27 +194,6 @@ size_t LshAttention::MeanWindow() const {
     return spec_.mean_window;
   return attached_ > spec_.sink ? attached_ - spec_.sink : 0; // no prefix: all the keys
 }
-
-namespace {
-// A 64-bit fingerprint of n bytes (a multiply-xorshift over 8-byte words), never 0 (a stamp of 0
-// is a free block's).
-std::uint64_t Fingerprint(const std::uint8_t *p, size_t n) {
-  std::uint64_t h = 0x6a09e667f3bcc909ull ^ n;
-  size_t i = 0;
-  for (; i + 8 <= n; i += 8) {
-    std::uint64_t w;
-    std::memcpy(&w, p + i, 8);
-    h = (h ^ w) * 0x9e3779b97f4a7c15ull;
-    h ^= h >> 32;
-  }
-  for (; i < n; ++i)
-    h = (h ^ p[i]) * 0x100000001b3ull;
-  h ^= h >> 29;
-  h *= 0xbf58476d1ce4e5b9ull;
-  h ^= h >> 32;
-  return h | 1;
-}
-} // namespace
 
 size_t LshAttention::Indexable(size_t n_tokens) const {
   return n_tokens > spec_.sink + spec_.local ? n_tokens - spec_.sink - spec_.local : 0;
@@ -244,18 +225,25 @@ void LshAttention::BuildSlot(size_t layer, size_t kvh, size_t n) {
       // (layer, kv-head) is a node of its own. Every full block may be shared: the engine decides.
       const std::uint8_t *base = pool.Base(layer, kvh, false);
       for (size_t b = 0; b < nb; ++b)
-        stamps[b] = Fingerprint(base + size_t(cache_.blocks()[b]) * pool.BlockBytes(),
-                                bs * pool.RowBytes());
+        stamps[b] = detail::HashBytes(0x6b726f7773ull,
+                                      base + size_t(cache_.blocks()[b]) * pool.BlockBytes(),
+                                      bs * pool.RowBytes()) |
+                    1; // never 0, a free block's stamp
       r.key += " unit " + std::to_string(unit);
       r.unit = 0;
       r.units = 1;
     } else {
-      // The full blocks of [0, n), their stamps, and how many lead that others hold too.
+      // The full blocks of [0, n), their stamps, and how many lead that others hold too. A
+      // prefix from a PrefixCache names its index on disk: a base over that prefix alone.
       holders.resize(nb);
       pool.Stamps(cache_.blocks().data(), nb, stamps.data(), holders.data());
       r.shared_blocks = 0;
       while (r.shared_blocks < nb && holders[r.shared_blocks] >= 2)
         ++r.shared_blocks;
+      if (prefix_key_ != 0) {
+        r.prefix_key = prefix_key_;
+        r.shared_blocks = std::min(r.shared_blocks, attached_ / bs);
+      }
     }
     share = pool.shared_indexes().Acquire(r);
   }

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <numbers>
 #include <stdexcept>
@@ -220,6 +221,84 @@ std::shared_ptr<const LshIndex> LshIndex::freeze(LshIndex built) {
                                 "unmerged tail can be shared");
   built.codes_ = {};
   return std::make_shared<const LshIndex>(std::move(built));
+}
+
+namespace {
+struct Frozen { // serialize()'s fields, then the mean, the offsets and the ids
+  std::uint64_t begin, local, mean_count, count, d, offsets, ids;
+  std::int32_t K, L;
+};
+} // namespace
+
+std::string LshIndex::serialize() const {
+  if (fitted_ || base_ || tail_count() > 0)
+    throw std::invalid_argument("LshIndex::serialize: only a frozen index");
+  const Frozen f{begin_,      local_, mean_count_, layout_.count, mean_.size(), offsets_.size(),
+                 ids_.size(), K_,     L_};
+  std::string out(reinterpret_cast<const char *>(&f), sizeof f);
+  out.append(reinterpret_cast<const char *>(mean_.data()), mean_.size() * sizeof(float));
+  out.append(reinterpret_cast<const char *>(offsets_.data()), offsets_.size() * 2);
+  out.append(reinterpret_cast<const char *>(ids_.data()), ids_.size() * 2);
+  return out;
+}
+
+std::optional<LshIndex> LshIndex::parse(std::string_view bytes, std::string *why) {
+  auto fail = [&](const std::string &w) {
+    if (why)
+      *why = w;
+    return std::nullopt;
+  };
+  Frozen f;
+  if (bytes.size() < sizeof f)
+    return fail("shorter than its fields");
+  std::memcpy(&f, bytes.data(), sizeof f);
+  try {
+    ref::LshConfig{f.K, f.L, 1, 0}.validate();
+  } catch (const std::invalid_argument &e) {
+    return fail(e.what());
+  }
+  if (f.d == 0 || f.d > 4096 || f.mean_count > f.count + f.local || f.count > (1ull << 40))
+    return fail("fields out of range");
+  const IndexLayout lay = IndexLayout::of(f.count, f.K, f.L);
+  if (f.offsets != lay.offset_entries || f.ids != lay.id_entries)
+    return fail("tables of another size than their fields say");
+  if (bytes.size() != sizeof f + f.d * sizeof(float) + 2 * (f.offsets + f.ids))
+    return fail("size " + std::to_string(bytes.size()) + " does not match its fields");
+  LshIndex ix;
+  ix.begin_ = f.begin;
+  ix.local_ = f.local;
+  ix.mean_count_ = f.mean_count;
+  ix.K_ = f.K;
+  ix.L_ = f.L;
+  ix.layout_ = lay;
+  ix.n_ = f.begin + f.count + f.local;
+  const char *p = bytes.data() + sizeof f;
+  ix.mean_.resize(f.d);
+  std::memcpy(ix.mean_.data(), p, f.d * sizeof(float));
+  p += f.d * sizeof(float);
+  ix.offsets_.resize(f.offsets);
+  std::memcpy(ix.offsets_.data(), p, f.offsets * 2);
+  p += f.offsets * 2;
+  ix.ids_.resize(f.ids);
+  std::memcpy(ix.ids_.data(), p, f.ids * 2);
+  // Every bucket's list within its segment: retrieval reads ids[offsets[b], offsets[b + 1]).
+  const std::size_t stride = (std::size_t(1) << f.K) + 1;
+  for (std::size_t s = 0; s < lay.segments; ++s) {
+    const std::size_t len = std::min<std::size_t>(kSegmentTokens, f.count - s * kSegmentTokens);
+    for (std::size_t l = 0; l < std::size_t(f.L); ++l) {
+      const std::uint16_t *o = ix.offsets_.data() + (s * std::size_t(f.L) + l) * stride;
+      if (o[0] != 0 || o[stride - 1] != len)
+        return fail("bucket offsets that do not span their segment");
+      for (std::size_t b = 0; b + 1 < stride; ++b)
+        if (o[b] > o[b + 1])
+          return fail("bucket offsets out of order");
+      const std::uint16_t *ids = ix.ids_.data() + s * kSegmentTokens * std::size_t(f.L) + l * len;
+      for (std::size_t i = 0; i < len; ++i)
+        if (ids[i] >= len)
+          return fail("a token id outside its segment");
+    }
+  }
+  return ix;
 }
 
 LshIndex LshIndex::on(std::shared_ptr<const LshIndex> base, std::size_t limit) {

@@ -7,34 +7,11 @@
 #include <fstream>
 #include <stdexcept>
 
+#include "byte_hash.h"
 #include "pig/spec/files.h"
 
 namespace pig::runtime {
 namespace {
-
-std::uint64_t Mix(std::uint64_t h, std::uint64_t x) {
-  // splitmix64's finaliser over the running state: a well-spread 64-bit key.
-  h ^= x + 0x9e3779b97f4a7c15ull + (h << 6) + (h >> 2);
-  h ^= h >> 30;
-  h *= 0xbf58476d1ce4e5b9ull;
-  h ^= h >> 27;
-  h *= 0x94d049bb133111ebull;
-  h ^= h >> 31;
-  return h;
-}
-
-std::uint64_t HashBytes(std::uint64_t h, const void *data, size_t n) {
-  const auto *p = static_cast<const unsigned char *>(data);
-  size_t i = 0;
-  for (; i + 8 <= n; i += 8) {
-    std::uint64_t w;
-    std::memcpy(&w, p + i, 8);
-    h = Mix(h, w);
-  }
-  std::uint64_t w = 0;
-  std::memcpy(&w, p + i, n - i);
-  return Mix(h, w ^ (std::uint64_t(n - i) << 56));
-}
 
 // The disk tier's file: this header, the block's token ids, its rows (KvPool::BlockBytes).
 struct DiskHeader {
@@ -58,7 +35,7 @@ std::uint64_t FileHash(const std::string &path) {
   std::uint64_t h = 0x6d6f64656cull;
   while (in) {
     in.read(buf.data(), std::streamsize(buf.size()));
-    h = HashBytes(h, buf.data(), size_t(in.gcount()));
+    h = detail::HashBytes(h, buf.data(), size_t(in.gcount()));
   }
   if (in.bad())
     throw std::runtime_error("cannot read " + path);
@@ -97,14 +74,14 @@ PrefixCache::~PrefixCache() {
 }
 
 std::uint64_t PrefixCache::Key(std::uint64_t parent, const std::int32_t *tokens) const {
-  std::uint64_t h = Mix(salt_, parent);
+  std::uint64_t h = detail::Mix(salt_, parent);
   for (size_t i = 0; i < pool_->block_tokens(); ++i)
-    h = Mix(h, std::uint32_t(tokens[i]));
+    h = detail::Mix(h, std::uint32_t(tokens[i]));
   return h;
 }
 
-size_t PrefixCache::Lookup(const std::int32_t *tokens, size_t n,
-                           std::vector<std::int32_t> &blocks) {
+size_t PrefixCache::Lookup(const std::int32_t *tokens, size_t n, std::vector<std::int32_t> &blocks,
+                           std::uint64_t *key_out) {
   blocks.clear();
   const size_t bt = pool_->block_tokens();
   const size_t most = n >= 2 ? (n - 2) / bt : 0; // two tokens left to compute
@@ -153,6 +130,8 @@ size_t PrefixCache::Lookup(const std::int32_t *tokens, size_t n,
     ++stats_.hits;
     stats_.hit_tokens += blocks.size() * bt;
   }
+  if (key_out)
+    *key_out = blocks.empty() ? 0 : parent;
   return blocks.size() * bt;
 }
 
@@ -200,7 +179,7 @@ void PrefixCache::WriteBlock(std::uint64_t key, std::uint64_t parent, const std:
   std::memcpy(bytes.data() + sizeof h + bt * sizeof(std::int32_t),
               pool_->Row(block, 0, 0, false, 0), payload);
   std::memcpy(bytes.data(), &h, sizeof h);
-  h.checksum = HashBytes(0, bytes.data(), bytes.size());
+  h.checksum = detail::HashBytes(0, bytes.data(), bytes.size());
   std::memcpy(bytes.data(), &h, sizeof h);
   try {
     spec::WriteFileAtomically(path, bytes);
@@ -254,7 +233,7 @@ std::int32_t PrefixCache::ReadBlock(std::uint64_t key, std::uint64_t parent,
     DiskHeader z = h;
     z.checksum = 0;
     std::memcpy(bytes.data(), &z, sizeof z);
-    if (HashBytes(0, bytes.data(), bytes.size()) != want)
+    if (detail::HashBytes(0, bytes.data(), bytes.size()) != want)
       why = "checksum mismatch (corrupt)";
     else if (std::memcmp(bytes.data() + sizeof h, tokens, bt * sizeof(std::int32_t)) != 0)
       why = "other tokens";

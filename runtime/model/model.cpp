@@ -474,9 +474,12 @@ std::shared_ptr<KvPool> LlamaBatch::KvPoolOf(lsh::DType dtype) {
   if (prefix_.back() && opts_.prefix_cache_bytes)
     prefix_.back()->set_max_blocks(
         std::max<size_t>(1, opts_.prefix_cache_bytes / pools_.back()->BlockBytes()));
-  if (prefix_.back() && !opts_.prefix_cache_dir.empty())
-    prefix_.back()->SetDisk(opts_.prefix_cache_dir + "/" + lsh::to_string(dtype),
-                            opts_.prefix_cache_disk_bytes);
+  if (prefix_.back() && !opts_.prefix_cache_dir.empty()) {
+    const std::string dir = opts_.prefix_cache_dir + "/" + lsh::to_string(dtype);
+    prefix_.back()->SetDisk(dir, opts_.prefix_cache_disk_bytes);
+    pools_.back()->shared_indexes().SetDisk(dir + "/index", PrefixSalt(),
+                                            opts_.prefix_cache_disk_bytes);
+  }
   return pools_.back();
 }
 
@@ -513,10 +516,12 @@ size_t LlamaBatch::AttachCachedPrefix(size_t seq, const int32_t *tokens, size_t 
     return 0;
   fwd_.CheckTokens(tokens, n);
   std::vector<std::int32_t> blocks;
-  const size_t hit = cache->Lookup(tokens, std::min(n, s.capacity), blocks);
+  std::uint64_t key = 0;
+  const size_t hit = cache->Lookup(tokens, std::min(n, s.capacity), blocks, &key);
   if (hit == 0)
     return 0;
   s.attn->AttachPrefix(blocks.data(), blocks.size());
+  s.attn->SetPrefixKey(key);
   s.pos = hit;
   return hit;
 }
@@ -568,6 +573,9 @@ IndexShare::Stats LlamaBatch::SharedIndexStats() const {
     t.bytes += s.bytes;
     t.hits += s.hits;
     t.builds += s.builds;
+    t.disk_reads += s.disk_reads;
+    t.disk_writes += s.disk_writes;
+    t.disk_rejected += s.disk_rejected;
   }
   return t;
 }

@@ -467,6 +467,9 @@ void Engine::UpdateMemoryGauges() {
   metrics_.shared_index_bytes = shared.bytes;
   metrics_.shared_index_builds = shared.builds;
   metrics_.shared_index_hits = shared.hits;
+  metrics_.shared_index_disk_reads = shared.disk_reads;
+  metrics_.shared_index_disk_writes = shared.disk_writes;
+  metrics_.shared_index_disk_rejected = shared.disk_rejected;
 }
 
 void Engine::SetMemoryGauges(const MemoryByMethod &bytes) {
@@ -570,6 +573,16 @@ bool Engine::Step() {
       const std::vector<int32_t> &prompt = prefill->req->params().prompt;
       prefill->cached = batch_.AttachCachedPrefix(prefill->seq, prompt.data(), prompt.size());
       prefill->prefilled = prefill->cached;
+      if (prefill->cached > 0) {
+        // The attached blocks are the cache's, counted in its bytes while anyone holds them:
+        // the request's reservation gives their share back, so shared bytes count once.
+        const runtime::KvPool &kv = batch_.attention(prefill->seq).cache().pool();
+        const size_t shared =
+            std::min(prefill->reserved, prefill->cached / kv.block_tokens() * kv.BlockBytes());
+        std::lock_guard lock(mu_);
+        prefill->reserved -= shared;
+        reserved_ -= shared;
+      }
     }
     const size_t remaining = prefill->req->params().prompt.size() - prefill->prefilled;
     size_t most = others ? opts_.prefill_chunk : opts_.prefill_chunk_alone;

@@ -161,6 +161,14 @@ std::string ServerMetrics::Render() const {
   scalar("pig_shared_index_hits_total", "counter",
          "(layer, kv-head) indexes a request stood on instead of building them.",
          shared_index_hits);
+  scalar("pig_shared_index_disk_reads_total", "counter",
+         "(layer, kv-head) indexes read back from the disk tier (--cache-dir) instead of built.",
+         shared_index_disk_reads);
+  scalar("pig_shared_index_disk_writes_total", "counter",
+         "(layer, kv-head) indexes written to the disk tier.", shared_index_disk_writes);
+  scalar("pig_shared_index_disk_rejected_total", "counter",
+         "Index files refused: truncated, corrupt, another model's or another version's.",
+         shared_index_disk_rejected);
   scalar("pig_engine_steps_total", "counter", "Forward passes of the scheduler.", steps);
   scalar("pig_engine_step_seconds_total", "counter", "Time spent in scheduler steps.",
          step_seconds);

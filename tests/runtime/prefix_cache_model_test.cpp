@@ -6,9 +6,12 @@
 
 #include <cstdint>
 #include <cstring>
+#include <filesystem>
 #include <memory>
 #include <string>
 #include <vector>
+
+#include <unistd.h>
 
 #include "model_util.h"
 #include "pig/runtime/attention.h"
@@ -20,6 +23,35 @@ namespace pig::runtime {
 namespace {
 
 using lsh::DType;
+
+// n tokens of a synthetic document, from `first` on.
+std::vector<int32_t> Document(size_t n, int32_t first) {
+  std::vector<int32_t> doc;
+  for (size_t i = 0; i < n; ++i)
+    doc.push_back(first + int32_t((i * 7919) % 20000));
+  return doc;
+}
+
+// The document followed by a question.
+std::vector<int32_t> Ask(const std::vector<int32_t> &doc, std::initializer_list<int32_t> q) {
+  std::vector<int32_t> p = doc;
+  p.insert(p.end(), q);
+  return p;
+}
+
+// Prefills p[from, end) of sequence seq, then n_new greedy steps: the logits before each step.
+std::vector<std::vector<float>> Greedy(LlamaBatch &batch, size_t seq, const std::vector<int32_t> &p,
+                                       size_t from, size_t n_new, size_t vocab) {
+  std::vector<std::vector<float>> out;
+  std::vector<float> logits(vocab);
+  batch.Prefill(seq, p.data() + from, p.size() - from, logits.data());
+  for (size_t i = 0; i < n_new; ++i) {
+    out.push_back(logits);
+    const int32_t t = ArgMax(logits.data(), vocab);
+    batch.Step(&t, &seq, 1, logits.data());
+  }
+  return out;
+}
 
 // On the model: a document prefilled once by sequence A, then B (the document and another
 // question) with the cache, against B prefilled whole with no cache.
@@ -56,15 +88,7 @@ TEST(PrefixCache, AHitGivesTheLogitsOfPrefillingTheWholePrompt) {
     const size_t cap = qb.size() + n_new;
     const AttentionShape shape{c.n_layers, c.n_heads, c.n_kv_heads, c.head_dim, cap};
     auto run = [&](LlamaBatch &batch, size_t seq, const std::vector<int32_t> &prompt, size_t from) {
-      std::vector<std::vector<float>> out;
-      std::vector<float> logits(vocab);
-      batch.Prefill(seq, prompt.data() + from, prompt.size() - from, logits.data());
-      for (size_t i = 0; i < n_new; ++i) {
-        out.push_back(logits);
-        const int32_t t = ArgMax(logits.data(), vocab);
-        batch.Step(&t, &seq, 1, logits.data());
-      }
-      return out;
+      return Greedy(batch, seq, prompt, from, n_new, vocab);
     };
     // Without the cache.
     LlamaBatch plain(*m, pool, LlamaBatch::Options{});
@@ -108,14 +132,8 @@ TEST(PrefixCache, SequencesOnOneDocumentShareItsLshIndex) {
   const LlamaConfig &c = m->config();
   const size_t vocab = c.vocab, n_new = 5;
   ThreadPool pool(2);
-  std::vector<int32_t> doc;
-  for (size_t i = 0; i < 300; ++i)
-    doc.push_back(int32_t(300 + (i * 7919) % 20000));
-  auto ask = [&](std::initializer_list<int32_t> q) {
-    std::vector<int32_t> p = doc;
-    p.insert(p.end(), q);
-    return p;
-  };
+  const std::vector<int32_t> doc = Document(300, 300);
+  auto ask = [&](std::initializer_list<int32_t> q) { return Ask(doc, q); };
   const std::vector<int32_t> qa = ask({11, 12, 13, 14, 15}), qb = ask({21, 22, 23}),
                              qc = ask({31, 32, 33, 34, 35, 36, 37});
   for (const size_t window : {size_t(32), AttentionSpec::kMeanOfPrefix}) {
@@ -210,6 +228,68 @@ TEST(PrefixCache, SequencesOnOneDocumentShareItsLshIndex) {
     EXPECT_EQ(batch.SharedIndexStats().nodes, 0u) << what;
     EXPECT_EQ(batch.KvPoolOf(DType::bf16)->taken_blocks(), 0u) << what;
   }
+}
+
+// The shared index on disk (IndexShare::SetDisk, under --cache-dir): B's index over the cached
+// document is written; after a restart C reads the document's KV and its index back instead of
+// prefilling and building them, and gives the logits of C with no cache at the same window.
+TEST(PrefixCache, TheSharedIndexIsReadBackAfterARestart) {
+  PIG_REQUIRE_MODEL();
+  auto m = testing::LoadModel();
+  const LlamaConfig &c = m->config();
+  const size_t vocab = c.vocab, n_new = 4;
+  ThreadPool pool(2);
+  const std::vector<int32_t> doc = Document(300, 500);
+  auto ask = [&](std::initializer_list<int32_t> q) { return Ask(doc, q); };
+  const std::vector<int32_t> qa = ask({11, 12, 13}), qb = ask({21, 22, 23, 24}),
+                             qc = ask({31, 32, 33, 34, 35});
+  AttentionSpec spec;
+  spec.method = spec::Method::magicpig;
+  spec.local = 16;
+  spec.mean_window = AttentionSpec::kMeanOfPrefix;
+  const AttentionShape shape{c.n_layers, c.n_heads, c.n_kv_heads, c.head_dim, 320};
+  const std::filesystem::path dir =
+      std::filesystem::temp_directory_path() / ("pig-index-model-" + std::to_string(::getpid()));
+  std::filesystem::remove_all(dir);
+  auto run = [&](LlamaBatch &batch, size_t seq, const std::vector<int32_t> &p, size_t from) {
+    return Greedy(batch, seq, p, from, n_new, vocab);
+  };
+  AttentionSpec plain_spec = spec;
+  plain_spec.mean_window = 256 - spec.sink;
+  LlamaBatch plain(*m, pool, LlamaBatch::Options{});
+  const auto want =
+      run(plain, plain.Add(MakeAttention(plain_spec, shape, plain.KvPoolOf(DType::bf16))), qc, 0);
+  LlamaBatch::Options o;
+  o.prefix_cache = true;
+  o.prefix_cache_dir = dir.string();
+  size_t units = 0;
+  {
+    LlamaBatch batch(*m, pool, o);
+    const size_t a = batch.Add(MakeAttention(spec, shape, batch.KvPoolOf(DType::bf16)));
+    run(batch, a, qa, 0);
+    batch.CachePrompt(a, qa.data(), qa.size());
+    const size_t b = batch.Add(MakeAttention(spec, shape, batch.KvPoolOf(DType::bf16)));
+    ASSERT_EQ(batch.AttachCachedPrefix(b, qb.data(), qb.size()), 256u);
+    run(batch, b, qb, 256);
+    const IndexShare::Stats st = batch.SharedIndexStats();
+    units = st.builds;
+    EXPECT_GT(units, 0u);
+    EXPECT_EQ(st.disk_writes, units);
+  }
+  LlamaBatch batch(*m, pool, o); // a restart over the same directory
+  const size_t cc = batch.Add(MakeAttention(spec, shape, batch.KvPoolOf(DType::bf16)));
+  ASSERT_EQ(batch.AttachCachedPrefix(cc, qc.data(), qc.size()), 256u);
+  EXPECT_GT(batch.PrefixStats().disk_reads, 0u);
+  const auto got = run(batch, cc, qc, 256);
+  const IndexShare::Stats st = batch.SharedIndexStats();
+  EXPECT_EQ(st.disk_reads, units);
+  EXPECT_EQ(st.builds, 0u);
+  EXPECT_EQ(st.disk_rejected, 0u);
+  EXPECT_GT(batch.attention(cc).stats().shared_index_bytes, 0u);
+  for (size_t i = 0; i < n_new; ++i)
+    ASSERT_EQ(std::memcmp(got[i].data(), want[i].data(), vocab * sizeof(float)), 0)
+        << "token " << i;
+  std::filesystem::remove_all(dir);
 }
 
 } // namespace

@@ -341,5 +341,93 @@ TEST(IndexShare, OneBuildsTheOthersWaitAndStandOnIt) {
   EXPECT_EQ(share.stats().nodes, 0u);
 }
 
+// IndexShare's disk tier: a base published for a request with a prefix key is written; another
+// IndexShare (a restart) reads it back for the same request instead of building it; truncated,
+// flipped, another model's and another version's files are logged misses, built again.
+TEST(IndexShare, TheDiskTierReadsABaseBackAndRefusesBadFiles) {
+  const std::filesystem::path dir =
+      std::filesystem::temp_directory_path() / ("pig-index-test-" + std::to_string(::getpid()));
+  std::filesystem::remove_all(dir);
+  auto pool = std::make_shared<KvPool>(Shape(0), DType::f32, 16, 16);
+  KvCache a(Shape(128), DType::f32, pool);
+  Fill(a, 0, 100, 1.0f);
+  const std::vector<std::int32_t> blocks = a.blocks();
+  std::vector<std::uint64_t> stamps(blocks.size());
+  pool->Stamps(blocks.data(), blocks.size(), stamps.data());
+  IndexShare::Request r{
+      "key", 1, 2, blocks.data(), stamps.data(), 6, 4, 16, lsh::StaticTokens{4, 16, 32}, 100};
+  r.prefix_key = 0x5eed;
+  std::vector<float> rows(100 * 32);
+  for (size_t i = 0; i < rows.size(); ++i)
+    rows[i] = float((i * 7) % 13) - 6.0f;
+  const lsh::LshKernelSet set = lsh::generic_kernel_set();
+  const lsh::SimHash W(1, 32, 4, 4);
+  auto build = [&](const IndexShare::Share &s) {
+    return lsh::LshIndex::freeze(
+        lsh::LshIndex::build(set, rows.data(), DType::f32, 4 + s.build + 16, W, r.st));
+  };
+  std::string written;
+  {
+    IndexShare first;
+    first.SetDisk(dir.string(), 7, 0);
+    const IndexShare::Share s = first.Acquire(r);
+    ASSERT_EQ(s.build, 60u);
+    const auto base = build(s);
+    first.Publish(s, base);
+    EXPECT_EQ(first.stats().disk_writes, 1u);
+    ASSERT_TRUE(std::filesystem::exists(first.DiskPath(r)));
+    written = base->serialize();
+  }
+  auto restart = [&](std::uint64_t salt) {
+    auto share = std::make_unique<IndexShare>();
+    share->SetDisk(dir.string(), salt, 0);
+    return share;
+  };
+  {
+    auto share = restart(7);
+    const IndexShare::Share s = share->Acquire(r);
+    ASSERT_TRUE(s.base);
+    EXPECT_EQ(s.build, 0u);
+    EXPECT_EQ(s.limit, 60u);
+    EXPECT_EQ(s.base->serialize(), written);
+    EXPECT_EQ(share->stats().disk_reads, 1u);
+    IndexShare::Request other = r;
+    other.prefix_key = 0xbad; // another prefix: another file, none there
+    other.unit = 0;
+    const IndexShare::Share o = share->Acquire(other);
+    EXPECT_EQ(o.build, 60u);
+    EXPECT_EQ(share->stats().disk_rejected, 0u);
+    share->Abandon(o);
+  }
+  const std::string path = restart(7)->DiskPath(r);
+  const std::string good = pig::spec::ReadFile(path);
+  auto refused = [&](const std::string &bytes, std::uint64_t salt, const char *what) {
+    pig::spec::WriteFileAtomically(path, bytes);
+    auto share = restart(salt);
+    const IndexShare::Share s = share->Acquire(r);
+    EXPECT_FALSE(s.base) << what;
+    EXPECT_EQ(s.build, 60u) << what;
+    EXPECT_EQ(share->stats().disk_rejected, 1u) << what;
+    share->Abandon(s);
+  };
+  refused(good.substr(0, good.size() - 100), 7, "truncated");
+  std::string flipped = good;
+  flipped[flipped.size() / 2] ^= 0x40;
+  refused(flipped, 7, "a flipped byte");
+  refused(good, 8, "another model's");
+  std::string old = good;
+  old[8] = 9; // the version field
+  refused(old, 7, "another version's");
+  // Rebuilt and published again, the file is good again.
+  pig::spec::WriteFileAtomically(path, flipped);
+  {
+    auto share = restart(7);
+    const IndexShare::Share s = share->Acquire(r);
+    share->Publish(s, build(s));
+    EXPECT_EQ(pig::spec::ReadFile(path), good);
+  }
+  std::filesystem::remove_all(dir);
+}
+
 } // namespace
 } // namespace pig::runtime

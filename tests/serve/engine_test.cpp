@@ -156,6 +156,7 @@ TEST_F(EngineTest, ADocumentAskedTwiceIsPrefilledOnce) {
       ps[size_t(i)].attention = spec;
     }
     const std::vector<int32_t> want = Solo(ps[1]);
+    size_t held[2] = {0, 0}; // the third's reservation while it runs, without / with the cache
     for (const bool cached : {true, false}) {
       EngineOptions o = Small();
       o.prefix_cache = cached;
@@ -168,6 +169,7 @@ TEST_F(EngineTest, ADocumentAskedTwiceIsPrefilledOnce) {
       const std::shared_ptr<Request> third = engine.Submit(ps[2]);
       while (third->Take(100ms).tokens.empty()) {
       }
+      held[cached] = engine.Metrics().memory_reserved;
       engine.Cancel(third);
       Finish f = Finish::kNone;
       Collect(*third, &f);
@@ -181,6 +183,10 @@ TEST_F(EngineTest, ADocumentAskedTwiceIsPrefilledOnce) {
       // The document's 4 full blocks (each question ends inside the fifth: not cached).
       EXPECT_EQ(m.prefix_bytes > 0, cached) << what;
     }
+    // The blocks the third attached count in the cache's bytes, not again in its reservation.
+    const runtime::LlamaConfig &c = model_->config();
+    const runtime::AttentionShape shape{c.n_layers, c.n_heads, c.n_kv_heads, c.head_dim, 0};
+    EXPECT_EQ(held[0] - held[1], 4 * runtime::KvPool::BlockBytesFor(shape, spec.kv_dtype)) << what;
   }
 }
 

@@ -134,6 +134,43 @@ def test_magicpig_requests_on_a_document_share_its_lsh_index(server):
         assert plain.stop() == 0, plain.log()
 
 
+def test_the_shared_index_is_read_back_after_a_restart(tmp_path):
+    """--cache-dir also keeps the LSH indexes shared over cached prefixes: after a restart a
+    magicpig request on the document reads the index back (pig_shared_index_disk_reads_total)
+    instead of building it, with the text of a server without any cache at the same window."""
+    doc = "Eleven silver gulls circle the northern lighthouse at noon. " * 30
+    pig = {"attention": "magicpig"}
+
+    def ask(server, q):
+        status, _, r = server.post("/v1/completions", {
+            "prompt": doc + q, "max_tokens": 6, "temperature": 0, "ignore_eos": True, "pig": pig})
+        assert status == 200, r
+        return r
+    s = Server("--cache-dir", str(tmp_path))
+    try:
+        ask(s, "How many gulls are there?")
+        ask(s, "What do the gulls circle?")  # attaches the document: builds its index, writes it
+        m = s.metrics()
+        assert m["pig_shared_index_disk_writes_total"] == m["pig_shared_index_builds_total"] > 0
+    finally:
+        assert s.stop() == 0, s.log()
+    s = Server("--cache-dir", str(tmp_path))
+    try:
+        got = ask(s, "When do the gulls fly?")
+        cached = got["usage"]["prompt_tokens_details"]["cached_tokens"]
+        m = s.metrics()
+        assert cached >= 256
+        assert m["pig_shared_index_disk_reads_total"] > 0
+        assert m["pig_shared_index_builds_total"] == 0 and m["pig_shared_index_disk_rejected_total"] == 0
+    finally:
+        assert s.stop() == 0, s.log()
+    plain = Server("--no-prefix-cache", "--mean-window", str(cached - 4))
+    try:
+        assert ask(plain, "When do the gulls fly?")["choices"][0]["text"] == got["choices"][0]["text"]
+    finally:
+        assert plain.stop() == 0, plain.log()
+
+
 def test_the_disk_tier_serves_a_document_after_a_restart(tmp_path):
     """--cache-dir: a prompt's blocks written by one server are read back by the next one over
     the same directory (cached_tokens, the disk metrics) with the same greedy text as without

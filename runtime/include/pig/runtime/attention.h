@@ -164,6 +164,9 @@ public:
   // LoadPrefix: the method's state is built from those rows when it is needed. The cache must be
   // empty (KvCache::Attach's errors).
   virtual void AttachPrefix(const std::int32_t *blocks, size_t n_blocks) = 0;
+  // After AttachPrefix from a PrefixCache: the prefix's name there (PrefixCache::Lookup's key),
+  // which names what is kept on disk about it (magicpig: the index over it, IndexShare::SetDisk).
+  virtual void SetPrefixKey(std::uint64_t key) {}
 
   // Work the next decode step (Forward with n == 1 on every layer, at the position after the
   // cached ones) would do for the first time and that can be done ahead, between steps, in
@@ -202,6 +205,7 @@ public:
   void AttachPrefix(const std::int32_t *blocks, size_t n_blocks) override {
     inner_->AttachPrefix(blocks, n_blocks);
   }
+  void SetPrefixKey(std::uint64_t key) override { inner_->SetPrefixKey(key); }
   size_t PrepareDecode(ThreadPool &pool, size_t max_units) override {
     return inner_->PrepareDecode(pool, max_units);
   }

@@ -49,6 +49,9 @@ public:
     std::size_t block_tokens = 0;
     lsh::StaticTokens st;
     std::size_t n = 0; ///< positions the index is built over (LshIndex::build's n)
+    /// The PrefixCache key of the prefix the sequence attached (0: none), whose blocks are the
+    /// first shared_blocks: with SetDisk, a base over them is written under it and read back.
+    std::uint64_t prefix_key = 0;
   };
   /// What Acquire decides.
   struct Share {
@@ -65,6 +68,7 @@ public:
     std::size_t bytes = 0;  ///< tables of the frozen indexes
     std::size_t hits = 0;   ///< Acquire that returned a base
     std::size_t builds = 0; ///< bases built and published
+    std::size_t disk_reads = 0, disk_writes = 0, disk_rejected = 0; ///< SetDisk's files
   };
 
   IndexShare();
@@ -89,13 +93,29 @@ public:
   /// none of whose units is being built. For pools whose blocks it cannot stamp (an engine's:
   /// Collect cannot tell when their content changes), this bounds what finished requests leave.
   void set_max_bytes(std::size_t bytes);
+  /// A disk tier in `dir` (made if missing; at most max_bytes of files, 0: no limit): a base
+  /// published for a request with a prefix_key is written there (atomically: a versioned header
+  /// naming the salt, the index parameters and the prefix; checksummed), and a request over the
+  /// same prefix whose base is missing reads it back instead of building it, also after a
+  /// restart. A truncated, corrupted, foreign or old-version file is a logged miss, rebuilt and
+  /// rewritten. salt: the model's (PrefixCache's). Throws std::runtime_error when the
+  /// directory cannot be made.
+  void SetDisk(const std::string &dir, std::uint64_t salt, std::size_t max_bytes);
+  /// The file of a request's (layer, kv-head) base in the disk tier (tests).
+  std::string DiskPath(const Request &r) const;
   Stats stats() const;
+  struct DiskHeader; ///< the disk tier's file header (index_share.cpp)
 
 private:
   struct Node;
   mutable std::mutex mu_;
   std::condition_variable built_;
   std::size_t BytesLocked() const;
+  std::shared_ptr<const lsh::LshIndex> ReadLocked(const Request &r);
+  void Write(const std::string &path, DiskHeader head, const lsh::LshIndex &base);
+  std::string dir_;
+  std::uint64_t salt_ = 0;
+  std::size_t disk_max_ = 0, disk_reads_ = 0, disk_writes_ = 0, disk_rejected_ = 0;
   std::vector<std::shared_ptr<Node>> nodes_;
   std::size_t hits_ = 0, builds_ = 0, max_bytes_ = 0;
   std::uint64_t clock_ = 0; // Acquire and Publish calls: nodes' last use

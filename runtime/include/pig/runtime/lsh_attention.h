@@ -93,6 +93,7 @@ public:
   KvCache &mutable_cache() override { return cache_; }
   void LoadPrefix(const KvCache &src, size_t n) override;
   void AttachPrefix(const std::int32_t *blocks, size_t n_blocks) override;
+  void SetPrefixKey(std::uint64_t key) override { prefix_key_ = key; }
   /// Units: the (layer, kv-head) indexes the next decode step would build (sparse layers whose
   /// next step has at least kMinIndexed indexed tokens), built here over the cached positions,
   /// as that step would build them.
@@ -152,8 +153,9 @@ private:
   using Config = LshLayers::Config;
 
   AttentionSpec spec_;
-  std::string share_key_; // IndexShare::Request::key; empty: this sequence shares no index
-  size_t attached_ = 0;   // positions of the cached prefix AttachPrefix gave
+  std::string share_key_;        // IndexShare::Request::key; empty: this sequence shares no index
+  size_t attached_ = 0;          // positions of the cached prefix AttachPrefix gave
+  std::uint64_t prefix_key_ = 0; // its PrefixCache key (SetPrefixKey), 0: none
   KvCache cache_;
   std::shared_ptr<const LshLayers> layers_; // LshLayers::Shared
   const lsh::LshKernelSet &set_; // layers_->dense_set(): dense layers, short sequences, prefill

@@ -17,6 +17,8 @@
 #include <memory>
 #include <new>
 #include <optional>
+#include <string>
+#include <string_view>
 #include <vector>
 
 #if defined(__linux__)
@@ -184,6 +186,10 @@ public:
   /// built over the whole sequence with the same mean gives, token for token. Throws
   /// std::invalid_argument when limit is 0 or exceeds base's indexed tokens.
   static LshIndex on(std::shared_ptr<const LshIndex> base, std::size_t limit);
+  /// A frozen index (freeze's kind) as bytes, and back: parse() checks every size against the
+  /// fields and returns nullopt, saying why, for bytes that do not make such an index.
+  std::string serialize() const;
+  static std::optional<LshIndex> parse(std::string_view bytes, std::string *why);
 
   /// Room for `capacity` tokens in total, so that extend() never reallocates the tables.
   void reserve(std::size_t capacity);

@@ -73,8 +73,10 @@ public:
   PrefixCache &operator=(const PrefixCache &) = delete;
 
   /// The blocks of the longest cached prefix of tokens[0, n), leaving at least two tokens to
-  /// compute: their ids in `blocks` (replaced); returns the positions they hold.
-  size_t Lookup(const std::int32_t *tokens, size_t n, std::vector<std::int32_t> &blocks);
+  /// compute: their ids in `blocks` (replaced); returns the positions they hold. key: the last
+  /// block's key (its chain names the prefix and the model), 0 without a hit.
+  size_t Lookup(const std::int32_t *tokens, size_t n, std::vector<std::int32_t> &blocks,
+                std::uint64_t *key = nullptr);
   /// Caches the full blocks of a sequence's prompt tokens[0, n), whose rows `table` holds (its
   /// KvCache::blocks()); blocks already cached are kept as they are. Where the pool cannot reserve
   /// a block even after evicting, the rest of the prompt is not cached.

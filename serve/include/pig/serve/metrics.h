@@ -54,6 +54,8 @@ struct ServerMetrics {
   uint64_t prefix_disk_bytes = 0;
   // Magicpig's LSH indexes shared over cached prefixes (runtime::IndexShare).
   uint64_t shared_index_bytes = 0, shared_index_builds = 0, shared_index_hits = 0;
+  uint64_t shared_index_disk_reads = 0, shared_index_disk_writes = 0,
+           shared_index_disk_rejected = 0;
   ServerMetrics();
   uint64_t steps = 0;
   double step_seconds = 0;
