@@ -30,6 +30,7 @@ usage: check_layers.py [ROOT]          (default: the repository this file is in)
 """
 import os
 import re
+import shutil
 import sys
 import tempfile
 
@@ -181,8 +182,11 @@ def check(root):
 
 def self_test():
     """The checker on fake trees: one with a violation must fail naming it, a clean one pass."""
+    made = []
+
     def tree(files):
         root = tempfile.mkdtemp(prefix="check_layers.")
+        made.append(root)
         for rel, text in files.items():
             path = os.path.join(root, rel)
             os.makedirs(os.path.dirname(path), exist_ok=True)
@@ -249,6 +253,8 @@ def self_test():
         failures.append(f"the arrows of the clean tree: {arrows!r}")
     if check(bad) != 1:
         failures.append("check() returned success on a violation")
+    for root in made:
+        shutil.rmtree(root, ignore_errors=True)
     for f in failures:
         print("check_layers self-test: FAIL:", f)
     if not failures:
