@@ -153,7 +153,7 @@ void Run(const EvalOptions &e, const AttentionErrorOptions *error, const Downstr
 
   double prefill_s = 0, part1_s = 0, ppl_s = 0;
   if (!checkpoints.empty()) {
-    const std::string text = NormalizeText(ReadTextFile(e.text));
+    const std::string text = app::NormalizeText(app::ReadTextFile(e.text));
     const std::vector<int32_t> tokens = model->tokenizer().Encode(text);
     std::fprintf(stderr, "pig-eval: text %s: %zu bytes, %zu tokens\n", e.text.c_str(), text.size(),
                  tokens.size());

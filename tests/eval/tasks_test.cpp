@@ -218,12 +218,5 @@ TEST(Words, SplitsOnNonAlphanumerics) {
   EXPECT_EQ(AnswerWords("caf\xc3\xa9 ok"), (std::vector<std::string>{"caf", "ok"}));
 }
 
-TEST(Text, NormalizeJoinsWrappedLinesAndKeepsParagraphs) {
-  const std::string raw = "  Title\n\n    First line of a\n    paragraph   here.\n\n\n  * item\n"
-                          "    continued\n";
-  EXPECT_EQ(NormalizeText(raw), "Title\n\nFirst line of a paragraph here.\n\n* item continued");
-  EXPECT_EQ(NormalizeText(""), "");
-}
-
 } // namespace
 } // namespace pig::eval

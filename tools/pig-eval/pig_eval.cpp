@@ -13,6 +13,7 @@
 
 #include "pig/app/kernels.h"
 #include "pig/app/options.h"
+#include "pig/app/text.h"
 #include "pig/eval/run.h"
 #include "pig/runtime/attention.h"
 #include "pig/runtime/model.h"
@@ -208,7 +209,7 @@ int main(int argc, char **argv) {
       ->group(kEval);
   app.add_option("--text", o.eval.text,
                  std::string("perplexity text, .gz allowed (Debian package ") +
-                     pig::eval::kDefaultTextPackage + ")")
+                     pig::app::kDefaultTextPackage + ")")
       ->capture_default_str()
       ->group(kEval);
   app.add_option("--seed", o.eval.seed, "task instances and sampling seeds")

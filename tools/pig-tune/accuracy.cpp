@@ -17,8 +17,8 @@
 #include "common.h"
 #include "pig/app/decorators.h"
 #include "pig/app/progress.h"
+#include "pig/app/text.h" // text reading and normalisation
 #include "pig/app/tuning.h"
-#include "pig/eval/tasks.h" // text reading and normalisation
 #include "pig/reference/reference.h"
 #include "pig/runtime/attention.h"
 #include "pig/runtime/model.h"
@@ -78,7 +78,7 @@ Stat Summarise(std::vector<double> e, const std::vector<double> &c) {
 
 } // namespace
 
-std::string DefaultAccuracyText() { return pig::eval::kDefaultTextPath; }
+std::string DefaultAccuracyText() { return pig::app::kDefaultTextPath; }
 
 int RunAccuracy(const CommonOptions &common, const AccuracyOptions &o) {
   const std::string &model_path = common.model, &records = common.records;
@@ -109,7 +109,7 @@ int RunAccuracy(const CommonOptions &common, const AccuracyOptions &o) {
     throw std::runtime_error("context " + std::to_string(contexts.back()) +
                              " exceeds the model's trained context " +
                              std::to_string(cfg.context_length));
-  const std::string text = pig::eval::NormalizeText(pig::eval::ReadTextFile(o.text));
+  const std::string text = pig::app::NormalizeText(pig::app::ReadTextFile(o.text));
   const std::vector<int32_t> tokens = model->tokenizer().Encode(text);
   if (tokens.size() < contexts.back())
     throw std::runtime_error("--text " + o.text + " has " + std::to_string(tokens.size()) +

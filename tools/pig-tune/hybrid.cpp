@@ -13,9 +13,9 @@
 
 #include "common.h"
 #include "pig/app/decorators.h"
+#include "pig/app/text.h" // text reading and normalisation
 #include "pig/app/tuning.h"
 #include "pig/eval/accuracy.h"
-#include "pig/eval/tasks.h" // text reading and normalisation
 #include "pig/reference/reference.h"
 #include "pig/runtime/hybrid_rank.h"
 #include "pig/runtime/model.h"
@@ -102,7 +102,7 @@ int RunHybrid(const CommonOptions &common, const HybridTuneOptions &o) {
     if (l >= cfg.n_layers)
       throw UsageError("--layers", "layer " + std::to_string(l) + " outside the model's " +
                                        std::to_string(cfg.n_layers));
-  const std::string text = pig::eval::NormalizeText(pig::eval::ReadTextFile(o.text));
+  const std::string text = pig::app::NormalizeText(pig::app::ReadTextFile(o.text));
   const std::vector<int32_t> tokens = model->tokenizer().Encode(text);
   if (tokens.size() < contexts.back())
     throw std::runtime_error("--text " + o.text + " has " + std::to_string(tokens.size()) +

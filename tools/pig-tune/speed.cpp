@@ -11,9 +11,9 @@
 
 #include "common.h"
 #include "pig/app/progress.h"
+#include "pig/app/text.h" // text reading and normalisation
 #include "pig/app/tiled_decode.h"
 #include "pig/app/tuning.h"
-#include "pig/eval/tasks.h" // text reading and normalisation
 #include "pig/runtime/attention.h"
 #include "pig/runtime/model.h"
 #include "pig/runtime/ops.h"
@@ -382,7 +382,7 @@ int RunSpeed(const CommonOptions &common, SpeedRunOptions o) {
   }
 
   std::vector<int32_t> tokens =
-      model->tokenizer().Encode(pig::eval::NormalizeText(pig::eval::ReadTextFile(o.text)));
+      model->tokenizer().Encode(pig::app::NormalizeText(pig::app::ReadTextFile(o.text)));
   if (tokens.empty())
     throw std::runtime_error("--text " + o.text + " has no tokens");
   while (tokens.size() < o.prefill + 64)

@@ -4,11 +4,26 @@
 
 #include <cstddef>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "pig/tune/point.h"
 
 namespace pig::app {
+
+/// Reflows a plain-text document (the Debian FAQ: hard-wrapped, indented) into paragraphs of
+/// single-spaced prose: lines of a paragraph are joined, runs of blanks collapse to one space,
+/// paragraphs are separated by one blank line. Keeps the words and their order.
+std::string NormalizeText(std::string_view raw);
+
+/// Reads a text file; a name ending in ".gz" is decompressed with gzip -dc. Throws
+/// std::runtime_error when it cannot be read.
+std::string ReadTextFile(const std::string &path);
+
+/// The default long text (perplexity, attention error, long contexts): the Debian FAQ in English
+/// (Debian package debian-faq).
+inline constexpr const char *kDefaultTextPath = "/usr/share/doc/debian/FAQ/debian-faq.en.txt.gz";
+inline constexpr const char *kDefaultTextPackage = "debian-faq";
 
 /// printf into a std::string.
 [[gnu::format(printf, 1, 2)]] std::string Format(const char *format, ...);

@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "pig/app/text.h"
 #include "pig/eval/accuracy.h"
 #include "pig/eval/tasks.h"
 #include "pig/reference/transform.h"
@@ -33,7 +34,7 @@ struct EvalOptions {
   std::string out = "eval-out"; ///< directory of CSV, PNG and markdown
   std::string update_doc;       ///< rewrite the pig-eval sections of this file; empty: no
   std::string model = runtime::DefaultModelPath();
-  std::string text = kDefaultTextPath; ///< perplexity and attention-error text (.gz allowed)
+  std::string text = app::kDefaultTextPath; ///< perplexity and attention-error text (.gz allowed)
   std::size_t threads = 1;
   std::uint64_t seed = 1; ///< task instances and sampling seeds
   runtime::lsh::DType kv = runtime::lsh::DType::bf16;

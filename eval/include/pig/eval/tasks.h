@@ -74,17 +74,4 @@ double ScoreFirstNumber(std::string_view answer, std::string_view expected);
 /// Counts of every word of the CWE / FWE list, for the tests and for the report.
 std::vector<std::pair<std::string, std::size_t>> WordCounts(std::string_view list_text);
 
-/// Reflows a plain-text document (the Debian FAQ: hard-wrapped, indented) into paragraphs of
-/// single-spaced prose: lines of a paragraph are joined, runs of blanks collapse to one space,
-/// paragraphs are separated by one blank line. Keeps the words and their order.
-std::string NormalizeText(std::string_view raw);
-
-/// Reads a text file; a name ending in ".gz" is decompressed with gzip -dc. Throws
-/// std::runtime_error when it cannot be read.
-std::string ReadTextFile(const std::string &path);
-
-/// The default perplexity text: the Debian FAQ in English (Debian package debian-faq).
-inline constexpr const char *kDefaultTextPath = "/usr/share/doc/debian/FAQ/debian-faq.en.txt.gz";
-inline constexpr const char *kDefaultTextPackage = "debian-faq";
-
 } // namespace pig::eval
