@@ -158,6 +158,17 @@ void ApplyMeanWindow(AttentionSpec &s, const FieldValue &v, const FieldContext &
   s.mean_window = Integer(v, 0, kMaxPositions);
 }
 
+void ApplyDenseBelow(AttentionSpec &s, const FieldValue &v, const FieldContext &) {
+  if (const auto *t = std::get_if<std::string>(&v); t && *t == "measured") {
+    s.dense_below = AttentionSpec::kDenseBelowMeasured;
+    return;
+  }
+  if (const auto *t = std::get_if<std::string>(&v); t && !ReadInteger(*t))
+    Fail("expects an integer in [0, " + std::to_string(kMaxPositions) + "] or 'measured', got '" +
+         *t + "'");
+  s.dense_below = Integer(v, 0, kMaxPositions);
+}
+
 void ApplyDenseLayers(AttentionSpec &s, const FieldValue &v, const FieldContext &) {
   const std::string &text = Text(v);
   if (const std::string e = CheckIntegerList(text, 0, 1u << 16, true); !e.empty())
@@ -216,6 +227,11 @@ std::vector<AttentionField> MakeFields() {
        "prefix: those of the cached prefix a request attached); requests whose cached prefixes "
        "hold those keys share one LSH index over them (docs/SERVING.md)",
        true, ApplyMeanWindow, [](const AttentionSpec &s) { return s.MeanWindowName(); }},
+      // Not Python's yet: its AttentionSpec takes no dense_below.
+      {"dense_below", nullptr, true, "UINT|measured",
+       "magicpig: a sequence shorter than N positions decodes densely (0: never, the paper's "
+       "rule; measured: from where sampling is timed faster on this machine, once per process)",
+       true, ApplyDenseBelow, [](const AttentionSpec &s) { return s.DenseBelowName(); }},
       {"dense_layers", "dense_layers", true, "LIST|none",
        "layers that stay dense, e.g. 0,15 or none (default: the first and the middle one)", true,
        ApplyDenseLayers, nullptr},

@@ -59,6 +59,60 @@ void CausalDenseItem(const KvCache &cache, const lsh::LshKernelSet &set, size_t 
   }
 }
 
+DecodeItems DenseDecodeSplit::Begin(const KvCache &cache, const lsh::LshKernelSet &set,
+                                    size_t layer, size_t n_tokens, const float *q, float *out) {
+  const AttentionShape &sh = cache.shape();
+  const size_t H = sh.n_kv_heads, G = sh.group(), hd = sh.head_dim, P = Parts(n_tokens);
+  DecodeItems w;
+  w.count = H * P;
+  if (P == 1) { // CausalDense's item, bit for bit
+    w.run = [&cache, &set, layer, n_tokens, q, out](size_t kvh, size_t) {
+      CausalDenseItem(cache, set, layer, n_tokens - 1, 0, kvh, q, out);
+    };
+    w.finish = [] {};
+    return w;
+  }
+  out_.resize(H * P * G * hd);
+  lse_.resize(H * P * G);
+  w.run = [this, &cache, &set, layer, n_tokens, q, G, hd, P](size_t item, size_t) {
+    const size_t kvh = item / P, part = item % P;
+    const lsh::KvRows rows = cache.Rows(layer, kvh);
+    for (size_t h0 = 0; h0 < G; h0 += size_t(lsh::kMaxGroup)) {
+      const size_t g = std::min(G - h0, size_t(lsh::kMaxGroup));
+      lsh::DenseAttentionArgs a;
+      a.q = q + (kvh * G + h0) * hd;
+      a.G = int(g);
+      a.d = hd;
+      a.scale = cache.shape().Scale();
+      a.k = rows.k;
+      a.v = rows.v;
+      a.paged = rows.paged;
+      a.dtype = cache.dtype();
+      a.begin = n_tokens * part / P;
+      a.end = n_tokens * (part + 1) / P;
+      a.out = out_.data() + ((kvh * P + part) * G + h0) * hd;
+      a.lse = lse_.data() + (kvh * P + part) * G + h0;
+      set.dense_attention(a);
+    }
+  };
+  w.finish = [this, &set, out, H, G, hd, P] {
+    for (size_t kvh = 0; kvh < H; ++kvh)
+      for (size_t p = 1; p < P; ++p) { // parts 1.. folded into part 0, the last into out
+        lsh::MergeArgs m;
+        m.out_a = out_.data() + kvh * P * G * hd;
+        m.lse_a = lse_.data() + kvh * P * G;
+        m.out_b = out_.data() + (kvh * P + p) * G * hd;
+        m.lse_b = lse_.data() + (kvh * P + p) * G;
+        m.heads = G;
+        m.d = hd;
+        m.out = p + 1 == P ? out + kvh * G * hd : out_.data() + kvh * P * G * hd;
+        m.lse = lse_.data() + kvh * P * G;
+        set.merge(m);
+      }
+  };
+  return w;
+}
+
 HashBatch::Ticket HashBatch::Add(const lsh::LshKernelSet &set, const lsh::SimHash &W,
                                  const float *a, size_t na, const float *b, size_t nb) {
   const size_t d = W.d();
@@ -196,21 +250,22 @@ DenseAttention::DenseAttention(const AttentionShape &shape, lsh::DType dtype,
 
 void DenseAttention::Forward(size_t layer, size_t pos, size_t n, const float *q, const float *k,
                              const float *v, float *out, ThreadPool &pool) {
+  if (n == 1) {
+    const DecodeItems w = BeginDecode(layer, pos, q, k, v, out, pool);
+    pool.ParallelFor(w.count, w.run);
+    w.finish();
+    return;
+  }
   cache_.Append(layer, pos, n, k, v);
   CausalDense(cache_, set_, layer, pos, n, q, out, pool);
-  if (n == 1 && layer == 0)
-    ++decode_steps_;
 }
 
 DecodeItems DenseAttention::BeginDecode(size_t layer, size_t pos, const float *q, const float *k,
                                         const float *v, float *out, ThreadPool &, HashBatch *) {
   cache_.Append(layer, pos, 1, k, v);
-  DecodeItems w;
-  w.count = cache_.shape().n_kv_heads; // CausalDense's items for one query
-  w.run = [this, layer, pos, q, out](size_t kvh, size_t) {
-    CausalDenseItem(cache_, set_, layer, pos, 0, kvh, q, out);
-  };
-  w.finish = [this, layer] {
+  DecodeItems w = split_.Begin(cache_, set_, layer, pos + 1, q, out);
+  w.finish = [this, layer, merge = std::move(w.finish)] {
+    merge();
     if (layer == 0)
       ++decode_steps_;
   };
@@ -342,6 +397,10 @@ void AttentionSpec::Validate(size_t n_layers) const {
   }
 }
 
+std::string AttentionSpec::DenseBelowName() const {
+  return dense_below == kDenseBelowMeasured ? "measured" : std::to_string(dense_below);
+}
+
 std::string AttentionSpec::MeanWindowName() const {
   return mean_window == kMeanOfPrefix ? "prefix" : std::to_string(mean_window);
 }
@@ -375,6 +434,8 @@ std::string AttentionSpec::str(size_t n_layers) const {
     s << " transform=" << transform.str();
   if (method == spec::Method::magicpig && mean_window > 0)
     s << " mean-window=" << MeanWindowName();
+  if (method == spec::Method::magicpig && dense_below > 0)
+    s << " dense-below=" << DenseBelowName();
   if (method == spec::Method::quest)
     s << " page=" << quest_page;
   if (method == spec::Method::lsh_hybrid) {
@@ -412,6 +473,12 @@ std::unique_ptr<Attention> MakeAttention(const AttentionSpec &spec, const Attent
   spec.Validate(shape.n_layers);
   if (spec.method == spec::Method::dense)
     return std::make_unique<DenseAttention>(shape, spec.kv_dtype, std::move(pool));
+  if (spec.method == spec::Method::magicpig &&
+      spec.dense_below == AttentionSpec::kDenseBelowMeasured) {
+    AttentionSpec s = spec;
+    s.dense_below = MeasuredDenseCrossover(spec, shape);
+    return std::make_unique<LshAttention>(s, shape, std::move(pool));
+  }
   if (spec.method == spec::Method::magicpig)
     return std::make_unique<LshAttention>(spec, shape, std::move(pool));
   return MakeBudgetAttention(spec, shape, std::move(pool));

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cmath>
 #include <cstring>
 #include <map>
@@ -281,7 +282,8 @@ void LshAttention::PendingUnits(std::vector<size_t> &units) const {
   for (size_t l = 0; l < sh.n_layers; ++l) {
     // What the next decode step of layer l (at position cached_[l]) builds: PrepareGroup's
     // condition with n_tokens = cached_[l] + 1. A full cache has no next step.
-    if (!layers_->layer(l) || cached_[l] >= sh.capacity || Indexable(cached_[l] + 1) < kMinIndexed)
+    if (!layers_->layer(l) || cached_[l] >= sh.capacity ||
+        Indexable(cached_[l] + 1) < kMinIndexed || cached_[l] + 1 < spec_.dense_below)
       continue;
     for (size_t kvh = 0; kvh < sh.n_kv_heads; ++kvh)
       if (!index_[l * sh.n_kv_heads + kvh])
@@ -347,8 +349,11 @@ AttentionStats LshAttention::stats() const {
 }
 
 bool LshAttention::DenseStep(size_t layer, size_t kvh, size_t n_tokens) const {
+  // Without an index yet: too few tokens to index, or fewer than dense_below (sampling does not
+  // pay yet). Once built, an index is used whatever the length.
   return !layers_->layer(layer) ||
-         (!index_[layer * cache_.shape().n_kv_heads + kvh] && Indexable(n_tokens) < kMinIndexed);
+         (!index_[layer * cache_.shape().n_kv_heads + kvh] &&
+          (Indexable(n_tokens) < kMinIndexed || n_tokens < spec_.dense_below));
 }
 
 void LshAttention::DenseGroup(size_t layer, size_t kvh, size_t n_tokens, const float *q, float *out,
@@ -373,6 +378,21 @@ void LshAttention::DenseGroup(size_t layer, size_t kvh, size_t n_tokens, const f
 }
 
 namespace {
+// Adds the scope's time to a part of the step (StepParts): two clock reads, about 40 ns, a few
+// per (layer, kv-head) and step.
+class PartTimer {
+public:
+  explicit PartTimer(double &acc) : acc_(acc), t0_(std::chrono::steady_clock::now()) {}
+  ~PartTimer() { acc_ += Seconds(); }
+  double Seconds() const {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0_).count();
+  }
+
+private:
+  double &acc_;
+  std::chrono::steady_clock::time_point t0_;
+};
+
 void Count(const lsh::StepStats &st, size_t G, size_t row_bytes, CostCounters &c) {
   c.indexed += double(st.indexed) * double(G);
   for (size_t h = 0; h < G; ++h)
@@ -388,6 +408,7 @@ void LshAttention::PrepareGroup(size_t layer, size_t kvh, size_t n_tokens, const
   const AttentionShape &sh = cache_.shape();
   g.sampled = false;
   if (DenseStep(layer, kvh, n_tokens)) {
+    PartTimer t(pt.parts.dense);
     DenseGroup(layer, kvh, n_tokens, q, out, pt);
     return;
   }
@@ -397,12 +418,20 @@ void LshAttention::PrepareGroup(size_t layer, size_t kvh, size_t n_tokens, const
   // The first decode step of this (layer, kv-head) builds the index over the positions cached
   // before it, unless PrepareDecode did so ahead; then every step, the first included, extends it
   // by its token. Built either way from the same positions, the index is the same.
-  if (!slot)
+  if (!slot) {
+    PartTimer t(pt.parts.build);
     BuildSlot(layer, kvh, n_tokens - 1);
-  slot->extend(cfg->set, rows.k, rows.dtype, rows.paged, n_tokens, *cfg->W);
+  }
+  {
+    PartTimer t(pt.parts.extend);
+    slot->extend(cfg->set, rows.k, rows.dtype, rows.paged, n_tokens, *cfg->W);
+  }
   lsh::StepStats st;
+  const PartTimer retrieve(pt.parts.retrieve);
   g.n_union = lsh::retrieve_step(cfg->set, *slot, *cfg->W, cfg->t, pt.scratch, g.buf, q,
                                  int(sh.group()), &st);
+  pt.parts.encode += st.encode_seconds; // the retrieve timer counts it too: taken off below
+  pt.parts.retrieve -= st.encode_seconds;
   g.sampled = true;
   Count(st, sh.group(), cache_.RowBytes(), c);
 }
@@ -412,14 +441,18 @@ bool LshAttention::PrepareRows(size_t layer, size_t kvh, size_t n_tokens, const 
   const AttentionShape &sh = cache_.shape();
   g.sampled = false;
   if (DenseStep(layer, kvh, n_tokens)) {
+    PartTimer t(pt.parts.dense);
     DenseGroup(layer, kvh, n_tokens, q, out, pt);
     return false;
   }
   const lsh::KvRows rows = cache_.Rows(layer, kvh);
   auto &slot = index_[layer * sh.n_kv_heads + kvh];
   const Config &cfg = *layers_->layer(layer);
-  if (!slot)
+  if (!slot) {
+    PartTimer t(pt.parts.build);
     BuildSlot(layer, kvh, n_tokens - 1);
+  }
+  PartTimer t(pt.parts.extend);
   g.keys = slot->extend_rows(rows.k, rows.dtype, rows.paged, n_tokens, g.key_rows);
   const float *qrows = lsh::query_rows(*slot, q, int(sh.group()), g.buf);
   g.ticket = hash.Add(cfg.set, *cfg.W, g.key_rows.data(), g.keys, qrows, sh.group());
@@ -434,15 +467,20 @@ void LshAttention::RetrieveEncoded(size_t layer, size_t kvh, size_t n_tokens, Pe
   const size_t G = sh.group(), L = size_t(cfg.L);
   lsh::LshIndex &index = *index_[layer * sh.n_kv_heads + kvh];
   const std::uint16_t *codes = hash.Codes(g.ticket);
-  index.extend_codes(cfg.set, n_tokens, codes);
+  {
+    PartTimer t(pt.parts.extend);
+    index.extend_codes(cfg.set, n_tokens, codes);
+  }
+  PartTimer t(pt.parts.retrieve);
   g.buf.qcodes.assign(codes + g.keys * L, codes + (g.keys + G) * L);
   lsh::StepStats st;
   g.n_union = lsh::retrieve_encoded(cfg.set, index, cfg.t, pt.scratch, g.buf, int(G), &st);
   Count(st, G, cache_.RowBytes(), c);
 }
 
-void LshAttention::AttendGroup(size_t layer, size_t kvh, const float *q, float *out, Group &g,
-                               size_t part, size_t parts) {
+void LshAttention::AttendGroup(size_t layer, size_t kvh, const float *q, float *out, PerThread &pt,
+                               Group &g, size_t part, size_t parts) {
+  PartTimer t(pt.parts.sampled);
   const AttentionShape &sh = cache_.shape();
   const size_t d = sh.head_dim, G = sh.group();
   const size_t begin = g.n_union * part / parts, end = g.n_union * (part + 1) / parts;
@@ -481,6 +519,24 @@ DecodeItems LshAttention::BeginDecode(size_t layer, size_t pos, const float *q, 
       t = std::make_unique<PerThread>(sh.capacity);
   for (auto &c : per_kvh_)
     c = {};
+  if (!layers_->layer(layer)) { // a dense layer: DenseAttention's split items
+    DecodeItems w = dense_split_.Begin(cache_, set_, layer, pos + 1, q, out);
+    w.run = [this, run = std::move(w.run)](size_t item, size_t thread) {
+      PartTimer t(threads_[thread]->parts.dense);
+      run(item, thread);
+    };
+    w.finish = [this, layer, merge = std::move(w.finish)] {
+      PartTimer t(total_.parts.dense);
+      merge();
+      for (const auto &th : threads_) {
+        total_.parts += th->parts;
+        th->parts = {};
+      }
+      if (layer == 0)
+        ++decode_steps_;
+    };
+    return w;
+  }
   const size_t hd = sh.head_dim, G = sh.group(), H = sh.n_kv_heads;
   // Two phases per group: its index update and retrieval (PrepareGroup), then its sampled pass
   // (AttendGroup), split in `parts` ranges of the retrieved tokens when the kv-heads do not
@@ -543,13 +599,18 @@ DecodeItems LshAttention::BeginDecode(size_t layer, size_t pos, const float *q, 
       return;
     }
     const size_t kvh = (item - H) / parts;
-    while (!prepared_[kvh].load(std::memory_order_acquire))
-      std::this_thread::yield();
+    PerThread &pt = *threads_[thread];
+    if (!prepared_[kvh].load(std::memory_order_acquire)) {
+      PartTimer t(pt.parts.stall);
+      while (!prepared_[kvh].load(std::memory_order_acquire))
+        std::this_thread::yield();
+    }
     if (groups_[kvh].sampled)
-      AttendGroup(layer, kvh, q + kvh * G * hd, out + kvh * G * hd, groups_[kvh],
+      AttendGroup(layer, kvh, q + kvh * G * hd, out + kvh * G * hd, pt, groups_[kvh],
                   (item - H) % parts, parts);
   };
   w.finish = [this, layer, out, H, G, hd, parts] {
+    const auto t0 = std::chrono::steady_clock::now();
     for (size_t kvh = 0; kvh < H; ++kvh) {
       Group &g = groups_[kvh];
       if (!g.sampled || parts == 1)
@@ -568,8 +629,14 @@ DecodeItems LshAttention::BeginDecode(size_t layer, size_t pos, const float *q, 
         set_.merge(m);
       }
     }
+    total_.parts.sampled +=
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(); // merges
     for (const auto &c : per_kvh_)
       total_ += c;
+    for (const auto &t : threads_) {
+      total_.parts += t->parts;
+      t->parts = {};
+    }
     if (layer == 0)
       ++decode_steps_;
   };

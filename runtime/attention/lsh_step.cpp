@@ -1,6 +1,7 @@
 #include "pig/runtime/lsh_step.h"
 
 #include <algorithm>
+#include <chrono>
 #include <stdexcept>
 #include <string>
 
@@ -26,6 +27,7 @@ std::size_t retrieve_step(const LshKernelSet &set, const LshIndex &index, const 
     throw std::invalid_argument("retrieve_step: group of " + std::to_string(G) + " heads");
   buf.qcodes.resize(std::size_t(G) * std::size_t(W.L()));
   if (index.count() > 0) {
+    const auto t0 = std::chrono::steady_clock::now();
     EncodeArgs ea; // the queries hashed as they are, or in the fitted space
     ea.x = query_rows(index, q, G, buf);
     ea.dtype = DType::f32;
@@ -33,6 +35,9 @@ std::size_t retrieve_step(const LshKernelSet &set, const LshIndex &index, const 
     ea.W = W.view();
     ea.codes = buf.qcodes.data();
     set.encode(ea);
+    if (stats)
+      stats->encode_seconds =
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   }
   return retrieve_encoded(set, index, t, scratch, buf, G, stats);
 }

@@ -15,8 +15,10 @@ inline void CpuRelax() {
 }
 
 // Decode issues a few hundred small parallel ops per token: workers spin this long for the
-// next one before they sleep, which keeps wake-up latency off the critical path without
-// burning a core when the pool is idle.
+// next one before they sleep, and a caller this long for the last item before it sleeps, which
+// keeps wake-up latency off the critical path without burning a core when the pool is idle or
+// an item is long (a caller used to yield in a loop instead: a core spent on sched_yield and
+// clock_gettime for as long as the slowest item ran, taken from any other process).
 constexpr auto kSpin = std::chrono::microseconds(100);
 
 } // namespace
@@ -91,7 +93,10 @@ void ThreadPool::RunItems(uint64_t generation, size_t n_items,
           error_ = std::current_exception();
       }
     }
-    done_.fetch_add(1, std::memory_order_acq_rel);
+    // The last item wakes a caller asleep on done_ (notify costs no system call when nobody
+    // waits: libstdc++ counts the waiters).
+    if (done_.fetch_add(1, std::memory_order_acq_rel) + 1 == n_items)
+      done_.notify_all();
     c = claim_.load(std::memory_order_acquire);
   }
 }
@@ -117,16 +122,37 @@ void ThreadPool::ParallelFor(size_t n_items, const std::function<void(size_t, si
   }
   cv_.notify_all();
   RunItems(gen, n_items, fn, 0);
-  const auto start = std::chrono::steady_clock::now();
-  while (done_.load(std::memory_order_acquire) != n_items) {
-    if (std::chrono::steady_clock::now() - start < kSpin) {
-      CpuRelax();
-    } else {
-      std::this_thread::yield(); // let a descheduled worker finish its item
+  calls_.fetch_add(1, std::memory_order_relaxed);
+  uint32_t d = done_.load(std::memory_order_acquire);
+  if (d != n_items) {
+    const auto start = std::chrono::steady_clock::now();
+    bool slept = false;
+    while ((d = done_.load(std::memory_order_acquire)) != n_items) {
+      if (!slept && std::chrono::steady_clock::now() - start < kSpin) {
+        CpuRelax();
+      } else {
+        done_.wait(d, std::memory_order_acquire); // woken by the last item (or d changed)
+        slept = true;
+      }
     }
+    const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                        std::chrono::steady_clock::now() - start)
+                        .count();
+    waits_.fetch_add(1, std::memory_order_relaxed);
+    sleeps_.fetch_add(slept ? 1 : 0, std::memory_order_relaxed);
+    wait_ns_.fetch_add(uint64_t(ns), std::memory_order_relaxed);
   }
   if (failed_.load(std::memory_order_relaxed))
     std::rethrow_exception(std::exchange(error_, nullptr));
+}
+
+ThreadPool::WaitStats ThreadPool::wait_stats() const {
+  WaitStats s;
+  s.calls = calls_.load(std::memory_order_relaxed);
+  s.waits = waits_.load(std::memory_order_relaxed);
+  s.sleeps = sleeps_.load(std::memory_order_relaxed);
+  s.seconds = double(wait_ns_.load(std::memory_order_relaxed)) * 1e-9;
+  return s;
 }
 
 void ThreadPool::WorkerLoop(size_t thread) {

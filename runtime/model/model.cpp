@@ -431,6 +431,11 @@ void LlamaSession::Forward(const int32_t *tokens, size_t n, float *logits, bool 
     throw std::runtime_error("context full: " + std::to_string(pos_ + n) + " tokens, capacity " +
                              std::to_string(capacity_));
   }
+  // A first decode step builds its indexes ahead, every (layer, kv-head) in one split over the
+  // threads (inside the step each layer would build its kv-heads' alone: 3 on 2 threads left
+  // one idle); the same output either way (Attention::PrepareDecode).
+  if (n == 1 && attn_->DecodeUnitsPending() > 0)
+    attn_->PrepareDecode(fwd_.pool(), ~size_t(0));
   // Advance chunk by chunk, as the Attention does: an exception from a later chunk leaves the
   // position consistent with what the KV store holds.
   const size_t start = pos_;
@@ -744,6 +749,10 @@ void LlamaBatch::Step(const int32_t *tokens, const size_t *seqs, size_t m, float
   if (m == 0)
     throw std::invalid_argument("LlamaBatch::Step: no sequences");
   const size_t vocab = model_.config().vocab;
+  // Indexes a first decode step would build, each sequence's in one split over the threads.
+  for (size_t i = 0; i < m; ++i)
+    if (Attention &a = *At(seqs[i]).attn; a.DecodeUnitsPending() > 0)
+      a.PrepareDecode(fwd_.pool(), ~size_t(0));
   work_.resize(m);
   for (size_t i = 0; i < m; ++i)
     work_[i] = Work{seqs[i], tokens + i, 1, logits ? logits + i * vocab : nullptr};

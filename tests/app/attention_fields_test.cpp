@@ -33,6 +33,7 @@ const std::map<std::string, Values> kValues = {
     {"sink", {"2", "33554432"}},
     {"local", {"32", "16777217"}},
     {"mean_window", {"1024", "16777217"}},
+    {"dense_below", {"2048", "16777217"}},
     {"dense_layers", {"0,3", "0,x"}},
     {"budget", {"0.1", "1.5"}},
     {"hybrid", {"head=0.5:floor=0.2", "head=-1"}},
@@ -43,7 +44,7 @@ const std::map<std::string, Values> kValues = {
 // Python's value of a field: its numbers as numbers (sink=2, budget=0.1), its text as text.
 FieldValue PythonValue(const AttentionField &f, const std::string &text) {
   const std::string name = f.name;
-  if (name == "sink" || name == "local" || name == "mean_window")
+  if (name == "sink" || name == "local" || name == "mean_window" || name == "dense_below")
     return std::uint64_t(std::strtoull(text.c_str(), nullptr, 10));
   if (name == "budget")
     return std::strtod(text.c_str(), nullptr);
@@ -80,7 +81,8 @@ std::string Describe(const AttentionSpec &s) {
          (s.dense_layers_set ? " set" : " unset") + " K=" + std::to_string(s.K) +
          " L=" + std::to_string(s.L) + " t=" + std::to_string(s.t) +
          " sink=" + std::to_string(s.sink) + " local=" + std::to_string(s.local) +
-         " mean_window=" + std::to_string(s.mean_window);
+         " mean_window=" + std::to_string(s.mean_window) +
+         " dense_below=" + std::to_string(s.dense_below);
 }
 
 TEST(AttentionFields, EveryFieldIsAnOptionWithTheTablesHelp) {
@@ -116,9 +118,9 @@ TEST(AttentionFields, EachFrontEndTakesItsFields) {
     EXPECT_TRUE(pig::app::Takes(f, Front::kCommandLine));
     EXPECT_EQ(kValues.count(f.name), 1u) << f.name << ": give the test its values";
   }
-  EXPECT_EQ(request,
-            (std::vector<std::string>{"attention", "lsh", "transform", "sink", "local",
-                                      "mean_window", "dense_layers", "budget", "schedule", "kv"}));
+  EXPECT_EQ(request, (std::vector<std::string>{"attention", "lsh", "transform", "sink", "local",
+                                               "mean_window", "dense_below", "dense_layers",
+                                               "budget", "schedule", "kv"}));
   EXPECT_EQ(python,
             (std::vector<std::string>{"method", "lsh", "transform", "sink", "local", "mean_window",
                                       "dense_layers", "budget", "hybrid", "kv"}));
@@ -204,6 +206,23 @@ TEST(AttentionFields, PythonNumbersAreTakenAsNumbers) {
   } catch (const std::invalid_argument &e) {
     EXPECT_STREQ(e.what(), "budget expects a number in (0, 1], got '1e+300'");
   }
+}
+
+// dense_below takes a number of positions or "measured" (AttentionSpec::kDenseBelowMeasured),
+// and shows its default by name.
+TEST(AttentionFields, DenseBelowTakesMeasured) {
+  CommandLine cli;
+  EXPECT_EQ(cli.Parse("--dense-below", "measured"), "");
+  EXPECT_EQ(cli.spec.dense_below, AttentionSpec::kDenseBelowMeasured);
+  EXPECT_EQ(pig::app::FieldNamed("dense_below").shown(cli.spec), "measured");
+  EXPECT_EQ(cli.Parse("--dense-below", "2048"), "");
+  EXPECT_EQ(cli.spec.dense_below, 2048u);
+  CommandLine bad;
+  EXPECT_NE(
+      bad.Parse("--dense-below", "often")
+          .find("--dense-below expects an integer in [0, 16777216] or 'measured', got 'often'"),
+      std::string::npos)
+      << bad.Parse("--dense-below", "often");
 }
 
 } // namespace

@@ -5,9 +5,12 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
+#include <memory>
 #include <random>
 #include <stdexcept>
+#include <string>
 
 #include "pig/reference/reference.h"
 #include "pig/runtime/attention.h"
@@ -747,6 +750,85 @@ TEST(DenseAttention, DecodeMatchesReference) {
     }
     EXPECT_EQ(attn.stats().decode_steps, 1u);
   }
+}
+
+// dense_below: steps of a sequence shorter than it decode densely (the output DenseAttention
+// writes, nothing sampled); at the first step at or past it the index is built over the positions
+// cached before it, and from then on the output is that of a sequence whose first decode step
+// was there (LoadPrefix), bit for bit.
+TEST(LshAttentionDenseBelow, DenseBelowThenSampledAsIfTheFirstStepWereThere) {
+  const size_t layers = 2, kvh = 2, heads = 6, d = 64, prompt = 280, steps = 40, below = 300;
+  const AttentionShape shape{layers, heads, kvh, d, prompt + steps};
+  AttentionSpec spec;
+  spec.method = pig::spec::Method::magicpig;
+  spec.dense_layers = {0};
+  spec.dense_layers_set = true;
+  spec.dense_below = below;
+  LshAttention attn(spec, shape);
+  DenseAttention dense(shape);
+  std::unique_ptr<LshAttention> late; // dense_below 0, its first decode step at `below`
+  ThreadPool pool(2);
+  Case c{"dense_below", prompt, steps, 1.0, false, lsh::DType::bf16};
+  Stream s(d);
+  std::vector<float> k(prompt * kvh * d), v(k.size()), q(prompt * heads * d), out(q.size()),
+      out2(q.size()), out3(q.size());
+  s.Keys(k.data(), k.size(), c);
+  s.Fill(v.data(), v.size());
+  s.Fill(q.data(), q.size(), 0.3f);
+  for (size_t l = 0; l < layers; ++l) {
+    attn.Forward(l, 0, prompt, q.data(), k.data(), v.data(), out.data(), pool);
+    dense.Forward(l, 0, prompt, q.data(), k.data(), v.data(), out2.data(), pool);
+  }
+  for (size_t step = 0; step < steps; ++step) {
+    const size_t pos = prompt + step, n = pos + 1;
+    s.Keys(k.data(), kvh * d, c);
+    s.Fill(v.data(), kvh * d);
+    s.Fill(q.data(), heads * d, 0.3f);
+    if (n == below) {
+      AttentionSpec at = spec;
+      at.dense_below = 0;
+      late = std::make_unique<LshAttention>(at, shape);
+      late->LoadPrefix(attn.cache(), pos);
+    }
+    for (size_t l = 0; l < layers; ++l) {
+      const AttentionStats before = attn.stats();
+      attn.Forward(l, pos, 1, q.data(), k.data(), v.data(), out.data(), pool);
+      if (n < below) {
+        dense.Forward(l, pos, 1, q.data(), k.data(), v.data(), out2.data(), pool);
+        for (size_t j = 0; j < heads * d; ++j)
+          ASSERT_EQ(out[j], out2[j]) << "step " << step << " layer " << l << " at " << j;
+        EXPECT_EQ(attn.stats().sampled, before.sampled) << "nothing sampled below " << below;
+        EXPECT_EQ(attn.index(1, 0), nullptr);
+      } else {
+        late->Forward(l, pos, 1, q.data(), k.data(), v.data(), out3.data(), pool);
+        for (size_t j = 0; j < heads * d; ++j)
+          ASSERT_EQ(out[j], out3[j]) << "step " << step << " layer " << l << " at " << j;
+        if (l == 1) {
+          EXPECT_GT(attn.stats().indexed, before.indexed) << "sampled from " << below << " on";
+        }
+      }
+    }
+  }
+}
+
+// dense_below = measured: MakeAttention resolves it to the crossing MeasuredDenseCrossover
+// times, once per process for a configuration (the second call is remembered).
+TEST(LshAttentionDenseBelow, MeasuredIsResolvedOnceToAProbedLength) {
+  AttentionSpec spec;
+  spec.method = pig::spec::Method::magicpig;
+  spec.dense_below = AttentionSpec::kDenseBelowMeasured;
+  const AttentionShape shape{2, 6, 2, 64, 64};
+  const size_t n = MeasuredDenseCrossover(spec, shape);
+  EXPECT_GE(n, 512u);
+  EXPECT_LE(n, 16384u);
+  const auto t0 = std::chrono::steady_clock::now();
+  EXPECT_EQ(MeasuredDenseCrossover(spec, shape), n);
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 0.01);
+  const auto attn = MakeAttention(spec, shape);
+  const auto &lsh = dynamic_cast<const LshAttention &>(*attn);
+  EXPECT_EQ(lsh.spec().dense_below, n);
+  EXPECT_NE(lsh.spec().str(2).find("dense-below=" + std::to_string(n)), std::string::npos)
+      << lsh.spec().str(2);
 }
 
 } // namespace

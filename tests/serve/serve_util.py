@@ -20,7 +20,10 @@ HOST = "127.0.0.1"
 
 class Server:
     def __init__(self, *args, ready_timeout=120):
-        self.args = [PIG_SERVE, "--host", HOST, "--port", "0", "--threads", "2", *args]
+        # --dense-below 0: the tests' prompts are short, and the measured default would decode
+        # their magicpig requests densely; test_serve.py checks that default apart.
+        self.args = [PIG_SERVE, "--host", HOST, "--port", "0", "--threads", "2",
+                     "--dense-below", "0", *args]
         self.proc = subprocess.Popen(self.args, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL,
                                      text=True, errors="replace")
         self.lines = []

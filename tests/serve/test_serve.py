@@ -247,6 +247,24 @@ def test_chat_streaming_and_not(client):
     assert text == r.choices[0].message.content and finish == r.choices[0].finish_reason
 
 
+def test_short_magicpig_requests_decode_densely_by_default():
+    """pig-serve's default --dense-below measured: the length where sampling pays is timed at
+    start and logged; a magicpig request shorter than it gives dense's text and samples nothing."""
+    s = Server("--dense-below", "measured")
+    try:
+        line = next(x for x in s.lines if "decodes sequences shorter than" in x)
+        below = int(line.split("shorter than ")[1].split()[0])
+        assert 512 <= below <= 16384, line
+        client = openai.OpenAI(base_url=s.base + "/v1", api_key="unused", max_retries=0,
+                               timeout=300)
+        dense = complete(client, LONG, max_tokens=12)
+        lsh = complete(client, LONG, max_tokens=12, extra_body={"pig": LSH})
+        assert lsh.choices[0].text == dense.choices[0].text
+        assert "cost2" not in lsh.model_extra["pig"], lsh.model_extra["pig"]
+    finally:
+        s.stop()
+
+
 def test_greedy_text_equals_pig_runs(client):
     for pig, flags in (({}, []), (LSH, ["--attention", "magicpig", "--local", "16"]),
                        ({**LSH, "kv": "q8", "lsh": "K=8,L=75"},

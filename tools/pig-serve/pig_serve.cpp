@@ -99,7 +99,9 @@ Options Parse(int argc, char **argv) {
   app::AddThreadsOption(app, o.threads);
   // A server shares prefixes: magicpig centring on the mean of a request's cached prefix makes
   // their indexes shareable too (index_share.h). pig-run keeps the paper's mean of every key.
+  // And a sequence shorter than where sampling pays (timed once at start) decodes densely.
   o.attention.mean_window = runtime::AttentionSpec::kMeanOfPrefix;
+  o.attention.dense_below = runtime::AttentionSpec::kDenseBelowMeasured;
   const app::AttentionFlags af = app::AddAttentionOptions(app, o.attention);
   app::AddKvOption(app, o.attention.kv_dtype);
   app::AddTuningOptions(app, o.tuning);
@@ -336,6 +338,19 @@ int main(int argc, char **argv) {
     runtime::MakeAttention(
         d.tuned && d.attention.method == spec::Method::magicpig ? *d.tuned : d.attention,
         runtime::AttentionShape{cfg.n_layers, cfg.n_heads, cfg.n_kv_heads, cfg.head_dim, 8});
+    // dense_below = measured: timed now (remembered for the process), not in the first
+    // magicpig request's time to first token.
+    if (d.attention.dense_below == runtime::AttentionSpec::kDenseBelowMeasured) {
+      runtime::AttentionSpec m = d.tuned ? *d.tuned : d.attention;
+      m.method = spec::Method::magicpig;
+      const auto t0 = std::chrono::steady_clock::now();
+      const size_t n = runtime::MeasuredDenseCrossover(
+          m, runtime::AttentionShape{cfg.n_layers, cfg.n_heads, cfg.n_kv_heads, cfg.head_dim, 0});
+      std::fprintf(stderr,
+                   "pig-serve: magicpig decodes sequences shorter than %zu positions densely "
+                   "(measured in %.2f s; --dense-below N pins it)\n",
+                   n, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    }
     if (!eo.cache_dir.empty() && eo.prefix_cache)
       eo.model_id = runtime::FileHash(o.model.path); // names the disk tier's blocks
     engine = std::make_unique<serve::Engine>(*model, eo);

@@ -33,18 +33,64 @@ class SimHash;
 
 /// The cost counters of sparse decode steps (ALGORITHM.md section 1.8), summed over steps, sparse
 /// layers and query heads. Work items of one step fill one each; they are summed once per step.
+/// Where the attention's decode steps spent their time, in thread-seconds (each part summed over
+/// the threads that ran it; divide by the pool's size for the step's wall time it would take with
+/// every thread busy). Sampling methods report each part; others report nothing here.
+struct StepParts {
+  double dense = 0;    ///< groups attended densely (dense layers, too few tokens to sample)
+  double build = 0;    ///< index builds over the cached positions (a (layer, kv-head)'s first step)
+  double extend = 0;   ///< the step's key hashed into the index
+  double encode = 0;   ///< the queries hashed
+  double retrieve = 0; ///< bucket walks: the union of the sample sets
+  double sampled = 0;  ///< the pass over the sampled and static tokens (and its merge)
+  double stall = 0;    ///< an item waiting for its group's earlier item (no work)
+  double total() const { return dense + build + extend + encode + retrieve + sampled + stall; }
+  StepParts &operator+=(const StepParts &o) {
+    dense += o.dense;
+    build += o.build;
+    extend += o.extend;
+    encode += o.encode;
+    retrieve += o.retrieve;
+    sampled += o.sampled;
+    stall += o.stall;
+    return *this;
+  }
+  StepParts &operator-=(const StepParts &o) {
+    dense -= o.dense;
+    build -= o.build;
+    extend -= o.extend;
+    encode -= o.encode;
+    retrieve -= o.retrieve;
+    sampled -= o.sampled;
+    stall -= o.stall;
+    return *this;
+  }
+};
+
 struct CostCounters {
   double indexed = 0;          ///< sum of indexed (sampleable) tokens seen by each query head
   double sampled = 0;          ///< sum of |S_h| (tokens read from the indexed part)
   double index_bytes_read = 0; ///< index traffic of retrieval (bucket offsets and ids)
   double kv_bytes_indexed = 0; ///< K+V bytes of the indexed tokens (denominator of cost1)
   double gathered = 0;         ///< sum of |S_1 u ... u S_G| per group step (rows read from memory)
+  StepParts parts;             ///< where the steps' time went
   CostCounters &operator+=(const CostCounters &o) {
     indexed += o.indexed;
     sampled += o.sampled;
     index_bytes_read += o.index_bytes_read;
     kv_bytes_indexed += o.kv_bytes_indexed;
     gathered += o.gathered;
+    parts += o.parts;
+    return *this;
+  }
+  /// What happened between two readings: later -= earlier.
+  CostCounters &operator-=(const CostCounters &o) {
+    indexed -= o.indexed;
+    sampled -= o.sampled;
+    index_bytes_read -= o.index_bytes_read;
+    kv_bytes_indexed -= o.kv_bytes_indexed;
+    gathered -= o.gathered;
+    parts -= o.parts;
     return *this;
   }
 };
@@ -217,6 +263,25 @@ private:
 
 /// Exact attention over every cached position, one pass over K/V per GQA group (the LSH kernel
 /// set's dense kernel, specialised for head_dim when one was generated).
+/// Dense attention of one decode row over n_tokens cached positions, as work items: (kv-head,
+/// part) pairs, each part a range of at least kPartRows positions, the parts of a group merged
+/// exactly (LSE) by finish. One item per kv-head left a thread idle for a third of every dense
+/// layer with 3 kv-heads on 2 threads. The split depends on n_tokens only, never on the pool:
+/// a row's output is the same on any number of threads; below 2 * kPartRows it is one item per
+/// kv-head, CausalDense's. One instance per Attention (its scratch), one row at a time.
+class DenseDecodeSplit {
+public:
+  static constexpr size_t kPartRows = 2048;
+  /// The parts a group of n_tokens positions is split into.
+  static size_t Parts(size_t n_tokens) { return std::max<size_t>(1, n_tokens / kPartRows); }
+  /// q, out: n_heads x head_dim; both stay in use until finish.
+  DecodeItems Begin(const KvCache &cache, const lsh::LshKernelSet &set, size_t layer,
+                    size_t n_tokens, const float *q, float *out);
+
+private:
+  std::vector<float> out_, lse_; // [kv-head][part][G x d], [kv-head][part][G]
+};
+
 class DenseAttention final : public Attention {
 public:
   /// pool: the KV store's blocks (KvCache), or null for a pool of its own.
@@ -241,6 +306,7 @@ public:
 private:
   KvCache cache_;
   lsh::LshKernelSet set_;
+  DenseDecodeSplit split_;
   size_t decode_steps_ = 0;
 };
 
@@ -306,6 +372,16 @@ struct AttentionSpec : spec::LshParams {
   static constexpr size_t kMeanOfPrefix = ~size_t(0);
   /// "0", "1024" or "prefix".
   std::string MeanWindowName() const;
+  /// magicpig: a sequence shorter than dense_below positions decodes its sampled layers densely
+  /// (each (layer, kv-head) builds its index at its first step at or past it): below some length
+  /// the fixed work of a sampled step (hashing, L bucket walks) costs more than the attention it
+  /// saves. 0: never (the paper's rule; pig-run's default). kDenseBelowMeasured: the length where
+  /// sampling starts to pay, measured once per process for the kernels, head dim, group and KV
+  /// type (MeasuredDenseCrossover; pig-serve's default); MakeAttention resolves it.
+  size_t dense_below = 0;
+  static constexpr size_t kDenseBelowMeasured = ~size_t(0);
+  /// "0", "2048" or "measured".
+  std::string DenseBelowName() const;
   /// Layers that stay dense; unset: the first layer and the middle one ({0, n_layers / 2}).
   std::vector<size_t> dense_layers;
   bool dense_layers_set = false;
@@ -353,6 +429,15 @@ struct AttentionSpec : spec::LshParams {
 void CheckServedTransform(const spec::TransformSpec &t);
 /// spec::TransformSpec::parse, then CheckServedTransform: what a tool's flag takes.
 spec::TransformSpec ParseServedTransform(std::string_view text);
+
+/// The shortest context at which a magicpig decode step of `spec` costs less than a dense one on
+/// this machine, for a group of shape.group() heads of shape.head_dim: both are timed on one
+/// thread over synthetic keys (a fixed seed; a shared offset plus noise, as real keys have) at
+/// 512, 1024, ..., 8192 positions, and the crossing interpolated between the two probes around
+/// it; 16384 when sampling was slower at every probe. Measured once per process for each
+/// (K, L, t, sink, local, transform, schedule, head dim, group, KV type) and remembered (about
+/// 0.1-0.3 s); timings vary between runs, so a run that must be reproduced pins dense_below.
+size_t MeasuredDenseCrossover(const AttentionSpec &spec, const AttentionShape &shape);
 
 /// Builds the Attention a spec names for a model shape, its KV store over `pool` (a pool of the
 /// spec's kv_dtype several sequences share: LlamaBatch::KvPoolOf) or, when null, over a pool of

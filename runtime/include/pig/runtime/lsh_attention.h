@@ -102,6 +102,8 @@ public:
 
   /// The index of one (layer, kv-head), or null before it is built (tests, tools).
   const lsh::LshIndex *index(size_t layer, size_t kvh) const;
+  /// The spec it runs (dense_below resolved when MakeAttention measured it).
+  const AttentionSpec &spec() const { return spec_; }
   /// Fewest indexed tokens worth an index; shorter sequences are attended densely.
   static constexpr size_t kMinIndexed = 16;
 
@@ -109,6 +111,7 @@ private:
   struct PerThread {
     lsh::RetrievalScratch scratch;
     std::vector<float> lse;
+    StepParts parts; // this step's, on this thread (added to total_ by the step's finish)
     explicit PerThread(size_t capacity) : scratch(capacity) {}
   };
   // One kv-head group's decode step between its two phases.
@@ -139,8 +142,8 @@ private:
   bool DenseStep(size_t layer, size_t kvh, size_t n_tokens) const;
   void DenseGroup(size_t layer, size_t kvh, size_t n_tokens, const float *q, float *out,
                   PerThread &pt);
-  void AttendGroup(size_t layer, size_t kvh, const float *q, float *out, Group &g, size_t part,
-                   size_t parts);
+  void AttendGroup(size_t layer, size_t kvh, const float *q, float *out, PerThread &pt, Group &g,
+                   size_t part, size_t parts);
   // Tokens a sequence of n_tokens indexes (neither sink nor local).
   size_t Indexable(size_t n_tokens) const;
   // The mean's window: spec.mean_window, or the attached prefix's indexed keys.
@@ -165,6 +168,7 @@ private:
   std::vector<CostCounters> per_kvh_;
   std::vector<Group> groups_;                     // [kv-head]
   std::unique_ptr<std::atomic<bool>[]> prepared_; // [kv-head]: PrepareGroup finished this step
+  DenseDecodeSplit dense_split_;                  // the dense layers' decode rows
   size_t prepared_size_ = 0;
   CostCounters total_;
   size_t decode_steps_ = 0;

@@ -38,6 +38,7 @@ struct StepStats {
   std::size_t sampled_per_head[kMaxGroup] = {};
   std::size_t indexed = 0;     ///< tokens the index held (sorted + tail)
   double index_bytes_read = 0; ///< offsets, ids of the walked buckets, tail codes
+  double encode_seconds = 0;   ///< retrieve_step: the queries' hashing (part of the call)
 };
 
 /// Everything a decode step of one kv-head group needs, reusable across steps.

@@ -152,6 +152,7 @@ public:
   }
   MatMulPath prefill_path() const { return prefill_path_; }
   size_t max_rows() const { return max_rows_; }
+  ThreadPool &pool() const { return pool_; }
   size_t ScratchBytes() const;
   const Kernels &kernels() const { return kern_; }
 

@@ -42,12 +42,12 @@ struct Kernels {
   void (*axpy)(float a, const float *x, float *y, size_t n);
   // y[t][r] = sum_c w[r][c] * x[t][c] for rows [row_begin, row_end) and t in [0, n_tokens);
   // x rows are x_stride floats apart, y rows y_stride. Dequantises a few rows at a time.
-  // The integer path for Q4_0 / Q4_1 / Q8_0 / Q4_K / Q6_K weights (runtime/kernels/matmul_i8-inl.h):
-  // an activation row of n elements quantised per 32-element block to two int8 codes an element,
-  // xq = n hi codes then n lo codes (x ~ scale (256 hi + lo), int16's precision), the block's
-  // scale and exact float sum (a block with a NaN or infinity gets a NaN scale); then 8-bit
-  // multiply-adds straight from the weight blocks (vpdpbusd on AVX-512 VNNI, vpmaddubsw +
-  // vpmaddwd on AVX-512BW and AVX2).
+  // The integer path for Q4_0 / Q4_1 / Q8_0 / Q4_K / Q6_K weights
+  // (runtime/kernels/matmul_i8-inl.h): an activation row of n elements quantised per 32-element
+  // block to two int8 codes an element, xq = n hi codes then n lo codes (x ~ scale (256 hi + lo),
+  // int16's precision), the block's scale and exact float sum (a block with a NaN or infinity gets
+  // a NaN scale); then 8-bit multiply-adds straight from the weight blocks (vpdpbusd on AVX-512
+  // VNNI, vpmaddubsw + vpmaddwd on AVX-512BW and AVX2).
   void (*quantize_i8)(const float *x, size_t n, int8_t *xq, float *scale, float *sum);
   // y[t * y_stride + r] for n_x activation rows (xq rows 2 w.cols apart, scales and sums
   // w.cols / 32 apart) and weight rows [row_begin, row_end). Each weight block is read once for

@@ -34,6 +34,18 @@ public:
   // usable again afterwards.
   void ParallelFor(size_t n_items, const std::function<void(size_t, size_t)> &fn);
 
+  // What the callers of ParallelFor waited: after running what items they could claim, a caller
+  // waits for the items other threads still run. It spins for a short while (kSpin), then sleeps
+  // on a futex (std::atomic::wait) until the last item's thread wakes it. The counters grow for
+  // the pool's life; read them before and after what you measure.
+  struct WaitStats {
+    uint64_t calls = 0;  ///< ParallelFor calls that used the workers
+    uint64_t waits = 0;  ///< ... whose caller had to wait for another thread's items
+    uint64_t sleeps = 0; ///< ... and slept on the futex after spinning
+    double seconds = 0;  ///< the callers' time waiting (spinning and asleep)
+  };
+  WaitStats wait_stats() const;
+
 private:
   // Wakes every worker with stop_ set and joins them.
   void Stop();
@@ -48,7 +60,9 @@ private:
   // Claims are (generation << 32 | next item): a worker that wakes up late for a finished
   // ParallelFor cannot claim items of the next one by mistake.
   std::atomic<uint64_t> claim_{0};
-  std::atomic<size_t> done_{0};
+  // Items run or skipped in this call; the caller sleeps on it (a 32-bit futex word).
+  std::atomic<uint32_t> done_{0};
+  std::atomic<uint64_t> calls_{0}, waits_{0}, sleeps_{0}, wait_ns_{0};
   // Set by the first item of the current call that throws, which also stores error_; read by
   // the caller only once done_ says every item was run or skipped.
   std::atomic<bool> failed_{false};
