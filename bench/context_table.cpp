@@ -1,10 +1,12 @@
 #include "context_table.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 
 #include "pig/app/text.h"
 #include "pig/spec/files.h"
+#include "pig/spec/kv_type.h"
 
 namespace pig::bench {
 namespace {
@@ -231,6 +233,94 @@ void ContextTable::Finish(size_t threads) {
             "unset multiplot\n");
     if (pig::eval::RunGnuplot(out_ + "/speed.gp"))
       std::printf("\nwrote %s/speed.csv and %s/speed.png\n", out_.c_str(), out_.c_str());
+  }
+}
+
+void PrintStepParts(size_t ctx, const StepFloors &f, const std::vector<Run> &runs,
+                    const std::vector<runtime::AttentionSpec> &specs,
+                    const std::vector<std::pair<size_t, std::string>> &which) {
+  struct Part {
+    std::string name;
+    std::vector<double> ms, floor_ms; // per method; floor < 0: none
+  };
+  std::vector<Part> rows{{"step (measured)", {}, {}},
+                         {"weights and the rest (norms, RoPE, logits)", {}, {}},
+                         {"dense attention (dense layers, short groups)", {}, {}},
+                         {"query encode", {}, {}},
+                         {"key encode and insert (index extension)", {}, {}},
+                         {"retrieval (bucket walks)", {}, {}},
+                         {"sampled pass (and merge)", {}, {}},
+                         {"stall (an item waiting for its group)", {}, {}},
+                         {"attention outside the parts (scheduling, imbalance)", {}, {}},
+                         {"of the step: the pool's caller waiting", {}, {}}};
+  const double T = double(f.threads), H = double(f.n_kv_heads);
+  for (const auto &[i, name] : which) {
+    const Run &r = runs[i];
+    const runtime::AttentionSpec &s = specs[i];
+    const double n = double(std::max<size_t>(r.steps, 1)), to_ms = 1e3 / n;
+    const double row = double(pig::spec::row_bytes(s.kv_dtype, f.head_dim)) * 2; // K and V
+    const bool dense = s.method == pig::spec::Method::dense;
+    const double dense_layers =
+        dense ? double(f.n_layers) : double(s.DenseLayers(f.n_layers).size());
+    const double sparse = double(f.n_layers) - dense_layers;
+    const runtime::StepParts &p = r.timed.parts;
+    const double KLd = double(s.K) * double(s.L) * double(f.head_dim);
+    auto ms = [&](double thread_s) { return thread_s / T * to_ms; };
+    const double attn = r.attention_s * to_ms;
+    const double in_parts = dense ? attn : ms(p.total());
+    const double floors[] = {
+        -1,
+        1e3 * f.weight_bytes / f.bandwidth,
+        1e3 * dense_layers * H * double(ctx) * row / f.bandwidth,
+        dense ? -1 : 1e3 * sparse * double(f.n_heads) * KLd / f.f32_macs,
+        dense ? -1 : 1e3 * sparse * H * KLd / f.f32_macs,
+        dense ? -1 : 1e3 * r.timed.index_bytes_read / n / f.bandwidth,
+        dense ? -1
+              : 1e3 * (r.timed.gathered / n + sparse * H * double(s.sink + s.local)) * row /
+                    f.bandwidth,
+        -1,
+        -1,
+        -1};
+    const double times[] = {r.step_s * to_ms,
+                            (r.step_s - r.attention_s) * to_ms,
+                            dense ? attn : ms(p.dense),
+                            ms(p.encode),
+                            ms(p.extend),
+                            ms(p.retrieve),
+                            ms(p.sampled),
+                            ms(p.stall),
+                            attn - in_parts,
+                            r.waits.seconds * to_ms};
+    double floor_sum = 0;
+    for (size_t k = 0; k < rows.size(); ++k) {
+      rows[k].ms.push_back(times[k]);
+      rows[k].floor_ms.push_back(floors[k]);
+      floor_sum += std::max(floors[k], 0.0);
+    }
+    rows[0].floor_ms.back() = floor_sum;
+  }
+  std::printf("\nWhere a step's time goes at context %zu: ms per token over the timed steps; "
+              "parts inside attention are thread-time / %zu threads; floors: bytes / %.1f GB/s "
+              "and multiply-accumulates / %.1f GMAC/s (f32 FMA), both measured in this run; the "
+              "step's floor is their sum\n",
+              ctx, f.threads, f.bandwidth / 1e9, f.f32_macs / 1e9);
+  std::vector<std::string> head{"part"};
+  for (const auto &[i, name] : which)
+    head.insert(head.end(), {name + " ms", name + " floor", name + " / floor"});
+  std::printf("%s\n%s\n", pig::app::MarkdownRow(head).c_str(),
+              pig::app::MarkdownSeparator(head.size()).c_str());
+  for (const Part &p : rows) {
+    std::vector<std::string> cells{p.name};
+    bool any = false;
+    for (size_t m = 0; m < which.size(); ++m) {
+      const double t = p.ms[m], fl = p.floor_ms[m];
+      any = any || std::abs(t) >= 0.005 || fl > 0;
+      cells.push_back(Fmt("%.2f", t));
+      cells.push_back(fl >= 0 ? Fmt("%.2f", fl) : "-");
+      cells.push_back(fl > 0 ? Fmt("%.1fx", t / fl) : "-");
+    }
+    if (any)
+      std::printf("%s\n", pig::app::MarkdownRow(cells).c_str());
   }
 }
 

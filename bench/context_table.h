@@ -29,6 +29,22 @@ struct ContextMethods {
   size_t kv2 = 0; // --kv A,B: dense and magicpig with B, at kv2 and kv2 + 1
 };
 
+// The machine's limits measured in the run, and what a step of the model reads and computes.
+struct StepFloors {
+  double bandwidth = 0;    // streaming read, bytes/s (MeasureReadBandwidth)
+  double f32_macs = 0;     // f32 FMA peak, MAC/s over the pool (MeasurePeakMacRate)
+  size_t threads = 1;      // the pool's
+  double weight_bytes = 0; // LlamaModel::WeightBytesPerToken
+  size_t n_layers = 0, n_heads = 0, n_kv_heads = 0, head_dim = 0;
+};
+
+// Where the steps' time went, per method, at one context: each part's milliseconds per token
+// beside its floor (bytes over the bandwidth or multiply-accumulates over the peak), for the
+// methods in `which` (indices into runs and specs).
+void PrintStepParts(size_t ctx, const StepFloors &f, const std::vector<app::DecodeRun> &runs,
+                    const std::vector<runtime::AttentionSpec> &specs,
+                    const std::vector<std::pair<size_t, std::string>> &which);
+
 class ContextTable {
 public:
   // Prints the table's header; with `out` (a directory) opens speed.csv there, and kv.csv with

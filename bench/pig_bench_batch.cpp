@@ -3,14 +3,16 @@
 // measured in the same run, beside the step's floors (bytes over the measured bandwidth, weight
 // multiply-accumulates over the measured kernel rate); then prefill tokens/s.
 //
-// The contexts are made like pig-bench-context's: one dense prefill of --prefill tokens of real
-// text, its keys and values tiled up to each context (speed depends on the rows read, not on their
-// positions). Every sequence of a batch loads the tiled cache and decodes the same tokens; a batch
-// whose Attentions do not fit --memory-budget is refused by LlamaBatch and the row says so. The
-// first step of each batch (which builds the LSH indexes) is reported apart; the next --steps are
-// timed.
-// Usage: pig-bench-batch [--model FILE] [--batches 1,2,4,8,16,32] [--contexts 1024,8192,16384]
-//                        [--steps N] [--prefill N] [--prompts 512,4096] [--memory-budget GIB]
+// The contexts are made like pig-bench-context's: one dense prefill of the longest context's tokens
+// of distinct text, kept on disk (--kv-cache-dir), each context its first tokens; or, with --tile,
+// a --prefill of real text whose keys and values repeat up to each context. Every sequence of a
+// batch loads the tiled cache and decodes the same tokens; a batch whose Attentions do not fit
+// --memory-budget is refused by LlamaBatch and the row says so. The first step of each batch (which
+// builds the LSH indexes) is reported apart; the next --steps are timed. Usage: pig-bench-batch
+// [--model FILE] [--batches 1,2,4,8,16,32] [--contexts 1024,8192,16384]
+//                        [--steps N] [--tile --prefill N] [--prompts 512,4096] [--memory-budget
+//                        GIB]
+//                        [--text FILE] [--kv-cache-dir DIR]
 //                        [--threads N] [attention options: --attention magicpig --lsh ... --kv]
 #include <algorithm>
 #include <chrono>
@@ -28,7 +30,6 @@
 #include "pig/app/tiled_decode.h"
 #include "pig/runtime/attention.h"
 #include "pig/runtime/model.h"
-#include "pig/spec/files.h"
 
 namespace {
 
@@ -41,7 +42,9 @@ double Since(Clock::time_point t0) {
 
 struct Options {
   pig::app::ModelOptions model;
-  std::string text = "/usr/share/common-licenses/GPL-3";
+  std::string text = pig::app::kDefaultTextPath;
+  bool tile = false;                                             // --tile: --prefill, repeated
+  std::string kv_cache_dir = pig::app::DefaultContextCacheDir(); // none: not kept
   size_t prefill = 1024, steps = 4, threads = 0;
   std::vector<size_t> batches{1, 2, 4, 8, 16, 32}, contexts{1024, 8192, 16384}, prompts{512, 4096};
   double budget_gib = 10;
@@ -70,6 +73,7 @@ void ListOption(CLI::App &app, const std::string &name, std::vector<size_t> &lis
 Options ParseOptions(int argc, char **argv) {
   Options o;
   o.lsh.method = pig::spec::Method::magicpig;
+  o.lsh.dense_below = AttentionSpec::kDenseBelowMeasured; // short contexts decode densely
   CLI::App app{"Batched decode throughput (LlamaBatch), dense against LSH sampling attention, at "
                "each batch size and context: each B as a ratio to B = 1 of the same run, beside "
                "the step's byte and compute floors; then prefill tokens/s.",
@@ -86,10 +90,19 @@ Options ParseOptions(int argc, char **argv) {
   app.add_option("--steps", o.steps, "timed decode steps per batch (after the first)")
       ->check(pig::app::Integer(1, 1 << 16))
       ->capture_default_str();
-  app.add_option("--prefill", o.prefill, "tokens of --text prefilled densely, then tiled")
+  CLI::Option *tile =
+      app.add_flag("--tile", o.tile,
+                   "prefill --prefill tokens and repeat their keys and values up to each context "
+                   "(each key then appears context/prefill times: not long text)");
+  app.add_option("--prefill", o.prefill, "with --tile: the tokens prefilled, then tiled")
       ->check(pig::app::Integer(1, size_t(1) << 20))
+      ->needs(tile)
       ->capture_default_str();
-  app.add_option("--text", o.text, "the prefilled text")->capture_default_str();
+  app.add_option("--text", o.text, "the prefilled text (.gz allowed)")->capture_default_str();
+  app.add_option("--kv-cache-dir", o.kv_cache_dir,
+                 "where the prefilled KV rows are kept between runs (the prefix cache's disk "
+                 "files); none keeps nothing")
+      ->capture_default_str();
   app.add_option("--memory-budget", o.budget_gib,
                  "GiB of KV caches and indexes a batch may hold (LlamaBatch::Options)")
       ->check(pig::app::Number(0, 1 << 20, true))
@@ -107,6 +120,8 @@ Options ParseOptions(int argc, char **argv) {
           CLI::ignore_case))
       ->default_str("integer");
   pig::app::Parse(app, argc, argv);
+  if (o.kv_cache_dir == "none")
+    o.kv_cache_dir.clear();
   if (o.lsh.method == pig::spec::Method::dense)
     pig::app::UsageError(app, "--attention: dense is always measured; name the method beside it");
   return o;
@@ -198,26 +213,36 @@ int main(int argc, char **argv) {
     }
     params += double(model->output().rows * model->output().cols);
 
-    std::vector<int32_t> text = model->tokenizer().Encode(pig::spec::ReadFile(o.text));
-    size_t need = o.prefill + o.steps + 1;
+    // Distinct text: the longest context's tokens are prefilled, each context's sequences decode
+    // the text's tokens after its end. Tiled: --prefill tokens, then the next ones.
+    const size_t max_ctx = *std::max_element(o.contexts.begin(), o.contexts.end());
+    const size_t n_pre = o.tile ? o.prefill : max_ctx;
+    size_t need = n_pre + o.steps + 1;
     for (size_t n : o.prompts)
       need = std::max(need, n);
-    while (text.size() < need)
-      text.insert(text.end(), text.begin(), text.end());
-    const std::vector<int32_t> feed(text.begin() + std::ptrdiff_t(o.prefill),
-                                    text.begin() + std::ptrdiff_t(o.prefill + o.steps + 1));
+    const std::vector<int32_t> text = pig::app::LongText(model->tokenizer(), o.text, need, o.tile);
+    auto feed_of = [&](size_t ctx) {
+      const size_t at = o.tile ? o.prefill : ctx;
+      return std::vector<int32_t>(text.begin() + std::ptrdiff_t(at),
+                                  text.begin() + std::ptrdiff_t(at + o.steps + 1));
+    };
     AttentionSpec dense;
     dense.kv_dtype = o.lsh.kv_dtype;
-    LlamaSession pre(*model, pool, o.prefill,
-                     MakeAttention(dense, AttentionShape{c.n_layers, c.n_heads, c.n_kv_heads,
-                                                         c.head_dim, o.prefill}));
-    pre.Forward(text.data(), o.prefill, nullptr);
+    const pig::app::KeptPrefill pre = pig::app::PrefillKept(
+        *model, o.model.path, pool,
+        std::vector<int32_t>(text.begin(), text.begin() + std::ptrdiff_t(n_pre)), dense.kv_dtype,
+        o.kv_cache_dir);
 
     std::printf("pig-bench-batch: %s, %zu threads, kernels %s, KV %s, decode path %s, %s\n",
                 o.model.path.c_str(), pool.size(), BestKernels().target,
                 lsh::to_string(o.lsh.kv_dtype),
                 o.decode_path == MatMulPath::kFloat ? "float" : "integer",
                 o.batch_hash ? "one encode per layer" : "an encode per sequence");
+    std::printf("contexts: %s: dense prefill of %zu tokens of %s in %.1f s (%zu read back from "
+                "%s)\n",
+                o.tile ? "TILED text (each context repeats the prefill)" : "distinct text", n_pre,
+                o.text.c_str(), pre.seconds, pre.from_disk,
+                o.kv_cache_dir.empty() ? "nowhere" : o.kv_cache_dir.c_str());
     const Kernels &k = BestKernels();
     const double int8_peak = pig::app::MeasurePeakMacRate(pool, k.int8_peak_loop);
     const double f32_peak = pig::app::MeasurePeakMacRate(pool, k.f32_peak_loop);
@@ -243,8 +268,10 @@ int main(int argc, char **argv) {
                 "B x weight MACs / kernel rate; floor = the larger (attention compute not "
                 "counted)\n");
     const size_t budget = size_t(o.budget_gib * double(1ull << 30));
-    const size_t max_ctx = *std::max_element(o.contexts.begin(), o.contexts.end());
-    auto tiled = pig::app::TileCache(pre.attention().cache(), o.prefill, max_ctx, o.lsh.kv_dtype);
+    std::unique_ptr<KvCache> tiled; // distinct text: the prefill's own cache
+    if (o.tile)
+      tiled = pig::app::TileCache(pre.kv(), n_pre, max_ctx, o.lsh.kv_dtype);
+    const KvCache &source = tiled ? *tiled : pre.kv();
     const AttentionSpec *specs[2] = {&dense, &o.lsh};
     for (size_t ctx : o.contexts) {
       // Each B runs dense, then the sampling method, before the next B: the two tables' rows of
@@ -254,7 +281,7 @@ int main(int argc, char **argv) {
         for (size_t m = 0; m < 2; ++m) {
           std::fprintf(stderr, "pig-bench-batch: context %zu, %s, B = %zu\n", ctx,
                        specs[m]->method_name(), b);
-          runs[m].push_back(RunBatch(*model, pool, *specs[m], *tiled, ctx, b, feed, budget,
+          runs[m].push_back(RunBatch(*model, pool, *specs[m], source, ctx, b, feed_of(ctx), budget,
                                      o.decode_path, o.batch_hash));
         }
       for (size_t m = 0; m < 2; ++m) {

@@ -1,32 +1,35 @@
 // pig-bench-context: decode speed of the real model, dense against LSH sampling attention, at
 // long contexts (issue: 2k, 4k, 8k, 16k, 32k), with the share of each step spent in attention.
 //
-// Prefilling 32k tokens of a 135M model on a 2-core CPU takes most of an hour, so the long KV
-// caches are made of real rows: one dense prefill of --prefill tokens of real text, whose keys
-// and values are then tiled up to each context length (positions beyond the prefill repeat it).
-// Speed depends on the number of rows read, not on their positions; the sampled fraction is that
-// of the prefilled text (every copy of a sampled key is sampled too). Beyond the model's trained
-// context (8k) quality is not meaningful; speed is.
+// The contexts are distinct text: one dense prefill of the longest context's tokens of --text
+// (the Debian FAQ, 42k tokens), each context its first tokens. Prefilling 32k tokens takes
+// minutes on 2 cores, so the KV rows are kept on disk (--kv-cache-dir, PrefillKept) and a later
+// run reads them back. With --tile, the old way: a --prefill of a few thousand tokens whose keys
+// and values repeat up to each context; each key then appears context/prefill times, which
+// changes what a sparse method reads, so tiled figures are named as such. Beyond the model's
+// trained context (8k) quality is not meaningful; speed is.
 //
-// For each context: both methods decode the same --steps tokens from the same cache, one step of
-// each in turn; the first LSH step builds the index of every sparse layer and is reported apart.
-// With --tuning FILE a third method, "tuned" (magicpig with pig-tune's operating point, per
-// layer), decodes too, its steps alternated with the other two. With --transform SPEC a method
-// "magicpig+SPEC" (magicpig's K, L, t hashing in a space fitted to the keys, AttentionSpec::
-// transform) decodes alternated with the others: its speed vs plain magicpig and vs dense, the
-// first step (index build and the fit) and the fitted hashing's memory. With --hybrid SPEC the
-// extra method is lsh-hybrid instead (spec::HybridConfig::parse's SPEC; its budget, e.g.
-// budget=6%, sets the method's cost2, to match magicpig's in the table): its speed vs magicpig
-// against the issue's target of 0.9x, its first step and its index. With --kv A,B (e.g.
+// For each context: all methods decode the same --steps tokens (the text's next ones) from the
+// same cache, one step of each in turn; the first LSH step builds the index of every sparse layer
+// and is reported apart. With --tuning FILE a third method, "tuned" (magicpig with pig-tune's
+// operating point, per layer), decodes too, its steps alternated with the other two. With
+// --transform SPEC a method "magicpig+SPEC" (magicpig's K, L, t hashing in a space fitted to the
+// keys, AttentionSpec:: transform) decodes alternated with the others: its speed vs plain magicpig
+// and vs dense, the first step (index build and the fit) and the fitted hashing's memory. With
+// --hybrid SPEC the extra method is lsh-hybrid instead (spec::HybridConfig::parse's SPEC; its
+// budget, e.g. budget=6%, sets the method's cost2, to match magicpig's in the table): its speed vs
+// magicpig against the issue's target of 0.9x, its first step and its index. With --kv A,B (e.g.
 // bf16,q8) dense and magicpig run with each KV element type, all alternated, and a second table
 // compares them (LSH with B against dense with A and with B: the 8-bit KV cache's end-to-end
 // figure); the prefill then runs with f32 KV and each tiled cache holds its rows converted.
-// Usage: pig-bench-context [--model FILE] [--text FILE] [--prefill N] [--steps N]
+// Usage: pig-bench-context [--model FILE] [--text FILE] [--tile --prefill N] [--steps N]
 //                          [--contexts 2048,4096,...] [--threads N] [--kv T[,T2]] [--out DIR]
+//                          [--kv-cache-dir DIR]
 //                          [--tuning FILE [--max-error E]] [--transform SPEC
 //                          [--transform-lsh K=..,L=..]] [--hybrid SPEC]
 //                          (pig-bench-context --help)
 // --out DIR writes speed.csv and draws speed.png with gnuplot (docs/PERFORMANCE.md).
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <memory>
@@ -38,13 +41,14 @@
 
 #include "pig/app/kernels.h"
 #include "pig/app/options.h"
+#include "pig/app/report.h"
 #include "pig/app/text.h"
 #include "pig/app/tiled_decode.h"
 #include "pig/app/tuning.h"  // --tuning FILE
 #include "pig/eval/report.h" // CSV and gnuplot helpers
 #include "pig/runtime/attention.h"
 #include "pig/runtime/model.h"
-#include "pig/spec/files.h"
+#include "pig/runtime/ops.h"
 #include "pig/spec/hybrid_config.h"
 
 #include "context_table.h"
@@ -52,16 +56,13 @@
 namespace {
 
 using namespace pig::runtime;
-using Clock = std::chrono::steady_clock;
 using Run = pig::app::DecodeRun;
-
-double Since(Clock::time_point t0) {
-  return std::chrono::duration<double>(Clock::now() - t0).count();
-}
 
 struct Options {
   pig::app::ModelOptions model;
-  std::string text = "/usr/share/common-licenses/GPL-3";
+  std::string text = pig::app::kDefaultTextPath;
+  bool tile = false;                                             // --tile: --prefill, repeated
+  std::string kv_cache_dir = pig::app::DefaultContextCacheDir(); // none: not kept
   size_t prefill = 2048, steps = 16, threads = 0;
   std::vector<size_t> contexts{2048, 4096, 8192, 16384, 32768};
   lsh::DType kv = lsh::DType::bf16;
@@ -75,23 +76,35 @@ struct Options {
   pig::spec::LshParams transform_lsh;
   // --hybrid SPEC: a method lsh-hybrid (its budget from SPEC).
   std::optional<pig::spec::HybridConfig> hybrid;
+  // --dense-below N|measured: LSH's (and tuned's) AttentionSpec::dense_below.
+  size_t dense_below = AttentionSpec::kDenseBelowMeasured;
 };
 
 // The command line: the shared groups (model, threads, tuning) and the bench's own options.
 Options ParseOptions(int argc, char **argv) {
   Options o;
   CLI::App app{"Decode speed of the real model, dense against LSH sampling attention, at long "
-               "contexts made by tiling one dense prefill's KV cache; the share of each step "
-               "spent in attention. --out DIR writes speed.csv and draws speed.png with gnuplot "
+               "contexts of distinct text (one dense prefill, kept on disk), or tiled; the share "
+               "of each step spent in attention. --out DIR writes speed.csv and draws speed.png "
+               "with gnuplot "
                "(docs/PERFORMANCE.md).",
                "pig-bench-context"};
   pig::app::Init(app);
   pig::app::AddModelOptions(app, o.model);
   pig::app::AddThreadsOption(app, o.threads);
   pig::app::AddTuningOptions(app, o.tuning);
-  app.add_option("--text", o.text, "text prefilled (densely), then tiled")->capture_default_str();
-  app.add_option("--prefill", o.prefill, "tokens prefilled")
+  app.add_option("--text", o.text, "text prefilled densely (.gz allowed)")->capture_default_str();
+  CLI::Option *tile =
+      app.add_flag("--tile", o.tile,
+                   "prefill --prefill tokens and repeat their keys and values up to each context "
+                   "(each key then appears context/prefill times: not long text)");
+  app.add_option("--prefill", o.prefill, "with --tile: the tokens prefilled, then tiled")
       ->check(pig::app::Integer(1, size_t(1) << 20))
+      ->needs(tile)
+      ->capture_default_str();
+  app.add_option("--kv-cache-dir", o.kv_cache_dir,
+                 "where the prefilled KV rows are kept between runs (the prefix cache's disk "
+                 "files); none keeps nothing")
       ->capture_default_str();
   app.add_option("--steps", o.steps, "decode steps per run (the first is reported apart)")
       ->check(pig::app::Integer(1, size_t(1) << 20))
@@ -149,7 +162,25 @@ Options ParseOptions(int argc, char **argv) {
              "vs magicpig and dense")
           ->type_name("SPEC");
   h->excludes(x);
+  app.add_option_function<std::string>(
+         "--dense-below",
+         [&o](const std::string &v) {
+           if (v == "measured") {
+             o.dense_below = AttentionSpec::kDenseBelowMeasured;
+             return;
+           }
+           const std::vector<size_t> n = pig::app::ParseList(v);
+           if (n.size() != 1)
+             throw CLI::ValidationError(
+                 "--dense-below", "expects a number of positions or 'measured', got '" + v + "'");
+           o.dense_below = n[0];
+         },
+         "LSH decodes densely below N positions: measured (the default: where sampling is timed "
+         "faster on this machine) or N (0: never, the paper's rule)")
+      ->type_name("N|measured");
   pig::app::Parse(app, argc, argv);
+  if (o.kv_cache_dir == "none")
+    o.kv_cache_dir.clear();
   if (x->count())
     o.transform = transform;
   if (o.steps < 2)
@@ -180,31 +211,46 @@ int main(int argc, char **argv) {
       probe.kv_dtype = o.kv;
       pig::app::ApplyTuning(probe, tuning->point).Validate(c.n_layers);
     }
-    std::vector<int32_t> tokens = model->tokenizer().Encode(pig::spec::ReadFile(o.text));
-    while (tokens.size() < o.prefill + o.steps) // short text: repeat it
-      tokens.insert(tokens.end(), tokens.begin(), tokens.end());
-    const std::vector<int32_t> feed(tokens.begin() + std::ptrdiff_t(o.prefill),
-                                    tokens.begin() + std::ptrdiff_t(o.prefill + o.steps));
+    // Distinct text: the longest context's tokens are prefilled, each context decodes the text's
+    // tokens after its own end. Tiled: --prefill tokens, every context decodes the next ones.
+    const size_t longest = *std::max_element(o.contexts.begin(), o.contexts.end());
+    const size_t n_pre = o.tile ? o.prefill : longest;
+    const std::vector<int32_t> tokens = pig::app::LongText(
+        model->tokenizer(), o.text, (o.tile ? o.prefill : longest) + o.steps, o.tile);
+    auto feed_of = [&](size_t ctx) {
+      const size_t at = o.tile ? o.prefill : ctx;
+      return std::vector<int32_t>(tokens.begin() + std::ptrdiff_t(at),
+                                  tokens.begin() + std::ptrdiff_t(at + o.steps));
+    };
     ThreadPool pool(o.threads);
     AttentionSpec dense;
     dense.kv_dtype = o.kv;
-    AttentionSpec prefill = dense;
-    if (o.kv2) // one prefill for both types: exact rows, converted into each tiled cache
-      prefill.kv_dtype = lsh::DType::f32;
-    LlamaSession pre(*model, pool, o.prefill,
-                     MakeAttention(prefill, AttentionShape{c.n_layers, c.n_heads, c.n_kv_heads,
-                                                           c.head_dim, o.prefill}));
-    std::vector<float> logits(c.vocab);
-    const auto t0 = Clock::now();
-    pre.Forward(tokens.data(), o.prefill, logits.data());
+    // --kv A,B: one prefill for both types, exact rows converted into each context's cache.
+    const lsh::DType pre_dtype = o.kv2 ? lsh::DType::f32 : o.kv;
+    const pig::app::KeptPrefill pre = pig::app::PrefillKept(
+        *model, o.model.path, pool,
+        std::vector<int32_t>(tokens.begin(), tokens.begin() + std::ptrdiff_t(n_pre)), pre_dtype,
+        o.kv_cache_dir);
     const std::string kv_names = std::string(lsh::to_string(o.kv)) +
                                  (o.kv2 ? std::string(" and ") + lsh::to_string(*o.kv2) : "");
-    std::printf("pig-bench-context: %s, %zu threads, KV %s; dense prefill of %zu tokens of %s "
-                "in %.1f s, tiled to each context; %zu decode steps per run\n",
-                o.model.path.c_str(), pool.size(), kv_names.c_str(), o.prefill, o.text.c_str(),
-                Since(t0), o.steps);
+    std::printf("pig-bench-context: %s, %zu threads, kernels %s, KV %s; %s: dense prefill of "
+                "%zu tokens of %s in %.1f s (%zu read back from %s); %zu decode steps per run\n",
+                o.model.path.c_str(), pool.size(), BestKernels().target, kv_names.c_str(),
+                o.tile ? "TILED text (each context repeats the prefill)" : "distinct text", n_pre,
+                o.text.c_str(), pre.seconds, pre.from_disk,
+                o.kv_cache_dir.empty() ? "nowhere" : o.kv_cache_dir.c_str(), o.steps);
     AttentionSpec lsh = dense;
     lsh.method = pig::spec::Method::magicpig;
+    lsh.dense_below = o.dense_below;
+    if (lsh.dense_below == AttentionSpec::kDenseBelowMeasured) {
+      const auto m0 = std::chrono::steady_clock::now();
+      const size_t n = MeasuredDenseCrossover(
+          lsh, AttentionShape{c.n_layers, c.n_heads, c.n_kv_heads, c.head_dim, 0});
+      std::printf("LSH decodes densely below %zu positions (measured in %.2f s; --dense-below "
+                  "N pins it)\n",
+                  n, std::chrono::duration<double>(std::chrono::steady_clock::now() - m0).count());
+      lsh.dense_below = n;
+    }
     // The methods' indices in `specs` and `runs`: dense 0, LSH 1, then tuned and the transform
     // when given (0: absent).
     std::vector<AttentionSpec> specs{dense, lsh};
@@ -212,6 +258,7 @@ int main(int argc, char **argv) {
     if (tuning) {
       ti = specs.size();
       specs.push_back(pig::app::ApplyTuning(dense, tuning->point));
+      specs.back().dense_below = lsh.dense_below;
       std::printf("tuning: %s\n", pig::app::DescribePoint(tuning->source, tuning->point).c_str());
     }
     const std::string xl = o.transform ? "magicpig+" + o.transform->str()
@@ -252,16 +299,35 @@ int main(int argc, char **argv) {
                                     .extra_target = o.hybrid ? 0.9 : 0.95,
                                     .kv2 = d2i},
                                    o.kv, o.kv2, o.out);
+    // The machine's limits, measured here, for the step parts' floors.
+    const Kernels &kern = BestKernels();
+    const pig::bench::StepFloors floors{pig::app::MeasureReadBandwidth(pool),
+                                        pig::app::MeasurePeakMacRate(pool, kern.f32_peak_loop),
+                                        pool.size(),
+                                        double(model->WeightBytesPerToken()),
+                                        c.n_layers,
+                                        c.n_heads,
+                                        c.n_kv_heads,
+                                        c.head_dim};
+    std::vector<std::pair<size_t, std::vector<Run>>> measured;
     for (size_t ctx : o.contexts) {
       std::vector<std::unique_ptr<KvCache>> tiled;
       for (lsh::DType t : {o.kv, o.kv2.value_or(o.kv)})
         if (tiled.empty() || tiled[0]->dtype() != t)
-          tiled.push_back(pig::app::TileCache(pre.attention().cache(), o.prefill, ctx, t));
+          tiled.push_back(pig::app::TileCache(pre.kv(), n_pre, ctx, t));
       const std::vector<Run> runs =
-          pig::app::DecodeAlternated(*model, pool, specs, tiled, ctx, feed);
+          pig::app::DecodeAlternated(*model, pool, specs, tiled, ctx, feed_of(ctx));
       table.Add(ctx, runs, tiled);
+      measured.emplace_back(ctx, runs);
     }
     table.Finish(pool.size());
+    std::vector<std::pair<size_t, std::string>> which{{0, "dense"}, {1, "LSH"}};
+    if (ti)
+      which.emplace_back(ti, "tuned");
+    if (xi)
+      which.emplace_back(xi, xl);
+    for (const auto &[ctx, runs] : measured)
+      pig::bench::PrintStepParts(ctx, floors, runs, specs, which);
     // Which kernel sets served LSH and, with --tuning, the point's configurations.
     const AttentionShape probe_shape{c.n_layers, c.n_heads, c.n_kv_heads, c.head_dim, 16};
     std::printf("\nkernels: %s\n", MakeAttention(lsh, probe_shape)->stats().kernels.c_str());

@@ -1,12 +1,79 @@
 #include "pig/app/tiled_decode.h"
 
 #include <chrono>
+#include <cstdio>
+#include <cstdlib>
 #include <stdexcept>
+
+#include "pig/app/generate.h"
+#include "pig/app/text.h"
+#include "pig/runtime/ops.h"
 
 namespace pig::app {
 
 using namespace pig::runtime;
 using Clock = std::chrono::steady_clock;
+
+std::string DefaultContextCacheDir() {
+  if (const char *c = std::getenv("PIG_CACHE"); c && *c)
+    return std::string(c) + "/context-kv";
+  if (const char *x = std::getenv("XDG_CACHE_HOME"); x && *x)
+    return std::string(x) + "/pig/context-kv";
+  const char *home = std::getenv("HOME");
+  return std::string(home && *home ? home : "/tmp") + "/.cache/pig/context-kv";
+}
+
+KeptPrefill PrefillKept(const LlamaModel &model, const std::string &model_path, ThreadPool &pool,
+                        const std::vector<int32_t> &tokens, lsh::DType dtype,
+                        const std::string &dir) {
+  const auto t0 = Clock::now();
+  const LlamaConfig &c = model.config();
+  const size_t n = tokens.size();
+  KeptPrefill k;
+  k.pool = std::make_shared<KvPool>(
+      AttentionShape{c.n_layers, c.n_heads, c.n_kv_heads, c.head_dim, 0}, dtype, 0);
+  // The rows depend on the model file and on the kernels that computed them (another target's
+  // rounding differs): both name the blocks.
+  std::uint64_t salt = FileHash(model_path);
+  for (const char *p = BestKernels().target; *p; ++p)
+    salt = salt * 1099511628211ull ^ std::uint64_t(static_cast<unsigned char>(*p));
+  k.cache = std::make_unique<PrefixCache>(k.pool, salt);
+  if (!dir.empty())
+    k.cache->SetDisk(dir, 0);
+  AttentionSpec dense;
+  dense.kv_dtype = dtype;
+  k.session = std::make_unique<LlamaSession>(
+      model, pool, n,
+      MakeAttention(dense, {c.n_layers, c.n_heads, c.n_kv_heads, c.head_dim, n}, k.pool));
+  std::vector<std::int32_t> blocks;
+  k.from_disk = dir.empty() ? 0 : k.cache->Lookup(tokens.data(), n, blocks);
+  if (k.from_disk > 0) {
+    k.session->attention().AttachPrefix(blocks.data(), blocks.size());
+    k.session->SetPosition(k.from_disk);
+  }
+  double prefill_s = 0;
+  Prefill(*k.session, c.vocab,
+          std::vector<int32_t>(tokens.begin() + std::ptrdiff_t(k.from_disk), tokens.end()),
+          prefill_s);
+  if (!dir.empty())
+    k.cache->Insert(tokens.data(), n, k.session->attention().cache().blocks());
+  k.seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+  return k;
+}
+
+std::vector<int32_t> LongText(const Tokenizer &tok, const std::string &text, size_t need,
+                              bool tile) {
+  std::vector<int32_t> tokens = tok.Encode(NormalizeText(ReadTextFile(text)));
+  if (tokens.empty())
+    throw std::runtime_error(text + " encodes to no tokens");
+  if (tokens.size() < need && !tile)
+    throw std::runtime_error(text + " holds " + std::to_string(tokens.size()) +
+                             " tokens; the contexts and steps need " + std::to_string(need) +
+                             " of distinct text (give a longer --text, or --tile to repeat it)");
+  while (tokens.size() < need)
+    tokens.insert(tokens.end(), tokens.begin(), tokens.end());
+  return tokens;
+}
 
 std::unique_ptr<KvCache> TileCache(const KvCache &prefix, size_t prefill, size_t context,
                                    lsh::DType dtype) {
@@ -19,7 +86,7 @@ std::unique_ptr<KvCache> TileCache(const KvCache &prefix, size_t prefill, size_t
 
 TiledDecoder::TiledDecoder(const LlamaModel &model, ThreadPool &pool, const AttentionSpec &spec,
                            const KvCache &tiled, size_t context, size_t steps)
-    : logits_(model.config().vocab) {
+    : logits_(model.config().vocab), pool_(pool) {
   const LlamaConfig &c = model.config();
   const AttentionShape shape{c.n_layers, c.n_heads, c.n_kv_heads, c.head_dim, context + steps};
   auto timed = std::make_unique<TimedAttention>(MakeAttention(spec, shape));
@@ -33,13 +100,20 @@ double TiledDecoder::Step(int32_t token) {
   if (session_->position() >= session_->capacity())
     throw std::runtime_error("tiled decode: a session ran out of positions (raise the capacity)");
   const double attention0 = timed_->seconds;
+  const ThreadPool::WaitStats w0 = pool_.wait_stats();
   const auto t0 = Clock::now();
   session_->Forward(&token, 1, logits_.data());
   const double s = std::chrono::duration<double>(Clock::now() - t0).count();
   if (first_) {
     run_.first_step_s = s;
+    after_first_ = timed_->stats();
     first_ = false;
   } else {
+    const ThreadPool::WaitStats w1 = pool_.wait_stats();
+    run_.waits.calls += w1.calls - w0.calls;
+    run_.waits.waits += w1.waits - w0.waits;
+    run_.waits.sleeps += w1.sleeps - w0.sleeps;
+    run_.waits.seconds += w1.seconds - w0.seconds;
     total_ += s;
     attention_ += timed_->seconds - attention0;
     ++steps_;
@@ -53,6 +127,12 @@ DecodeRun TiledDecoder::Result() const {
   r.attention_share = attention_ / total_;
   r.stats = timed_->stats();
   r.memory = timed_->MemoryBytes();
+  r.steps = steps_;
+  r.step_s = total_;
+  r.attention_s = attention_;
+  // The timed steps' counters: the totals less the first step's (its index build apart).
+  r.timed = static_cast<const runtime::CostCounters &>(r.stats);
+  r.timed -= after_first_;
   return r;
 }
 

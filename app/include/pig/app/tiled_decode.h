@@ -1,16 +1,49 @@
-// Decoding from a long context made by tiling a prompt's KV cache (pig-bench-context, pig-tune
-// speed): one dense prefill of real text, its keys and values repeated up to each context length.
-// Speed depends on the number of rows read, not on their positions.
+// Decoding from a long context (pig-bench-context, pig-bench-batch, pig-tune speed): one dense
+// prefill of real text, kept on disk so that a 32k-token context is prefilled once, not per run;
+// or, with tiling, a short prefill whose keys and values repeat up to each context length.
+//
+// Tiled text is not long text: each key appears context/prefill times, which changes bucket
+// sizes, collisions and so the work of every sparse method. Speed depends on the rows read, not on
+// their positions, but what a sparse method reads depends on the keys: measure on distinct text.
 #pragma once
 
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "pig/app/decorators.h"
 #include "pig/runtime/model.h"
+#include "pig/runtime/prefix_cache.h"
 
 namespace pig::app {
+
+/// Where the prefilled KV caches of long contexts are kept: $PIG_CACHE/context-kv, else
+/// $XDG_CACHE_HOME/pig/context-kv, else $HOME/.cache/pig/context-kv (./pig's model cache).
+std::string DefaultContextCacheDir();
+
+/// A dense prefill of `tokens` whose KV rows are kept on disk: the prefix cache's disk tier in
+/// `dir` (the files pig-serve's --cache-dir writes: versioned, checksummed, written atomically;
+/// a bad file is a logged miss), named by the model file's hash, the kernels' target and the
+/// tokens. A later run on the same tokens reads the blocks back and prefills only what is left
+/// (at least the last two tokens). dir empty: nothing is kept.
+struct KeptPrefill {
+  std::shared_ptr<runtime::KvPool> pool;
+  std::unique_ptr<runtime::PrefixCache> cache;
+  std::unique_ptr<runtime::LlamaSession> session; ///< its attention's cache holds the rows
+  size_t from_disk = 0;                           ///< positions read back
+  double seconds = 0;                             ///< the whole call (reads and prefill)
+  const runtime::KvCache &kv() const { return session->attention().cache(); }
+};
+KeptPrefill PrefillKept(const runtime::LlamaModel &model, const std::string &model_path,
+                        runtime::ThreadPool &pool, const std::vector<int32_t> &tokens,
+                        runtime::lsh::DType dtype, const std::string &dir);
+
+/// The tokens of a long-context benchmark: `text` (.gz allowed, NormalizeText'ed), which must
+/// hold `need` tokens; with `tile` a short text is repeated instead. Throws
+/// std::runtime_error naming the text and both counts when it is too short and not tiled.
+std::vector<int32_t> LongText(const runtime::Tokenizer &tok, const std::string &text, size_t need,
+                              bool tile);
 
 /// A KV cache of `context` positions of type `dtype`, the first `prefill` positions of `prefix`
 /// repeated (KvCache::Tile).
@@ -22,6 +55,12 @@ struct DecodeRun {
   double tokens_per_s = 0, attention_share = 0, first_step_s = 0;
   runtime::AttentionStats stats;
   size_t memory = 0;
+  // The timed steps (all but the first): how many, their seconds, the part in attention, the
+  // attention's counters and step parts, and the pool's waits, over those steps only.
+  size_t steps = 0;
+  double step_s = 0, attention_s = 0;
+  runtime::CostCounters timed;
+  runtime::ThreadPool::WaitStats waits;
 };
 
 /// One method's session decoding from a tiled cache, one timed step at a time; its attention is
@@ -43,7 +82,9 @@ private:
   std::vector<float> logits_;
   TimedAttention *timed_ = nullptr;
   std::unique_ptr<runtime::LlamaSession> session_;
+  runtime::ThreadPool &pool_;
   DecodeRun run_;
+  runtime::CostCounters after_first_; // the attention's counters after the first step
   bool first_ = true;
   double total_ = 0, attention_ = 0;
   size_t steps_ = 0;
