@@ -32,9 +32,10 @@ KeptPrefill PrefillKept(const LlamaModel &model, const std::string &model_path, 
   KeptPrefill k;
   k.pool = std::make_shared<KvPool>(
       AttentionShape{c.n_layers, c.n_heads, c.n_kv_heads, c.head_dim, 0}, dtype, 0);
-  // The rows depend on the model file and on the kernels that computed them (another target's
-  // rounding differs): both name the blocks.
-  std::uint64_t salt = FileHash(model_path);
+  // The rows depend on the model file, on the kernels that computed them (another target's
+  // rounding differs) and on their element type: all three name the blocks (the files of an f32
+  // prefill and of a bf16 one must not replace each other).
+  std::uint64_t salt = FileHash(model_path) ^ (std::uint64_t(dtype) + 1) * 0x9e3779b97f4a7c15ull;
   for (const char *p = BestKernels().target; *p; ++p)
     salt = salt * 1099511628211ull ^ std::uint64_t(static_cast<unsigned char>(*p));
   k.cache = std::make_unique<PrefixCache>(k.pool, salt);

@@ -7,6 +7,7 @@
 #include <mutex>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "pig/runtime/attention.h"
@@ -21,20 +22,20 @@ constexpr size_t kProbes[] = {512, 1024, 2048, 4096, 8192};
 constexpr size_t kNever = 16384; // sampling was slower at every probe
 constexpr size_t kSteps = 12;    // timed steps per probe and method (the median is kept)
 
-// The median seconds of a decode step of `spec` over n synthetic positions (one layer, one
-// kv-head group), after an untimed first step (which builds the index).
+// The median seconds of a decode step of `spec` over n synthetic positions (one layer of the
+// model's kv-heads), after an untimed first step (which builds the index).
 double StepSeconds(const AttentionSpec &spec, const AttentionShape &one, const KvCache &src,
                    size_t n, const std::vector<float> &rows, ThreadPool &pool) {
-  const size_t d = one.head_dim, G = one.n_heads;
+  const size_t row = one.n_kv_heads * one.head_dim, G = one.group();
   auto attn = MakeAttention(spec, one);
   attn->LoadPrefix(src, n);
-  std::vector<float> out(G * d);
+  std::vector<float> out(one.n_heads * one.head_dim);
   std::vector<double> seconds;
   for (size_t s = 0; s <= kSteps; ++s) {
     // The step's query: its heads are keys of the prefix (a query that attends somewhere), its
     // new key and value are further rows.
-    const float *q = rows.data() + ((s * 7919) % (n - G)) * d;
-    const float *kv = rows.data() + ((s * 104729 + 1) % (n - 1)) * d;
+    const float *q = rows.data() + ((s * 7919) % (n - G)) * row;
+    const float *kv = rows.data() + ((s * 104729 + 1) % (n - 1)) * row;
     const auto t0 = Clock::now();
     attn->Forward(0, n + s, 1, q, kv, kv, out.data(), pool);
     if (s > 0)
@@ -46,9 +47,11 @@ double StepSeconds(const AttentionSpec &spec, const AttentionShape &one, const K
 }
 
 size_t Measure(const AttentionSpec &spec, const AttentionShape &shape) {
-  const size_t d = shape.head_dim, G = shape.group();
+  // One layer of the model's kv-heads on a pool of the machine's threads: the step's split over
+  // the threads (3 kv-heads on 2) is part of what it costs.
+  const size_t d = shape.head_dim, H = shape.n_kv_heads;
   const size_t most = kProbes[std::size(kProbes) - 1];
-  const AttentionShape one{1, G, 1, d, most + kSteps + 1};
+  const AttentionShape one{1, shape.n_heads, H, d, most + kSteps + 1};
   AttentionSpec lsh = spec;
   lsh.dense_below = 0;
   lsh.layers.clear();
@@ -61,15 +64,15 @@ size_t Measure(const AttentionSpec &spec, const AttentionShape &shape) {
   // noise; values are noise. A fixed seed: the rows never change, only the timings do.
   std::mt19937 rng(20261206);
   std::normal_distribution<float> normal(0.0f, 1.0f);
-  std::vector<float> offset(d), rows(most * d);
+  std::vector<float> offset(H * d), rows(most * H * d);
   for (float &x : offset)
     x = 3.0f * normal(rng);
   for (size_t i = 0; i < most; ++i)
-    for (size_t j = 0; j < d; ++j)
-      rows[i * d + j] = offset[j] + normal(rng);
+    for (size_t j = 0; j < H * d; ++j)
+      rows[i * H * d + j] = offset[j] + normal(rng);
   KvCache src(one, spec.kv_dtype);
   src.Append(0, 0, most, rows.data(), rows.data());
-  ThreadPool pool(1);
+  ThreadPool pool(std::max(1u, std::thread::hardware_concurrency()));
   double prev_gap = 0;
   size_t prev_n = 0;
   for (size_t n : kProbes) {
@@ -98,7 +101,8 @@ size_t MeasuredDenseCrossover(const AttentionSpec &spec, const AttentionShape &s
                           std::to_string(spec.t) + "," + std::to_string(spec.sink) + "," +
                           std::to_string(spec.local) + "," + spec.transform.str() + "," +
                           spec.schedule.str() + "," + std::to_string(shape.head_dim) + "," +
-                          std::to_string(shape.group()) + "," + lsh::to_string(spec.kv_dtype);
+                          std::to_string(shape.n_kv_heads) + "," + std::to_string(shape.group()) +
+                          "," + lsh::to_string(spec.kv_dtype);
   std::lock_guard lock(mu); // one measurement at a time: two at once would time each other
   if (const auto it = measured.find(key); it != measured.end())
     return it->second;

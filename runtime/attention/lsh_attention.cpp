@@ -519,7 +519,12 @@ DecodeItems LshAttention::BeginDecode(size_t layer, size_t pos, const float *q, 
       t = std::make_unique<PerThread>(sh.capacity);
   for (auto &c : per_kvh_)
     c = {};
-  if (!layers_->layer(layer)) { // a dense layer: DenseAttention's split items
+  // A dense layer, or one whose every group decodes densely this step (no index yet and too few
+  // tokens, or fewer than dense_below): DenseAttention's split items, balanced over the threads.
+  bool all_dense = true;
+  for (size_t kvh = 0; kvh < sh.n_kv_heads && all_dense; ++kvh)
+    all_dense = DenseStep(layer, kvh, pos + 1);
+  if (all_dense) {
     DecodeItems w = dense_split_.Begin(cache_, set_, layer, pos + 1, q, out);
     w.run = [this, run = std::move(w.run)](size_t item, size_t thread) {
       PartTimer t(threads_[thread]->parts.dense);

@@ -431,12 +431,13 @@ void CheckServedTransform(const spec::TransformSpec &t);
 spec::TransformSpec ParseServedTransform(std::string_view text);
 
 /// The shortest context at which a magicpig decode step of `spec` costs less than a dense one on
-/// this machine, for a group of shape.group() heads of shape.head_dim: both are timed on one
-/// thread over synthetic keys (a fixed seed; a shared offset plus noise, as real keys have) at
-/// 512, 1024, ..., 8192 positions, and the crossing interpolated between the two probes around
-/// it; 16384 when sampling was slower at every probe. Measured once per process for each
-/// (K, L, t, sink, local, transform, schedule, head dim, group, KV type) and remembered (about
-/// 0.1-0.3 s); timings vary between runs, so a run that must be reproduced pins dense_below.
+/// this machine, for one layer of shape's kv-heads and group: both are timed on a pool of the
+/// machine's threads (the split of the kv-heads over them is part of the cost) over synthetic
+/// keys (a fixed seed; a shared offset plus noise, as real keys have) at 512, 1024, ..., 8192
+/// positions, and the crossing interpolated between the two probes around it; 16384 when
+/// sampling was slower at every probe. Measured once per process for each (K, L, t, sink, local,
+/// transform, schedule, kv-heads, group, head dim, KV type) and remembered (well under a second);
+/// timings vary between runs, so a run that must be reproduced pins dense_below.
 size_t MeasuredDenseCrossover(const AttentionSpec &spec, const AttentionShape &shape);
 
 /// Builds the Attention a spec names for a model shape, its KV store over `pool` (a pool of the
