@@ -227,8 +227,7 @@ std::vector<AttentionField> MakeFields() {
        "prefix: those of the cached prefix a request attached); requests whose cached prefixes "
        "hold those keys share one LSH index over them (docs/SERVING.md)",
        true, ApplyMeanWindow, [](const AttentionSpec &s) { return s.MeanWindowName(); }},
-      // Not Python's yet: its AttentionSpec takes no dense_below.
-      {"dense_below", nullptr, true, "UINT|measured",
+      {"dense_below", "dense_below", true, "UINT|measured",
        "magicpig: a sequence shorter than N positions decodes densely (0: never, the paper's "
        "rule; measured: from where sampling is timed faster on this machine, once per process)",
        true, ApplyDenseBelow, [](const AttentionSpec &s) { return s.DenseBelowName(); }},

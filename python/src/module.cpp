@@ -704,7 +704,8 @@ pig::runtime::AttentionSpec ParseSpec(const std::string &method, const std::stri
                                       std::optional<size_t> local,
                                       const std::optional<std::string> &dense_layers,
                                       std::optional<double> budget, const std::string &transform,
-                                      const std::string &hybrid, const nb::object &mean_window) {
+                                      const std::string &hybrid, const nb::object &mean_window,
+                                      const nb::object &dense_below) {
   std::vector<std::pair<std::string, pig::app::FieldValue>> values = {
       {"method", method}, {"kv", kv}, {"transform", transform}};
   if (!hybrid.empty())
@@ -726,6 +727,14 @@ pig::runtime::AttentionSpec ParseSpec(const std::string &method, const std::stri
       values.emplace_back("mean_window", std::uint64_t(nb::cast<long long>(mean_window)));
     else
       Bad("mean_window: expects a number of keys or 'prefix'");
+  }
+  if (!dense_below.is_none()) { // a number of positions, or "measured"
+    if (nb::isinstance<nb::str>(dense_below))
+      values.emplace_back("dense_below", nb::cast<std::string>(dense_below));
+    else if (nb::isinstance<nb::int_>(dense_below) && nb::cast<long long>(dense_below) >= 0)
+      values.emplace_back("dense_below", std::uint64_t(nb::cast<long long>(dense_below)));
+    else
+      Bad("dense_below: expects a number of positions or 'measured'");
   }
   pig::runtime::AttentionSpec spec;
   std::vector<std::string> warnings;
@@ -920,15 +929,16 @@ void BindRuntime(nb::module_ &m) {
           [](pig::runtime::AttentionSpec *self, const std::string &method, const std::string &lsh,
              const std::string &kv, std::optional<size_t> sink, std::optional<size_t> local,
              std::optional<std::string> dense_layers, std::optional<double> budget,
-             const std::string &transform, const std::string &hybrid,
-             const nb::object &mean_window) {
-            new (self)
-                pig::runtime::AttentionSpec(ParseSpec(method, lsh, kv, sink, local, dense_layers,
-                                                      budget, transform, hybrid, mean_window));
+             const std::string &transform, const std::string &hybrid, const nb::object &mean_window,
+             const nb::object &dense_below) {
+            new (self) pig::runtime::AttentionSpec(ParseSpec(method, lsh, kv, sink, local,
+                                                             dense_layers, budget, transform,
+                                                             hybrid, mean_window, dense_below));
           },
           "method"_a = "dense", "lsh"_a = "", "kv"_a = "bf16", "sink"_a = nb::none(),
           "local"_a = nb::none(), "dense_layers"_a = nb::none(), "budget"_a = nb::none(),
-          "transform"_a = "plain", "hybrid"_a = "", "mean_window"_a = nb::none())
+          "transform"_a = "plain", "hybrid"_a = "", "mean_window"_a = nb::none(),
+          "dense_below"_a = nb::none())
       .def_prop_ro("method", [](const pig::runtime::AttentionSpec &s) { return s.method_name(); })
       .def_ro("K", &pig::runtime::AttentionSpec::K)
       .def_ro("L", &pig::runtime::AttentionSpec::L)
@@ -940,6 +950,12 @@ void BindRuntime(nb::module_ &m) {
                      if (s.mean_window == pig::runtime::AttentionSpec::kMeanOfPrefix)
                        return nb::str("prefix");
                      return nb::int_(s.mean_window);
+                   })
+      .def_prop_ro("dense_below",
+                   [](const pig::runtime::AttentionSpec &s) -> nb::object {
+                     if (s.dense_below == pig::runtime::AttentionSpec::kDenseBelowMeasured)
+                       return nb::str("measured");
+                     return nb::int_(s.dense_below);
                    })
       .def("__repr__",
            [](const pig::runtime::AttentionSpec &s) { return "AttentionSpec(" + s.str(0) + ")"; });

@@ -498,6 +498,29 @@ def test_sessions_share_the_lsh_index_of_a_cached_prefix():
 
 
 @pytest.mark.skipif(not os.path.exists(MODEL), reason="the model is not installed (./pig setup)")
+def test_dense_below_decodes_short_sessions_densely():
+    """dense_below=N: a magicpig session shorter than N positions decodes densely (dense's tokens,
+    nothing sampled); "measured" is the length timed on this machine; 0, the default, samples."""
+    assert pig.AttentionSpec("magicpig").dense_below == 0
+    assert pig.AttentionSpec("magicpig", dense_below="measured").dense_below == "measured"
+    with pytest.raises(ValueError, match="dense_below"):
+        pig.AttentionSpec("magicpig", dense_below="often")
+    model = pig.Model(MODEL)
+    prompt = model.encode("Nine copper bells ring over the western harbour at dawn. " * 20)
+    n = len(prompt) + 8
+
+    def run(spec):
+        s = model.session(spec, capacity=n, threads=2)
+        return s.generate(prompt, max_new=8), s.stats
+
+    dense, _ = run(pig.AttentionSpec("dense"))
+    short, stats = run(pig.AttentionSpec("magicpig", local=16, dense_below=n + 1))
+    assert short == dense and stats["index_bytes"] == 0, stats
+    _, sampled = run(pig.AttentionSpec("magicpig", local=16))
+    assert sampled["index_bytes"] > 0
+
+
+@pytest.mark.skipif(not os.path.exists(MODEL), reason="the model is not installed (./pig setup)")
 def test_the_runtime_decodes_like_pig_run():
     model = pig.Model(MODEL)
     assert model.config["n_layers"] == 30

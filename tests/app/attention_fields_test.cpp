@@ -123,7 +123,7 @@ TEST(AttentionFields, EachFrontEndTakesItsFields) {
                                                "budget", "schedule", "kv"}));
   EXPECT_EQ(python,
             (std::vector<std::string>{"method", "lsh", "transform", "sink", "local", "mean_window",
-                                      "dense_layers", "budget", "hybrid", "kv"}));
+                                      "dense_below", "dense_layers", "budget", "hybrid", "kv"}));
   EXPECT_EQ(pig::app::SpellingOf(pig::app::FieldNamed("dense_layers"), Front::kCommandLine),
             "--dense-layers");
   EXPECT_EQ(pig::app::SpellingOf(pig::app::FieldNamed("dense_layers"), Front::kRequest),
