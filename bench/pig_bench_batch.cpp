@@ -42,10 +42,8 @@ double Since(Clock::time_point t0) {
 
 struct Options {
   pig::app::ModelOptions model;
-  std::string text = pig::app::kDefaultTextPath;
-  bool tile = false;                                             // --tile: --prefill, repeated
-  std::string kv_cache_dir = pig::app::DefaultContextCacheDir(); // none: not kept
-  size_t prefill = 1024, steps = 4, threads = 0;
+  pig::app::LongContextOptions ctx; // --text, --tile --prefill, --kv-cache-dir
+  size_t steps = 4, threads = 0;
   std::vector<size_t> batches{1, 2, 4, 8, 16, 32}, contexts{1024, 8192, 16384}, prompts{512, 4096};
   double budget_gib = 10;
   MatMulPath decode_path = MatMulPath::kInteger;
@@ -90,19 +88,8 @@ Options ParseOptions(int argc, char **argv) {
   app.add_option("--steps", o.steps, "timed decode steps per batch (after the first)")
       ->check(pig::app::Integer(1, 1 << 16))
       ->capture_default_str();
-  CLI::Option *tile =
-      app.add_flag("--tile", o.tile,
-                   "prefill --prefill tokens and repeat their keys and values up to each context "
-                   "(each key then appears context/prefill times: not long text)");
-  app.add_option("--prefill", o.prefill, "with --tile: the tokens prefilled, then tiled")
-      ->check(pig::app::Integer(1, size_t(1) << 20))
-      ->needs(tile)
-      ->capture_default_str();
-  app.add_option("--text", o.text, "the prefilled text (.gz allowed)")->capture_default_str();
-  app.add_option("--kv-cache-dir", o.kv_cache_dir,
-                 "where the prefilled KV rows are kept between runs (the prefix cache's disk "
-                 "files); none keeps nothing")
-      ->capture_default_str();
+  o.ctx.prefill = 1024;
+  pig::app::AddLongContextOptions(app, o.ctx);
   app.add_option("--memory-budget", o.budget_gib,
                  "GiB of KV caches and indexes a batch may hold (LlamaBatch::Options)")
       ->check(pig::app::Number(0, 1 << 20, true))
@@ -120,8 +107,6 @@ Options ParseOptions(int argc, char **argv) {
           CLI::ignore_case))
       ->default_str("integer");
   pig::app::Parse(app, argc, argv);
-  if (o.kv_cache_dir == "none")
-    o.kv_cache_dir.clear();
   if (o.lsh.method == pig::spec::Method::dense)
     pig::app::UsageError(app, "--attention: dense is always measured; name the method beside it");
   return o;
@@ -216,13 +201,14 @@ int main(int argc, char **argv) {
     // Distinct text: the longest context's tokens are prefilled, each context's sequences decode
     // the text's tokens after its end. Tiled: --prefill tokens, then the next ones.
     const size_t max_ctx = *std::max_element(o.contexts.begin(), o.contexts.end());
-    const size_t n_pre = o.tile ? o.prefill : max_ctx;
+    const size_t n_pre = o.ctx.Prefilled(max_ctx);
     size_t need = n_pre + o.steps + 1;
     for (size_t n : o.prompts)
       need = std::max(need, n);
-    const std::vector<int32_t> text = pig::app::LongText(model->tokenizer(), o.text, need, o.tile);
+    const std::vector<int32_t> text =
+        pig::app::LongText(model->tokenizer(), o.ctx.text, need, o.ctx.tile);
     auto feed_of = [&](size_t ctx) {
-      const size_t at = o.tile ? o.prefill : ctx;
+      const size_t at = o.ctx.FeedStart(ctx);
       return std::vector<int32_t>(text.begin() + std::ptrdiff_t(at),
                                   text.begin() + std::ptrdiff_t(at + o.steps + 1));
     };
@@ -231,18 +217,14 @@ int main(int argc, char **argv) {
     const pig::app::KeptPrefill pre = pig::app::PrefillKept(
         *model, o.model.path, pool,
         std::vector<int32_t>(text.begin(), text.begin() + std::ptrdiff_t(n_pre)), dense.kv_dtype,
-        o.kv_cache_dir);
+        o.ctx.kv_cache_dir);
 
     std::printf("pig-bench-batch: %s, %zu threads, kernels %s, KV %s, decode path %s, %s\n",
                 o.model.path.c_str(), pool.size(), BestKernels().target,
                 lsh::to_string(o.lsh.kv_dtype),
                 o.decode_path == MatMulPath::kFloat ? "float" : "integer",
                 o.batch_hash ? "one encode per layer" : "an encode per sequence");
-    std::printf("contexts: %s: dense prefill of %zu tokens of %s in %.1f s (%zu read back from "
-                "%s)\n",
-                o.tile ? "TILED text (each context repeats the prefill)" : "distinct text", n_pre,
-                o.text.c_str(), pre.seconds, pre.from_disk,
-                o.kv_cache_dir.empty() ? "nowhere" : o.kv_cache_dir.c_str());
+    std::printf("contexts: %s\n", o.ctx.Describe(pre, n_pre).c_str());
     const Kernels &k = BestKernels();
     const double int8_peak = pig::app::MeasurePeakMacRate(pool, k.int8_peak_loop);
     const double f32_peak = pig::app::MeasurePeakMacRate(pool, k.f32_peak_loop);
@@ -269,7 +251,7 @@ int main(int argc, char **argv) {
                 "counted)\n");
     const size_t budget = size_t(o.budget_gib * double(1ull << 30));
     std::unique_ptr<KvCache> tiled; // distinct text: the prefill's own cache
-    if (o.tile)
+    if (o.ctx.tile)
       tiled = pig::app::TileCache(pre.kv(), n_pre, max_ctx, o.lsh.kv_dtype);
     const KvCache &source = tiled ? *tiled : pre.kv();
     const AttentionSpec *specs[2] = {&dense, &o.lsh};

@@ -60,10 +60,8 @@ using Run = pig::app::DecodeRun;
 
 struct Options {
   pig::app::ModelOptions model;
-  std::string text = pig::app::kDefaultTextPath;
-  bool tile = false;                                             // --tile: --prefill, repeated
-  std::string kv_cache_dir = pig::app::DefaultContextCacheDir(); // none: not kept
-  size_t prefill = 2048, steps = 16, threads = 0;
+  pig::app::LongContextOptions ctx; // --text, --tile --prefill, --kv-cache-dir
+  size_t steps = 16, threads = 0;
   std::vector<size_t> contexts{2048, 4096, 8192, 16384, 32768};
   lsh::DType kv = lsh::DType::bf16;
   std::optional<lsh::DType> kv2;  // --kv A,B: dense and magicpig with B too
@@ -93,19 +91,7 @@ Options ParseOptions(int argc, char **argv) {
   pig::app::AddModelOptions(app, o.model);
   pig::app::AddThreadsOption(app, o.threads);
   pig::app::AddTuningOptions(app, o.tuning);
-  app.add_option("--text", o.text, "text prefilled densely (.gz allowed)")->capture_default_str();
-  CLI::Option *tile =
-      app.add_flag("--tile", o.tile,
-                   "prefill --prefill tokens and repeat their keys and values up to each context "
-                   "(each key then appears context/prefill times: not long text)");
-  app.add_option("--prefill", o.prefill, "with --tile: the tokens prefilled, then tiled")
-      ->check(pig::app::Integer(1, size_t(1) << 20))
-      ->needs(tile)
-      ->capture_default_str();
-  app.add_option("--kv-cache-dir", o.kv_cache_dir,
-                 "where the prefilled KV rows are kept between runs (the prefix cache's disk "
-                 "files); none keeps nothing")
-      ->capture_default_str();
+  pig::app::AddLongContextOptions(app, o.ctx);
   app.add_option("--steps", o.steps, "decode steps per run (the first is reported apart)")
       ->check(pig::app::Integer(1, size_t(1) << 20))
       ->capture_default_str();
@@ -165,22 +151,18 @@ Options ParseOptions(int argc, char **argv) {
   app.add_option_function<std::string>(
          "--dense-below",
          [&o](const std::string &v) {
-           if (v == "measured") {
-             o.dense_below = AttentionSpec::kDenseBelowMeasured;
-             return;
+           AttentionSpec s; // the attention field's parser: the same values as pig-run's flag
+           try {
+             pig::app::FieldNamed("dense_below").apply(s, v, {});
+           } catch (const std::invalid_argument &e) {
+             throw CLI::ValidationError("--dense-below", e.what());
            }
-           const std::vector<size_t> n = pig::app::ParseList(v);
-           if (n.size() != 1)
-             throw CLI::ValidationError(
-                 "--dense-below", "expects a number of positions or 'measured', got '" + v + "'");
-           o.dense_below = n[0];
+           o.dense_below = s.dense_below;
          },
          "LSH decodes densely below N positions: measured (the default: where sampling is timed "
          "faster on this machine) or N (0: never, the paper's rule)")
       ->type_name("N|measured");
   pig::app::Parse(app, argc, argv);
-  if (o.kv_cache_dir == "none")
-    o.kv_cache_dir.clear();
   if (x->count())
     o.transform = transform;
   if (o.steps < 2)
@@ -214,11 +196,11 @@ int main(int argc, char **argv) {
     // Distinct text: the longest context's tokens are prefilled, each context decodes the text's
     // tokens after its own end. Tiled: --prefill tokens, every context decodes the next ones.
     const size_t longest = *std::max_element(o.contexts.begin(), o.contexts.end());
-    const size_t n_pre = o.tile ? o.prefill : longest;
-    const std::vector<int32_t> tokens = pig::app::LongText(
-        model->tokenizer(), o.text, (o.tile ? o.prefill : longest) + o.steps, o.tile);
+    const size_t n_pre = o.ctx.Prefilled(longest);
+    const std::vector<int32_t> tokens =
+        pig::app::LongText(model->tokenizer(), o.ctx.text, n_pre + o.steps, o.ctx.tile);
     auto feed_of = [&](size_t ctx) {
-      const size_t at = o.tile ? o.prefill : ctx;
+      const size_t at = o.ctx.FeedStart(ctx);
       return std::vector<int32_t>(tokens.begin() + std::ptrdiff_t(at),
                                   tokens.begin() + std::ptrdiff_t(at + o.steps));
     };
@@ -230,15 +212,13 @@ int main(int argc, char **argv) {
     const pig::app::KeptPrefill pre = pig::app::PrefillKept(
         *model, o.model.path, pool,
         std::vector<int32_t>(tokens.begin(), tokens.begin() + std::ptrdiff_t(n_pre)), pre_dtype,
-        o.kv_cache_dir);
+        o.ctx.kv_cache_dir);
     const std::string kv_names = std::string(lsh::to_string(o.kv)) +
                                  (o.kv2 ? std::string(" and ") + lsh::to_string(*o.kv2) : "");
-    std::printf("pig-bench-context: %s, %zu threads, kernels %s, KV %s; %s: dense prefill of "
-                "%zu tokens of %s in %.1f s (%zu read back from %s); %zu decode steps per run\n",
+    std::printf("pig-bench-context: %s, %zu threads, kernels %s, KV %s; %s; %zu decode steps per "
+                "run\n",
                 o.model.path.c_str(), pool.size(), BestKernels().target, kv_names.c_str(),
-                o.tile ? "TILED text (each context repeats the prefill)" : "distinct text", n_pre,
-                o.text.c_str(), pre.seconds, pre.from_disk,
-                o.kv_cache_dir.empty() ? "nowhere" : o.kv_cache_dir.c_str(), o.steps);
+                o.ctx.Describe(pre, n_pre).c_str(), o.steps);
     AttentionSpec lsh = dense;
     lsh.method = pig::spec::Method::magicpig;
     lsh.dense_below = o.dense_below;

@@ -147,26 +147,24 @@ void ApplyLocal(AttentionSpec &s, const FieldValue &v, const FieldContext &) {
   s.local = Integer(v, 0, kMaxPositions);
 }
 
-void ApplyMeanWindow(AttentionSpec &s, const FieldValue &v, const FieldContext &) {
-  if (const auto *t = std::get_if<std::string>(&v); t && *t == "prefix") {
-    s.mean_window = AttentionSpec::kMeanOfPrefix;
-    return;
+// A number of positions in [0, kMaxPositions], or `word` (which stands for `word_value`).
+size_t PositionsOr(const FieldValue &v, const char *word, size_t word_value) {
+  if (const auto *t = std::get_if<std::string>(&v)) {
+    if (*t == word)
+      return word_value;
+    if (!ReadInteger(*t))
+      Fail("expects an integer in [0, " + std::to_string(kMaxPositions) + "] or '" + word +
+           "', got '" + *t + "'");
   }
-  if (const auto *t = std::get_if<std::string>(&v); t && !ReadInteger(*t))
-    Fail("expects an integer in [0, " + std::to_string(kMaxPositions) + "] or 'prefix', got '" +
-         *t + "'");
-  s.mean_window = Integer(v, 0, kMaxPositions);
+  return Integer(v, 0, kMaxPositions);
+}
+
+void ApplyMeanWindow(AttentionSpec &s, const FieldValue &v, const FieldContext &) {
+  s.mean_window = PositionsOr(v, "prefix", AttentionSpec::kMeanOfPrefix);
 }
 
 void ApplyDenseBelow(AttentionSpec &s, const FieldValue &v, const FieldContext &) {
-  if (const auto *t = std::get_if<std::string>(&v); t && *t == "measured") {
-    s.dense_below = AttentionSpec::kDenseBelowMeasured;
-    return;
-  }
-  if (const auto *t = std::get_if<std::string>(&v); t && !ReadInteger(*t))
-    Fail("expects an integer in [0, " + std::to_string(kMaxPositions) + "] or 'measured', got '" +
-         *t + "'");
-  s.dense_below = Integer(v, 0, kMaxPositions);
+  s.dense_below = PositionsOr(v, "measured", AttentionSpec::kDenseBelowMeasured);
 }
 
 void ApplyDenseLayers(AttentionSpec &s, const FieldValue &v, const FieldContext &) {

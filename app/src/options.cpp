@@ -149,6 +149,24 @@ void AddModelOptions(CLI::App &app, ModelOptions &o, bool context) {
       ->group(kModelGroup);
 }
 
+void AddLongContextOptions(CLI::App &app, LongContextOptions &o) {
+  app.add_option("--text", o.text, "text prefilled densely (.gz allowed)")->capture_default_str();
+  CLI::Option *tile =
+      app.add_flag("--tile", o.tile,
+                   "prefill --prefill tokens and repeat their keys and values up to each context "
+                   "(each key then appears context/prefill times: not long text)");
+  app.add_option("--prefill", o.prefill, "with --tile: the tokens prefilled, then tiled")
+      ->check(Integer(1, size_t(1) << 20))
+      ->needs(tile)
+      ->capture_default_str();
+  app.add_option_function<std::string>(
+         "--kv-cache-dir", [&o](const std::string &v) { o.kv_cache_dir = v == "none" ? "" : v; },
+         "where the prefilled KV rows are kept between runs (the prefix cache's disk files); "
+         "none keeps nothing")
+      ->default_str(o.kv_cache_dir)
+      ->type_name("DIR|none");
+}
+
 CLI::Option *AddThreadsOption(CLI::App &app, std::size_t &threads, std::size_t min) {
   return app.add_option("--threads", threads, min == 0 ? "threads (0: every core)" : "threads")
       ->check(Integer(min, 1024))

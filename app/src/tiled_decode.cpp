@@ -62,6 +62,16 @@ KeptPrefill PrefillKept(const LlamaModel &model, const std::string &model_path, 
   return k;
 }
 
+LongContextOptions::LongContextOptions()
+    : text(kDefaultTextPath), kv_cache_dir(DefaultContextCacheDir()) {}
+
+std::string LongContextOptions::Describe(const KeptPrefill &pre, size_t n) const {
+  return Format("%s: dense prefill of %zu tokens of %s in %.1f s (%zu read back from %s)",
+                tile ? "TILED text (each context repeats the prefill)" : "distinct text", n,
+                text.c_str(), pre.seconds, pre.from_disk,
+                kv_cache_dir.empty() ? "nowhere" : kv_cache_dir.c_str());
+}
+
 std::vector<int32_t> LongText(const Tokenizer &tok, const std::string &text, size_t need,
                               bool tile) {
   std::vector<int32_t> tokens = tok.Encode(NormalizeText(ReadTextFile(text)));

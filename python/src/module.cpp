@@ -720,22 +720,19 @@ pig::runtime::AttentionSpec ParseSpec(const std::string &method, const std::stri
     values.emplace_back("dense_layers", *dense_layers);
   if (budget)
     values.emplace_back("budget", *budget);
-  if (!mean_window.is_none()) { // a number of keys, or "prefix"
-    if (nb::isinstance<nb::str>(mean_window))
-      values.emplace_back("mean_window", nb::cast<std::string>(mean_window));
-    else if (nb::isinstance<nb::int_>(mean_window) && nb::cast<long long>(mean_window) >= 0)
-      values.emplace_back("mean_window", std::uint64_t(nb::cast<long long>(mean_window)));
+  // A number (of keys, of positions), or the field's word ("prefix", "measured") as text.
+  auto number_or_word = [&values](const char *key, const nb::object &v, const char *expects) {
+    if (v.is_none())
+      return;
+    if (nb::isinstance<nb::str>(v))
+      values.emplace_back(key, nb::cast<std::string>(v));
+    else if (nb::isinstance<nb::int_>(v) && nb::cast<long long>(v) >= 0)
+      values.emplace_back(key, std::uint64_t(nb::cast<long long>(v)));
     else
-      Bad("mean_window: expects a number of keys or 'prefix'");
-  }
-  if (!dense_below.is_none()) { // a number of positions, or "measured"
-    if (nb::isinstance<nb::str>(dense_below))
-      values.emplace_back("dense_below", nb::cast<std::string>(dense_below));
-    else if (nb::isinstance<nb::int_>(dense_below) && nb::cast<long long>(dense_below) >= 0)
-      values.emplace_back("dense_below", std::uint64_t(nb::cast<long long>(dense_below)));
-    else
-      Bad("dense_below: expects a number of positions or 'measured'");
-  }
+      Bad(std::string(key) + ": expects " + expects);
+  };
+  number_or_word("mean_window", mean_window, "a number of keys or 'prefix'");
+  number_or_word("dense_below", dense_below, "a number of positions or 'measured'");
   pig::runtime::AttentionSpec spec;
   std::vector<std::string> warnings;
   try {

@@ -531,14 +531,11 @@ DecodeItems LshAttention::BeginDecode(size_t layer, size_t pos, const float *q, 
       run(item, thread);
     };
     w.finish = [this, layer, merge = std::move(w.finish)] {
-      PartTimer t(total_.parts.dense);
-      merge();
-      for (const auto &th : threads_) {
-        total_.parts += th->parts;
-        th->parts = {};
+      {
+        PartTimer t(total_.parts.dense);
+        merge();
       }
-      if (layer == 0)
-        ++decode_steps_;
+      EndStep(layer);
     };
     return w;
   }
@@ -638,14 +635,18 @@ DecodeItems LshAttention::BeginDecode(size_t layer, size_t pos, const float *q, 
         std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(); // merges
     for (const auto &c : per_kvh_)
       total_ += c;
-    for (const auto &t : threads_) {
-      total_.parts += t->parts;
-      t->parts = {};
-    }
-    if (layer == 0)
-      ++decode_steps_;
+    EndStep(layer);
   };
   return w;
+}
+
+void LshAttention::EndStep(size_t layer) {
+  for (const auto &t : threads_) {
+    total_.parts += t->parts;
+    t->parts = {};
+  }
+  if (layer == 0)
+    ++decode_steps_;
 }
 
 } // namespace pig::runtime

@@ -28,6 +28,7 @@
 #include <vector>
 
 #include "pig/app/attention_fields.h"
+#include "pig/app/tiled_decode.h"
 #include "pig/app/tuning.h"
 #include "pig/runtime/attention.h"
 #include "pig/runtime/model.h"
@@ -74,6 +75,10 @@ struct ModelOptions {
 };
 /// --model FILE; with context also --ctx N and --long-context.
 void AddModelOptions(CLI::App &app, ModelOptions &o, bool context = false);
+
+/// --text FILE, --tile, --prefill N (with --tile) and --kv-cache-dir DIR|none: where a
+/// long-context benchmark's contexts come from.
+void AddLongContextOptions(CLI::App &app, LongContextOptions &o);
 
 /// --threads N (0: every core), N in [min, 1024].
 CLI::Option *AddThreadsOption(CLI::App &app, std::size_t &threads, std::size_t min = 0);

@@ -39,6 +39,25 @@ KeptPrefill PrefillKept(const runtime::LlamaModel &model, const std::string &mod
                         runtime::ThreadPool &pool, const std::vector<int32_t> &tokens,
                         runtime::lsh::DType dtype, const std::string &dir);
 
+/// Where a long-context benchmark's contexts come from (pig-bench-context, pig-bench-batch; their
+/// flags: AddLongContextOptions): `text` prefilled up to the longest context, its rows kept in
+/// kv_cache_dir (PrefillKept), each context its first tokens; or with `tile` a `prefill` of it
+/// repeated up to each context.
+struct LongContextOptions {
+  std::string text;
+  bool tile = false;
+  size_t prefill = 2048;
+  std::string kv_cache_dir; ///< empty: nothing kept
+  LongContextOptions();
+  /// Tokens prefilled for contexts up to `longest`.
+  size_t Prefilled(size_t longest) const { return tile ? prefill : longest; }
+  /// The first token a context's decode steps feed: the text after the context, or after the
+  /// tiled prefill.
+  size_t FeedStart(size_t context) const { return tile ? prefill : context; }
+  /// "distinct text: dense prefill of N tokens of TEXT in S s (M read back from DIR)", or TILED.
+  std::string Describe(const KeptPrefill &pre, size_t n) const;
+};
+
 /// The tokens of a long-context benchmark: `text` (.gz allowed, NormalizeText'ed), which must
 /// hold `need` tokens; with `tile` a short text is repeated instead. Throws
 /// std::runtime_error naming the text and both counts when it is too short and not tiled.

@@ -144,6 +144,9 @@ private:
                   PerThread &pt);
   void AttendGroup(size_t layer, size_t kvh, const float *q, float *out, PerThread &pt, Group &g,
                    size_t part, size_t parts);
+  // A step's finish, on the calling thread once its items ran: the threads' parts into total_,
+  // and the step counted (at layer 0).
+  void EndStep(size_t layer);
   // Tokens a sequence of n_tokens indexes (neither sink nor local).
   size_t Indexable(size_t n_tokens) const;
   // The mean's window: spec.mean_window, or the attached prefix's indexed keys.
