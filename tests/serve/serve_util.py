@@ -86,6 +86,10 @@ class Server:
     def metrics(self):
         status, _, text = self.request("GET", "/metrics", timeout=10)
         assert status == 200, text
+        return self.metrics_from_text(text)
+
+    @staticmethod
+    def metrics_from_text(text):
         out = {}
         for line in text.splitlines():
             if line.startswith("#") or not line:
@@ -95,11 +99,18 @@ class Server:
         return out
 
     def wait_metric(self, name, want, timeout=10):
-        """Polls /metrics until `name` equals `want`; returns the last value."""
+        """Polls /metrics until `name` equals `want`; returns the last value. A 503 for the
+        connection cap (--max-connections) is retried: connections that a test has just closed
+        are given back when the server notices their end, which may be after the next poll."""
         deadline = time.time() + timeout
         value = None
         while time.time() < deadline:
-            value = self.metrics().get(name, 0.0)
+            status, _, text = self.request("GET", "/metrics", timeout=10)
+            if status == 503 and "max-connections" in str(text):
+                time.sleep(0.05)
+                continue
+            assert status == 200, text
+            value = self.metrics_from_text(text).get(name, 0.0)
             if value == want:
                 return value
             time.sleep(0.05)
