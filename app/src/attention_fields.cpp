@@ -127,12 +127,10 @@ void ApplyLsh(AttentionSpec &s, const FieldValue &v, const FieldContext &ctx) {
   if (rest.empty())
     return;
   std::string warning;
-  const spec::LshParams p = ParseLshText(lsh, rest, &warning, {s.K, s.L, s.t}, false).front();
+  const spec::LshParams p = ParseLshText(lsh, rest, &warning, s, false).front();
   if (!warning.empty())
     warn(warning);
-  s.K = p.K;
-  s.L = p.L;
-  s.t = p.t;
+  static_cast<spec::LshParams &>(s) = p;
 }
 
 void ApplyTransform(AttentionSpec &s, const FieldValue &v, const FieldContext &) {
@@ -209,8 +207,9 @@ std::vector<AttentionField> MakeFields() {
   return {
       {"attention", "method", true, "TEXT:METHOD", "method: " + spec::method_names(), true,
        ApplyMethod, [](const AttentionSpec &s) -> std::string { return spec::name(s.method); }},
-      {"lsh", "lsh", true, "K=..,L=..,t=..",
-       "magicpig: K bits per table, L tables, threshold t (any subset; default K=10,L=150,t=2)",
+      {"lsh", "lsh", true, "K=..,L=..,t=..,r=..",
+       "magicpig: K bits per table, L tables, threshold t, multi-probe radius r (any subset; "
+       "default K=10,L=150,t=2,r=0)",
        false, ApplyLsh, nullptr},
       {"transform", "transform", true, "SPEC",
        "magicpig: hash keys and queries in a space fitted to each (layer, kv-head)'s keys: plain "

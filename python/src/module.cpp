@@ -940,6 +940,7 @@ void BindRuntime(nb::module_ &m) {
       .def_ro("K", &pig::runtime::AttentionSpec::K)
       .def_ro("L", &pig::runtime::AttentionSpec::L)
       .def_ro("t", &pig::runtime::AttentionSpec::t)
+      .def_ro("r", &pig::runtime::AttentionSpec::r)
       .def_ro("sink", &pig::runtime::AttentionSpec::sink)
       .def_ro("local", &pig::runtime::AttentionSpec::local)
       .def_prop_ro("mean_window",

@@ -541,6 +541,10 @@ def test_the_runtime_decodes_like_pig_run():
             assert s.stats["cost2"] > 0
     with pytest.raises(ValueError, match="pig.lsh|--lsh|K = 0"):
         pig.AttentionSpec("magicpig", lsh="K=0")
+    probe = pig.AttentionSpec("magicpig", lsh="K=11,L=75,r=1")  # multi-probe (docs/RESULTS.md)
+    assert (probe.K, probe.L, probe.t, probe.r) == (11, 75, 2, 1)
+    with pytest.raises(ValueError, match="r = 4"):
+        pig.AttentionSpec("magicpig", lsh="r=4")
     s = model.session(capacity=8)
     with pytest.raises(ValueError, match="capacity"):
         s.forward(list(range(9)))

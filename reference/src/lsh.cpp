@@ -1,6 +1,7 @@
 #include "pig/reference/lsh.h"
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <limits>
 #include <numbers>
@@ -54,6 +55,7 @@ void LshConfig::validate() const {
   require_in("K", K, 1, kMaxK);
   require_in("L", L, 1, kMaxL);
   require_in("t", t, 1, L);
+  require_in("r", r, 0, std::min(kMaxR, K - 1));
 }
 
 std::size_t mean_count(std::size_t indexed, std::size_t after_sink, std::size_t mean_window) {
@@ -98,13 +100,13 @@ std::vector<std::uint16_t> encode_rows(Matrix X, Matrix W, const LshConfig &cfg)
   return codes;
 }
 
-int count_collisions(std::span<const std::uint16_t> a, std::span<const std::uint16_t> b) {
+int count_collisions(std::span<const std::uint16_t> a, std::span<const std::uint16_t> b, int r) {
   if (a.size() != b.size())
     throw std::invalid_argument("count_collisions: " + std::to_string(a.size()) + " and " +
                                 std::to_string(b.size()) + " codes");
   int hits = 0;
   for (std::size_t l = 0; l < a.size(); ++l)
-    hits += a[l] == b[l];
+    hits += std::popcount(unsigned(a[l] ^ b[l])) <= r;
   return hits;
 }
 
@@ -121,7 +123,7 @@ std::vector<std::size_t> sample_set(std::span<const std::uint16_t> query_codes,
                                 std::to_string(end) + ") do not fit L = " + std::to_string(L));
   std::vector<std::size_t> sample;
   for (std::size_t i = begin; i < end; ++i)
-    if (count_collisions(query_codes, key_codes.subspan(i * L, L)) >= cfg.t)
+    if (count_collisions(query_codes, key_codes.subspan(i * L, L), cfg.r) >= cfg.t)
       sample.push_back(i);
   return sample;
 }
@@ -152,13 +154,48 @@ static double bit_collision_probability(double cos_theta) {
   return 1.0 - std::acos(std::clamp(cos_theta, -1.0, 1.0)) / std::numbers::pi;
 }
 
-double table_collision_probability(double cos_theta, int K) {
-  require_in("K", K, 1, kMaxK);
-  return std::pow(bit_collision_probability(cos_theta), K);
+namespace {
+
+double log_sum_exp(const std::vector<double> &terms) {
+  const double m = *std::max_element(terms.begin(), terms.end());
+  if (m == -std::numeric_limits<double>::infinity())
+    return m;
+  double sum = 0.0;
+  for (double x : terms)
+    sum += std::exp(x - m);
+  return m + std::log(sum);
 }
 
-double log_collision_probability(double cos_theta, int K, int L, int t) {
-  LshConfig{K, L, t, 0}.validate();
+// log q_r and log(1 - q_r) for 0 < p < 1, r >= 1: the binomial terms of Hamming distance i,
+// log C(K, i) + (K - i) log p + i log(1 - p), summed on each side of r (both sums of positive
+// terms: no cancellation when q_r is close to 1 or to 0).
+void log_table_probability(double p, int K, int r, double &log_q, double &log_1mq) {
+  std::vector<double> in, out;
+  double logC = 0.0; // log C(K, 0)
+  for (int i = 0; i <= K; ++i) {
+    (i <= r ? in : out).push_back(logC + (K - i) * std::log(p) + i * std::log1p(-p));
+    if (i < K)
+      logC += std::log(double(K - i)) - std::log(double(i + 1));
+  }
+  log_q = log_sum_exp(in);
+  log_1mq = log_sum_exp(out);
+}
+
+} // namespace
+
+double table_collision_probability(double cos_theta, int K, int r) {
+  require_in("K", K, 1, kMaxK);
+  require_in("r", r, 0, std::min(kMaxR, K - 1));
+  const double p = bit_collision_probability(cos_theta);
+  if (r == 0 || std::isnan(p) || p <= 0.0 || p >= 1.0)
+    return std::pow(p, K); // at p = 0 or 1 every probe radius below K gives p^K
+  double log_q, log_1mq;
+  log_table_probability(p, K, r, log_q, log_1mq);
+  return std::exp(log_q);
+}
+
+double log_collision_probability(double cos_theta, int K, int L, int t, int r) {
+  LshConfig{K, L, t, 0, r}.validate();
   const double p = bit_collision_probability(cos_theta);
   if (std::isnan(p))
     return p;
@@ -172,8 +209,10 @@ double log_collision_probability(double cos_theta, int K, int L, int t) {
   // fails), u = 1 - head via log1p when u is close to 1. Log-sum-exp keeps everything finite
   // where the terms underflow. log C(L, i) by the recurrence C(L, i+1) = C(L, i) (L-i) / (i+1).
   // log P = K log p, so P = p^K may underflow without losing log u.
-  const double logP = K * std::log(p);
-  const double log1mP = std::log1p(-std::exp(logP));
+  double logP = K * std::log(p);
+  double log1mP = std::log1p(-std::exp(logP));
+  if (r > 0) // the Hamming ball's probability q_r in place of p^K (ALGORITHM.md section 5)
+    log_table_probability(p, K, r, logP, log1mP);
   std::vector<double> head, tail;
   double logC = 0.0; // log C(L, 0)
   for (int i = 0; i <= L; ++i) {
@@ -181,23 +220,14 @@ double log_collision_probability(double cos_theta, int K, int L, int t) {
     if (i < L)
       logC += std::log(double(L - i)) - std::log(double(i + 1));
   }
-  auto log_sum_exp = [](const std::vector<double> &terms) {
-    const double m = *std::max_element(terms.begin(), terms.end());
-    if (m == -std::numeric_limits<double>::infinity())
-      return m;
-    double sum = 0.0;
-    for (double x : terms)
-      sum += std::exp(x - m);
-    return m + std::log(sum);
-  };
   const double log_head = log_sum_exp(head); // t >= 1, so head is never empty
   if (log_head < -std::numbers::ln2)         // head < 1/2: u > 1/2
     return std::log1p(-std::exp(log_head));
   return std::min(0.0, log_sum_exp(tail)); // tail has L - t + 1 >= 1 terms
 }
 
-double collision_probability(double cos_theta, int K, int L, int t) {
-  return std::exp(log_collision_probability(cos_theta, K, L, t));
+double collision_probability(double cos_theta, int K, int L, int t, int r) {
+  return std::exp(log_collision_probability(cos_theta, K, L, t, r));
 }
 
 } // namespace pig::ref

@@ -98,7 +98,8 @@ SampledPart sample_tokens(std::span<const float> q, Matrix W, const LshIndex &in
   for (std::size_t i : local) {
     const std::size_t token = split.indexed_begin + i;
     const double c = cosine(qh, index.hashed_key(token));
-    const double log_u = log_collision_probability(c, index.cfg.K, index.cfg.L, index.cfg.t);
+    const double log_u =
+        log_collision_probability(c, index.cfg.K, index.cfg.L, index.cfg.t, index.cfg.r);
     part.sample.push_back(token);
     part.log_u.push_back(std::isnan(log_u) ? log_u : std::max(log_u, log_u_floor));
   }

@@ -285,13 +285,15 @@ std::string LayerLsh::str() const {
   std::string s = "K=";
   s.append(std::to_string(K)).append(" L=").append(std::to_string(L));
   s.append(" t=").append(std::to_string(t));
+  if (r != 0)
+    s.append(" r=").append(std::to_string(r));
   return s;
 }
 
 std::vector<LayerLsh> AttentionSpec::LayerChoices(size_t n_layers) const {
   if (!layers.empty())
     return layers;
-  std::vector<LayerLsh> c(n_layers, LayerLsh{{K, L, t}});
+  std::vector<LayerLsh> c(n_layers, LayerLsh{{K, L, t, r}});
   for (size_t l : DenseLayers(n_layers))
     if (l < n_layers)
       c[l].dense = true;
@@ -331,7 +333,11 @@ spec::TransformSpec ParseServedTransform(std::string_view text) {
 }
 
 void AttentionSpec::Validate(size_t n_layers) const {
-  ref::LshConfig{K, L, t, seed}.validate();
+  ref::LshConfig{K, L, t, seed, r}.validate();
+  if (r != 0 && method == spec::Method::lsh_hybrid)
+    throw std::invalid_argument("lsh-hybrid ranks by the codes' Hamming distance and has no "
+                                "probe radius: r = " +
+                                std::to_string(r) + " applies to magicpig only");
   if (!(budget > 0.0 && budget <= 1.0))
     throw std::invalid_argument("budget must be in (0, 1], got " + std::to_string(budget));
   if (quest_page == 0)
@@ -349,7 +355,7 @@ void AttentionSpec::Validate(size_t n_layers) const {
       if (layers[l].dense)
         continue;
       try {
-        ref::LshConfig{layers[l].K, layers[l].L, layers[l].t, seed}.validate();
+        ref::LshConfig{layers[l], seed}.validate();
       } catch (const std::invalid_argument &e) {
         throw std::invalid_argument("layer " + std::to_string(l) + ": " + e.what());
       }

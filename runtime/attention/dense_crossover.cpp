@@ -98,11 +98,11 @@ size_t MeasuredDenseCrossover(const AttentionSpec &spec, const AttentionShape &s
   static std::mutex mu;
   static std::map<std::string, size_t> measured;
   const std::string key = std::to_string(spec.K) + "," + std::to_string(spec.L) + "," +
-                          std::to_string(spec.t) + "," + std::to_string(spec.sink) + "," +
-                          std::to_string(spec.local) + "," + spec.transform.str() + "," +
-                          spec.schedule.str() + "," + std::to_string(shape.head_dim) + "," +
-                          std::to_string(shape.n_kv_heads) + "," + std::to_string(shape.group()) +
-                          "," + lsh::to_string(spec.kv_dtype);
+                          std::to_string(spec.t) + "," + std::to_string(spec.r) + "," +
+                          std::to_string(spec.sink) + "," + std::to_string(spec.local) + "," +
+                          spec.transform.str() + "," + spec.schedule.str() + "," +
+                          std::to_string(shape.head_dim) + "," + std::to_string(shape.n_kv_heads) +
+                          "," + std::to_string(shape.group()) + "," + lsh::to_string(spec.kv_dtype);
   std::lock_guard lock(mu); // one measurement at a time: two at once would time each other
   if (const auto it = measured.find(key); it != measured.end())
     return it->second;

@@ -97,7 +97,7 @@ LshLayers::LshLayers(const AttentionSpec &spec, size_t n_layers, size_t head_dim
     for (const auto &cfg : configs_) {
       if (cfg->K == c.K && cfg->L == c.L) {
         w = cfg->W;
-        if (cfg->t == c.t)
+        if (cfg->t == c.t && cfg->r == c.r)
           found = cfg.get();
       }
     }
@@ -108,8 +108,8 @@ LshLayers::LshLayers(const AttentionSpec &spec, size_t n_layers, size_t head_dim
         w = c.K == wide->K() && c.L == wide->L()
                 ? wide
                 : std::make_shared<const lsh::SimHash>(wide, c.K, c.L);
-      configs_.push_back(std::unique_ptr<Config>(
-          new Config{c.K, c.L, c.t, set, std::move(w), lsh::LogUTableData(c.K, c.L, c.t)}));
+      configs_.push_back(std::unique_ptr<Config>(new Config{
+          {c.K, c.L, c.t, c.r}, set, std::move(w), lsh::LogUTableData(c.K, c.L, c.t, c.r)}));
       found = configs_.back().get();
     }
     layer_cfg_[l] = found;
@@ -428,7 +428,7 @@ void LshAttention::PrepareGroup(size_t layer, size_t kvh, size_t n_tokens, const
   }
   lsh::StepStats st;
   const PartTimer retrieve(pt.parts.retrieve);
-  g.n_union = lsh::retrieve_step(cfg->set, *slot, *cfg->W, cfg->t, pt.scratch, g.buf, q,
+  g.n_union = lsh::retrieve_step(cfg->set, *slot, *cfg->W, {cfg->t, cfg->r}, pt.scratch, g.buf, q,
                                  int(sh.group()), &st);
   pt.parts.encode += st.encode_seconds; // the retrieve timer counts it too: taken off below
   pt.parts.retrieve -= st.encode_seconds;
@@ -474,7 +474,7 @@ void LshAttention::RetrieveEncoded(size_t layer, size_t kvh, size_t n_tokens, Pe
   PartTimer t(pt.parts.retrieve);
   g.buf.qcodes.assign(codes + g.keys * L, codes + (g.keys + G) * L);
   lsh::StepStats st;
-  g.n_union = lsh::retrieve_encoded(cfg.set, index, cfg.t, pt.scratch, g.buf, int(G), &st);
+  g.n_union = lsh::retrieve_encoded(cfg.set, index, {cfg.t, cfg.r}, pt.scratch, g.buf, int(G), &st);
   Count(st, G, cache_.RowBytes(), c);
 }
 

@@ -1,6 +1,7 @@
 #include "pig/runtime/lsh_index.h"
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -448,7 +449,7 @@ std::size_t retrieve_tail(const RetrieveTailArgs &a) {
   // In locals: the compiler cannot know that the stores to tokens leave a's fields unchanged.
   const std::uint16_t *codes = a.codes, *query_codes = a.query_codes;
   const std::size_t count = a.count, first = a.first;
-  const int G = a.G, t = a.t;
+  const int G = a.G, t = a.t, r = a.r;
   std::uint32_t *tokens = a.tokens;
   std::uint8_t *masks = a.masks;
   std::size_t n = a.n, *per_head = a.per_head;
@@ -459,8 +460,12 @@ std::size_t retrieve_tail(const RetrieveTailArgs &a) {
     for (int h = 0; h < G; ++h) {
       const std::uint16_t *qc = query_codes + std::size_t(h) * l_n;
       int hits = 0;
-      for (std::size_t l = 0; l < l_n; ++l) // vectorised by the compiler (u16 compare + add)
-        hits += c[l] == qc[l];
+      if (r == 0)
+        for (std::size_t l = 0; l < l_n; ++l) // vectorised by the compiler (u16 compare + add)
+          hits += c[l] == qc[l];
+      else
+        for (std::size_t l = 0; l < l_n; ++l)
+          hits += std::popcount(unsigned(c[l] ^ qc[l])) <= r;
       if (hits >= t) {
         mask |= 1u << h;
         if (per_head)
@@ -486,16 +491,17 @@ RetrievalState RetrievalScratch::state() {
                         &epoch_, capacity()};
 }
 
-LogUTableData::LogUTableData(int K, int L, int t, int size)
-    : h_(std::size_t(size) + 1), size_(size), tk_(float(t) * float(K)) {
-  ref::LshConfig{K, L, t, 0}.validate();
-  // p -> 0: u ~ C(L, t) P^t, so h(0) = log C(L, t).
-  h_[0] = float(std::lgamma(L + 1.0) - std::lgamma(t + 1.0) - std::lgamma(L - t + 1.0));
+LogUTableData::LogUTableData(int K, int L, int t, int r, int size)
+    : h_(std::size_t(size) + 1), size_(size), tk_(float(t) * float(K - r)) {
+  ref::LshConfig{K, L, t, 0, r}.validate();
+  // p -> 0: u ~ C(L, t) P^t with P ~ C(K, r) p^(K - r), so h(0) = log C(L, t) + t log C(K, r).
+  h_[0] = float(std::lgamma(L + 1.0) - std::lgamma(t + 1.0) - std::lgamma(L - t + 1.0) +
+                t * (std::lgamma(K + 1.0) - std::lgamma(r + 1.0) - std::lgamma(K - r + 1.0)));
   for (int i = 1; i <= size; ++i) {
     const double p = double(i) / double(size);
     const double c = std::cos(std::numbers::pi * (1.0 - p));
     h_[std::size_t(i)] =
-        float(ref::log_collision_probability(c, K, L, t) - double(t) * K * std::log(p));
+        float(ref::log_collision_probability(c, K, L, t, r) - double(t) * (K - r) * std::log(p));
   }
 }
 

@@ -20,9 +20,9 @@ const float *query_rows(const LshIndex &index, const float *q, int G, StepBuffer
   return buf.qmapped.data();
 }
 
-std::size_t retrieve_step(const LshKernelSet &set, const LshIndex &index, const SimHash &W, int t,
-                          RetrievalScratch &scratch, StepBuffers &buf, const float *q, int G,
-                          StepStats *stats) {
+std::size_t retrieve_step(const LshKernelSet &set, const LshIndex &index, const SimHash &W,
+                          SampleRule rule, RetrievalScratch &scratch, StepBuffers &buf,
+                          const float *q, int G, StepStats *stats) {
   if (G < 1 || G > kMaxGroup)
     throw std::invalid_argument("retrieve_step: group of " + std::to_string(G) + " heads");
   buf.qcodes.resize(std::size_t(G) * std::size_t(W.L()));
@@ -39,14 +39,14 @@ std::size_t retrieve_step(const LshKernelSet &set, const LshIndex &index, const 
       stats->encode_seconds =
           std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   }
-  return retrieve_encoded(set, index, t, scratch, buf, G, stats);
+  return retrieve_encoded(set, index, rule, scratch, buf, G, stats);
 }
 
 namespace {
 
 // set.retrieve of one sorted view, its tokens appended at buf[n, ...): returns the new n and adds
 // each head's hits to per_head.
-std::size_t RetrieveView(const LshKernelSet &set, const IndexView &view, int G, int t,
+std::size_t RetrieveView(const LshKernelSet &set, const IndexView &view, int G, SampleRule rule,
                          RetrievalScratch &scratch, StepBuffers &buf, std::uint8_t *masks,
                          std::size_t n, std::size_t *per_head) {
   if (view.count == 0)
@@ -58,7 +58,8 @@ std::size_t RetrieveView(const LshKernelSet &set, const IndexView &view, int G, 
   ra.index = view;
   ra.query_codes = buf.qcodes.data();
   ra.G = G;
-  ra.t = t;
+  ra.t = rule.t;
+  ra.r = rule.r;
   ra.state = scratch.state();
   ra.tokens = buf.tokens.data() + n;
   ra.masks = masks ? masks + n : nullptr;
@@ -70,19 +71,21 @@ std::size_t RetrieveView(const LshKernelSet &set, const IndexView &view, int G, 
   return n + found;
 }
 
-// Index traffic of walking one sorted view: per head and table, the two offsets and the ids of
-// the query's bucket in every segment.
-double WalkBytes(const IndexView &ix, const std::uint16_t *qcodes, int G) {
+// Index traffic of walking one sorted view: per head, table and probe, the two offsets and the
+// ids of the probed bucket in every segment.
+double WalkBytes(const IndexView &ix, const std::uint16_t *qcodes, int G, int r) {
   const std::size_t L = std::size_t(ix.L), stride = (std::size_t(1) << ix.K) + 1;
+  const std::vector<std::uint16_t> probes = probe_masks(ix.K, r);
   double bytes = 0;
   for (std::size_t s0 = 0, s = 0; s0 < ix.count; s0 += kSegmentTokens, ++s) {
     const std::uint16_t *off = ix.offsets + s * L * stride;
     for (int h = 0; h < G; ++h) {
       const std::uint16_t *qc = qcodes + std::size_t(h) * L;
-      for (std::size_t l = 0; l < L; ++l) {
-        const std::uint16_t *o = off + l * stride + qc[l];
-        bytes += 4.0 + 2.0 * double(o[1] - o[0]);
-      }
+      for (std::size_t l = 0; l < L; ++l)
+        for (std::uint16_t m : probes) {
+          const std::uint16_t *o = off + l * stride + (qc[l] ^ m);
+          bytes += 4.0 + 2.0 * double(o[1] - o[0]);
+        }
     }
   }
   return bytes;
@@ -90,10 +93,14 @@ double WalkBytes(const IndexView &ix, const std::uint16_t *qcodes, int G) {
 
 } // namespace
 
-std::size_t retrieve_encoded(const LshKernelSet &set, const LshIndex &index, int t,
+std::size_t retrieve_encoded(const LshKernelSet &set, const LshIndex &index, SampleRule rule,
                              RetrievalScratch &scratch, StepBuffers &buf, int G, StepStats *stats) {
   if (G < 1 || G > kMaxGroup)
     throw std::invalid_argument("retrieve_step: group of " + std::to_string(G) + " heads");
+  if (rule.r < 0 || rule.r > spec::kMaxR || rule.r >= index.K())
+    throw std::invalid_argument("retrieve_step: probe radius r = " + std::to_string(rule.r) +
+                                " outside [0, min(" + std::to_string(spec::kMaxR) +
+                                ", K - 1 = " + std::to_string(index.K() - 1) + ")]");
   const std::size_t L = std::size_t(index.L());
   const LshIndex *base = index.base();
   if (buf.qcodes.size() < std::size_t(G) * L)
@@ -106,7 +113,7 @@ std::size_t retrieve_encoded(const LshKernelSet &set, const LshIndex &index, int
   std::uint8_t *masks = G > 1 ? buf.masks.data() : nullptr;
   if (base) {
     // Sorted ascending: the tokens of the base that are not this sequence's are the last ones.
-    n_union = RetrieveView(set, base->view(), G, t, scratch, buf, masks, 0, per_head);
+    n_union = RetrieveView(set, base->view(), G, rule, scratch, buf, masks, 0, per_head);
     const std::uint32_t bound = std::uint32_t(index.sink_end() + index.base_count());
     const std::size_t kept =
         std::size_t(std::lower_bound(buf.tokens.data(), buf.tokens.data() + n_union, bound) -
@@ -116,7 +123,7 @@ std::size_t retrieve_encoded(const LshKernelSet &set, const LshIndex &index, int
         per_head[h] -= masks ? (masks[i] >> h) & 1u : 1u;
     n_union = kept;
   }
-  n_union = RetrieveView(set, index.view(), G, t, scratch, buf, masks, n_union, per_head);
+  n_union = RetrieveView(set, index.view(), G, rule, scratch, buf, masks, n_union, per_head);
   if (index.tail_count() > 0) {
     RetrieveTailArgs ta;
     ta.codes = index.tail_codes();
@@ -125,7 +132,8 @@ std::size_t retrieve_encoded(const LshKernelSet &set, const LshIndex &index, int
     ta.L = int(L);
     ta.query_codes = buf.qcodes.data();
     ta.G = G;
-    ta.t = t;
+    ta.t = rule.t;
+    ta.r = rule.r;
     ta.tokens = buf.tokens.data();
     ta.masks = masks;
     ta.n = n_union;
@@ -139,8 +147,8 @@ std::size_t retrieve_encoded(const LshKernelSet &set, const LshIndex &index, int
     // The tail's codes are read once for the group.
     double bytes = 2.0 * double(index.tail_count() * L);
     if (base)
-      bytes += WalkBytes(base->view(), buf.qcodes.data(), G);
-    stats->index_bytes_read = bytes + WalkBytes(index.view(), buf.qcodes.data(), G);
+      bytes += WalkBytes(base->view(), buf.qcodes.data(), G, rule.r);
+    stats->index_bytes_read = bytes + WalkBytes(index.view(), buf.qcodes.data(), G, rule.r);
   }
   return n_union;
 }
@@ -185,13 +193,14 @@ void attend_step(const LshKernelSet &set, const LshIndex &index, const LogUTable
 }
 
 void sampled_step(const LshKernelSet &set, const LshIndex &index, const SimHash &W,
-                  const LogUTableData &log_u, int t, RetrievalScratch &scratch, StepBuffers &buf,
-                  const GroupQueries &queries, const KvRows &rows, StepStats *stats) {
+                  const LogUTableData &log_u, SampleRule rule, RetrievalScratch &scratch,
+                  StepBuffers &buf, const GroupQueries &queries, const KvRows &rows,
+                  StepStats *stats) {
   if (rows.d != W.d())
     throw std::invalid_argument("sampled_step: rows of " + std::to_string(rows.d) +
                                 " elements, W of " + std::to_string(W.d()));
   const std::size_t n_union =
-      retrieve_step(set, index, W, t, scratch, buf, queries.q, queries.G, stats);
+      retrieve_step(set, index, W, rule, scratch, buf, queries.q, queries.G, stats);
   attend_step(set, index, log_u, buf, 0, n_union, true, queries, rows);
 }
 

@@ -26,45 +26,47 @@
 HWY_BEFORE_NAMESPACE();
 namespace pig::runtime::lsh::HWY_NAMESPACE {
 
-// Walks the query's bucket in every table of every segment: calls list(s, ids, lo, hi) for each
-// (segment s, table l) in order, with ids[lo, hi) the bucket's id list (ids relative to the
-// segment). Per segment, the bucket offsets of all tables are loaded first (L independent
-// misses overlap), then the id lists are prefetched kAhead tables ahead of the one being
-// counted. Keep the prefetches in this function's body: a form that issued them from a lambda
-// compiled to no prefetch instruction at all (GCC 12.2, every target; see objdump) and ran at
-// 1.06-1.24x the public method against 1.43-1.63x for this one.
+// Walks the query's probed buckets in every table of every segment: calls list(s, ids, lo, hi)
+// for each (segment s, table l, probe p) in order, with ids[lo, hi) the id list of bucket
+// qc[l] ^ probe[p] (ids relative to the segment). One probe (mask 0) is the query's own bucket;
+// multi-probe adds the buckets within r bits (RetrieveArgs::r), each a bucket of the same table,
+// so a token is listed at most once per table. Per segment, the bucket offsets of all the lists
+// are loaded first (L * P independent misses overlap), then the id lists are prefetched kAhead
+// lists ahead of the one being counted. Keep the prefetches in this function's body: a form that
+// issued them from a lambda compiled to no prefetch instruction at all (GCC 12.2, every target; see
+// objdump) and ran at 1.06-1.24x the public method against 1.43-1.63x for this one.
 template <int kK, int kL, int kAhead, typename List>
-HWY_INLINE void WalkIndex(const IndexView &ix, const uint16_t *HWY_RESTRICT qc, const List &list) {
+HWY_INLINE void WalkIndex(const IndexView &ix, const uint16_t *HWY_RESTRICT qc,
+                          const uint16_t *HWY_RESTRICT probe, std::size_t P, const List &list) {
   const std::size_t K = kK ? std::size_t(kK) : std::size_t(ix.K);
   const std::size_t L = kL ? std::size_t(kL) : std::size_t(ix.L);
   const std::size_t stride = (std::size_t(1) << K) + 1;
   const std::size_t nseg = (ix.count + kSegment - 1) / kSegment;
-  auto offsets = [&](std::size_t i) { // list i = (segment i / L, table i % L)
-    return ix.offsets + (i / L * L + i % L) * stride + qc[i % L];
-  };
-  auto ids_of = [&](std::size_t i, std::size_t &len) {
-    const std::size_t seg = i / L;
-    len = std::min(kSegment, ix.count - seg * kSegment);
-    return ix.ids + seg * kSegment * L + (i % L) * len;
-  };
-  constexpr std::size_t ahead = std::size_t(kAhead); // tables whose id lists are in flight
-  thread_local uint32_t lo_hi[2 * 1024];             // the segment's [lo, hi) per table; L <= 1024
+  const std::size_t lists = L * P;                   // per segment: table j / P, probe j % P
+  constexpr std::size_t ahead = std::size_t(kAhead); // lists whose ids are in flight
+  thread_local std::vector<uint32_t> lo_hi_store;    // the segment's [lo, hi) per list
+  if (lo_hi_store.size() < 2 * lists)
+    lo_hi_store.resize(2 * lists);
+  uint32_t *HWY_RESTRICT lo_hi = lo_hi_store.data();
   for (std::size_t s = 0; s < nseg; ++s) {
-    for (std::size_t l = 0; l < L; ++l) {
-      const uint16_t *o = offsets(s * L + l);
-      lo_hi[2 * l] = o[0];
-      lo_hi[2 * l + 1] = o[1];
-    }
-    std::size_t len;
-    const uint16_t *ids0 = ids_of(s * L, len);
-    for (std::size_t l = 0; l < std::min(ahead, L); ++l)
-      sd::PrefetchRow(ids0 + l * len + lo_hi[2 * l], (lo_hi[2 * l + 1] - lo_hi[2 * l]) * 2);
-    for (std::size_t l = 0; l < L; ++l) {
-      if (ahead > 0 && l + ahead < L) {
-        const std::size_t la = l + ahead;
-        sd::PrefetchRow(ids0 + la * len + lo_hi[2 * la], (lo_hi[2 * la + 1] - lo_hi[2 * la]) * 2);
+    const uint16_t *off = ix.offsets + s * L * stride;
+    for (std::size_t l = 0, j = 0; l < L; ++l)
+      for (std::size_t p = 0; p < P; ++p, ++j) {
+        const uint16_t *o = off + l * stride + (qc[l] ^ probe[p]);
+        lo_hi[2 * j] = o[0];
+        lo_hi[2 * j + 1] = o[1];
       }
-      list(s, ids0 + l * len, lo_hi[2 * l], lo_hi[2 * l + 1]);
+    const std::size_t len = std::min(kSegment, ix.count - s * kSegment);
+    const uint16_t *ids0 = ix.ids + s * kSegment * L; // table l's ids at ids0 + l * len
+    auto ids_of = [&](std::size_t j) { return ids0 + (P == 1 ? j : j / P) * len; };
+    for (std::size_t j = 0; j < std::min(ahead, lists); ++j)
+      sd::PrefetchRow(ids_of(j) + lo_hi[2 * j], (lo_hi[2 * j + 1] - lo_hi[2 * j]) * 2);
+    for (std::size_t j = 0; j < lists; ++j) {
+      if (ahead > 0 && j + ahead < lists) {
+        const std::size_t ja = j + ahead;
+        sd::PrefetchRow(ids_of(ja) + lo_hi[2 * ja], (lo_hi[2 * ja + 1] - lo_hi[2 * ja]) * 2);
+      }
+      list(s, ids_of(j), lo_hi[2 * j], lo_hi[2 * j + 1]);
     }
   }
 }
@@ -98,7 +100,8 @@ HWY_INLINE void WalkIndex(const IndexView &ix, const uint16_t *HWY_RESTRICT qc, 
 // targets: the scalar loop, which sets the hit's bit at once.
 template <int kK, int kL, int kAhead>
 HWY_INLINE std::size_t CountHead(const IndexView &ix, const uint16_t *HWY_RESTRICT qc,
-                                 uint32_t base, uint32_t t, uint8_t *HWY_RESTRICT counters,
+                                 const uint16_t *HWY_RESTRICT probe, std::size_t P, uint32_t base,
+                                 uint32_t t, uint8_t *HWY_RESTRICT counters,
                                  uint64_t *HWY_RESTRICT bits, uint32_t *HWY_RESTRICT hits) {
   std::size_t n_hits = 0;
 #if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
@@ -111,7 +114,7 @@ HWY_INLINE std::size_t CountHead(const IndexView &ix, const uint16_t *HWY_RESTRI
   const auto vsat = hn::Set(du, base + t + 1);
   const auto low = hn::Set(du, 0xFFu), high = hn::Set(du, 0xFFFFFF00u);
   WalkIndex<kK, kL, kAhead>(
-      ix, qc, [&](std::size_t s, const uint16_t *ids, uint32_t lo, uint32_t hi) {
+      ix, qc, probe, P, [&](std::size_t s, const uint16_t *ids, uint32_t lo, uint32_t hi) {
         // ids are relative to the segment
         uint8_t *HWY_RESTRICT cw = counters + s * kSegment;
         const auto seg = hn::Set(du, uint32_t(s * kSegment));
@@ -137,7 +140,7 @@ HWY_INLINE std::size_t CountHead(const IndexView &ix, const uint16_t *HWY_RESTRI
 #else
   (void)hits;
   WalkIndex<kK, kL, kAhead>(
-      ix, qc, [&](std::size_t s, const uint16_t *ids, uint32_t lo, uint32_t hi) {
+      ix, qc, probe, P, [&](std::size_t s, const uint16_t *ids, uint32_t lo, uint32_t hi) {
         uint8_t *HWY_RESTRICT c = counters + s * kSegment; // ids are relative to the segment
         const std::size_t s0 = s * kSegment;
         for (uint32_t j = lo; j < hi; ++j) {
@@ -160,11 +163,12 @@ HWY_INLINE std::size_t CountHead(const IndexView &ix, const uint16_t *HWY_RESTRI
 // per head, with the hit's bit set when a count reaches t. Outside the fast path on purpose; it
 // keeps every valid (K, L, t) served.
 template <int kK, int kL, int kAhead>
-HWY_INLINE void CountHeadWide(const IndexView &ix, const uint16_t *HWY_RESTRICT qc, uint32_t t,
+HWY_INLINE void CountHeadWide(const IndexView &ix, const uint16_t *HWY_RESTRICT qc,
+                              const uint16_t *HWY_RESTRICT probe, std::size_t P, uint32_t t,
                               uint64_t *HWY_RESTRICT bits) {
   thread_local std::vector<uint16_t> count;
   count.assign(ix.count, 0);
-  WalkIndex<kK, kL, kAhead>(ix, qc,
+  WalkIndex<kK, kL, kAhead>(ix, qc, probe, P,
                             [&](std::size_t s, const uint16_t *ids, uint32_t lo, uint32_t hi) {
                               for (uint32_t j = lo; j < hi; ++j) {
                                 const std::size_t g = s * kSegment + ids[j];
@@ -269,8 +273,17 @@ HWY_INLINE std::size_t UnionOfBitsets(uint64_t *HWY_RESTRICT bits, std::size_t s
 template <int kK, int kL, int kAhead> void Retrieve(const RetrieveArgs &a) {
   const IndexView &ix = a.index;
   const std::size_t L = Pick<kL>(std::size_t(ix.L));
-  Pick<kK>(std::size_t(ix.K));
+  const std::size_t K = Pick<kK>(std::size_t(ix.K));
   HWY_ASSERT(a.G >= 1 && a.G <= kMaxGroup && a.t >= 1 && a.t <= int(L));
+  HWY_ASSERT(a.r >= 0 && a.r <= spec::kMaxR && a.r < int(K));
+  // The probe masks of (K, r), made when a thread's (K, r) changes.
+  thread_local std::vector<uint16_t> probe;
+  thread_local int probe_key = -1;
+  if (probe_key != int(K) * 8 + a.r) {
+    probe = probe_masks(int(K), a.r);
+    probe_key = int(K) * 8 + a.r;
+  }
+  const std::size_t P = probe.size();
   const std::size_t words = (ix.count + 63) / 64;
   HWY_ASSERT(a.state.words >= words && a.state.capacity >= ix.count);
   const uint32_t t = uint32_t(a.t);
@@ -281,7 +294,7 @@ template <int kK, int kL, int kAhead> void Retrieve(const RetrieveArgs &a) {
   for (int h = 0; h < a.G; ++h) {
     uint64_t *HWY_RESTRICT bits = a.state.bits + std::size_t(h) * a.state.words;
     if (a.t > kMaxEpochT) {
-      CountHeadWide<kK, kL, kAhead>(ix, a.query_codes + h * L, t, bits);
+      CountHeadWide<kK, kL, kAhead>(ix, a.query_codes + h * L, probe.data(), P, t, bits);
       continue;
     }
     // A head's counters saturate at base + t + 1: its values stay within [base, base + t + 1].
@@ -293,8 +306,8 @@ template <int kK, int kL, int kAhead> void Retrieve(const RetrieveArgs &a) {
       base = 0;
     }
     *a.state.epoch = base + t + 1;
-    const std::size_t n_hits = CountHead<kK, kL, kAhead>(ix, a.query_codes + h * L, base, t,
-                                                         a.state.counters, bits, hits.data());
+    const std::size_t n_hits = CountHead<kK, kL, kAhead>(
+        ix, a.query_codes + h * L, probe.data(), P, base, t, a.state.counters, bits, hits.data());
     for (std::size_t i = 0; i < n_hits; ++i) // hits of the vector walk (none on other targets)
       bits[hits[i] / 64] |= uint64_t(1) << (hits[i] % 64);
   }

@@ -34,9 +34,9 @@ OperatingPoint ThreeLayers(const std::string &kernel, const std::string &model_h
   p.data_hash = "fixture";
   p.model_hash = model_hash;
   p.kernel_tail = kernel;
-  p.layers = {{0, {0, 0, 0, true}, 0, 1},
-              {1, {8, 75, 2, false}, 0.1, 0.03},
-              {2, {10, 150, 2, false}, 0.06, 0.03}};
+  p.layers = {{0, {{0, 0, 0}, true}, 0, 1},
+              {1, {{8, 75, 2}, false}, 0.1, 0.03},
+              {2, {{10, 150, 2}, false}, 0.06, 0.03}};
   p.criterion = "max-error 0.1";
   return p;
 }

@@ -30,6 +30,20 @@ TEST(SampledAttention, MatchesReferenceOnSyntheticProblems) {
     }
 }
 
+// Multi-probe (ALGORITHM.md section 5): the walk of every probed bucket on the specialised and
+// scheduled sets, and u from q_r in the log u table, against pig::ref; with fitted hashing too,
+// and on an index too small to have every bucket filled.
+TEST(SampledAttention, MultiProbeMatchesReference) {
+  for (const Config &c : kConfigs)
+    check_magicpig(make_problem(kN, std::size_t(c.d), 3, 23), c, 3, {2, 1}, {}, 2e-4);
+  check_magicpig(make_problem(kN / 2, 64, 1, 29), {8, 75, 64}, 1, {1, 2}, {}, 2e-4);
+  check_magicpig(make_problem(kN / 2, 64, 3, 31), {8, 75, 64}, 3, {3, 3}, {}, 2e-4);
+  check_magicpig(make_problem(kN / 2, 64, 3, 37), {10, 150, 64}, 3, {2, 1}, {}, 2e-4,
+                 ref::TransformSpec::parse("whiten:a=0.25"));
+  for (std::size_t n : {69, 70, 80})
+    check_magicpig(make_problem(n, 64, 2, 3 + n), {10, 150, 64}, 2, {2, 2}, {}, 2e-4);
+}
+
 // Hashing in a space fitted to the keys (whitening, the transform the runtime serves): the fit,
 // the mapped keys and queries, the stored norms and the kernels' u against pig::ref.
 TEST(SampledAttention, FittedHashingMatchesReference) {

@@ -62,17 +62,23 @@ TEST(LshIndexGrowth, RetrievalMatchesReferenceAcrossMergesAndSegments) {
     ASSERT_LT(ix.tail_count(), ix.tail_limit());
     merges += ix.layout().count != last_sorted;
     last_sorted = ix.layout().count;
+    // Multi-probe radius 0, 1, 2 in turn: the sorted walk (both segments) and the tail count a
+    // table when the codes differ in at most r bits, like ref::sample_set.
+    const int r = int(n / 97 % 3);
+    ref::LshConfig rcfg = cfg;
+    rcfg.r = r;
     for (int G : {1, 3}) {
       for (auto &x : q)
         x = nd(rng);
       StepStats st;
-      sampled_step(set, ix, W, log_u, t, scratch, buf, {q.data(), G, 0.3f, out.data(), lse.data()},
+      sampled_step(set, ix, W, log_u, {t, r}, scratch, buf,
+                   {q.data(), G, 0.3f, out.data(), lse.data()},
                    {keys.data(), keys.data(), DType::f32, d, {}}, &st);
       std::vector<std::uint32_t> expect_union;
       for (int h = 0; h < G; ++h) {
         const auto qc = ref::encode({&q[std::size_t(h) * d], d}, Wr.view(), cfg);
-        const auto s = ref::sample_set(qc, codes, cfg, 0, ix.count());
-        ASSERT_EQ(st.sampled_per_head[h], s.size()) << "n " << n << " head " << h;
+        const auto s = ref::sample_set(qc, codes, rcfg, 0, ix.count());
+        ASSERT_EQ(st.sampled_per_head[h], s.size()) << "n " << n << " head " << h << " r " << r;
         for (std::size_t i : s)
           expect_union.push_back(std::uint32_t(sink + i));
       }

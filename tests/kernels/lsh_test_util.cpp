@@ -66,14 +66,16 @@ Problem make_problem(std::size_t n, std::size_t d, int G, std::uint64_t seed) {
   return pr;
 }
 
-void check_magicpig(const Problem &pr, const Config &c, int G, int t, lsh::StaticTokens st,
-                    double tol, const ref::TransformSpec &transform, Nan nan) {
+void check_magicpig(const Problem &pr, const Config &c, int G, lsh::SampleRule rule,
+                    lsh::StaticTokens st, double tol, const ref::TransformSpec &transform,
+                    Nan nan) {
+  const int t = rule.t;
   const lsh::SimHash W(kSeed, pr.d, c.K, c.L);
   const ref::OwnedMatrix Wr = ref::simhash_matrix(kSeed, pr.d, c.K, c.L);
-  const ref::LshConfig cfg{c.K, c.L, t, kSeed};
+  const ref::LshConfig cfg{c.K, c.L, t, kSeed, rule.r};
   const ref::LshIndex rix = ref::build_index(pr.K.f32, Wr, cfg, {st.sink, st.local},
                                              ref::Centering::mean_of_indexed, transform);
-  const lsh::LogUTableData lut(c.K, c.L, t);
+  const lsh::LogUTableData lut(c.K, c.L, t, rule.r);
   const float scale = float(1.0 / std::sqrt(double(pr.d)));
   std::vector<std::size_t> per_head, uni;
   std::vector<ref::MagicPigResult> want;
@@ -89,8 +91,8 @@ void check_magicpig(const Problem &pr, const Config &c, int G, int t, lsh::Stati
     for (DType dt : {DType::f32, DType::bf16})
       for (const LshKernelSet &s : sets_for({c.K, c.L, int(pr.d), dt, lsh::Target::cpu})) {
         const std::string what = KernelRegistry::describe(s) + " " + lsh::to_string(dt) +
-                                 " n=" + std::to_string(pr.n) + " G=" + std::to_string(G) + " " +
-                                 transform.str();
+                                 " n=" + std::to_string(pr.n) + " G=" + std::to_string(G) +
+                                 " r=" + std::to_string(rule.r) + " " + transform.str();
         const lsh::LshIndex ix = lsh::LshIndex::build(s, pr.K.data(dt), dt, pr.n, W, st, transform);
         ASSERT_EQ(ix.fitted() != nullptr, !transform.identity() && rix.split.indexed() > 0) << what;
         if (ix.fitted()) { // the reference's maps, bit for bit; |k'| to f32 rounding
@@ -116,7 +118,7 @@ void check_magicpig(const Problem &pr, const Config &c, int G, int t, lsh::Stati
         std::vector<float> out(std::size_t(G) * pr.d), lse(static_cast<std::size_t>(G));
         lsh::StepStats stats;
         for (int rep = 0; rep < 2; ++rep) { // the second step reuses the epoch-stamped scratch
-          lsh::sampled_step(s, ix, W, lut, t, scratch, buf,
+          lsh::sampled_step(s, ix, W, lut, rule, scratch, buf,
                             {pr.q.data(), G, scale, out.data(), lse.data()},
                             {pr.K.data(dt), pr.V.data(dt), dt, pr.d, {}}, &stats);
           for (int h = 0; h < G; ++h) {

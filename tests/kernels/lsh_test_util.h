@@ -38,7 +38,9 @@ Problem make_problem(std::size_t n, std::size_t d, int G, std::uint64_t seed);
 // (per head and their union, in order) and the estimator's output and lse per head.
 // With a transform (fitted hashing), the same against ref::build_index with that transform.
 /// `nan`: whether the answer is expected to be NaN (a NaN key); else a NaN answer fails.
-void check_magicpig(const Problem &pr, const Config &c, int G, int t, lsh::StaticTokens st,
-                    double tol, const ref::TransformSpec &transform = {}, Nan nan = Nan::refused);
+/// `rule`: the threshold t, or {t, r} with a multi-probe radius r.
+void check_magicpig(const Problem &pr, const Config &c, int G, lsh::SampleRule rule,
+                    lsh::StaticTokens st, double tol, const ref::TransformSpec &transform = {},
+                    Nan nan = Nan::refused);
 
 } // namespace pig::test

@@ -97,8 +97,10 @@ TEST(Bf16, RoundsToNearestEvenAndKeepsNaN) {
 TEST(LogU, TableInterpolationMatchesReference) {
   // The table the fused kernel interpolates, evaluated the same way in double, against the
   // reference formula at points between the nodes.
-  for (auto [K, L, t] : {std::tuple{10, 150, 2}, std::tuple{8, 75, 2}, std::tuple{10, 150, 1}}) {
-    const lsh::LogUTableData data(K, L, t);
+  for (auto [K, L, t, r] :
+       {std::tuple{10, 150, 2, 0}, std::tuple{8, 75, 2, 0}, std::tuple{10, 150, 1, 0},
+        std::tuple{11, 75, 2, 1}, std::tuple{10, 64, 2, 2}, std::tuple{12, 32, 1, 3}}) {
+    const lsh::LogUTableData data(K, L, t, r);
     const lsh::LogUTable tab = data.view();
     double worst = 0;
     for (double p = 0.05; p < 1.0; p += 0.000377) {
@@ -107,10 +109,10 @@ TEST(LogU, TableInterpolationMatchesReference) {
       const double h = tab.h[i] + (x - i) * (tab.h[i + 1] - tab.h[i]);
       const double got = h + tab.tk * std::log(p);
       const double want =
-          ref::log_collision_probability(std::cos(3.14159265358979323846 * (1 - p)), K, L, t);
+          ref::log_collision_probability(std::cos(3.14159265358979323846 * (1 - p)), K, L, t, r);
       worst = std::max(worst, std::fabs(got - want));
     }
-    EXPECT_LT(worst, 2e-5) << K << " " << L << " " << t;
+    EXPECT_LT(worst, 2e-5) << K << " " << L << " " << t << " r=" << r;
   }
 }
 

@@ -187,6 +187,73 @@ TEST(CollisionProbability, AccurateWhenTiny) {
   EXPECT_TRUE(std::isnan(collision_probability(std::nan(""), K, L, 2))); // NaN in, NaN out
 }
 
+// Multi-probe (ALGORITHM.md section 5): one table collides when the codes differ in at most r
+// of K bits, q_r = sum_{i <= r} C(K, i) p^(K-i) (1-p)^i, and u is the binomial tail in q_r.
+TEST(CollisionProbability, MultiProbeMatchesClosedForms) {
+  for (int K : {2, 4, 10, 16}) {
+    for (int r = 0; r <= std::min(3, K - 1); ++r) {
+      for (double c = -0.95; c < 1.0; c += 0.1) {
+        const long double p =
+            1.0L - std::acos(static_cast<long double>(c)) / std::numbers::pi_v<long double>;
+        long double q = 0, binom = 1;
+        for (int i = 0; i <= r; ++i) {
+          q += binom * std::pow(p, K - i) * std::pow(1.0L - p, i);
+          binom = binom * (K - i) / (i + 1);
+        }
+        EXPECT_NEAR(table_collision_probability(c, K, r), double(q), 1e-12 * double(q) + 1e-300)
+            << "K=" << K << " r=" << r << " c=" << c;
+        for (int L : {1, 20, 150}) {
+          const long double u1 = 1.0L - std::pow(1.0L - q, L);
+          EXPECT_NEAR(collision_probability(c, K, L, 1, r), double(u1), 1e-9 * double(u1) + 1e-15)
+              << "K=" << K << " L=" << L << " r=" << r << " c=" << c;
+          if (L >= 2) {
+            const long double u2 = u1 - L * q * std::pow(1.0L - q, L - 1);
+            // The long double form cancels for small u2 (~19 digits minus -log10 u2): compare
+            // where it keeps at least 12.
+            if (u2 > 1e-7L) {
+              EXPECT_NEAR(collision_probability(c, K, L, 2, r), double(u2), 1e-9 * double(u2))
+                  << "K=" << K << " L=" << L << " r=" << r << " c=" << c;
+            }
+          }
+        }
+      }
+      // A larger radius probes a superset of buckets: never a smaller probability.
+      for (double c = -0.99; r > 0 && c < 1.0; c += 0.07) {
+        EXPECT_GE(collision_probability(c, K, 30, 2, r),
+                  collision_probability(c, K, 30, 2, r - 1) * (1 - 1e-12));
+      }
+    }
+  }
+  // Near cos = -1 the ball's outermost shell dominates: log u ~ log C(L,2) + 2 log(C(K,r)
+  // p^(K-r)), finite with full relative precision where u underflows.
+  const double tiny_cos = -1.0 + 2e-16, tp = 1.0 - std::acos(tiny_cos) / std::numbers::pi;
+  EXPECT_NEAR(log_collision_probability(tiny_cos, 10, 150, 2, 1),
+              std::log(0.5 * 150 * 149) + 2.0 * (std::log(10.0) + 9 * std::log(tp)), 1e-6);
+  EXPECT_EQ(log_collision_probability(-1.0, 10, 150, 2, 1),
+            -std::numeric_limits<double>::infinity());
+  EXPECT_EQ(log_collision_probability(1.0, 10, 150, 2, 2), 0.0);
+  EXPECT_TRUE(std::isnan(collision_probability(std::nan(""), 10, 75, 2, 1)));
+  EXPECT_THROW(collision_probability(0.5, 4, 10, 2, 4), std::invalid_argument);  // r >= K
+  EXPECT_THROW(collision_probability(0.5, 10, 10, 2, 4), std::invalid_argument); // r > kMaxR
+  EXPECT_THROW(table_collision_probability(0.5, 10, -1), std::invalid_argument);
+}
+
+TEST(SampleSet, ProbeRadiusCountsTablesWithinRBits) {
+  // Query codes {0b0000, 0b1111}; token codes at distances (0, 4), (1, 1), (2, 0), (3, 3).
+  const std::vector<std::uint16_t> q{0x0, 0xF};
+  const std::vector<std::uint16_t> keys{0x0, 0x0, 0x1, 0xE, 0x3, 0xF, 0x7, 0x8};
+  EXPECT_EQ(count_collisions(q, std::span(keys).subspan(2, 2), 0), 0);
+  EXPECT_EQ(count_collisions(q, std::span(keys).subspan(2, 2), 1), 2);
+  LshConfig cfg{4, 2, 2, 0, 1};
+  EXPECT_EQ(sample_set(q, keys, cfg, 0, 4), (std::vector<std::size_t>{1}));
+  cfg.r = 2;
+  EXPECT_EQ(sample_set(q, keys, cfg, 0, 4), (std::vector<std::size_t>{1, 2}));
+  cfg.t = 1;
+  EXPECT_EQ(sample_set(q, keys, cfg, 0, 4), (std::vector<std::size_t>{0, 1, 2}));
+  cfg.r = 3;
+  EXPECT_EQ(sample_set(q, keys, cfg, 0, 4), (std::vector<std::size_t>{0, 1, 2, 3}));
+}
+
 TEST(CollisionProbability, MonotoneInCosineAndThreshold) {
   double prev = -1.0;
   for (int i = -100; i <= 100; ++i) {
@@ -201,8 +268,8 @@ TEST(CollisionProbability, MonotoneInCosineAndThreshold) {
 // Empirical check of the whole chain (W, encode, sample rule) against the formula. For a pair of
 // unit vectors at angle theta, the fraction of independent W draws (N = 300) in which they
 // collide in >= t of L tables is Binomial(N, u)/N; it must lie within z = 5 standard errors
-// (sqrt(u(1-u)/N)) of u, plus 1/N for the discreteness at u ~ 0 or 1. 54 comparisons at z = 5:
-// false-alarm probability < 1e-4 in total, and the seeds are fixed.
+// (sqrt(u(1-u)/N)) of u, plus 1/N for the discreteness at u ~ 0 or 1. 108 comparisons (probe
+// radius 0 and 1) at z = 5: false-alarm probability < 1e-4 in total, and the seeds are fixed.
 TEST(CollisionProbability, EmpiricalFrequencyMatchesFormula) {
   const std::size_t d = 16, draws = 300;
   const int steps = 8;
@@ -218,21 +285,26 @@ TEST(CollisionProbability, EmpiricalFrequencyMatchesFormula) {
       y[0] = float(std::cos(theta));
       y[1] = float(std::sin(theta));
       const double c = cosine(x, y); // the angle of the float vectors actually hashed
-      int hits1 = 0, hits2 = 0;
+      // hits[r][t - 1]: draws in which the pair collides in >= t tables at probe radius r.
+      int hits[2][2] = {};
       for (std::size_t trial = 0; trial < draws; ++trial) {
         const LshConfig cfg{kl.K, kl.L, 1, seed++};
         const OwnedMatrix W = simhash_matrix(cfg.seed, d, cfg.K, cfg.L);
-        const int n = count_collisions(encode(x, W, cfg), encode(y, W, cfg));
-        hits1 += n >= 1;
-        hits2 += n >= 2;
+        const auto a = encode(x, W, cfg), b = encode(y, W, cfg);
+        for (int r : {0, 1}) {
+          const int n = count_collisions(a, b, r);
+          hits[r][0] += n >= 1;
+          hits[r][1] += n >= 2;
+        }
       }
-      for (int t : {1, 2}) {
-        const double u = collision_probability(c, kl.K, kl.L, t);
-        const double f = double(t == 1 ? hits1 : hits2) / draws;
-        const double bound = 5.0 * std::sqrt(u * (1.0 - u) / draws) + 1.0 / draws;
-        EXPECT_NEAR(f, u, bound) << "K=" << kl.K << " L=" << kl.L << " t=" << t
-                                 << " theta=" << theta;
-      }
+      for (int r : {0, 1})
+        for (int t : {1, 2}) {
+          const double u = collision_probability(c, kl.K, kl.L, t, r);
+          const double f = double(hits[r][t - 1]) / draws;
+          const double bound = 5.0 * std::sqrt(u * (1.0 - u) / draws) + 1.0 / draws;
+          EXPECT_NEAR(f, u, bound)
+              << "K=" << kl.K << " L=" << kl.L << " t=" << t << " r=" << r << " theta=" << theta;
+        }
     }
   }
 }

@@ -119,6 +119,23 @@ TEST(MagicPig, ImportanceWeightsAreUnbiasedOverW) {
   EXPECT_LT(sampled, n - 68 - 5); // ...nor everything, so the test has teeth
 }
 
+// The same with multi-probe (ALGORITHM.md section 5): fewer tables, each probed within r bits,
+// the weights from q_r in place of p^K.
+TEST(MagicPig, MultiProbeWeightsAreUnbiasedOverW) {
+  const std::size_t n = 200, d = 16, draws = 400;
+  const AttentionProblem p = small_problem(27, n, d);
+  const Attention exact = dense_attention(p.q, p.K, p.V);
+  for (int r : {1, 2}) {
+    const double sampled = expect_unbiased_over_w(exact, draws, [&](std::size_t i) {
+      const LshConfig cfg{5, 4, 2, 2000 + i, r};
+      const OwnedMatrix W = simhash_matrix(cfg.seed, d, cfg.K, cfg.L);
+      return magicpig_attention(p.q, p.K, p.V, W, cfg);
+    });
+    EXPECT_GT(sampled, 5.0) << "r=" << r;
+    EXPECT_LT(sampled, n - 68 - 5) << "r=" << r;
+  }
+}
+
 // u = 0 happens only for a centered key exactly opposite the query, which a Gaussian W never
 // samples; a degenerate all-zero W (every code 0, everything collides) forces it. The weight must
 // stay finite: u is clamped to the smallest positive double.

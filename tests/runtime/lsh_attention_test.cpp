@@ -40,6 +40,7 @@ struct Case {
   lsh::DType dtype;
   size_t kv_heads = 2; // 3 on the test's 2 threads: each group's sampled pass is split in two
   int parts = 0;       // the schedule's parts knob (0: automatic)
+  int r = 0;           // multi-probe radius
 };
 
 // Rows of keys in a cone (a common offset plus noise), like a real model's keys.
@@ -76,11 +77,12 @@ TEST_P(LshAttentionTest, MatchesReferenceThroughIncrementalIndexing) {
   spec.dense_layers = {0};
   spec.dense_layers_set = true;
   spec.schedule.parts = c.parts;
+  spec.r = c.r;
   const AttentionShape shape{layers, heads, kvh, d, cap};
   LshAttention attn(spec, shape);
   ThreadPool pool(2);
   const ref::OwnedMatrix W = ref::simhash_matrix(spec.seed, d, spec.K, spec.L);
-  const ref::LshConfig cfg{spec.K, spec.L, spec.t, spec.seed};
+  const ref::LshConfig cfg{spec.K, spec.L, spec.t, spec.seed, spec.r};
 
   Stream s(d);
   // What the cache holds, as the reference sees it (rounded to the cache's element type).
@@ -234,7 +236,11 @@ INSTANTIATE_TEST_SUITE_P(
         // The schedule's parts: whole passes, and more ranges than threads.
         Case{"parts1", 200, 30, 1.0, false, lsh::DType::bf16, 3, 1},
         Case{"parts3", 200, 30, 1.0, false, lsh::DType::bf16, 2, 3},
-        Case{"parts8_f32", 120, 30, 1.0, false, lsh::DType::f32, 3, 8}),
+        Case{"parts8_f32", 120, 30, 1.0, false, lsh::DType::f32, 3, 8},
+        // Multi-probe: buckets within r bits of the query's, u from q_r (across a tail merge).
+        Case{"probe1", 300, 300, 1.0, false, lsh::DType::bf16, 2, 0, 1},
+        Case{"probe2_split_f32", 150, 40, 1.0, false, lsh::DType::f32, 3, 0, 2},
+        Case{"probe1_equal_keys", 150, 20, 1.0, true, lsh::DType::bf16, 2, 0, 1}),
     [](const auto &info) { return std::string(info.param.name); });
 
 TEST(LshAttention, InvalidSpecsThrowWithAMessage) {
@@ -266,6 +272,17 @@ TEST(LshAttention, InvalidSpecsThrowWithAMessage) {
   s.method = pig::spec::Method::magicpig;
   s.t = 200;
   expect_throw(s, "t must be in");
+  s = {};
+  s.method = pig::spec::Method::magicpig;
+  s.r = 4;
+  expect_throw(s, "r must be in [0, 3]");
+  s.K = 2;
+  s.r = 2;
+  expect_throw(s, "r must be in [0, 1]");
+  s = {};
+  s.method = pig::spec::Method::lsh_hybrid;
+  s.r = 1;
+  expect_throw(s, "applies to magicpig only");
   s = {};
   s.method = pig::spec::Method::magicpig;
   s.schedule.block = 20;

@@ -17,6 +17,20 @@ TEST(LshParams, ParsesTheOneSpellingOverABase) {
   EXPECT_EQ(*q, (LshParams{9, 300, 3}));
   EXPECT_EQ(LshParams::parse(p->str()), p);
   EXPECT_EQ(LshParams{}.str(), "K=10,L=150,t=2");
+  auto m = LshParams::parse("K=11,L=75,r=1", &err);
+  ASSERT_TRUE(m) << err;
+  EXPECT_EQ(*m, (LshParams{11, 75, 2, 1}));
+  EXPECT_EQ(m->str(), "K=11,L=75,t=2,r=1");
+  EXPECT_EQ(LshParams::parse(m->str()), m);
+}
+
+TEST(LshParams, ProbesPerTableIsTheHammingBallsSize) {
+  EXPECT_EQ(pig::spec::probes_per_table(10, 0), 1);
+  EXPECT_EQ(pig::spec::probes_per_table(10, 1), 11);
+  EXPECT_EQ(pig::spec::probes_per_table(10, 2), 56);
+  EXPECT_EQ(pig::spec::probes_per_table(10, 3), 176);
+  EXPECT_EQ(pig::spec::probes_per_table(16, 3), 697);
+  EXPECT_EQ(pig::spec::probes_per_table(2, 1), 3);
 }
 
 TEST(LshParams, RefusesMalformedAndIllegalInputNamingTheItem) {
@@ -37,6 +51,10 @@ TEST(LshParams, RefusesMalformedAndIllegalInputNamingTheItem) {
       {"L=4,t=5", "t = 5 is outside"},
       {"K=4294967306", "whole number"},
       {"K=-1", "K = -1 is outside"},
+      {"r=4", "r = 4 is outside"},
+      {"K=2,r=2", "r = 2 is outside"},
+      {"r=-1", "r = -1 is outside"},
+      {"r=1,r=1", "twice"},
   };
   for (const auto &b : bad) {
     std::string err;

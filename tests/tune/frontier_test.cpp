@@ -77,8 +77,8 @@ TEST(Frontier, PartialOrderOfConfigurations) {
   EXPECT_FALSE(at_least_as_expensive(b, a));
   EXPECT_FALSE(at_least_as_expensive(c, d)); // more bits but more tables: unrelated
   EXPECT_FALSE(at_least_as_expensive(d, c));
-  EXPECT_TRUE(at_least_as_expensive(Candidate{0, 0, 0, true}, a));
-  EXPECT_FALSE(at_least_as_expensive(a, Candidate{0, 0, 0, true}));
+  EXPECT_TRUE(at_least_as_expensive(Candidate{{0, 0, 0}, true}, a));
+  EXPECT_FALSE(at_least_as_expensive(a, Candidate{{0, 0, 0}, true}));
 }
 
 // A synthetic, monotone model of (K, L, t): cost falls with K and t and rises with L; error the

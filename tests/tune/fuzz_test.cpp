@@ -40,7 +40,7 @@ OperatingPoint seed_point() {
   OperatingPoint p;
   p.data_hash = "0123abcd";
   p.kernel_tail = "d=64 bf16";
-  p.layers = {{0, Candidate{0, 0, 0, true}, 0.0, 1.0},
+  p.layers = {{0, Candidate{{0, 0, 0}, true}, 0.0, 1.0},
               {1, Candidate{8, 75, 2}, 0.11, 0.02},
               {2, Candidate{10, 150, 1}, 0.05, 0.04}};
   p.schedule = "gqa=union block=32";

@@ -40,7 +40,7 @@ TEST(OperatingPoint, RoundTripAndLayersString) {
   p.data_hash = "abc";
   p.kernel_tail = "d=64 bf16";
   p.criterion = "max-error 0.1";
-  p.layers = {{0, Candidate{0, 0, 0, true}, 0.0, 1.0},
+  p.layers = {{0, Candidate{{0, 0, 0}, true}, 0.0, 1.0},
               {1, Candidate{8, 75, 2}, 0.1, 0.02},
               {2, Candidate{8, 75, 2}, 0.12, 0.03},
               {3, Candidate{10, 150, 1}, 0.05, 0.04}};
@@ -87,7 +87,7 @@ TEST(OperatingPoint, ContentsAreValidatedOnLoad) {
   OperatingPoint good;
   good.data_hash = "abc";
   good.kernel_tail = "d=64 bf16";
-  good.layers = {{0, Candidate{0, 0, 0, true}, 0.0, 1.0}, {1, Candidate{8, 75, 2}, 0.1, 0.02}};
+  good.layers = {{0, Candidate{{0, 0, 0}, true}, 0.0, 1.0}, {1, Candidate{8, 75, 2}, 0.1, 0.02}};
   good.error = 0.05;
   good.cost2 = 0.51;
   ASSERT_NO_THROW(parse_point(to_json(good)));
@@ -398,7 +398,7 @@ TEST(Selection, MeasuredLayerTimesReplaceCost2) {
   EXPECT_EQ(on_cost2->attention_s, 0.0);
   const QualityTable timed = with_layer_times(t, {{0, {8, 75, 2}, 1e-3},
                                                   {0, {10, 150, 2}, 4e-3},
-                                                  {0, {0, 0, 0, true}, 3e-3},
+                                                  {0, {{0, 0, 0}, true}, 3e-3},
                                                   {1, {8, 75, 2}, 1e-3}});
   ASSERT_EQ(timed.layers[1].candidates.size(), 1u); // (10, 150) has no time on layer 1
   const auto on_time = select_per_layer_max_error(timed, 0.1);

@@ -193,7 +193,7 @@ std::optional<LayerTimes> LoadLayerTimes(const std::vector<Record> &rs, const Fi
         r.workload.context == lt.context && r.timestamp == run && r.layer >= 0)
       latest[{r.kernel, r.t, r.layer}] = &r;
   for (const auto &[key, r] : latest) {
-    Candidate c{0, 0, 0, r->dense};
+    Candidate c{{0, 0, 0}, r->dense};
     if (!r->dense && std::sscanf(r->kernel.c_str(), "K=%d L=%d", &c.K, &c.L) != 2)
       continue;
     if (!r->dense)

@@ -92,7 +92,7 @@ int PerLayerSpeed(const LlamaModel &model, ThreadPool &pool, const Fingerprint &
     if (Stopped(common))
       break;
     // Dense first: every layer's dense time, the choice against which LSH is weighed.
-    const Candidate cand = ci == 0 ? Candidate{0, 0, 0, true} : cands[ci - 1];
+    const Candidate cand = ci == 0 ? Candidate{{0, 0, 0}, true} : cands[ci - 1];
     AttentionSpec spec = def;
     if (cand.dense)
       spec.method = pig::spec::Method::dense;
@@ -232,7 +232,7 @@ int ComparePointLayers(const LlamaModel &model, ThreadPool &pool, const Fingerpr
     const Candidate &ch = point.layers[l].c;
     const bool dl_dense = std::count(defaults.begin(), defaults.end(), l) > 0;
     const double u = uniform_time(l, ch);
-    const double d = uniform_time(l, dl_dense ? Candidate{0, 0, 0, true} : DefaultCandidate());
+    const double d = uniform_time(l, dl_dense ? Candidate{{0, 0, 0}, true} : DefaultCandidate());
     const double rp = Median(ratio[l]);
     const double ru = u > 0 && d > 0 ? u / d : -1;
     if (ru > 0) {

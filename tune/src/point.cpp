@@ -61,7 +61,7 @@ std::vector<std::vector<Option>> options_of(const QualityTable &t, bool allow_de
                       lt.cost.size() == lt.candidates.size() ? lt.cost[i] : lt.cost2[i], i,
                       lt.cost2[i]});
     if ((allow_dense || lt.candidates.empty()) && std::isfinite(lt.dense_cost))
-      o[l].push_back({Candidate{0, 0, 0, true}, 0.0, lt.dense_cost, lt.candidates.size(), 1.0});
+      o[l].push_back({Candidate{{0, 0, 0}, true}, 0.0, lt.dense_cost, lt.candidates.size(), 1.0});
   }
   return o;
 }
@@ -543,7 +543,7 @@ std::optional<OperatingPoint> uniform_point(const QualityTable &t, const Candida
   std::vector<std::size_t> pick(t.layers.size(), 0);
   for (std::size_t l = 0; l < t.layers.size(); ++l) {
     if (std::count(dense_layers.begin(), dense_layers.end(), l)) {
-      opts[l].push_back({Candidate{0, 0, 0, true}, 0.0, t.layers[l].dense_cost, 0, 1.0});
+      opts[l].push_back({Candidate{{0, 0, 0}, true}, 0.0, t.layers[l].dense_cost, 0, 1.0});
       continue;
     }
     const LayerTable &lt = t.layers[l];

@@ -14,10 +14,22 @@ namespace pig::ref {
 /// The largest K and L (and why): pig::spec's (pig/spec/lsh_params.h).
 using spec::kMaxK;
 using spec::kMaxL;
+using spec::kMaxR;
 
-/// (K, L, t) (the spec::LshParams base) and W's seed; {K, L, t, seed} initialises.
+/// (K, L, t, r) (the spec::LshParams base) and W's seed. {K, L, t, seed} and {K, L, t, seed, r}
+/// initialise (constructors, not aggregate order: r follows t in LshParams, and brace elision
+/// would read a seed given fourth as r).
 struct LshConfig : spec::LshParams {
   std::uint64_t seed = 0; ///< seed of W (see simhash_matrix)
+
+  LshConfig() = default;
+  LshConfig(int K_, int L_, int t_ = 2, std::uint64_t seed_ = 0, int r_ = 0) : seed(seed_) {
+    K = K_;
+    L = L_;
+    t = t_;
+    r = r_;
+  }
+  LshConfig(const spec::LshParams &p, std::uint64_t seed_) : spec::LshParams(p), seed(seed_) {}
 
   /// Throws std::invalid_argument naming the parameter, its range and the value given (hides
   /// LshParams::validate, which returns spec's message instead).
@@ -54,11 +66,14 @@ std::vector<std::uint16_t> encode(std::span<const float> x, Matrix W, const LshC
 /// encode() of every row of X: n*L codes, token-major (codes of token i at [i*L, (i+1)*L)).
 std::vector<std::uint16_t> encode_rows(Matrix X, Matrix W, const LshConfig &cfg);
 
-/// In how many of the L tables the two code lists agree.
-int count_collisions(std::span<const std::uint16_t> a, std::span<const std::uint16_t> b);
+/// In how many of the L tables the two code lists agree in all but at most r bits (r = 0:
+/// equal codes; r > 0: multi-probe, the query's table is probed in every bucket within Hamming
+/// distance r of its code).
+int count_collisions(std::span<const std::uint16_t> a, std::span<const std::uint16_t> b, int r = 0);
 
-/// Tokens i in [begin, end) whose codes collide with the query's in at least cfg.t tables,
-/// ascending. key_codes are token-major as returned by encode_rows (row i = token i).
+/// Tokens i in [begin, end) whose codes collide with the query's (within cfg.r bits) in at
+/// least cfg.t tables, ascending. key_codes are token-major as returned by encode_rows (row i =
+/// token i).
 std::vector<std::size_t> sample_set(std::span<const std::uint16_t> query_codes,
                                     std::span<const std::uint16_t> key_codes, const LshConfig &cfg,
                                     std::size_t begin, std::size_t end);
@@ -68,19 +83,21 @@ std::vector<std::size_t> sample_set(std::span<const std::uint16_t> query_codes,
 /// is NOT clamped here (rounding can push it just past +-1); collision_probability clamps.
 double cosine(std::span<const float> a, std::span<const float> b);
 
-/// Probability that two vectors at cosine `cos_theta` share a code in one table:
-/// p^K with p = 1 - acos(clamp(cos, -1, 1)) / pi. NaN in, NaN out; never NaN otherwise.
-double table_collision_probability(double cos_theta, int K);
+/// Probability that two vectors at cosine `cos_theta` collide in one table: their codes differ
+/// in at most r of K bits, q_r = sum_{i <= r} C(K, i) p^(K-i) (1-p)^i with
+/// p = 1 - acos(clamp(cos, -1, 1)) / pi (r = 0: p^K). NaN in, NaN out; never NaN otherwise.
+double table_collision_probability(double cos_theta, int K, int r = 0);
 
-/// u = P[Binomial(L, P) >= t] with P the per-table probability: the probability that a token
-/// at this cosine is sampled (t = 1: 1 - (1-P)^L; t = 2: 1 - (1-P)^L - L P (1-P)^(L-1)).
+/// u = P[Binomial(L, P) >= t] with P the per-table probability (table_collision_probability at
+/// probe radius r): the probability that a token at this cosine is sampled (t = 1: 1 - (1-P)^L;
+/// t = 2: 1 - (1-P)^L - L P (1-P)^(L-1)).
 /// Computed in log space from whichever side of the threshold is smaller, each a sum of positive
 /// binomial terms: no cancellation when u is tiny (the regime that matters, u ~ C(L,t) P^t,
 /// where the formulas above lose every digit) nor when u is close to 1. Validates K, L, t like
 /// LshConfig.
-double collision_probability(double cos_theta, int K, int L, int t);
+double collision_probability(double cos_theta, int K, int L, int t, int r = 0);
 
 /// log u, accurate even where u itself underflows a double. -inf when P == 0 (cos = -1).
-double log_collision_probability(double cos_theta, int K, int L, int t);
+double log_collision_probability(double cos_theta, int K, int L, int t, int r = 0);
 
 } // namespace pig::ref

@@ -346,7 +346,7 @@ void CausalDenseItem(const KvCache &cache, const lsh::LshKernelSet &set, size_t 
                      size_t i, size_t kvh, const float *q, float *out);
 
 /// One layer's choice in a per-layer operating point (pig-tune): dense, or LSH sampling with
-/// its own (K, L, t) (the spec::LshParams base; {{K, L, t}} initialises, {{}, true} is dense).
+/// its own (K, L, t, r) (the spec::LshParams base; {{K, L, t}} initialises, {{}, true} is dense).
 struct LayerLsh : spec::LshParams {
   bool dense = false;
   friend bool operator==(const LayerLsh &, const LayerLsh &) = default;

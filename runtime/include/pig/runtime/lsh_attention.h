@@ -37,7 +37,7 @@ namespace pig::runtime {
 /// for all, the widest (K, L)'s, the others as its column prefixes.
 class LshLayers {
 public:
-  /// (K, L, t) in the spec::LshParams base; {K, L, t, set, W, log_u} initialises.
+  /// (K, L, t, r) in the spec::LshParams base; {{K, L, t, r}, set, W, log_u} initialises.
   struct Config : spec::LshParams {
     lsh::LshKernelSet set;
     std::shared_ptr<const lsh::SimHash> W; // shared by the configurations of one (K, L)

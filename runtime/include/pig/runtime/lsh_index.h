@@ -244,6 +244,7 @@ public:
   /// The fitted hashing space, or null for plain hashing.
   const FittedHash *fitted() const { return fitted_ ? &*fitted_ : nullptr; }
   std::size_t local() const { return local_; }
+  int K() const { return K_; } ///< bits per code
   int L() const { return L_; } ///< tables (codes per token)
 
 private:
@@ -272,6 +273,7 @@ struct RetrieveTailArgs {
   const std::uint16_t *query_codes = nullptr; ///< G * L
   int G = 1;
   int t = 2;
+  int r = 0;                       ///< multi-probe radius: a table counts within r bits
   std::uint32_t *tokens = nullptr; ///< appended to at [n, ...)
   std::uint8_t *masks = nullptr;   ///< appended to like tokens; null: no masks (G == 1)
   std::size_t n = 0;               ///< entries already in tokens and masks
@@ -297,12 +299,12 @@ private:
   std::uint32_t epoch_ = 0;
 };
 
-/// h(p) = log u(p) - t K log p on p = i / size, from pig::ref::log_collision_probability (the
-/// one definition of u). Linear interpolation error < 2e-6 in log u at size 4096 for the
-/// configurations tested (tests/kernels).
+/// h(p) = log u(p) - t (K - r) log p on p = i / size, from pig::ref::log_collision_probability
+/// (the one definition of u, at probe radius r). Linear interpolation error < 2e-6 in log u at
+/// size 4096 for the configurations tested (tests/kernels).
 class LogUTableData {
 public:
-  LogUTableData(int K, int L, int t, int size = 4096);
+  LogUTableData(int K, int L, int t, int r = 0, int size = 4096);
   LogUTable view() const { return LogUTable{h_.data(), size_, tk_}; }
 
 private:

@@ -19,6 +19,7 @@
 //   read once for the whole group while every head keeps its own estimator.
 #pragma once
 
+#include <bit>
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -166,6 +167,10 @@ struct RetrieveArgs {
   const std::uint16_t *query_codes = nullptr; ///< G * L
   int G = 1;
   int t = 2;
+  /// Multi-probe radius (ALGORITHM.md section 5): each table is walked in every bucket whose code
+  /// is within r bits of the query's (probe_masks(K, r) XORed onto it), so a token counts a table
+  /// when its code differs from the query's in at most r bits. 0: the query's bucket alone.
+  int r = 0;
   RetrievalState state;
   std::uint32_t *tokens = nullptr; ///< capacity index.count
   std::uint8_t *masks = nullptr;   ///< capacity index.count
@@ -174,13 +179,25 @@ struct RetrieveArgs {
 };
 
 /// log u as a function of the per-bit collision probability p (ALGORITHM.md 1.4), tabulated once
-/// per (K, L, t) from pig::ref::log_collision_probability: h(p) = log u(p) - t*K*log p is smooth
-/// on [0, 1], so log u = h(p) + t*K*log p with h linearly interpolated. See lsh_index.h.
+/// per (K, L, t, r) from pig::ref::log_collision_probability: h(p) = log u(p) - t*(K-r)*log p is
+/// smooth on [0, 1] (u ~ C(L, t) (C(K, r) p^(K-r))^t as p -> 0), so log u = h(p) + t*(K-r)*log p
+/// with h linearly interpolated. See lsh_index.h.
 struct LogUTable {
   const float *h = nullptr; ///< size + 1 samples of h on p = i / size
   int size = 0;
-  float tk = 0; ///< t * K
+  float tk = 0; ///< t * (K - r)
 };
+
+/// The XOR masks a table is probed with at radius r: every K-bit mask of at most r set bits, by
+/// popcount then value (0 first), spec::probes_per_table(K, r) of them.
+inline std::vector<std::uint16_t> probe_masks(int K, int r) {
+  std::vector<std::uint16_t> masks;
+  for (int bits = 0; bits <= r; ++bits)
+    for (unsigned m = 0; m < (1u << K); ++m)
+      if (std::popcount(m) == bits)
+        masks.push_back(std::uint16_t(m));
+  return masks;
+}
 
 /// The fused MagicPIG pass for G query heads of one kv-head: one online softmax over the static
 /// tokens [0, static_end_sink) u [static_begin_local, n) (u = 1) and the sampled tokens

@@ -49,20 +49,30 @@ struct StepBuffers {
   std::vector<std::uint8_t> masks;
 };
 
+/// Which indexed tokens a retrieval samples: those whose codes are within r bits of the query's
+/// (multi-probe; 0: equal codes) in at least t tables. Converts from t alone (r = 0), the rule
+/// every caller before multi-probe passed.
+struct SampleRule {
+  int t = 2;
+  int r = 0;
+  SampleRule(int t_ = 2, int r_ = 0) : t(t_), r(r_) {} // NOLINT: implicit from t on purpose
+};
+
 /// One MagicPIG step for the G query heads of one kv-head: encode the queries, retrieve the union
 /// of their sample sets, one fused pass over static and sampled tokens. rows: the index's n rows
 /// (its dtype, d = W.d(); std::invalid_argument otherwise). It is retrieve_step, then attend_step
 /// over all the retrieved tokens with the static ones.
 void sampled_step(const LshKernelSet &set, const LshIndex &index, const SimHash &W,
-                  const LogUTableData &log_u, int t, RetrievalScratch &scratch, StepBuffers &buf,
-                  const GroupQueries &queries, const KvRows &rows, StepStats *stats = nullptr);
+                  const LogUTableData &log_u, SampleRule rule, RetrievalScratch &scratch,
+                  StepBuffers &buf, const GroupQueries &queries, const KvRows &rows,
+                  StepStats *stats = nullptr);
 
 /// The first half of sampled_step: encode the G queries and retrieve the union of their sample
 /// sets (sorted segments, then the tail) into buf.tokens (ascending) and, for G > 1, buf.masks.
 /// Returns the union's size.
-std::size_t retrieve_step(const LshKernelSet &set, const LshIndex &index, const SimHash &W, int t,
-                          RetrievalScratch &scratch, StepBuffers &buf, const float *q, int G,
-                          StepStats *stats = nullptr);
+std::size_t retrieve_step(const LshKernelSet &set, const LshIndex &index, const SimHash &W,
+                          SampleRule rule, RetrievalScratch &scratch, StepBuffers &buf,
+                          const float *q, int G, StepStats *stats = nullptr);
 
 /// retrieve_step in two halves, for a caller that hashes many groups' queries in one encode
 /// (one pass over W for every 8 rows: PagedLshAttention). query_rows returns the G x d f32 rows
@@ -70,7 +80,7 @@ std::size_t retrieve_step(const LshKernelSet &set, const LshIndex &index, const 
 /// buf.qnorms for attend_step); retrieve_encoded is the rest of retrieve_step once buf.qcodes
 /// holds their G x L codes (set.encode of those rows with the index's W).
 const float *query_rows(const LshIndex &index, const float *q, int G, StepBuffers &buf);
-std::size_t retrieve_encoded(const LshKernelSet &set, const LshIndex &index, int t,
+std::size_t retrieve_encoded(const LshKernelSet &set, const LshIndex &index, SampleRule rule,
                              RetrievalScratch &scratch, StepBuffers &buf, int G,
                              StepStats *stats = nullptr);
 

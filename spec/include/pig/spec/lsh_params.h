@@ -1,4 +1,5 @@
-// The LSH parameters of MagicPIG, (K, L, t), their limits, and their one spelling.
+// The LSH parameters of MagicPIG, (K, L, t) and the multi-probe radius r, their limits, and
+// their one spelling.
 //
 // The one declaration of (K, L, t) and their defaults 10/150/2. Every other type that carries an
 // LSH configuration holds LshParams as its base, so `x.K` reads the same field everywhere and
@@ -42,9 +43,28 @@ struct LshHash {
   friend bool operator==(const LshHash &, const LshHash &) = default;
 };
 
-/// (K, L, t). Brace-initialised as {K, L, t} (brace elision fills the LshHash base).
+/// Largest probe radius r: a table is probed in the sum over i <= r of C(K, i) buckets (176 at
+/// K = 10, r = 3; 697 at K = 16), and each probe is a bucket walk.
+inline constexpr int kMaxR = 3;
+
+/// Buckets probed per table at radius r: sum over i <= r of C(K, i).
+constexpr int probes_per_table(int K, int r) {
+  int total = 0, c = 1; // C(K, 0)
+  for (int i = 0; i <= r && i <= K; ++i) {
+    total += c;
+    c = c * (K - i) / (i + 1);
+  }
+  return total;
+}
+
+/// (K, L, t, r). Brace-initialised as {K, L, t} or {K, L, t, r} (brace elision fills the
+/// LshHash base).
 struct LshParams : LshHash {
   int t = 2; ///< a token is sampled when it collides in >= t tables, [1, L]
+  /// Multi-probe radius (ALGORITHM.md section 5): a table "collides" when the key's code is
+  /// within r bits of the query's, [0, min(kMaxR, K - 1)]. Like t, a run-time choice of the
+  /// retrieval: the index and the kernels' specialisation do not depend on it.
+  int r = 0;
 
   friend bool operator==(const LshParams &, const LshParams &) = default;
 
@@ -59,17 +79,25 @@ struct LshParams : LshHash {
     if (t < 1 || t > L)
       return cat("t = ", std::to_string(t), " is outside [1, L = ", std::to_string(L),
                  "] (collisions a token needs to be sampled)");
+    if (r < 0 || r > kMaxR || r > K - 1)
+      return cat("r = ", std::to_string(r), " is outside [0, min(", std::to_string(kMaxR),
+                 ", K - 1 = ", std::to_string(K - 1), ")] (multi-probe radius in bits)");
     return "";
   }
 
-  /// "K=10,L=150,t=2": the one spelling; parse() reads it back.
+  /// "K=10,L=150,t=2" (",r=1" appended when r is not 0): the one spelling; parse() reads it back.
   std::string str() const {
-    return cat("K=", std::to_string(K), ",L=", std::to_string(L), ",t=", std::to_string(t));
+    std::string s =
+        cat("K=", std::to_string(K), ",L=", std::to_string(L), ",t=", std::to_string(t));
+    if (r != 0)
+      s += cat(",r=", std::to_string(r));
+    return s;
   }
 
-  /// Reads "K=10,L=150,t=2" (any subset, any order) over `base`, then validates. Returns nullopt
-  /// and sets *error (when given) to a message naming the item on a malformed item, an unknown
-  /// key, a key given twice, a number that is not a whole decimal in range, or an illegal result.
+  /// Reads "K=10,L=150,t=2,r=0" (any subset, any order) over `base`, then validates. Returns
+  /// nullopt and sets *error (when given) to a message naming the item on a malformed item, an
+  /// unknown key, a key given twice, a number that is not a whole decimal in range, or an illegal
+  /// result.
   static std::optional<LshParams> parse(std::string_view text, std::string *error = nullptr) {
     return parse(text, error, LshParams{});
   }
@@ -83,7 +111,7 @@ struct LshParams : LshHash {
     LshParams p = base;
     unsigned seen = 0;
     if (text.empty())
-      return fail("expects K=..,L=..,t=.. (e.g. K=10,L=150,t=2), got ''");
+      return fail("expects K=..,L=..,t=..[,r=..] (e.g. K=10,L=150,t=2), got ''");
     std::size_t pos = 0;
     while (pos <= text.size()) {
       std::size_t end = text.find(',', pos);
@@ -95,10 +123,14 @@ struct LshParams : LshHash {
       if (eq == std::string_view::npos)
         return fail(cat("item '", item, "' is not key=value (K=10,L=150,t=2)"));
       const std::string_view key = item.substr(0, eq), value = item.substr(eq + 1);
-      int *field = key == "K" ? &p.K : key == "L" ? &p.L : key == "t" ? &p.t : nullptr;
-      const unsigned bit = key == "K" ? 1u : key == "L" ? 2u : 4u;
+      int *field = key == "K"   ? &p.K
+                   : key == "L" ? &p.L
+                   : key == "t" ? &p.t
+                   : key == "r" ? &p.r
+                                : nullptr;
+      const unsigned bit = key == "K" ? 1u : key == "L" ? 2u : key == "t" ? 4u : 8u;
       if (!field)
-        return fail(cat("unknown key '", key, "' (K, L, t)"));
+        return fail(cat("unknown key '", key, "' (K, L, t, r)"));
       if (seen & bit)
         return fail(cat("'", key, "' is given twice"));
       seen |= bit;

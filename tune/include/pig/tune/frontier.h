@@ -17,7 +17,7 @@
 namespace pig::tune {
 
 /// One layer's choice: LSH (K, L, t) (the spec::LshParams base), or dense attention;
-/// {K, L, t, dense} initialises.
+/// {{K, L, t}, dense} initialises ({K, L, t} alone: an LSH choice).
 struct Candidate : spec::LshParams {
   bool dense = false;
   friend bool operator==(const Candidate &, const Candidate &) = default;
