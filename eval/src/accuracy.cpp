@@ -253,6 +253,36 @@ MeasureTransformGrid(const std::vector<std::vector<float>> &queries, Matrix K, M
   return result;
 }
 
+std::vector<std::vector<ProbePoint>>
+MeasureProbeGrid(const std::vector<std::vector<float>> &queries, Matrix K, Matrix V,
+                 const ProbeGridOptions &opt) {
+  if (opt.configs.empty())
+    throw std::invalid_argument("MeasureProbeGrid: no configuration");
+  std::size_t columns = 0;
+  for (const spec::LshParams &p : opt.configs) {
+    LshConfig(p, opt.seed).validate();
+    columns = std::max(columns, std::size_t(p.K) * std::size_t(p.L));
+  }
+  // Any (K, L) with enough columns reads the same W prefix (random.h): 16-bit codes, fewest rows.
+  const LshConfig wcfg{16, int((columns + 15) / 16), 1, opt.seed};
+  const OwnedMatrix W = simhash_matrix(opt.seed, K.cols, wcfg.K, wcfg.L);
+  LshIndex index = build_index(K, W, wcfg, opt.statics);
+  const std::vector<std::uint16_t> wide = std::move(index.codes);
+  std::vector<std::vector<ProbePoint>> result(queries.size());
+  std::vector<Attention> exact;
+  for (const std::vector<float> &q : queries)
+    exact.push_back(dense_attention(q, K, V));
+  for (std::size_t c = 0; c < opt.configs.size(); ++c) {
+    index.cfg = LshConfig(opt.configs[c], opt.seed);
+    index.codes = Recode(wide, wcfg, index.cfg);
+    for (std::size_t i = 0; i < queries.size(); ++i) {
+      const MagicPigResult e = magicpig_attention(queries[i], K, V, W, index);
+      result[i].push_back({c, e.cost(), relative_l2_error(e.attention.out, exact[i].out)});
+    }
+  }
+  return result;
+}
+
 std::optional<double> ErrorAtCost(std::vector<std::pair<double, double>> points, double cost) {
   std::erase_if(points, [](const auto &p) { return !(p.first > 0) || std::isnan(p.second); });
   std::sort(points.begin(), points.end());

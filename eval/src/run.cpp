@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "pig/app/decorators.h"
+#include "pig/eval/probe_report.h"
 #include "pig/eval/run.h"
 #include "pig/eval/transform_report.h"
 #include "pig/spec/files.h"
@@ -106,6 +107,24 @@ void Run(const EvalOptions &e, const AttentionErrorOptions *error, const Downstr
     transforms = std::make_unique<TransformReport>(std::move(to));
   }
   double transforms_s = 0;
+  std::unique_ptr<ProbeReport> probes;
+  if (part1 && !error->probes.empty()) {
+    ProbeReportOptions po;
+    po.out = e.out;
+    po.update_doc = e.update_doc;
+    po.command_line = e.command_line;
+    po.contexts = error_contexts;
+    po.layers = e.layers;
+    po.grid.configs = error->probes;
+    po.grid.seed = AttentionSpec{}.seed;
+    po.grid.statics.mean_window = e.mean_window;
+    try {
+      probes = std::make_unique<ProbeReport>(std::move(po));
+    } catch (const std::invalid_argument &err) {
+      throw UsageError(std::string("--probes: ") + err.what());
+    }
+  }
+  double probes_s = 0;
   // --tuning: loaded (and refused) before any prefill.
   std::optional<pig::app::Tuning> tuning;
   if (part2 && !down->tuning.empty()) {
@@ -254,6 +273,32 @@ void Run(const EvalOptions &e, const AttentionErrorOptions *error, const Downstr
           transforms_s += Since(t0);
           std::fprintf(stderr, "pig-eval: hash transforms at %zu done (%.0f s)\n", P, transforms_s);
         }
+        if (probes) {
+          // (layer, kv-head) jobs across the pool, like the transforms.
+          t0 = Clock::now();
+          std::vector<std::pair<size_t, size_t>> jobs;
+          for (size_t layer : e.layers)
+            for (size_t kvh = 0; kvh < cfg.n_kv_heads; ++kvh)
+              jobs.push_back({layer, kvh});
+          std::mutex mu;
+          ProbeGridOptions go;
+          go.configs = error->probes;
+          go.seed = AttentionSpec{}.seed;
+          go.statics.mean_window = e.mean_window;
+          pool.ParallelFor(jobs.size(), [&](size_t j, size_t) {
+            const auto [layer, kvh] = jobs[j];
+            pig::ref::OwnedMatrix K, V;
+            std::vector<std::vector<float>> qs;
+            load(layer, kvh, K, V, qs);
+            const auto pts = MeasureProbeGrid(qs, K, V, go);
+            std::lock_guard<std::mutex> lock(mu);
+            for (size_t g = 0; g < pts.size(); ++g)
+              for (const auto &p : pts[g])
+                probes->Add(P, layer, kvh * group + g, p);
+          });
+          probes_s += Since(t0);
+          std::fprintf(stderr, "pig-eval: multi-probe at %zu done (%.0f s)\n", P, probes_s);
+        }
       }
       if (part2 && std::count(down->ppl_contexts.begin(), down->ppl_contexts.end(), P)) {
         t0 = Clock::now();
@@ -268,6 +313,8 @@ void Run(const EvalOptions &e, const AttentionErrorOptions *error, const Downstr
     errors->Finish(part1_s + prefill_s, prefill_s);
   if (transforms)
     transforms->Finish(transforms_s + prefill_s, prefill_s);
+  if (probes)
+    probes->Finish(probes_s + prefill_s, prefill_s);
   if (downstream) {
     const auto t0 = Clock::now();
     downstream->Tasks();

@@ -14,6 +14,7 @@
 #include "pig/app/kernels.h"
 #include "pig/app/options.h"
 #include "pig/app/text.h"
+#include "pig/eval/probe_report.h"
 #include "pig/eval/run.h"
 #include "pig/runtime/attention.h"
 #include "pig/runtime/model.h"
@@ -329,6 +330,35 @@ int main(int argc, char **argv) {
          "@FILE of pig-tune hybrid, \"none\")")
       ->type_name("SPEC")
       ->default_str("head=0.25:floor=0.1:rank=hamming")
+      ->group(kEval);
+  app.add_option_function<std::vector<std::string>>(
+         "--probes",
+         [&o](const std::vector<std::string> &v) {
+           o.error.probes.clear();
+           for (const std::string &item : v) {
+             if (item == "none")
+               continue;
+             if (item == "default") {
+               const auto g = pig::eval::DefaultProbeGrid();
+               o.error.probes.insert(o.error.probes.end(), g.begin(), g.end());
+               continue;
+             }
+             std::string err;
+             const auto p = pig::spec::LshParams::parse(item, &err);
+             if (!p)
+               throw CLI::ValidationError("--probes", err);
+             o.error.probes.push_back(*p);
+           }
+           // The reference the others are matched to: plain (10, 150), t = 2.
+           if (!o.error.probes.empty() && std::find(o.error.probes.begin(), o.error.probes.end(),
+                                                    pig::spec::LshParams{}) == o.error.probes.end())
+             o.error.probes.insert(o.error.probes.begin(), pig::spec::LshParams{});
+         },
+         "attention-error also compares multi-probe MagicPIG (fewer tables, buckets within r bits "
+         "probed) with plain (10, 150) at matched cost2, beside each index's bytes per token "
+         "(space-separated K=..,L=..,t=..,r=..; \"default\": K 8-11 x L 75-150 plain, r = 1 and 2 "
+         "grids; docs/RESULTS.md \"multi-probe\")")
+      ->type_name("LIST")
       ->group(kEval);
   pig::app::AddLshListOption(app, grid, "the (K, L) grid of --transforms", "--transform-grid")
       ->default_str("K 7-14 x L 75,150,300")

@@ -108,6 +108,29 @@ std::vector<std::vector<TransformPoint>>
 MeasureTransformGrid(const std::vector<std::vector<float>> &queries, ref::Matrix K, ref::Matrix V,
                      const TransformGridOptions &opt);
 
+/// Multi-probe MagicPIG (ALGORITHM.md section 5) over a list of (K, L, t, r): fewer tables, each
+/// probed in the buckets within r bits of the query's code, trade index memory (2 L bytes per
+/// token) for probes. Codes are computed once against a W wide enough for every configuration
+/// (ref::simhash_matrix(seed, d, 16, ceil(max K*L / 16))) and recoded per configuration (Recode);
+/// each estimate is ref::magicpig_attention with that configuration's r.
+struct ProbeGridOptions {
+  std::vector<spec::LshParams> configs;
+  std::uint64_t seed = 0x9e3779b97f4a7c15ull;
+  ref::StaticConfig statics{};
+};
+
+struct ProbePoint {
+  std::size_t config = 0; ///< index into ProbeGridOptions::configs
+  double cost = 0;
+  double error = 0;
+};
+
+/// Every configuration on each query of one kv-head's cache (K, V: n x d rows). Returns, per
+/// query, the configurations' points in order.
+std::vector<std::vector<ProbePoint>>
+MeasureProbeGrid(const std::vector<std::vector<float>> &queries, ref::Matrix K, ref::Matrix V,
+                 const ProbeGridOptions &opt);
+
 /// The error at `cost` on the error-vs-cost frontier of `points` (cost, error): the points no
 /// cheaper-or-equal point beats, linearly interpolated in log(cost) between the two frontier
 /// points around `cost`. Empty when `cost` lies outside the frontier's cost range (no

@@ -58,6 +58,10 @@ struct AttentionErrorOptions {
   /// (empty: no comparison), each validated against the model's head dim (else UsageError).
   std::vector<ref::TransformSpec> transforms;
   std::vector<KL> transform_grid = DefaultTransformGrid(); ///< must contain 10:150
+  /// Also compare multi-probe configurations (ALGORITHM.md section 5) with plain MagicPIG at
+  /// matched cost2, with their index memory (probe_report.h): empty, no comparison; else it must
+  /// hold K=10,L=150,t=2 (the reference).
+  std::vector<spec::LshParams> probes;
   /// LSH-hybrid variants (their budgets are replaced: see ErrorOptions::hybrid).
   std::vector<ref::HybridConfig> hybrid{ref::HybridConfig{}};
 };
