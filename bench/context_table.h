@@ -1,6 +1,6 @@
 // pig-bench-context's report: the table of each context's figures (dense, LSH and the optional
-// methods), the --kv A,B table, the extra method's (--transform or --hybrid) speed against LSH,
-// and with --out DIR speed.csv, kv.csv and speed.png (gnuplot).
+// methods), the --kv A,B table, the extra method's (--transform, --hybrid or --lsh2) speed
+// against LSH, and with --out DIR speed.csv, kv.csv and speed.png (gnuplot).
 #pragma once
 
 #include <cstddef>
@@ -20,9 +20,10 @@ namespace pig::bench {
 // absent).
 struct ContextMethods {
   size_t tuned = 0; // --tuning: magicpig with pig-tune's operating point
-  // One extra method compared with LSH: --transform SPEC ("magicpig+SPEC", key "transform") or
-  // --hybrid SPEC ("lsh-hybrid ...", key "hybrid"). The key prefixes its CSV columns and names the
-  // option in the plot; `target` is the speed target against magicpig (0.95, 0.9).
+  // One extra method compared with LSH: --transform SPEC ("magicpig+SPEC", key "transform"),
+  // --hybrid SPEC ("lsh-hybrid ...", key "hybrid") or --lsh2 K=..,L=.. ("magicpig K=..", key
+  // "lsh2"). The key prefixes its CSV columns and names the option in the plot; `target` is the
+  // issue's speed target against magicpig (0.95, 0.9; 0: none).
   size_t extra = 0;
   std::string extra_name, extra_key;
   double extra_target = 0;
@@ -60,6 +61,8 @@ public:
 
 private:
   double ExtraMib(const app::DecodeRun &x) const;
+  // Whether the extra method's memory is an index (lsh-hybrid, --lsh2) rather than a fitted hash.
+  bool IndexKey() const { return xkey_ == "hybrid" || xkey_ == "lsh2"; }
 
   size_t ti_, xi_, d2i_;
   std::string xl_, xkey_;

@@ -74,6 +74,8 @@ struct Options {
   pig::spec::LshParams transform_lsh;
   // --hybrid SPEC: a method lsh-hybrid (its budget from SPEC).
   std::optional<pig::spec::HybridConfig> hybrid;
+  // --lsh2 K=..,L=..,t=..,r=..: a method magicpig with another configuration (multi-probe).
+  std::optional<pig::spec::LshParams> lsh2;
   // --dense-below N|measured: LSH's (and tuned's) AttentionSpec::dense_below.
   size_t dense_below = AttentionSpec::kDenseBelowMeasured;
 };
@@ -148,6 +150,13 @@ Options ParseOptions(int argc, char **argv) {
              "vs magicpig and dense")
           ->type_name("SPEC");
   h->excludes(x);
+  pig::spec::LshParams lsh2;
+  CLI::Option *l2 = pig::app::AddLshOption(
+      app, "--lsh2", lsh2,
+      "a method magicpig with another (K, L, t, r), e.g. multi-probe K=12,L=50,r=1 (fewer "
+      "tables, a smaller index); vs magicpig and dense");
+  l2->excludes(x);
+  l2->excludes(h);
   app.add_option_function<std::string>(
          "--dense-below",
          [&o](const std::string &v) {
@@ -165,6 +174,8 @@ Options ParseOptions(int argc, char **argv) {
   pig::app::Parse(app, argc, argv);
   if (x->count())
     o.transform = transform;
+  if (l2->count())
+    o.lsh2 = lsh2;
   if (o.steps < 2)
     pig::app::UsageError(app, "--steps must be at least 2 (the first step is reported apart)");
   if (xl->count() && !o.transform)
@@ -243,12 +254,13 @@ int main(int argc, char **argv) {
     }
     const std::string xl = o.transform ? "magicpig+" + o.transform->str()
                            : o.hybrid  ? "lsh-hybrid"
+                           : o.lsh2    ? "magicpig " + o.lsh2->str()
                                        : "";
     if (o.transform) {
       xi = specs.size();
       AttentionSpec x = lsh;
       x.transform = *o.transform;
-      std::tie(x.K, x.L, x.t) = std::tuple(o.transform_lsh.K, o.transform_lsh.L, o.transform_lsh.t);
+      static_cast<pig::spec::LshParams &>(x) = o.transform_lsh;
       x.Validate(c.n_layers);
       specs.push_back(x);
       std::printf("transform: %s: %s\n", xl.c_str(), x.str(c.n_layers).c_str());
@@ -263,6 +275,14 @@ int main(int argc, char **argv) {
       specs.push_back(x);
       std::printf("hybrid: %s\n", x.str(c.n_layers).c_str());
     }
+    if (o.lsh2) {
+      xi = specs.size();
+      AttentionSpec x = lsh;
+      static_cast<pig::spec::LshParams &>(x) = *o.lsh2;
+      x.Validate(c.n_layers);
+      specs.push_back(x);
+      std::printf("lsh2: %s\n", x.str(c.n_layers).c_str());
+    }
     size_t d2i = 0; // --kv A,B: dense and magicpig with B at d2i, d2i + 1
     if (o.kv2) {
       d2i = specs.size();
@@ -275,8 +295,12 @@ int main(int argc, char **argv) {
     pig::bench::ContextTable table({.tuned = ti,
                                     .extra = xi,
                                     .extra_name = xl,
-                                    .extra_key = o.hybrid ? "hybrid" : "transform",
-                                    .extra_target = o.hybrid ? 0.9 : 0.95,
+                                    .extra_key = o.hybrid ? "hybrid"
+                                                 : o.lsh2 ? "lsh2"
+                                                          : "transform",
+                                    .extra_target = o.hybrid ? 0.9
+                                                    : o.lsh2 ? 0.0
+                                                             : 0.95,
                                     .kv2 = d2i},
                                    o.kv, o.kv2, o.out);
     // The machine's limits, measured here, for the step parts' floors.
