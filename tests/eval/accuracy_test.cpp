@@ -177,5 +177,37 @@ TEST(MeasureTransformGrid, EqualsTheReferenceRunPerConfiguration) {
   EXPECT_THROW(MeasureTransformGrid(qs, p.K, p.V, opt), std::invalid_argument);
 }
 
+// Each multi-probe configuration equals pig::ref run on its own (its own index and W, its r): the
+// shared 16-bit codes and Recode change nothing; r = 0 is plain MagicPIG.
+TEST(MeasureProbeGrid, EqualsTheReferenceRunPerConfiguration) {
+  SyntheticConfig sc;
+  sc.n = 400;
+  sc.d = 16;
+  sc.seed = 5;
+  const AttentionProblem p = synthetic_problem(sc);
+  ProbeGridOptions opt;
+  opt.configs = {{6, 20, 2, 0}, {8, 10, 2, 1}, {9, 12, 1, 2}, {7, 30, 3, 1}};
+  const std::vector<std::vector<float>> qs{p.q, std::vector<float>(p.q.rbegin(), p.q.rend())};
+  const auto pts = MeasureProbeGrid(qs, p.K, p.V, opt);
+  ASSERT_EQ(pts.size(), 2u);
+  ASSERT_EQ(pts[0].size(), opt.configs.size());
+  bool some_sampled = false;
+  for (std::size_t i = 0; i < qs.size(); ++i)
+    for (const ProbePoint &pp : pts[i]) {
+      const LshConfig cfg(opt.configs[pp.config], opt.seed);
+      const OwnedMatrix W = simhash_matrix(opt.seed, 16, cfg.K, cfg.L);
+      const MagicPigResult r = magicpig_attention(qs[i], p.K, p.V, W, cfg, opt.statics);
+      const Attention exact = dense_attention(qs[i], p.K, p.V);
+      EXPECT_EQ(pp.cost, r.cost()) << cfg.str();
+      EXPECT_EQ(pp.error, relative_l2_error(r.attention.out, exact.out)) << cfg.str();
+      some_sampled |= r.cost() > 0;
+    }
+  EXPECT_TRUE(some_sampled);
+  opt.configs = {{6, 20, 2, 6}};
+  EXPECT_THROW(MeasureProbeGrid(qs, p.K, p.V, opt), std::invalid_argument);
+  opt.configs.clear();
+  EXPECT_THROW(MeasureProbeGrid(qs, p.K, p.V, opt), std::invalid_argument);
+}
+
 } // namespace
 } // namespace pig::eval

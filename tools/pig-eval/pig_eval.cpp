@@ -122,6 +122,8 @@ void Check(const CLI::App &app, const Options &o, const std::string &transform_f
           "with --transforms");
   if (o.down.lsh_transform && o.down.dense_only)
     usage(transform_flag + " and --dense-only do not combine");
+  if (!o.error.probes.empty() && o.command == "downstream")
+    usage("--probes compares attention errors: use attention-error or all");
   if (!o.error.transforms.empty()) {
     if (o.command == "downstream")
       usage("--transforms compares attention errors: use attention-error or all");
