@@ -44,13 +44,13 @@ std::string Name(const spec::LshParams &p) {
 std::vector<spec::LshParams> DefaultProbeGrid() {
   std::vector<spec::LshParams> g;
   for (int K = 8; K <= 11; ++K)
-    for (int L : {75, 100, 150})
+    for (int L : {75, 100, 120, 150})
       g.push_back({K, L, 2, 0});
-  for (int K = 10; K <= 13; ++K)
-    for (int L : {40, 50, 60, 75, 100})
+  for (int K = 11; K <= 13; ++K)
+    for (int L : {40, 45, 50, 55, 60, 75})
       g.push_back({K, L, 2, 1});
-  for (int K = 12; K <= 14; ++K)
-    for (int L : {30, 40, 50, 75})
+  for (int K = 14; K <= 15; ++K)
+    for (int L : {25, 30, 35})
       g.push_back({K, L, 2, 2});
   return g;
 }

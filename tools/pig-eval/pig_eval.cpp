@@ -358,8 +358,8 @@ int main(int argc, char **argv) {
          },
          "attention-error also compares multi-probe MagicPIG (fewer tables, buckets within r bits "
          "probed) with plain (10, 150) at matched cost2, beside each index's bytes per token "
-         "(space-separated K=..,L=..,t=..,r=..; \"default\": K 8-11 x L 75-150 plain, r = 1 and 2 "
-         "grids; docs/RESULTS.md \"multi-probe\")")
+         "(space-separated K=..,L=..,t=..,r=..; \"default\": K 8-11 x L 75-150 plain, K 11-13 x L "
+         "40-75 at r = 1, K 14-15 x L 25-35 at r = 2; docs/RESULTS.md section 1d)")
       ->type_name("LIST")
       ->group(kEval);
   pig::app::AddLshListOption(app, grid, "the (K, L) grid of --transforms", "--transform-grid")

@@ -19,8 +19,8 @@
 
 namespace pig::eval {
 
-/// Plain MagicPIG's K 8-11 x L 75, 100, 150 and multi-probe r = 1 (K 10-13 x L 40-100) and r = 2
-/// (K 12-14 x L 30-75): costs around the reference (10,150)'s, indexes of 1/5 to 1x its size.
+/// Plain MagicPIG's K 8-11 x L 75-150, multi-probe r = 1 (K 11-13 x L 40-75) and r = 2 (K 14-15 x
+/// L 25-35): costs around the reference (10, 150)'s at 2k-8k, indexes of 1/3 to 1x its size.
 std::vector<spec::LshParams> DefaultProbeGrid();
 
 struct ProbeReportOptions {
