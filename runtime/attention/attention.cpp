@@ -432,6 +432,8 @@ std::string AttentionSpec::str(size_t n_layers) const {
       s << " schedule=[" << schedule.str() << "]";
   } else if (method == spec::Method::magicpig) {
     s << " K=" << K << " L=" << L << " t=" << t;
+    if (r != 0)
+      s << " r=" << r;
     if (!(schedule == lsh::Schedule{}))
       s << " schedule=[" << schedule.str() << "]";
   } else if (method != spec::Method::dense)
