@@ -15,21 +15,6 @@ namespace pig::eval {
 
 namespace {
 
-double Mean(const std::vector<double> &x) {
-  double s = 0;
-  for (double v : x)
-    s += v;
-  return x.empty() ? NAN : s / double(x.size());
-}
-
-double Median(std::vector<double> x) {
-  if (x.empty())
-    return NAN;
-  std::sort(x.begin(), x.end());
-  const std::size_t m = x.size() / 2;
-  return x.size() % 2 ? x[m] : 0.5 * (x[m - 1] + x[m]);
-}
-
 // The runtime index's bytes per token per kv-head over `indexed` tokens (lsh_index.h).
 double IndexBytes(std::size_t indexed, int K, int L) {
   return runtime::lsh::IndexLayout::of(indexed, K, L).bytes_per_token();

@@ -1,5 +1,7 @@
 #include "pig/eval/report.h"
 
+#include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <stdexcept>
@@ -7,6 +9,21 @@
 #include "pig/spec/files.h"
 
 namespace pig::eval {
+
+double Mean(const std::vector<double> &x) {
+  double s = 0;
+  for (double v : x)
+    s += v;
+  return x.empty() ? NAN : s / double(x.size());
+}
+
+double Median(std::vector<double> x) {
+  if (x.empty())
+    return NAN;
+  std::sort(x.begin(), x.end());
+  const std::size_t m = x.size() / 2;
+  return x.size() % 2 ? x[m] : 0.5 * (x[m - 1] + x[m]);
+}
 
 Csv::Csv(const std::string &path, const std::vector<std::string> &header) {
   f_ = std::fopen(path.c_str(), "w");

@@ -232,6 +232,27 @@ void Run(const EvalOptions &e, const AttentionErrorOptions *error, const Downstr
           kv_formats.Measure(P, e.layers, cfg.n_kv_heads, load);
           continue;
         }
+        // Every (layer, kv-head) of --layers as a job across the pool: measure(queries, K, V)
+        // returns each query's points, which add(layer, head, point) takes under a lock. A job's
+        // exception (a transform the keys refuse) is rethrown here by the pool.
+        auto over_groups = [&](const auto &measure, const auto &add) {
+          std::vector<std::pair<size_t, size_t>> jobs;
+          for (size_t layer : e.layers)
+            for (size_t kvh = 0; kvh < cfg.n_kv_heads; ++kvh)
+              jobs.push_back({layer, kvh});
+          std::mutex mu;
+          pool.ParallelFor(jobs.size(), [&](size_t j, size_t) {
+            const auto [layer, kvh] = jobs[j];
+            pig::ref::OwnedMatrix K, V;
+            std::vector<std::vector<float>> qs;
+            load(layer, kvh, K, V, qs);
+            const auto pts = measure(qs, K, V);
+            std::lock_guard<std::mutex> lock(mu);
+            for (size_t g = 0; g < pts.size(); ++g)
+              for (const auto &p : pts[g])
+                add(layer, kvh * group + g, p);
+          });
+        };
         for (size_t layer : e.layers)
           for (size_t kvh = 0; kvh < cfg.n_kv_heads; ++kvh) {
             pig::ref::OwnedMatrix K, V;
@@ -247,55 +268,30 @@ void Run(const EvalOptions &e, const AttentionErrorOptions *error, const Downstr
         part1_s += Since(t0);
         std::fprintf(stderr, "pig-eval: attention error at %zu done (%.0f s)\n", P, part1_s);
         if (transforms) {
-          // (layer, kv-head) jobs across the pool; the report is fed under a lock.
           t0 = Clock::now();
-          std::vector<std::pair<size_t, size_t>> jobs;
-          for (size_t layer : e.layers)
-            for (size_t kvh = 0; kvh < cfg.n_kv_heads; ++kvh)
-              jobs.push_back({layer, kvh});
-          std::mutex mu;
           TransformGridOptions go;
           go.transforms = error->transforms;
           go.grid = error->transform_grid;
           go.seed = AttentionSpec{}.seed;
-          // A job's exception (a transform the keys refuse) is rethrown here by the pool.
-          pool.ParallelFor(jobs.size(), [&](size_t j, size_t) {
-            const auto [layer, kvh] = jobs[j];
-            pig::ref::OwnedMatrix K, V;
-            std::vector<std::vector<float>> qs;
-            load(layer, kvh, K, V, qs);
-            const auto pts = MeasureTransformGrid(qs, K, V, go);
-            std::lock_guard<std::mutex> lock(mu);
-            for (size_t g = 0; g < pts.size(); ++g)
-              for (const auto &p : pts[g])
-                transforms->Add(P, layer, kvh * group + g, p);
-          });
+          over_groups([&](const auto &qs, const auto &K,
+                          const auto &V) { return MeasureTransformGrid(qs, K, V, go); },
+                      [&](size_t layer, size_t head, const TransformPoint &p) {
+                        transforms->Add(P, layer, head, p);
+                      });
           transforms_s += Since(t0);
           std::fprintf(stderr, "pig-eval: hash transforms at %zu done (%.0f s)\n", P, transforms_s);
         }
         if (probes) {
-          // (layer, kv-head) jobs across the pool, like the transforms.
           t0 = Clock::now();
-          std::vector<std::pair<size_t, size_t>> jobs;
-          for (size_t layer : e.layers)
-            for (size_t kvh = 0; kvh < cfg.n_kv_heads; ++kvh)
-              jobs.push_back({layer, kvh});
-          std::mutex mu;
           ProbeGridOptions go;
           go.configs = error->probes;
           go.seed = AttentionSpec{}.seed;
           go.statics.mean_window = e.mean_window;
-          pool.ParallelFor(jobs.size(), [&](size_t j, size_t) {
-            const auto [layer, kvh] = jobs[j];
-            pig::ref::OwnedMatrix K, V;
-            std::vector<std::vector<float>> qs;
-            load(layer, kvh, K, V, qs);
-            const auto pts = MeasureProbeGrid(qs, K, V, go);
-            std::lock_guard<std::mutex> lock(mu);
-            for (size_t g = 0; g < pts.size(); ++g)
-              for (const auto &p : pts[g])
-                probes->Add(P, layer, kvh * group + g, p);
-          });
+          over_groups([&](const auto &qs, const auto &K,
+                          const auto &V) { return MeasureProbeGrid(qs, K, V, go); },
+                      [&](size_t layer, size_t head, const ProbePoint &p) {
+                        probes->Add(P, layer, head, p);
+                      });
           probes_s += Since(t0);
           std::fprintf(stderr, "pig-eval: multi-probe at %zu done (%.0f s)\n", P, probes_s);
         }

@@ -10,21 +10,6 @@ namespace pig::eval {
 
 namespace {
 
-double Mean(const std::vector<double> &x) {
-  double s = 0;
-  for (double v : x)
-    s += v;
-  return x.empty() ? NAN : s / double(x.size());
-}
-
-double Median(std::vector<double> x) {
-  if (x.empty())
-    return NAN;
-  std::sort(x.begin(), x.end());
-  const std::size_t m = x.size() / 2;
-  return x.size() % 2 ? x[m] : 0.5 * (x[m - 1] + x[m]);
-}
-
 std::string Ratio(std::optional<double> v, double base) {
   if (!v)
     return "n/a";

@@ -38,6 +38,10 @@ private:
   std::FILE *f_ = nullptr;
 };
 
+/// The mean and the median of x (NaN when empty).
+double Mean(const std::vector<double> &x);
+double Median(std::vector<double> x);
+
 std::string Fmt(const char *format, double x);
 std::string Join(const std::vector<std::string> &parts, const std::string &sep);
 
