@@ -71,11 +71,11 @@ std::size_t RetrieveView(const LshKernelSet &set, const IndexView &view, int G, 
   return n + found;
 }
 
-// Index traffic of walking one sorted view: per head, table and probe, the two offsets and the
-// ids of the probed bucket in every segment.
-double WalkBytes(const IndexView &ix, const std::uint16_t *qcodes, int G, int r) {
+// Index traffic of walking one sorted view: per head, table and probe (probe_masks), the two
+// offsets and the ids of the probed bucket in every segment.
+double WalkBytes(const IndexView &ix, const std::uint16_t *qcodes, int G,
+                 const std::vector<std::uint16_t> &probes) {
   const std::size_t L = std::size_t(ix.L), stride = (std::size_t(1) << ix.K) + 1;
-  const std::vector<std::uint16_t> probes = probe_masks(ix.K, r);
   double bytes = 0;
   for (std::size_t s0 = 0, s = 0; s0 < ix.count; s0 += kSegmentTokens, ++s) {
     const std::uint16_t *off = ix.offsets + s * L * stride;
@@ -97,10 +97,10 @@ std::size_t retrieve_encoded(const LshKernelSet &set, const LshIndex &index, Sam
                              RetrievalScratch &scratch, StepBuffers &buf, int G, StepStats *stats) {
   if (G < 1 || G > kMaxGroup)
     throw std::invalid_argument("retrieve_step: group of " + std::to_string(G) + " heads");
-  if (rule.r < 0 || rule.r > spec::kMaxR || rule.r >= index.K())
-    throw std::invalid_argument("retrieve_step: probe radius r = " + std::to_string(rule.r) +
-                                " outside [0, min(" + std::to_string(spec::kMaxR) +
-                                ", K - 1 = " + std::to_string(index.K() - 1) + ")]");
+  // (K, L, t, r) as spec states them legal: the kernels assert what this refuses.
+  if (const std::string e = spec::LshParams{{index.K(), index.L()}, rule.t, rule.r}.validate();
+      !e.empty())
+    throw std::invalid_argument("retrieve_step: " + e);
   const std::size_t L = std::size_t(index.L());
   const LshIndex *base = index.base();
   if (buf.qcodes.size() < std::size_t(G) * L)
@@ -146,9 +146,10 @@ std::size_t retrieve_encoded(const LshKernelSet &set, const LshIndex &index, Sam
     stats->indexed = index.count();
     // The tail's codes are read once for the group.
     double bytes = 2.0 * double(index.tail_count() * L);
+    const std::vector<std::uint16_t> probes = probe_masks(index.K(), rule.r);
     if (base)
-      bytes += WalkBytes(base->view(), buf.qcodes.data(), G, rule.r);
-    stats->index_bytes_read = bytes + WalkBytes(index.view(), buf.qcodes.data(), G, rule.r);
+      bytes += WalkBytes(base->view(), buf.qcodes.data(), G, probes);
+    stats->index_bytes_read = bytes + WalkBytes(index.view(), buf.qcodes.data(), G, probes);
   }
   return n_union;
 }

@@ -1,6 +1,7 @@
 // The attend kernels (sampled pass through the whole step, dense pass, merge) against pig::ref,
 // for every set on every target.
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <limits>
 #include <span>
@@ -183,6 +184,28 @@ TEST(SampledStep, RefusesRowsOfAnotherHeadDim) {
   rows.d = pr.d;
   lsh::sampled_step(s, ix, W, lut, 2, scratch, buf, queries, rows);
   EXPECT_TRUE(std::isfinite(lse[0]));
+  // A probe radius the spec refuses (r >= K, r > 3) is refused here, not asserted in a kernel.
+  for (int r : {-1, 4, 8})
+    EXPECT_THROW(lsh::sampled_step(s, ix, W, lut, {2, r}, scratch, buf, queries, rows),
+                 std::invalid_argument)
+        << r;
+}
+
+// The masks a table is probed with: every mask of at most r of K bits, each once, by popcount
+// then value, as many as spec::probes_per_table says.
+TEST(ProbeMasks, TheHammingBallInOrder) {
+  for (int K : {1, 2, 5, 10, 16})
+    for (int r = 0; r <= std::min(3, K - 1); ++r) {
+      const std::vector<std::uint16_t> m = lsh::probe_masks(K, r);
+      ASSERT_EQ(int(m.size()), pig::spec::probes_per_table(K, r)) << K << " " << r;
+      EXPECT_EQ(m[0], 0);
+      for (std::size_t i = 1; i < m.size(); ++i) {
+        const int a = std::popcount(unsigned(m[i - 1])), b = std::popcount(unsigned(m[i]));
+        EXPECT_TRUE(a < b || (a == b && m[i - 1] < m[i])) << K << " " << r << " " << i;
+        EXPECT_LE(b, r);
+        EXPECT_LT(unsigned(m[i]), 1u << K);
+      }
+    }
 }
 
 TEST(DenseAttention, MatchesReference) {

@@ -191,11 +191,13 @@ struct LogUTable {
 /// The XOR masks a table is probed with at radius r: every K-bit mask of at most r set bits, by
 /// popcount then value (0 first), spec::probes_per_table(K, r) of them.
 inline std::vector<std::uint16_t> probe_masks(int K, int r) {
-  std::vector<std::uint16_t> masks;
-  for (int bits = 0; bits <= r; ++bits)
-    for (unsigned m = 0; m < (1u << K); ++m)
-      if (std::popcount(m) == bits)
-        masks.push_back(std::uint16_t(m));
+  std::vector<std::uint16_t> masks{0};
+  for (int bits = 1; bits <= r && bits <= K; ++bits)      // Gosper's hack: the next larger mask of
+    for (unsigned m = (1u << bits) - 1; m < (1u << K);) { // as many bits
+      masks.push_back(std::uint16_t(m));
+      const unsigned low = m & -m, up = m + low;
+      m = (((up ^ m) >> 2) / low) | up;
+    }
   return masks;
 }
 
