@@ -261,19 +261,19 @@ void LshAttention::BuildSlot(size_t layer, size_t kvh, size_t n) {
     share.base = std::move(base);
     share.limit = share.build;
   }
-  if (share.base) {
-    slot = lsh::LshIndex::on(std::move(share.base), share.limit);
-    slot->extend(cfg.set, rows.k, rows.dtype, rows.paged, n, *cfg.W); // this sequence's own
-  } else {
-    slot = lsh::LshIndex::build(cfg.set, rows.k, rows.dtype, rows.paged, n, *cfg.W, st,
-                                spec_.transform);
-    slot->drop_codes();
-  }
   // Room for the whole capacity, so that no step reallocates the tables; an engine's capacity
   // (PagedLshAttention: its longest sequence) is no measure of one sequence's, so there the
   // tables grow as they fill.
-  if (!cache_.pool().external())
-    slot->reserve(sh.capacity);
+  const size_t capacity = cache_.pool().external() ? 0 : sh.capacity;
+  if (share.base) {
+    slot = lsh::LshIndex::on(std::move(share.base), share.limit);
+    if (capacity > 0)
+      slot->reserve(capacity);
+    slot->extend(cfg.set, rows.k, rows.dtype, rows.paged, n, *cfg.W); // this sequence's own
+  } else {
+    slot = lsh::LshIndex::build(cfg.set, rows.k, rows.dtype, rows.paged, n, *cfg.W, st,
+                                spec_.transform, {capacity, /*keep_codes=*/false});
+  }
 }
 
 void LshAttention::PendingUnits(std::vector<size_t> &units) const {

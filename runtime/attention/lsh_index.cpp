@@ -65,13 +65,14 @@ SimHash::SimHash(std::shared_ptr<const SimHash> wide, int K, int L)
 SimHashView SimHash::view() const { return SimHashView{data(), norms(), d_, cols_, K_, L_}; }
 
 LshIndex LshIndex::build(const LshKernelSet &set, const void *keys, DType dtype, std::size_t n,
-                         const SimHash &W, StaticTokens st, const spec::TransformSpec &transform) {
-  return build(set, keys, dtype, PagedRows{}, n, W, st, transform);
+                         const SimHash &W, StaticTokens st, const spec::TransformSpec &transform,
+                         const BuildOptions &opt) {
+  return build(set, keys, dtype, PagedRows{}, n, W, st, transform, opt);
 }
 
 LshIndex LshIndex::build(const LshKernelSet &set, const void *keys, DType dtype,
                          const PagedRows &paged, std::size_t n, const SimHash &W, StaticTokens st,
-                         const spec::TransformSpec &transform) {
+                         const spec::TransformSpec &transform, const BuildOptions &opt) {
   const std::size_t d = W.d();
   LshIndex ix;
   ix.n_ = n;
@@ -95,7 +96,9 @@ LshIndex LshIndex::build(const LshKernelSet &set, const void *keys, DType dtype,
     for (std::size_t j = 0; j < d; ++j)
       ix.mean_[j] = float(acc[j] / double(ix.mean_count_));
   }
-  ix.codes_.assign(count * std::size_t(W.L()), 0);
+  thread_local std::vector<std::uint16_t> scratch_codes;
+  std::vector<std::uint16_t> &codes = opt.keep_codes ? ix.codes_ : scratch_codes;
+  codes.resize(count * std::size_t(W.L())); // every entry is written by set.encode
   std::vector<float> mapped; // fitted hashing: k' of the indexed keys, hashed instead
   if (!transform.identity() && count > 0) {
     ix.fitted_.emplace(transform, keys, dtype, ix.begin_, count, ix.mean_, paged);
@@ -114,13 +117,15 @@ LshIndex LshIndex::build(const LshKernelSet &set, const void *keys, DType dtype,
   ea.rows = count;
   ea.mean = ix.fitted_ ? nullptr : ix.mean_.data();
   ea.W = W.view();
-  ea.codes = ix.codes_.data();
+  ea.codes = codes.data();
   if (count > 0)
     set.encode(ea);
+  if (opt.capacity > 0)
+    ix.reserve(std::max(opt.capacity, n));
   ix.offsets_.assign(ix.layout_.offset_entries, 0);
   ix.ids_.assign(ix.layout_.id_entries, 0);
   BuildIndexArgs ba;
-  ba.codes = ix.codes_.data();
+  ba.codes = codes.data();
   ba.count = count;
   ba.K = W.K();
   ba.L = W.L();

@@ -165,6 +165,49 @@ TEST(LshIndexGrowth, FittedHashingKeepsItsTransformAsTheIndexGrows) {
 // and on all-equal keys (every token collides in every table: every count saturates), alternating
 // between a large and a small index that share one scratch (as the kv-heads of a thread do), must
 // keep returning pig::ref::sample_set exactly across many wraps.
+// BuildOptions: codes hashed into a per-thread buffer and the tables reserved before they are
+// written give the index a default build plus reserve() gives, and growth within the capacity
+// never moves the tables (no step reallocates them).
+TEST(LshIndexGrowth, BuildOptionsGiveTheSameIndexAllocatedOnce) {
+  const std::size_t d = 16, n0 = 3000, n_end = 4200;
+  std::mt19937 rng(5);
+  std::normal_distribution<float> nd;
+  std::vector<float> keys(n_end * d);
+  for (auto &x : keys)
+    x = nd(rng) + 0.25f;
+  const LshKernelSet set = generic_kernel_set();
+  const SimHash W(13, d, 6, 20);
+  const StaticTokens st{4, 64};
+  LshIndex a = LshIndex::build(set, keys.data(), DType::f32, n0, W, st);
+  a.reserve(n_end);
+  LshIndex b =
+      LshIndex::build(set, keys.data(), DType::f32, n0, W, st, {}, BuildOptions{n_end, false});
+  EXPECT_FALSE(a.codes().empty());
+  EXPECT_TRUE(b.codes().empty());
+  auto same = [](const LshIndex &x, const LshIndex &y) {
+    const IndexView vx = x.view(), vy = y.view();
+    const IndexLayout &l = x.layout();
+    ASSERT_EQ(l.count, y.layout().count);
+    ASSERT_EQ(x.tail_count(), y.tail_count());
+    EXPECT_TRUE(std::equal(vx.offsets, vx.offsets + l.offset_entries, vy.offsets));
+    EXPECT_TRUE(std::equal(vx.ids, vx.ids + l.id_entries, vy.ids));
+    EXPECT_EQ(x.mean(), y.mean());
+  };
+  same(a, b);
+  const std::uint16_t *ids = b.view().ids, *offsets = b.view().offsets;
+  std::size_t merges = 0, sorted = b.layout().count;
+  for (std::size_t n = n0 + 37; n <= n_end; n += 37) {
+    a.extend(set, keys.data(), DType::f32, n, W);
+    b.extend(set, keys.data(), DType::f32, n, W);
+    same(a, b);
+    EXPECT_EQ(b.view().ids, ids) << "the tables moved at n = " << n;
+    EXPECT_EQ(b.view().offsets, offsets) << "the offsets moved at n = " << n;
+    merges += b.layout().count != sorted;
+    sorted = b.layout().count;
+  }
+  EXPECT_GE(merges, 2u); // the growth went through merges, which resize the tables
+}
+
 TEST(LshIndexGrowth, RetrievalSurvivesEpochWraparound) {
   const std::size_t d = 8, n = 3000;
   const int K = 5, L = 40; // 18 to 127 heads per epoch wrap

@@ -119,6 +119,17 @@ struct StaticTokens {
   std::size_t mean_window = 0;
 };
 
+/// How LshIndex::build allocates what it writes.
+struct BuildOptions {
+  /// Room for this many tokens in total (reserve()), taken before the tables are written: the
+  /// tables are then allocated once and never copied (reserving after the build copied every
+  /// table into a second allocation: 0.4 s of page faults and copies at 16k, 84 indexes).
+  std::size_t capacity = 0;
+  /// Keep the build's codes (codes()); false hashes into a per-thread buffer that the thread's
+  /// next build reuses, so no build pays fresh pages for codes it drops at once.
+  bool keep_codes = true;
+};
+
 /// Hashing in a space fitted to one (layer, kv-head)'s indexed keys (pig/reference/transform.h;
 /// the runtime serves whiten:a=A): fitted once, at index build, by pig::ref::fit_transform on
 /// the centred indexed keys (so the maps are the reference's, bit for bit), then kept as the
@@ -168,11 +179,12 @@ public:
   /// built with no indexed token stays plain (there is nothing to fit; the mean is zero too).
   static LshIndex build(const LshKernelSet &set, const void *keys, DType dtype, std::size_t n,
                         const SimHash &W, StaticTokens st = {},
-                        const spec::TransformSpec &transform = {});
+                        const spec::TransformSpec &transform = {}, const BuildOptions &opt = {});
   /// The same over keys in pages (a paged KV cache, read in place; PagedRows): the same index.
   static LshIndex build(const LshKernelSet &set, const void *keys, DType dtype,
                         const PagedRows &paged, std::size_t n, const SimHash &W,
-                        StaticTokens st = {}, const spec::TransformSpec &transform = {});
+                        StaticTokens st = {}, const spec::TransformSpec &transform = {},
+                        const BuildOptions &opt = {});
 
   /// An immutable copy of a built index's tables that other sequences' indexes can stand on
   /// (on()): the index of a prefix, shared read-only. Throws std::invalid_argument for an index
