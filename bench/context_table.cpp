@@ -271,18 +271,19 @@ void PrintStepParts(size_t ctx, const StepFloors &f, const std::vector<Run> &run
     const double attn = r.attention_s * to_ms;
     const double in_parts = dense ? attn : ms(p.total());
     const double floors[] = {
-        -1,
-        1e3 * f.weight_bytes / f.bandwidth,
+        -1, 1e3 * f.weight_bytes / f.bandwidth,
         1e3 * dense_layers * H * double(ctx) * row / f.bandwidth,
         dense ? -1 : 1e3 * sparse * double(f.n_heads) * KLd / f.f32_macs,
         dense ? -1 : 1e3 * sparse * H * KLd / f.f32_macs,
         dense ? -1 : 1e3 * r.timed.index_bytes_read / n / f.bandwidth,
+        // Rows read: a group's union (LSH) or, for methods whose heads read apart (lsh-hybrid:
+        // gathered 0), every head's own.
         dense ? -1
-              : 1e3 * (r.timed.gathered / n + sparse * H * double(s.sink + s.local)) * row /
-                    f.bandwidth,
-        -1,
-        -1,
-        -1};
+              : 1e3 *
+                    ((r.timed.gathered > 0 ? r.timed.gathered : r.timed.sampled) / n +
+                     sparse * H * double(s.sink + s.local)) *
+                    row / f.bandwidth,
+        -1, -1, -1};
     const double times[] = {r.step_s * to_ms,
                             (r.step_s - r.attention_s) * to_ms,
                             dense ? attn : ms(p.dense),

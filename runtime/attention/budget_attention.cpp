@@ -2,15 +2,18 @@
 
 #include <algorithm>
 #include <bit>
+#include <chrono>
 #include <cmath>
 #include <cstring>
 #include <functional>
 #include <limits>
 #include <numbers>
 #include <numeric>
+#include <optional>
 #include <stdexcept>
 #include <string>
 
+#include "part_timer.h"
 #include "pig/reference/hybrid.h"
 #include "pig/reference/kv_quant.h"
 #include "pig/reference/lsh.h"
@@ -333,8 +336,12 @@ void BudgetAttention::Forward(size_t layer, size_t pos, size_t n, const float *q
     HybridTruncate(layer, std::min(pos, IndexedEnd(n_tok)));
     // Decode steps only: a prompt's keys are encoded at the first decode step after it (with the
     // mean of everything indexed then, as the reference builds its index).
-    if (n == 1 && n_tok > spec_.sink + spec_.local)
-      HybridFold(layer, IndexedEnd(n_tok));
+    if (n == 1 && n_tok > spec_.sink + spec_.local) {
+      // The first fold of a prompt encodes all its keys (the build); later ones, the step's key.
+      const size_t end = IndexedEnd(n_tok), had = hybrid_[layer * shape().n_kv_heads].end;
+      PartTimer t(end > std::max(had, spec_.sink) + 1 ? stats_.parts.build : stats_.parts.extend);
+      HybridFold(layer, end);
+    }
   }
   if (n > 1) {
     CausalDense(cache_, set_, layer, pos, n, q, out, pool);
@@ -343,15 +350,27 @@ void BudgetAttention::Forward(size_t layer, size_t pos, size_t n, const float *q
   if (layer == 0)
     ++stats_.decode_steps;
   if (dense_layer_[layer] || n_tok <= spec_.sink + spec_.local) {
+    const auto t0 = std::chrono::steady_clock::now();
     DenseDecode(layer, n_tok, q, out, pool);
+    // Thread-seconds, as StepParts counts them: the split keeps every thread busy.
+    stats_.parts.dense +=
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() *
+        double(pool.size());
     return;
   }
   const size_t nh = shape().n_heads, d = shape().head_dim;
   while (scratch_.size() < pool.size())
     scratch_.push_back(std::make_unique<Scratch>());
   std::fill(head_count_.begin(), head_count_.end(), HeadCount{});
-  if (method_ == Method::lsh_hybrid)
+  if (method_ == Method::lsh_hybrid) {
+    // The ranker's pass over every indexed token (retrieval's part); its chunks keep every thread
+    // busy, so its wall time times the threads is its thread-time.
+    const auto t0 = std::chrono::steady_clock::now();
     HybridRankGroups(layer, n_tok - spec_.local - spec_.sink, q, pool);
+    stats_.parts.retrieve +=
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() *
+        double(pool.size());
+  }
   pool.ParallelFor(nh, [&](size_t h, size_t thread) {
     if (cache_.dtype() == lsh::DType::f32)
       SparseHead<float>(layer, h, pos, q + h * d, out + h * d, *scratch_[thread], head_count_[h]);
@@ -733,6 +752,9 @@ void BudgetAttention::HybridHead(size_t layer, size_t head, size_t pos, const fl
 
   // 1. The ranker: the query's codes and H from HybridRankGroups, then each token's estimated
   // logit exactly as ref::hybrid_scores computes it.
+  // Scores, head and tail selection: retrieval's part; the attention over them: the sampled
+  // pass's (StepParts, this head's thread).
+  std::optional<PartTimer> select(std::in_place, count.parts.retrieve);
   const size_t g = head % shape().group();
   const std::uint16_t *qc = Quant() ? nullptr : hybrid_qcodes_[kvh].data() + g * L;
   double qn = 0;
@@ -822,6 +844,8 @@ void BudgetAttention::HybridHead(size_t layer, size_t head, size_t pos, const fl
       put(b + i, 0.0);
     for (size_t j = 0; j < tail_ids.size(); ++j)
       put(b + tail_ids[j], std::log(pi[j]));
+    select.reset();
+    PartTimer attend(count.parts.sampled);
     const double lse = lsh::hybrid_attend(q, rows.k, rows.v, cache_.dtype(), d, scale, s.ids.data(),
                                           s.zs.data(), total, out, s.lz.data(), rows.paged);
     count.sampled = double(head_ids.size() + tail_ids.size());
@@ -848,6 +872,7 @@ void BudgetAttention::HybridHead(size_t layer, size_t head, size_t pos, const fl
     if (!(err > cfg.epsilon) || T >= cap || tail_ids.size() + head_n >= n_idx)
       return;
     T = std::min(cap, std::max(2.0 * T, 1.0));
+    select.emplace(count.parts.retrieve); // the next draw
   }
 }
 

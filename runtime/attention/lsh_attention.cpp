@@ -14,6 +14,7 @@
 
 #include "byte_hash.h"
 #include "checked_size.h"
+#include "part_timer.h"
 #include "pig/runtime/index_share.h"
 
 namespace pig::runtime {
@@ -378,20 +379,6 @@ void LshAttention::DenseGroup(size_t layer, size_t kvh, size_t n_tokens, const f
 }
 
 namespace {
-// Adds the scope's time to a part of the step (StepParts): two clock reads, about 40 ns, a few
-// per (layer, kv-head) and step.
-class PartTimer {
-public:
-  explicit PartTimer(double &acc) : acc_(acc), t0_(std::chrono::steady_clock::now()) {}
-  ~PartTimer() { acc_ += Seconds(); }
-  double Seconds() const {
-    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0_).count();
-  }
-
-private:
-  double &acc_;
-  std::chrono::steady_clock::time_point t0_;
-};
 
 void Count(const lsh::StepStats &st, size_t G, size_t row_bytes, CostCounters &c) {
   c.indexed += double(st.indexed) * double(G);
