@@ -382,11 +382,6 @@ void AttentionSpec::Validate(size_t n_layers) const {
           "lsh-hybrid: reuse (a selection attended by later steps) is in pig::ref only "
           "(pig-eval attention-error): a one-step-old selection was measured worse than TopK's "
           "(docs/HYBRID.md)");
-    if (h.cut > 0)
-      throw std::invalid_argument(
-          "lsh-hybrid: cut (the tail below its best - cut left to the floor) is in pig::ref only "
-          "(pig-eval attention-error): its sparse sampler was measured slower than scoring every "
-          "token (docs/HYBRID.md)");
     if (h.rank == spec::HybridRank::quant && (h.effective_kbits() != 4 || h.candidates > 0))
       throw std::invalid_argument(
           "lsh-hybrid: rank=quant runs with int4 keys (kbits=4) and every token ranked (no cand) "

@@ -178,6 +178,65 @@ void Merge(const float *a, double lse_a, const float *b, double lse_b, size_t d,
     out[j] = float((wa * double(a[j]) + wb * double(b[j])) / (wa + wb));
 }
 
+// rank=quant with a cut (ref::HybridConfig::cut), the sparse path's listing: every indexed token
+// scoring >= `need` (and maybe a few just below) in `pos` (pos's first `count` entries; pos keeps
+// n entries, so that no call refills it), their scores in z exactly as lsh::hybrid_quant_scores
+// computes them. Found by f32 passes over the products p_i = kscale_i acc_i
+// (lsh::hybrid_quant_extent, hybrid_quant_above) instead of a score per token.
+//
+// Why every token scoring >= need is listed: a score is s_i = scale ((sq kscale_i) acc_i) =
+// c P_i (1 + e) with c = scale sq, P_i the exact product and |e| <= 2^-52, and p_i = P_i (1 + e'),
+// |e'| <= 2^-24. So s_i >= t implies p_i >= t / c - 2^-20 (|t / c| + max |p|): `Bound` below.
+struct QuantListing {
+  const float *acc = nullptr, *kscale = nullptr;
+  size_t n = 0;
+  double sq = 0, scale = 0, c = 0;
+  float pmax = 0, pabs = 0;
+  size_t count = 0;
+  double need = 0;
+
+  // False when no listing can be bounded: no positive finite scale, a product not finite.
+  bool Init(const float *a, const float *k, size_t n_, double sq_, double scale_) {
+    acc = a;
+    kscale = k;
+    n = n_;
+    sq = sq_;
+    scale = scale_;
+    c = scale * sq;
+    if (!(c > 0) || !std::isfinite(c))
+      return false;
+    lsh::hybrid_quant_extent(acc, kscale, n, &pmax, &pabs);
+    return std::isfinite(pmax) && std::isfinite(pabs);
+  }
+  // The best score is at least pmax's token's, c pmax (1 - 2^-23).
+  double BestLow() const { return c * double(pmax) - std::abs(c * double(pmax)) * 0x1p-20; }
+  float Bound(double t) const {
+    const double x = t / c, lo = x - 0x1p-20 * (std::abs(x) + double(pabs));
+    float f = float(lo); // rounded down, so that no token above lo is missed
+    if (double(f) > lo)
+      f = std::nextafter(f, -std::numeric_limits<float>::infinity());
+    return f;
+  }
+  // How many tokens List(t) would list.
+  size_t Count(double t) const {
+    return lsh::hybrid_quant_above(acc, kscale, n, Bound(t), nullptr);
+  }
+  // Lists from t (the indices only); returns the count.
+  size_t List(double t, std::vector<std::uint32_t> &pos) {
+    if (pos.size() < n)
+      pos.resize(n);
+    need = t;
+    return count = lsh::hybrid_quant_above(acc, kscale, n, Bound(t), pos.data());
+  }
+  void Scores(const std::vector<std::uint32_t> &pos, std::vector<double> &z) const {
+    z.resize(count);
+    for (size_t k = 0; k < count; ++k) {
+      const double x = scale * (sq * double(kscale[pos[k]]) * double(acc[pos[k]]));
+      z[k] = std::isnan(x) ? -kInf : x;
+    }
+  }
+};
+
 spec::Method ParseMethod(spec::Method method) {
   if (spec::uses_budget(method))
     return method;
@@ -219,6 +278,8 @@ struct BudgetAttention::Scratch {
   std::vector<std::uint32_t> ids;   // attended tokens, ascending
   std::vector<double> zs;           // their logits (lsh-hybrid: their biases)
   std::vector<double> lz;           // lsh-hybrid: their logits minus their biases
+  std::vector<std::uint32_t> cand;  // lsh-hybrid with a cut: the listed tokens (rank=quant)
+  std::vector<double> tmp;          // lsh-hybrid with a cut: a copy of their scores
   std::vector<double> acc;          // head_dim
   std::vector<float> part;          // head_dim: oracle's sampled part
   lsh::HybridSampler hybrid;        // lsh-hybrid's head and draw
@@ -761,7 +822,6 @@ void BudgetAttention::HybridHead(size_t layer, size_t head, size_t pos, const fl
   for (size_t j = 0; j < d; ++j)
     qn += double(q[j]) * double(q[j]);
   const double sq = scale * std::sqrt(qn);
-  s.z.resize(n_idx);
   thread_local std::vector<float> tmp;
   // hamming: cos(pi H / B) tabulated for every H in [0, B] (ref::hamming_cosine: the same
   // doubles), built once per thread and B.
@@ -776,7 +836,35 @@ void BudgetAttention::HybridHead(size_t layer, size_t head, size_t pos, const fl
   const int cand = cfg.candidates;
   // hamming: ref::hybrid_hamming's integers, from the group's scan.
   const std::uint16_t *H = hamming ? hybrid_H_[kvh].data() + g * n_idx : nullptr;
-  if (Quant()) {
+  // The head's size (steps 2-4 below).
+  const double target = cfg.budget * double(n_idx);
+  const size_t head_n = std::min<size_t>(n_idx, size_t(std::llround(cfg.head_share * target)));
+  // rank=quant with a cut: the sparse path scores only the tokens that can be in the head or
+  // within the cut of the tail's best (HYBRID.md "The cut"). The tail's best is the (head + 1)-th
+  // best score, some logits below the best: a bisection on counts of the products finds a lower
+  // bound of it within cut / 16 (between the best and 16 cuts below it; a wider gap: every token
+  // is scored), and the tokens from that bound - cut on are listed.
+  QuantListing ql;
+  size_t listed = 0;
+  if (Quant() && cfg.cut > 0 && !cfg.value_norm && head_n < n_idx &&
+      ql.Init(hybrid_acc_[kvh].data() + g * n_idx, h.kscale.data(), n_idx,
+              double(hybrid_qscale_[kvh][g]), scale)) {
+    const double best = ql.BestLow();
+    double lo = best - 16 * cfg.cut, hi = best; // count(lo) > head, unknown at hi
+    if (ql.Count(lo) > head_n) {
+      while (hi - lo > cfg.cut / 16) {
+        const double mid = 0.5 * (lo + hi);
+        (ql.Count(mid) > head_n ? lo : hi) = mid;
+      }
+      listed = ql.List(lo - cfg.cut, s.cand);
+      ql.Scores(s.cand, s.z);
+    }
+  }
+  if (!listed)
+    s.z.resize(n_idx);
+  if (listed) {
+    // s.z holds the listed tokens' scores
+  } else if (Quant()) {
     // ref::hybrid_scores for rank=quant: scale * dot8, dot8 = (s_q s_k) * the integer sum.
     lsh::hybrid_quant_scores(hybrid_acc_[kvh].data() + g * n_idx, h.kscale.data(),
                              cfg.value_norm ? h.log_vnorms.data() : nullptr, n_idx,
@@ -807,14 +895,28 @@ void BudgetAttention::HybridHead(size_t layer, size_t head, size_t pos, const fl
   count.indexed = double(n_idx);
   count.kv_bytes_indexed = double(2 * n_idx * cache_.RowBytes());
   count.index_bytes_read = double(n_idx) * (ranker + (Quant() ? 0.0 : 8.0)); // + the norm
+  count.ranked = double(n_idx); // the sparse path's count is set below
 
   // 2-4. HybridSampler's head and draw (ref::hybrid_estimate's, see hybrid_select.h), then one
   // softmax over the sink and local tokens, the head (bias 0) and the tail (bias log pi: weight
   // 1 / pi). With epsilon > 0 the tail budget doubles from its start until the estimated relative
   // error is at most epsilon or the cap is reached (step 4, the reference's rule).
-  const double target = cfg.budget * double(n_idx);
-  const size_t head_n = std::min<size_t>(n_idx, size_t(std::llround(cfg.head_share * target)));
-  s.hybrid.Rank(s.z, head_n, cfg.seed, b);
+  if (listed) {
+    s.hybrid.RankSubset(s.z, std::span<const std::uint32_t>(s.cand.data(), listed), n_idx, head_n,
+                        cfg.seed, b, cfg.cut);
+    // Every token scoring >= need is listed, so the sampler's tail best (>= need: more than the
+    // head is listed) is the true one; and if it is at least need + cut, every tail token within
+    // the cut of it is listed too. Else list again from it - cut, which lists them all.
+    const double best = s.hybrid.tail_best();
+    if (best - cfg.cut < ql.need) {
+      listed = ql.List(best - cfg.cut, s.cand);
+      ql.Scores(s.cand, s.z);
+      s.hybrid.RankSubset(s.z, std::span<const std::uint32_t>(s.cand.data(), listed), n_idx, head_n,
+                          cfg.seed, b, cfg.cut);
+    }
+    count.ranked = double(listed);
+  } else
+    s.hybrid.Rank(s.z, head_n, cfg.seed, b, cfg.cut);
   const double cap =
       std::max(0.0, std::max(cfg.max_budget, cfg.budget) * double(n_idx) - double(head_n));
   double T = std::max(0.0, target - double(head_n));

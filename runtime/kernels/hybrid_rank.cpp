@@ -89,6 +89,59 @@ void QuantScores(const float *acc, const float *kscale, const double *log_vnorms
   }
 }
 
+void QuantExtent(const float *acc, const float *kscale, std::size_t n, float *max, float *max_abs) {
+  const hn::ScalableTag<float> df;
+  const std::size_t N = hn::Lanes(df);
+  const auto ninf = hn::Set(df, -std::numeric_limits<float>::infinity());
+  auto mx = ninf, ma = hn::Zero(df);
+  std::size_t i = 0;
+  for (; i + N <= n; i += N) {
+    auto p = hn::Mul(hn::LoadU(df, kscale + i), hn::LoadU(df, acc + i));
+    p = hn::IfThenElse(hn::IsNaN(p), ninf, p); // NaN: neither the max nor a magnitude
+    mx = hn::Max(mx, p);
+    ma = hn::Max(ma, hn::IfThenElse(hn::Eq(p, ninf), hn::Zero(df), hn::Abs(p)));
+  }
+  float m = hn::GetLane(hn::MaxOfLanes(df, mx)), a = hn::GetLane(hn::MaxOfLanes(df, ma));
+  for (; i < n; ++i) {
+    const float p = kscale[i] * acc[i];
+    if (std::isnan(p))
+      continue;
+    m = std::max(m, p);
+    if (p != -std::numeric_limits<float>::infinity())
+      a = std::max(a, std::abs(p));
+  }
+  *max = m;
+  *max_abs = a;
+}
+
+std::size_t QuantAbove(const float *acc, const float *kscale, std::size_t n, float threshold,
+                       std::uint32_t *ids) {
+  const hn::ScalableTag<float> df;
+  const hn::RebindToUnsigned<decltype(df)> du;
+  const std::size_t N = hn::Lanes(df);
+  const auto t = hn::Set(df, threshold);
+  auto idx = hn::Iota(du, 0);
+  const auto step = hn::Set(du, std::uint32_t(N));
+  std::size_t count = 0, i = 0;
+  for (; i + N <= n; i += N, idx = hn::Add(idx, step)) {
+    const auto keep = hn::Ge(hn::Mul(hn::LoadU(df, kscale + i), hn::LoadU(df, acc + i)), t);
+    if (!ids) {
+      count += hn::CountTrue(df, keep);
+      continue;
+    }
+    if (hn::AllFalse(df, keep))
+      continue;
+    count += hn::CompressBlendedStore(idx, hn::RebindMask(du, keep), du, ids + count);
+  }
+  for (; i < n; ++i)
+    if (kscale[i] * acc[i] >= threshold) {
+      if (ids)
+        ids[count] = std::uint32_t(i);
+      ++count;
+    }
+  return count;
+}
+
 // Per block of kQuantBlock tokens and per chunk of lanes: for each component pair, the lanes'
 // bytes widened to i32, split into the two nibbles, converted to f32 (x + 8 in [1, 15]) and
 // multiplied with each head's component (a broadcast); the offset 8 sum_j q_j is taken out at
@@ -161,6 +214,8 @@ HWY_EXPORT(HammingScan);
 HWY_EXPORT(HammingScores);
 HWY_EXPORT(QuantScan);
 HWY_EXPORT(QuantScores);
+HWY_EXPORT(QuantExtent);
+HWY_EXPORT(QuantAbove);
 
 std::size_t hybrid_sketch_words(int bits) {
   const std::size_t w = (std::size_t(bits) + 63) / 64;
@@ -244,6 +299,16 @@ void hybrid_quant_scan(const std::uint8_t *keys, std::size_t d, std::size_t n, c
     for (std::size_t j = 0; j < 2 * half; ++j)
       offset[std::size_t(g)] += 8.0f * qf[std::size_t(g) * 2 * half + j];
   HWY_DYNAMIC_DISPATCH(QuantScan)(keys, half, n, qf, G, offset.data(), acc, stride ? stride : n);
+}
+
+void hybrid_quant_extent(const float *acc, const float *kscale, std::size_t n, float *max,
+                         float *max_abs) {
+  HWY_DYNAMIC_DISPATCH(QuantExtent)(acc, kscale, n, max, max_abs);
+}
+
+std::size_t hybrid_quant_above(const float *acc, const float *kscale, std::size_t n,
+                               float threshold, std::uint32_t *ids) {
+  return HWY_DYNAMIC_DISPATCH(QuantAbove)(acc, kscale, n, threshold, ids);
 }
 
 } // namespace pig::runtime::lsh

@@ -9,6 +9,8 @@
 #include <cmath>
 #include <functional>
 #include <limits>
+#include <stdexcept>
+#include <string>
 
 #include "hwy/contrib/math/math-inl.h"
 #include "hwy/highway.h"
@@ -168,24 +170,30 @@ double Cap(double *rr, std::size_t n, double lambda, std::size_t *capped) {
   return rest;
 }
 
-// The scored tail's draw: token i (score > -inf: the head's is -inf here) is drawn iff
-// U_i < pi_i = min(1, lambda r[i]), U_i = ref::hybrid_uniform(seed, begin + i); appends i and pi_i
-// in position order. Returns the count.
-std::size_t DrawScored(const double *score, const double *r, std::size_t n, double lambda,
-                       std::uint64_t seed, std::size_t begin, std::uint32_t *ids, double *pi) {
+// The scored tail's draw: listed token i (score > -inf: the head's is -inf here) is drawn iff
+// U_i < pi_i = min(1, lambda r[i]), U_i = ref::hybrid_uniform(seed, begin + p_i), p_i = pos[i]
+// (pos null: i); appends i and pi_i in list order. Returns the count.
+std::size_t DrawScored(const double *score, const double *r, const std::uint32_t *pos,
+                       std::size_t n, double lambda, std::uint64_t seed, std::size_t begin,
+                       std::uint32_t *ids, double *pi) {
   constexpr double kNegInf = -std::numeric_limits<double>::infinity();
   std::size_t count = 0, i = 0;
 #if HWY_TARGET != HWY_SCALAR && HWY_TARGET != HWY_EMU128
   const hn::ScalableTag<std::uint64_t> du;
   const hn::Rebind<double, decltype(du)> d;
+  const hn::Rebind<std::uint32_t, decltype(du)> d32;
   const std::size_t N = hn::Lanes(d);
   const auto vl = hn::Set(d, lambda), one = hn::Set(d, 1.0), ninf = hn::Set(d, kNegInf);
   const auto vs = hn::Set(du, seed), step = hn::Set(du, std::uint64_t(N) * spec::kGoldenGamma);
+  const auto gamma = hn::Set(du, spec::kGoldenGamma), first = hn::Set(du, std::uint64_t(begin) + 1);
   auto weyl = WeylOf(du, std::uint64_t(begin));
   HWY_ALIGN double p[hn::MaxLanes(d)], u[hn::MaxLanes(d)];
   for (; i + N <= n; i += N, weyl = hn::Add(weyl, step)) {
     const auto pv = hn::Min(one, hn::Mul(vl, hn::LoadU(d, r + i)));
-    const auto uv = UniformsOf(du, d, weyl, vs);
+    // gamma (begin + pos + 1) for listed positions, as WeylOf gives for consecutive ones.
+    const auto w =
+        pos ? MulLo64(du, hn::Add(hn::PromoteTo(du, hn::LoadU(d32, pos + i)), first), gamma) : weyl;
+    const auto uv = UniformsOf(du, d, w, vs);
     const auto take = hn::And(hn::Lt(uv, pv), hn::Gt(hn::LoadU(d, score + i), ninf));
     if (hn::AllFalse(d, take))
       continue;
@@ -200,7 +208,7 @@ std::size_t DrawScored(const double *score, const double *r, std::size_t n, doub
 #endif
   for (; i < n; ++i) {
     const double pv = std::min(1.0, lambda * r[i]);
-    if (ref::hybrid_uniform(seed, begin + i) < pv && score[i] > kNegInf) {
+    if (ref::hybrid_uniform(seed, begin + (pos ? pos[i] : i)) < pv && score[i] > kNegInf) {
       ids[count] = std::uint32_t(i);
       pi[count++] = pv;
     }
@@ -243,14 +251,47 @@ void hybrid_uniforms(std::uint64_t seed, std::size_t begin, std::size_t n, doubl
 }
 
 void HybridSampler::Rank(std::vector<double> &score, std::size_t head, std::uint64_t seed,
-                         std::size_t indexed_begin) {
+                         std::size_t indexed_begin, double cut) {
   ts_.swap(score); // the scores are the sampler's now; the caller gets a buffer back
-  const std::size_t n = ts_.size();
-  n_ = n;
+  pos_.clear();
+  n_ = total_ = ts_.size();
+  seed_ = seed;
+  begin_ = indexed_begin;
+  RankListed(std::min(head, n_), cut);
+}
+
+void HybridSampler::RankSubset(std::vector<double> &score, std::span<const std::uint32_t> pos,
+                               std::size_t n, std::size_t head, std::uint64_t seed,
+                               std::size_t indexed_begin, double cut) {
+  if (pos.size() != score.size() || pos.size() > n)
+    throw std::invalid_argument("HybridSampler::RankSubset: " + std::to_string(score.size()) +
+                                " scores for " + std::to_string(pos.size()) + " of " +
+                                std::to_string(n) + " tokens");
+  for (std::size_t k = 0; k < pos.size(); ++k)
+    if (pos[k] >= n || (k > 0 && pos[k] <= pos[k - 1]))
+      throw std::invalid_argument("HybridSampler::RankSubset: positions must ascend below n");
+  ts_.swap(score);
+  pos_.assign(pos.begin(), pos.end());
+  n_ = ts_.size();
+  total_ = n;
   seed_ = seed;
   begin_ = indexed_begin;
   head = std::min(head, n);
-  // The head: the `head` best by (score desc, position asc), a total order.
+  std::size_t listed_scored = 0;
+  for (double x : ts_)
+    listed_scored += x > -kInf;
+  // The head and the tail's best must be listed (scored) tokens.
+  if (head >= listed_scored && head < n)
+    throw std::invalid_argument("HybridSampler::RankSubset: " + std::to_string(listed_scored) +
+                                " scored tokens listed for a head of " + std::to_string(head));
+  RankListed(head, cut);
+}
+
+void HybridSampler::RankListed(std::size_t head, double cut) {
+  const std::size_t n = n_; // the listed tokens; ts_ holds their scores
+  head = std::min(head, n);
+  // The head: the `head` best by (score desc, position asc), a total order (listed tokens ascend
+  // by position, so their indices order them as their positions do).
   auto better = [](const std::pair<double, std::uint32_t> &a,
                    const std::pair<double, std::uint32_t> &b) {
     return a.first != b.first ? a.first > b.first : a.second < b.second;
@@ -307,20 +348,21 @@ void HybridSampler::Rank(std::vector<double> &score, std::size_t head, std::uint
     heap_.resize(head);
   }
   scored_ = n - unscored;
-  head_.clear();
+  head_k_.clear();
   for (const auto &[x, i] : heap_)
-    head_.push_back(i);
-  std::sort(head_.begin(), head_.end());
+    head_k_.push_back(i);
+  std::sort(head_k_.begin(), head_k_.end());
   // The tail's scores: the head's set to -inf (so they are neither the max nor summed; Draw tells
   // them from the unscored tokens by r = 0), and the tail's largest from the blocks' maxima,
   // those that held a head token taken again.
   std::size_t head_unscored = 0;
-  for (std::uint32_t i : head_) {
+  for (std::uint32_t i : head_k_) {
     head_unscored += ts_[i] == -kInf;
     ts_[i] = -kInf;
   }
-  n_unscored_ = unscored - head_unscored;
-  for (std::uint32_t i : head_) {
+  // Tokens outside the list are unscored too.
+  n_unscored_ = unscored - head_unscored + (total_ - n);
+  for (std::uint32_t i : head_k_) {
     const std::size_t blk = i / lanes;
     double m = -kInf;
     for (std::size_t j = blk * lanes; j < std::min(n, (blk + 1) * lanes); ++j)
@@ -330,23 +372,39 @@ void HybridSampler::Rank(std::vector<double> &score, std::size_t head, std::uint
   tail_max_ = -kInf;
   for (double m : block_max_)
     tail_max_ = std::max(tail_max_, m);
+  // The cut (ref::hybrid_estimate's): the tail's tokens below its best - cut become unscored.
+  cut_off_ = 0;
+  if (cut > 0 && tail_max_ > -kInf) {
+    const double keep = tail_max_ - cut;
+    for (double &x : ts_)
+      if (x < keep && x > -kInf) {
+        x = -kInf;
+        ++cut_off_;
+      }
+    n_unscored_ += cut_off_;
+  }
+  head_.resize(head_k_.size());
+  for (std::size_t j = 0; j < head_k_.size(); ++j)
+    head_[j] = pos_.empty() ? head_k_[j] : pos_[head_k_[j]];
 }
 
 void HybridSampler::Draw(double T, double floor) {
   tail_.clear();
   pi_drawn_.clear();
-  const std::size_t n = n_ - head_.size(); // the tail
+  const std::size_t n = total_ - head_k_.size(); // the tail
   if (!(T > 0) || n == 0)
     return;
-  // ref::inclusion_probabilities(the tail's scores, n_unscored_, T, floor) over all n_ positions:
-  // the head's r is 0 (never capped, never drawn), an unscored token's is the reference's shared
-  // r_u, each capped on its own at the same lambda as the reference caps them together.
+  // ref::inclusion_probabilities(the tail's scores, n_unscored_, T, floor) over the listed
+  // tokens: the head's r is 0 (never capped, never drawn), an unscored token's is the reference's
+  // shared r_u, each capped on its own at the same lambda as the reference caps them together.
+  // The `extra` tokens outside the list are unscored: r_u each, counted, never stored.
+  const std::size_t extra = total_ - n_;
   const double B = std::min(T, double(n));
   double lambda = 1, pi_u = 1;
   r_.resize(n_);
   if (B >= double(n)) {
     std::fill(r_.begin(), r_.end(), 1.0); // every pi 1: the whole tail
-    for (std::uint32_t i : head_)
+    for (std::uint32_t i : head_k_)
       r_[i] = 0;
   } else {
     const double m = tail_max_;
@@ -362,18 +420,30 @@ void HybridSampler::Draw(double T, double floor) {
     ru = c1 * ru / z + c2;
     double r_max = 0;
     double rest = HWY_DYNAMIC_DISPATCH(Normalize)(r_.data(), n_, c1, z, c2, &r_max);
-    for (std::uint32_t i : head_) {
+    for (std::uint32_t i : head_k_) {
       rest -= r_[i]; // the head is not in the tail
       r_[i] = 0;
     }
+    rest += double(extra) * ru;
+    if (extra > 0)
+      r_max = std::max(r_max, ru);
     // The water-filling: cap, re-solve lambda over the rest, repeat until nothing more caps.
     // Usually nothing caps at the first lambda (lambda max r < 1), and no pass is needed.
     std::size_t ncapped = 0, more = 0;
+    bool extra_capped = false;
     lambda = B / rest;
     if (lambda * r_max >= 1.0) {
       rr_ = r_;
       for (;;) {
-        const double next = HWY_DYNAMIC_DISPATCH(Cap)(rr_.data(), n_, lambda, &more);
+        double next = HWY_DYNAMIC_DISPATCH(Cap)(rr_.data(), n_, lambda, &more);
+        if (extra > 0 && !extra_capped) {
+          if (lambda * ru >= 1.0) {
+            extra_capped = true;
+            more += extra;
+          } else {
+            next += double(extra) * ru;
+          }
+        }
         if (more == 0)
           break;
         ncapped += more;
@@ -388,20 +458,34 @@ void HybridSampler::Draw(double T, double floor) {
   drawn_ids_.resize(n_);
   drawn_pi_.resize(n_);
   const std::size_t k = HWY_DYNAMIC_DISPATCH(DrawScored)(
-      ts_.data(), r_.data(), n_, lambda, seed_, begin_, drawn_ids_.data(), drawn_pi_.data());
+      ts_.data(), r_.data(), pos_.empty() ? nullptr : pos_.data(), n_, lambda, seed_, begin_,
+      drawn_ids_.data(), drawn_pi_.data());
   std::vector<std::size_t> skips;
   if (n_unscored_ > 0)
-    skips = ref::hybrid_skip_draw(seed_, n_, pi_u);
-  std::size_t a = 0, b = 0;
+    skips = ref::hybrid_skip_draw(seed_, total_, pi_u);
+  // A skipped-to position is an unscored tail token if it is not listed, or listed with score
+  // -inf and r > 0 (not the head's).
+  auto position = [&](std::size_t k_) -> std::size_t { return pos_.empty() ? k_ : pos_[k_]; };
+  std::size_t a = 0, b = 0, listed = 0;
   while (a < k || b < skips.size()) {
-    if (b < skips.size() && (a == k || skips[b] < drawn_ids_[a])) {
-      const std::size_t i = skips[b++];
-      if (ts_[i] == -kInf && r_[i] > 0) { // an unscored tail token (not the head's)
-        tail_.push_back(std::uint32_t(i));
+    const std::size_t pa = a < k ? position(drawn_ids_[a]) : 0;
+    if (b < skips.size() && (a == k || skips[b] < pa)) {
+      const std::size_t p = skips[b++];
+      bool unscored = true;
+      if (pos_.empty()) {
+        unscored = ts_[p] == -kInf && r_[p] > 0;
+      } else {
+        while (listed < n_ && pos_[listed] < p)
+          ++listed;
+        if (listed < n_ && pos_[listed] == p)
+          unscored = ts_[listed] == -kInf && r_[listed] > 0;
+      }
+      if (unscored) {
+        tail_.push_back(std::uint32_t(p));
         pi_drawn_.push_back(pi_u);
       }
     } else {
-      tail_.push_back(drawn_ids_[a]);
+      tail_.push_back(std::uint32_t(pa));
       pi_drawn_.push_back(drawn_pi_[a++]);
     }
   }

@@ -468,7 +468,7 @@ TEST(BudgetAttention, RejectsInvalidSpecs) {
   EXPECT_THROW(MakeBudgetAttention(spec, s), std::invalid_argument);
   // What pig::ref has and the runtime refuses, with a message that names it (not run as
   // something else): the low-rank ranker, the cascade, rank=quant's other forms, a reused
-  // selection, the cut.
+  // selection.
   struct Refused {
     const char *hybrid, *message;
   };
@@ -476,8 +476,7 @@ TEST(BudgetAttention, RejectsInvalidSpecs) {
                            Refused{"pre=0.1", "pre (the coarse-then-full cascade)"},
                            Refused{"rank=quant:kbits=8", "rank=quant runs with int4 keys"},
                            Refused{"rank=quant:cand=1", "rank=quant runs with int4 keys"},
-                           Refused{"reuse=2", "reuse (a selection attended by later steps)"},
-                           Refused{"rank=quant:cut=4", "cut (the tail below its best - cut"}}) {
+                           Refused{"reuse=2", "reuse (a selection attended by later steps)"}}) {
     spec = Spec("lsh-hybrid", DType::f32);
     spec.hybrid = ref::HybridConfig::parse(r.hybrid);
     try {
@@ -528,6 +527,91 @@ TEST(BudgetAttention, HybridRankerOptionsMatchReference) {
     decode(pos);
   for (size_t pos = 45; pos < 50; ++pos) // rewind
     decode(pos);
+}
+
+// The cut (ref::HybridConfig::cut). rank=quant without |v| takes the sparse path: it scores only
+// the tokens it lists from f32 passes over the key scales and integer sums, and must select and
+// attend what the reference selects and attends; the other rankers (and |v|) apply the cut to
+// every token's score. `ranked` tells the paths apart: below `indexed` only when tokens were
+// left unlisted.
+TEST(BudgetAttention, HybridCutMatchesReference) {
+  ThreadPool pool(2);
+  const AttentionShape s = Shape();
+  const size_t n = 101;
+  const Data x = MakeData(s, n, 53);
+  struct Run {
+    const char *spec;
+    bool sparse;
+  };
+  for (const Run &r :
+       {Run{"rank=quant:cut=1", true}, Run{"rank=quant:cut=1.5:head=0.1", true},
+        Run{"rank=quant:cut=2:eps=0.05:cap=0.6", true}, Run{"rank=quant:cut=0.5:head=0", true},
+        Run{"rank=quant:cut=1:vnorm=1", false}, Run{"cut=1", false},
+        Run{"rank=collisions:cut=0.5", false}})
+    for (DType dtype : {DType::bf16, DType::f32}) {
+      AttentionSpec spec = Spec("lsh-hybrid", dtype, 0.2);
+      spec.hybrid = ref::HybridConfig::parse(r.spec);
+      auto att = MakeBudgetAttention(spec, s);
+      const auto out = Decode(*att, x, n, pool);
+      const Totals t = Check(spec, s, x, n, out);
+      const AttentionStats st = att->stats();
+      EXPECT_EQ(st.sampled, t.sampled) << r.spec;
+      if (r.sparse) {
+        EXPECT_LT(st.ranked, st.indexed) << r.spec;
+      } else {
+        EXPECT_EQ(st.ranked, st.indexed) << r.spec;
+      }
+    }
+}
+
+// The sparse path's branches, on keys along one axis (so that the int4 keys and their scores are
+// exact multiples of the chosen values a_i, in logit units: s_i = a_i - mean), with a head of 2
+// (positions 20 and 50 score 10) and cut = 1. Its first listing is from 10 - 1 = 9:
+//   relist: a token at 9.25 is listed too, so the tail's best is 9.25, and the path lists again
+//           from 8.25, which adds the two at 8.5: 5 tokens per head;
+//   widen:  only the head is within 1 of the best, so the path lists from 10 - 2 = 8: the head
+//           and three tokens at 8.5, 5 per head;
+//   give up: the rest is 40 below, under every listing tried (1, 2, 4, 8 and 16 below the
+//           best): every token is scored.
+// All three equal the reference.
+TEST(BudgetAttention, HybridCutSparsePathsOnPeakedScores) {
+  ThreadPool pool(2);
+  const AttentionShape s = Shape();
+  const size_t n = 101, d = s.head_dim;
+  enum class Case { relist, widen, give_up };
+  for (Case c : {Case::relist, Case::widen, Case::give_up}) {
+    Data x = MakeData(s, n, 5);
+    auto value = [c](size_t i) -> float {
+      if (i == 20 || i == 50)
+        return 10.0f;
+      if (c == Case::relist && i == 30)
+        return 9.25f;
+      if (c != Case::give_up && (i == 31 || i == 60 || (c == Case::widen && i == 30)))
+        return 8.5f;
+      return (c == Case::give_up ? -30.0f : 0.0f) + float(i % 4) * 0.25f;
+    };
+    for (size_t l = 0; l < s.n_layers; ++l) {
+      std::fill(x.k[l].begin(), x.k[l].end(), 0.0f);
+      for (size_t i = 0; i < n; ++i)
+        for (size_t kvh = 0; kvh < s.n_kv_heads; ++kvh)
+          x.k[l][(i * s.n_kv_heads + kvh) * d] = value(i);
+      std::fill(x.q[l].begin(), x.q[l].end(), 0.0f);
+      for (size_t i = 0; i < n * s.n_heads; ++i) // q = 4 e_0: s_i = (4 / sqrt 16) a_i
+        x.q[l][i * d] = 4.0f;
+    }
+    AttentionSpec spec = Spec("lsh-hybrid", DType::bf16, 0.2);
+    spec.hybrid = ref::HybridConfig::parse("rank=quant:cut=1:head=0.1"); // a head of 2
+    auto att = MakeBudgetAttention(spec, s);
+    const auto out = Decode(*att, x, n, pool);
+    const Totals t = Check(spec, s, x, n, out);
+    const AttentionStats st = att->stats();
+    EXPECT_EQ(st.sampled, t.sampled) << int(c);
+    if (c == Case::give_up) {
+      EXPECT_EQ(st.ranked, st.indexed);
+    } else {
+      EXPECT_EQ(st.ranked, 8 * 5.0) << int(c); // 2 sparse layers x 4 heads
+    }
+  }
 }
 
 // A NaN in one key (NaN in): the centring mean, every centred key's norm and so every score turn

@@ -247,39 +247,107 @@ std::vector<Case> Cases() {
   return cases;
 }
 
+// The sampler's head, tail and pi against the reference's for case c (c.cfg.cut included);
+// `rank` runs Rank or RankSubset on the sampler.
+void ExpectReferenceSelection(const Case &c, std::size_t begin, HybridSampler &sampler,
+                              const std::function<void(std::size_t head)> &rank) {
+  const RefSelection want = Reference(c, begin);
+  const std::size_t N = c.score.size();
+  const double target = c.cfg.budget * double(N);
+  const std::size_t head =
+      std::min<std::size_t>(N, std::size_t(std::llround(c.cfg.head_share * target)));
+  rank(head);
+  sampler.Draw(std::max(0.0, target - double(head)), c.cfg.floor);
+  ASSERT_EQ(sampler.head().size(), want.head.size());
+  for (std::size_t j = 0; j < want.head.size(); ++j)
+    ASSERT_EQ(sampler.head()[j] + begin, want.head[j]) << j;
+  ASSERT_EQ(sampler.tail().size(), want.tail.size());
+  ASSERT_EQ(sampler.pi().size(), want.pi.size());
+  for (std::size_t j = 0; j < want.tail.size(); ++j) {
+    ASSERT_EQ(sampler.tail()[j] + begin, want.tail[j]) << j;
+    // The one difference: exp within 2 ulp, then the same sums in another order (vector
+    // lanes): the partition function of N terms, and so each pi, agree to within N rounding
+    // errors, N 2^-53 relative (1.2e-13 was seen at N = 20000 with ties), at least 1e-13.
+    const double tol = std::max(1e-13, double(N) * 0x1p-53);
+    EXPECT_NEAR(sampler.pi()[j], want.pi[j], tol * want.pi[j]) << j;
+  }
+}
+
 TEST(HybridSelect, SelectsWhatTheReferenceSelects) {
   for_each_target([&] {
     HybridSampler sampler; // reused across the cases, as a pool thread's scratch is
     for (const Case &c : Cases()) {
       SCOPED_TRACE(c.name);
       const std::size_t begin = 4;
-      const RefSelection want = Reference(c, begin);
-      const std::size_t N = c.score.size();
-      const double target = c.cfg.budget * double(N);
-      const std::size_t head =
-          std::min<std::size_t>(N, std::size_t(std::llround(c.cfg.head_share * target)));
-      std::vector<double> score = c.score; // Rank takes it
-      sampler.Rank(score, head, c.cfg.seed, begin);
-      sampler.Draw(std::max(0.0, target - double(head)), c.cfg.floor);
-      ASSERT_EQ(sampler.head().size(), want.head.size());
-      for (std::size_t j = 0; j < want.head.size(); ++j)
-        ASSERT_EQ(sampler.head()[j] + begin, want.head[j]) << j;
-      ASSERT_EQ(sampler.tail().size(), want.tail.size());
-      ASSERT_EQ(sampler.pi().size(), want.pi.size());
-      for (std::size_t j = 0; j < want.tail.size(); ++j) {
-        ASSERT_EQ(sampler.tail()[j] + begin, want.tail[j]) << j;
-        // The one difference: exp within 2 ulp, then the same sums in another order (vector
-        // lanes): the partition function of N terms, and so each pi, agree to within N rounding
-        // errors, N 2^-53 relative (1.2e-13 was seen at N = 20000 with ties), at least 1e-13.
-        const double tol = std::max(1e-13, double(N) * 0x1p-53);
-        EXPECT_NEAR(sampler.pi()[j], want.pi[j], tol * want.pi[j]) << j;
-      }
+      ExpectReferenceSelection(c, begin, sampler, [&](std::size_t head) {
+        std::vector<double> score = c.score; // Rank takes it
+        sampler.Rank(score, head, c.cfg.seed, begin);
+      });
       std::size_t scored = 0;
       for (double x : c.score)
         scored += x != -kInf;
       EXPECT_EQ(sampler.scored(), scored);
+      EXPECT_EQ(sampler.cut_off(), 0u);
     }
   });
+}
+
+// With a cut (ref::HybridConfig::cut): Rank over every token, and RankSubset over a listing that
+// holds the head, every tail token within the cut of the tail's best, and some tokens below it
+// (scored and not) that the sampler must cut itself, select what the reference selects.
+TEST(HybridSelect, ACutAndASubsetSelectWhatTheReferenceSelects) {
+  for_each_target([&] {
+    HybridSampler sampler;
+    ref::Rng rng(17);
+    for (Case c : Cases()) {
+      for (double cut : {0.5, 3.0}) {
+        c.cfg.cut = cut;
+        SCOPED_TRACE(c.name + " cut=" + std::to_string(cut));
+        const std::size_t begin = 4, N = c.score.size();
+        ExpectReferenceSelection(c, begin, sampler, [&](std::size_t head) {
+          std::vector<double> score = c.score;
+          sampler.Rank(score, head, c.cfg.seed, begin, cut);
+        });
+        // The reference's head and the tail's best, for the listing.
+        const RefSelection want = Reference(c, begin);
+        std::vector<bool> in_head(N, false);
+        for (std::size_t i : want.head)
+          in_head[i - begin] = true;
+        double best = -kInf;
+        for (std::size_t i = 0; i < N; ++i)
+          if (!in_head[i])
+            best = std::max(best, c.score[i]);
+        std::vector<std::uint32_t> pos;
+        std::vector<double> listed;
+        std::size_t listed_scored = 0;
+        for (std::size_t i = 0; i < N; ++i)
+          if (in_head[i] || (c.score[i] > -kInf && c.score[i] >= best - cut) ||
+              rng.uniform() < 0.05) {
+            pos.push_back(std::uint32_t(i));
+            listed.push_back(c.score[i]);
+            listed_scored += c.score[i] > -kInf;
+          }
+        const std::size_t head = std::min<std::size_t>(
+            N, std::size_t(std::llround(c.cfg.head_share * c.cfg.budget * double(N))));
+        if (head < N && listed_scored <= head)
+          continue; // RankSubset's precondition (the head within the listed scored tokens)
+        ExpectReferenceSelection(c, begin, sampler, [&](std::size_t h) {
+          std::vector<double> score = listed;
+          sampler.RankSubset(score, pos, N, h, c.cfg.seed, begin, cut);
+        });
+      }
+    }
+  });
+  // RankSubset refuses what it cannot serve.
+  HybridSampler s;
+  std::vector<double> score = {1.0, 2.0};
+  const std::vector<std::uint32_t> down = {3, 1};
+  EXPECT_THROW(s.RankSubset(score, down, 10, 1, 1, 0, 1.0), std::invalid_argument);
+  score = {1.0, 2.0};
+  const std::vector<std::uint32_t> up = {1, 3};
+  EXPECT_THROW(s.RankSubset(score, up, 10, 2, 1, 0, 1.0), std::invalid_argument); // head 2 > 1
+  score = {1.0, 2.0};
+  EXPECT_THROW(s.RankSubset(score, up, 3, 1, 1, 0, 1.0), std::invalid_argument); // 3 >= n
 }
 
 // The sampler draws a superset when the budget grows (the uniforms are fixed per token) and its

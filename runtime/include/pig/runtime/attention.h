@@ -74,6 +74,9 @@ struct CostCounters {
   double kv_bytes_indexed = 0; ///< K+V bytes of the indexed tokens (denominator of cost1)
   double gathered = 0;         ///< sum of |S_1 u ... u S_G| per group step (rows read from memory)
   StepParts parts;             ///< where the steps' time went
+  /// lsh-hybrid: sum of the tokens whose score each head's sampler computed and visited (every
+  /// indexed token, or with rank=quant and a cut only those the sparse path listed)
+  double ranked = 0;
   CostCounters &operator+=(const CostCounters &o) {
     indexed += o.indexed;
     sampled += o.sampled;
@@ -81,6 +84,7 @@ struct CostCounters {
     kv_bytes_indexed += o.kv_bytes_indexed;
     gathered += o.gathered;
     parts += o.parts;
+    ranked += o.ranked;
     return *this;
   }
   /// What happened between two readings: later -= earlier.
@@ -91,6 +95,7 @@ struct CostCounters {
     kv_bytes_indexed -= o.kv_bytes_indexed;
     gathered -= o.gathered;
     parts -= o.parts;
+    ranked -= o.ranked;
     return *this;
   }
 };

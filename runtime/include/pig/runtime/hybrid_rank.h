@@ -79,4 +79,14 @@ void hybrid_quant_scan(const std::uint8_t *keys, std::size_t d, std::size_t n, c
 void hybrid_quant_scores(const float *acc, const float *kscale, const double *log_vnorms,
                          std::size_t n, double sq, double scale, double *z);
 
+/// rank=quant's sparse path (ref::HybridConfig::cut): the f32 products p_i = kscale[i] acc[i],
+/// each within 2^-24 |p_i| of the exact one, whose positive multiple (by scale sq) the score is.
+/// Their largest, and their largest magnitude, over the non-NaN ones (-inf and 0 for none).
+void hybrid_quant_extent(const float *acc, const float *kscale, std::size_t n, float *max,
+                         float *max_abs);
+/// The tokens with p_i >= threshold (never a NaN one), ascending, into ids (n entries at most;
+/// null: only counted); returns their count.
+std::size_t hybrid_quant_above(const float *acc, const float *kscale, std::size_t n,
+                               float threshold, std::uint32_t *ids);
+
 } // namespace pig::runtime::lsh

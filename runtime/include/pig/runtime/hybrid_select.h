@@ -54,9 +54,19 @@ public:
   /// sampler takes them (a swap: `score` comes back holding an unspecified buffer, for reuse).
   /// Keeps the `head` best (score descending, position ascending); the rest is the tail, its
   /// scored tokens drawn by the uniforms U_i = ref::hybrid_uniform(seed, indexed_begin + i),
-  /// its unscored ones by ref::hybrid_skip_draw(seed, n, pi_0).
+  /// its unscored ones by ref::hybrid_skip_draw(seed, n, pi_0). cut > 0: the tail's tokens
+  /// scoring below its best - cut become unscored (ref::HybridConfig::cut).
   void Rank(std::vector<double> &score, std::size_t head, std::uint64_t seed,
-            std::size_t indexed_begin);
+            std::size_t indexed_begin, double cut = 0);
+
+  /// Rank over a subset of the n indexed tokens: score[k] is the score of token pos[k] (pos
+  /// ascending, index-relative), every other token counts as unscored. The same head, tail,
+  /// inclusion probabilities and draw as Rank over all n scores with -inf outside the subset,
+  /// provided the subset holds more than `head` scored tokens (so that the head and the tail's
+  /// best are in it) and every tail token within `cut` of the tail's best: lsh-hybrid's sparse
+  /// path lists only those (budget_attention.cpp). Throws std::invalid_argument otherwise.
+  void RankSubset(std::vector<double> &score, std::span<const std::uint32_t> pos, std::size_t n,
+                  std::size_t head, std::uint64_t seed, std::size_t indexed_begin, double cut);
 
   /// Step 3: the tail drawn at expected size T with the uniform `floor`
   /// (ref::inclusion_probabilities then the draw of ref::hybrid_estimate). Replaces the last
@@ -66,13 +76,21 @@ public:
   std::span<const std::uint32_t> head() const { return head_; } ///< index-relative, ascending
   std::span<const std::uint32_t> tail() const { return tail_; } ///< index-relative, ascending
   std::span<const double> pi() const { return pi_drawn_; }      ///< per tail token
-  std::size_t scored() const { return scored_; } ///< indexed tokens with a finite score
+  std::size_t scored() const { return scored_; }   ///< indexed tokens with a finite score
+  std::size_t cut_off() const { return cut_off_; } ///< scored tail tokens the cut left unscored
+  /// The tail's best score before the cut (-inf: nothing scored in the tail).
+  double tail_best() const { return tail_max_; }
 
 private:
+  void RankListed(std::size_t head, double cut);
+
   std::uint64_t seed_ = 0;
-  std::size_t n_ = 0, begin_ = 0, scored_ = 0, n_unscored_ = 0;
-  double tail_max_ = 0; // the largest score outside the head (-inf: none scored)
-  std::vector<std::uint32_t> head_, tail_;
+  // n_: the listed tokens (all indexed ones, or RankSubset's); total_: the indexed tokens.
+  std::size_t n_ = 0, total_ = 0, begin_ = 0, scored_ = 0, n_unscored_ = 0, cut_off_ = 0;
+  std::vector<std::uint32_t> pos_;    // RankSubset: the listed tokens' positions (empty: 0..n-1)
+  double tail_max_ = 0;               // the largest score outside the head (-inf: none scored)
+  std::vector<std::uint32_t> head_k_; // the head, as indices of the listed tokens
+  std::vector<std::uint32_t> head_, tail_; // positions (index-relative)
   std::vector<double> pi_drawn_;
   std::vector<std::pair<double, std::uint32_t>> heap_; // the head's candidates
   std::vector<double> block_max_;                      // per block of f64 lanes: its largest score
