@@ -51,6 +51,7 @@
 #include "pig/runtime/lsh_index.h"
 #include "pig/runtime/lsh_kernels.h"
 #include "pig/runtime/lsh_step.h"
+#include "pig/runtime/ops.h"
 #include "schedule_variants.h"
 
 namespace {
@@ -633,6 +634,45 @@ void run_pair(benchmark::State &state, const std::string &name, A &&fa, B &&fb) 
   state.counters["B_over_A"] = r.b / r.a;
 }
 
+// A: the f32 FMA peak loop (pig::runtime::Kernels::f32_peak_loop, register-only) doing as many
+// multiply-adds as B; B: the specialised encode of n bf16 keys centred by a mean (the index
+// build's projection onto K L columns of W and the sign checks). A / B = the encode's share of the
+// machine's f32 peak, on one thread.
+void BM_PairIndexEncode(benchmark::State &state, std::size_t n, std::size_t d) {
+  pig::ref::SyntheticConfig sc;
+  sc.n = n;
+  sc.d = d;
+  sc.seed = 11;
+  const pig::ref::AttentionProblem p = pig::ref::synthetic_problem(sc);
+  std::vector<std::uint16_t> keys(n * d);
+  lsh::convert_to_bf16(p.K.data.data(), keys.data(), keys.size());
+  std::vector<float> mean(d, 0.0f);
+  for (std::size_t i = 0; i < n; ++i)
+    for (std::size_t j = 0; j < d; ++j)
+      mean[j] += p.K.data[i * d + j] / float(n);
+  const lsh::SimHash W(kSeed, d, kK, kL);
+  const lsh::LshKernelSet set =
+      lsh::KernelRegistry::global().resolve({kK, kL, int(d), lsh::DType::bf16, lsh::Target::cpu});
+  std::vector<std::uint16_t> codes(n * std::size_t(kL));
+  lsh::EncodeArgs ea;
+  ea.x = keys.data();
+  ea.dtype = lsh::DType::bf16;
+  ea.rows = n;
+  ea.mean = mean.data();
+  ea.W = W.view();
+  ea.codes = codes.data();
+  const pig::runtime::Kernels &k = pig::runtime::BestKernels();
+  const double macs = double(n) * double(d) * kK * kL;
+  const std::uint64_t per_iter = k.f32_peak_loop(1);
+  const std::size_t iters = std::size_t(macs / double(per_iter));
+  std::uint64_t sink = 0;
+  run_pair(
+      state, key("pair_index_encode", d, 1, n), [&] { sink += k.f32_peak_loop(iters); },
+      [&] { set.encode(ea); });
+  benchmark::DoNotOptimize(sink);
+  state.counters["encode_GMAC_s"] = macs / g_pair[key("pair_index_encode", d, 1, n)].b;
+}
+
 // A: streaming read of as many bytes as one dense call reads (K and V), from the stream buffer
 // at a rotating offset; B: the dense call. B / A = stream bandwidth / dense bandwidth.
 void BM_PairDenseStream(benchmark::State &state, std::size_t n, std::size_t d, int G) {
@@ -1044,6 +1084,13 @@ void print_ratios() {
           "at %.2fx magicpig's speed (target >= 0.9x)\n",
           what == "pair_hybrid_quant_step_sampled" ? " (rank=quant)" : "", shape, r.b / r.a,
           us(r.b), us(r.b_min), us(r.b_max), us(r.a), us(r.a_min), us(r.a_max), r.calls, r.a / r.b);
+    } else if (what == "pair_index_encode") {
+      const double macs = double(n) * double(d) * kK * kL;
+      std::printf("index encode vs f32 FMA peak %s : %5.1f %% of the peak, one thread (encode %.0f "
+                  "us [%.0f-%.0f] = %.1f GMAC/s, peak loop %.0f us, %zu calls; K=%d L=%d, bf16 "
+                  "keys)\n",
+                  shape, 100.0 * r.a / r.b, us(r.b), us(r.b_min), us(r.b_max), macs / r.b, us(r.a),
+                  r.calls, kK, kL);
     } else if (what == "pair_retrieval") {
       std::printf("retrieval ours vs public %s : %5.2fx (ours %.1f us [%.1f-%.1f], public %.1f us "
                   "[%.1f-%.1f], %zu calls)  (target >= 2x)\n",
@@ -1152,6 +1199,12 @@ void RegisterAttentionBenchmarks(const std::optional<lsh::Schedule> &only) {
           [=](benchmark::State &st) { BM_PairSpecGeneric(st, n, s.d, s.G, true); });
     }
   }
+  for (std::size_t d : {64, 128})
+    benchmark::RegisterBenchmark(key("pair_index_encode", d, 1, 16384).c_str(),
+                                 [d](benchmark::State &st) { BM_PairIndexEncode(st, 16384, d); })
+        ->Unit(benchmark::kMicrosecond)
+        ->UseRealTime()
+        ->MinTime(0.2);
   benchmark::RegisterBenchmark(key("pair_retrieval", 128, 1, 131072).c_str(),
                                [](benchmark::State &st) { BM_PairRetrieval(st, 131072, 128); })
       ->Unit(benchmark::kMicrosecond)
