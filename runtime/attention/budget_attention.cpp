@@ -397,12 +397,8 @@ void BudgetAttention::Forward(size_t layer, size_t pos, size_t n, const float *q
     HybridTruncate(layer, std::min(pos, IndexedEnd(n_tok)));
     // Decode steps only: a prompt's keys are encoded at the first decode step after it (with the
     // mean of everything indexed then, as the reference builds its index).
-    if (n == 1 && n_tok > spec_.sink + spec_.local) {
-      // The first fold of a prompt encodes all its keys (the build); later ones, the step's key.
-      const size_t end = IndexedEnd(n_tok), had = hybrid_[layer * shape().n_kv_heads].end;
-      PartTimer t(end > std::max(had, spec_.sink) + 1 ? stats_.parts.build : stats_.parts.extend);
-      HybridFold(layer, end);
-    }
+    if (n == 1 && n_tok > spec_.sink + spec_.local)
+      HybridFold(layer, IndexedEnd(n_tok), pool);
   }
   if (n > 1) {
     CausalDense(cache_, set_, layer, pos, n, q, out, pool);
@@ -646,13 +642,19 @@ void BudgetAttention::HybridTruncate(size_t layer, size_t pos) {
   }
 }
 
-void BudgetAttention::HybridFold(size_t layer, size_t end) {
+void BudgetAttention::HybridFold(size_t layer, size_t end, ThreadPool &pool) {
   const size_t d = shape().head_dim, L = size_t(spec_.L), b = spec_.sink;
-  std::vector<float> row(d);
-  for (size_t kvh = 0; kvh < shape().n_kv_heads; ++kvh) {
+  // Each kv-head's index is its own: a fold of many tokens (a prompt's, at its first decode step)
+  // runs the kv-heads on the pool; a step's one token stays on this thread.
+  size_t most = 0;
+  for (size_t kvh = 0; kvh < shape().n_kv_heads; ++kvh)
+    most = std::max(
+        most, end - std::min(end, std::max(hybrid_[layer * shape().n_kv_heads + kvh].end, b)));
+  auto fold = [&](size_t kvh) {
+    std::vector<float> row(d);
     HybridIndex &h = hybrid_[layer * shape().n_kv_heads + kvh];
     if (end <= std::max(h.end, b))
-      continue;
+      return;
     if (h.mean.empty()) {
       // ref::build_index's mean: ref::mean_of_rows over the f32 rows of [sink, end).
       ref::OwnedMatrix keys(end - b, d);
@@ -717,7 +719,20 @@ void BudgetAttention::HybridFold(size_t layer, size_t end) {
       }
     }
     h.end = end;
-  }
+  };
+  // StepParts: a prompt's fold is the build (on the pool: its wall time times the threads), a
+  // step's the extension.
+  const auto t0 = std::chrono::steady_clock::now();
+  if (most >= 256)
+    pool.ParallelFor(shape().n_kv_heads, [&](size_t kvh, size_t) { fold(kvh); });
+  else
+    for (size_t kvh = 0; kvh < shape().n_kv_heads; ++kvh)
+      fold(kvh);
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  if (most >= 256)
+    stats_.parts.build += s * double(pool.size());
+  else
+    stats_.parts.extend += s;
 }
 
 void BudgetAttention::ScanInChunks(size_t n_idx, size_t granule, ThreadPool &pool,

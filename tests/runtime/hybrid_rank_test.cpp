@@ -192,6 +192,49 @@ TEST(HybridRank, QuantScanGivesTheReferencesIntegers) {
 // rank=quant's scores: ref::hybrid_scores's sc * dot8 = scale ((s_q s_k) acc) (+ log |v|), NaN
 // (a non-finite key's scale) to -inf, the same doubles on every target; lengths that leave a
 // remainder, and 0.
+// hybrid_quant_pack rounds as ref::HybridLowRank::round_key(c, 4), nibble for nibble: random keys,
+// components exactly halfway between two codes (lround rounds them away from zero), just below
+// halfway, negative zero, huge and tiny keys, a zero key and non-finite components.
+TEST(HybridRank, QuantPackRoundsAsTheReference) {
+  ref::Rng rng(5);
+  std::vector<std::vector<float>> keys;
+  for (std::size_t d : {64, 33, 8, 1})
+    for (int r = 0; r < 40; ++r) {
+      std::vector<float> k(d);
+      for (float &x : k)
+        x = float(rng.gaussian() * (r % 3 == 0 ? 1e30 : r % 3 == 1 ? 1e-30 : 2.0));
+      keys.push_back(k);
+    }
+  // Scale 1 (max 7): halves, and the doubles just below them.
+  keys.push_back({7.0f, 0.5f, -0.5f, 1.5f, -1.5f, 2.5f, -2.5f, 6.5f, -6.5f, -0.0f,
+                  std::nextafter(0.5f, 0.0f), std::nextafter(-2.5f, 0.0f), -7.0f, 3.5f});
+  // Scale 0.5 (max 3.5): the quarter steps are halves of codes.
+  keys.push_back({3.5f, 0.25f, -0.25f, 0.75f, -1.25f, 3.25f, -3.25f, 1.75f});
+  keys.push_back(std::vector<float>(16, 0.0f));
+  keys.push_back({1.0f, std::numeric_limits<float>::quiet_NaN(), 2.0f});
+  keys.push_back({-std::numeric_limits<float>::infinity(), 1.0f});
+  for (std::size_t i = 0; i < keys.size(); ++i) {
+    const std::vector<float> &k = keys[i];
+    const std::size_t d = k.size(), half = hybrid_quant_bytes(d);
+    const ref::HybridLowRank::Key want = ref::HybridLowRank::round_key(k, 4);
+    for (std::size_t token : {std::size_t(0), std::size_t(kQuantBlock + 3)}) {
+      std::vector<std::uint8_t> packed(hybrid_quant_size(token + 1, d), 0xAB);
+      const float s = hybrid_quant_pack(k.data(), d, token, packed.data());
+      if (std::isnan(want.scale))
+        EXPECT_TRUE(std::isnan(s)) << i;
+      else
+        EXPECT_EQ(s, want.scale) << i;
+      const bool codes = want.scale > 0;
+      const std::uint8_t *b =
+          packed.data() + token / kQuantBlock * kQuantBlock * half + token % kQuantBlock;
+      for (std::size_t j = 0; j < d; ++j) {
+        const int nib = (b[j / 2 * kQuantBlock] >> (4 * (j % 2))) & 15;
+        EXPECT_EQ(nib - 8, codes ? int(want.x[j]) : 0) << "key " << i << " component " << j;
+      }
+    }
+  }
+}
+
 TEST(HybridRank, QuantScoresAreTheReferencesDoubles) {
   ref::Rng rng(8);
   const std::size_t n = 203;

@@ -93,7 +93,7 @@ private:
   void QuestTruncate(size_t layer, size_t pos);
   // lsh-hybrid: encodes the keys of positions [hybrid_[..].end, end) of every kv-head of the
   // layer (the mean frozen at the first call that indexes anything), and forgets from `pos` on.
-  void HybridFold(size_t layer, size_t end);
+  void HybridFold(size_t layer, size_t end, ThreadPool &pool);
   void HybridTruncate(size_t layer, size_t pos);
   // lsh-hybrid, per decode step of a sparse layer: for each kv-head, the codes of its G queries
   // (hybrid_qcodes_) and, with rank=hamming, every indexed token's H for the G heads from one scan
