@@ -44,6 +44,7 @@
 #include "attention_benchmarks.h"
 #include "pig/reference/hybrid.h"
 #include "pig/reference/kv_quant.h"
+#include "pig/reference/lsh.h"
 #include "pig/reference/random.h"
 #include "pig/reference/synthetic.h"
 #include "pig/runtime/hybrid_rank.h"
@@ -167,6 +168,21 @@ struct Dataset {
 
 std::unique_ptr<Dataset> g_data;
 
+// The synthetic attention problem of n keys of dimension d (pig::ref::synthetic_problem), and
+// its rows (keys or values) rounded to bf16.
+pig::ref::AttentionProblem synthetic(std::size_t n, std::size_t d, std::uint64_t seed) {
+  pig::ref::SyntheticConfig sc;
+  sc.n = n;
+  sc.d = d;
+  sc.seed = seed;
+  return pig::ref::synthetic_problem(sc);
+}
+std::vector<std::uint16_t> bf16_rows(const std::vector<float> &rows) {
+  std::vector<std::uint16_t> out(rows.size());
+  lsh::convert_to_bf16(rows.data(), out.data(), out.size());
+  return out;
+}
+
 Dataset &dataset(std::size_t n, std::size_t d, int G, bool with_index) {
   if (g_data && g_data->n == n && g_data->d == d && g_data->G == G &&
       (!with_index || !g_data->index.empty()))
@@ -176,14 +192,8 @@ Dataset &dataset(std::size_t n, std::size_t d, int G, bool with_index) {
   ds->n = n;
   ds->d = d;
   ds->G = G;
-  pig::ref::SyntheticConfig sc;
-  sc.n = n;
-  sc.d = d;
-  sc.seed = 7;
-  const pig::ref::AttentionProblem p = pig::ref::synthetic_problem(sc);
-  std::vector<std::uint16_t> kb(n * d), vb(n * d);
-  lsh::convert_to_bf16(p.K.data.data(), kb.data(), kb.size());
-  lsh::convert_to_bf16(p.V.data.data(), vb.data(), vb.size());
+  const pig::ref::AttentionProblem p = synthetic(n, d, 7);
+  const std::vector<std::uint16_t> kb = bf16_rows(p.K.data), vb = bf16_rows(p.V.data);
   for (std::size_t qi = 0; qi < kQueries; ++qi)
     ds->q.push_back(group_query(p.q, G, qi));
   ds->W = std::make_unique<lsh::SimHash>(kSeed, d, kK, kL);
@@ -436,13 +446,8 @@ RetrievalData &retrieval_data(std::size_t n, std::size_t d) {
   auto r = std::make_unique<RetrievalData>();
   r->n = n;
   r->d = d;
-  pig::ref::SyntheticConfig sc;
-  sc.n = n;
-  sc.d = d;
-  sc.seed = 7;
-  const pig::ref::AttentionProblem p = pig::ref::synthetic_problem(sc);
-  std::vector<std::uint16_t> kb(n * d);
-  lsh::convert_to_bf16(p.K.data.data(), kb.data(), kb.size());
+  const pig::ref::AttentionProblem p = synthetic(n, d, 7);
+  const std::vector<std::uint16_t> kb = bf16_rows(p.K.data);
   const lsh::SimHash W(kSeed, d, kK, kL);
   const lsh::LshKernelSet set = lsh::generic_kernel_set();
   lsh::LshIndex ix = lsh::LshIndex::build(set, kb.data(), lsh::DType::bf16, n, W);
@@ -639,17 +644,9 @@ void run_pair(benchmark::State &state, const std::string &name, A &&fa, B &&fb) 
 // build's projection onto K L columns of W and the sign checks). A / B = the encode's share of the
 // machine's f32 peak, on one thread.
 void BM_PairIndexEncode(benchmark::State &state, std::size_t n, std::size_t d) {
-  pig::ref::SyntheticConfig sc;
-  sc.n = n;
-  sc.d = d;
-  sc.seed = 11;
-  const pig::ref::AttentionProblem p = pig::ref::synthetic_problem(sc);
-  std::vector<std::uint16_t> keys(n * d);
-  lsh::convert_to_bf16(p.K.data.data(), keys.data(), keys.size());
-  std::vector<float> mean(d, 0.0f);
-  for (std::size_t i = 0; i < n; ++i)
-    for (std::size_t j = 0; j < d; ++j)
-      mean[j] += p.K.data[i * d + j] / float(n);
+  const pig::ref::AttentionProblem p = synthetic(n, d, 11);
+  const std::vector<std::uint16_t> keys = bf16_rows(p.K.data);
+  const std::vector<float> mean = pig::ref::mean_of_rows(p.K, 0, n);
   const lsh::SimHash W(kSeed, d, kK, kL);
   const lsh::LshKernelSet set =
       lsh::KernelRegistry::global().resolve({kK, kL, int(d), lsh::DType::bf16, lsh::Target::cpu});

@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <bit>
-#include <chrono>
 #include <cmath>
 #include <cstring>
 #include <functional>
@@ -407,12 +406,8 @@ void BudgetAttention::Forward(size_t layer, size_t pos, size_t n, const float *q
   if (layer == 0)
     ++stats_.decode_steps;
   if (dense_layer_[layer] || n_tok <= spec_.sink + spec_.local) {
-    const auto t0 = std::chrono::steady_clock::now();
+    const PartTimer t(stats_.parts.dense, pool.size()); // the split keeps every thread busy
     DenseDecode(layer, n_tok, q, out, pool);
-    // Thread-seconds, as StepParts counts them: the split keeps every thread busy.
-    stats_.parts.dense +=
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() *
-        double(pool.size());
     return;
   }
   const size_t nh = shape().n_heads, d = shape().head_dim;
@@ -420,13 +415,10 @@ void BudgetAttention::Forward(size_t layer, size_t pos, size_t n, const float *q
     scratch_.push_back(std::make_unique<Scratch>());
   std::fill(head_count_.begin(), head_count_.end(), HeadCount{});
   if (method_ == Method::lsh_hybrid) {
-    // The ranker's pass over every indexed token (retrieval's part); its chunks keep every thread
-    // busy, so its wall time times the threads is its thread-time.
-    const auto t0 = std::chrono::steady_clock::now();
+    // The ranker's pass over every indexed token (retrieval's part); its chunks keep every
+    // thread busy.
+    const PartTimer t(stats_.parts.retrieve, pool.size());
     HybridRankGroups(layer, n_tok - spec_.local - spec_.sink, q, pool);
-    stats_.parts.retrieve +=
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() *
-        double(pool.size());
   }
   pool.ParallelFor(nh, [&](size_t h, size_t thread) {
     if (cache_.dtype() == lsh::DType::f32)
@@ -720,19 +712,15 @@ void BudgetAttention::HybridFold(size_t layer, size_t end, ThreadPool &pool) {
     }
     h.end = end;
   };
-  // StepParts: a prompt's fold is the build (on the pool: its wall time times the threads), a
-  // step's the extension.
-  const auto t0 = std::chrono::steady_clock::now();
-  if (most >= 256)
+  // StepParts: a prompt's fold is the build, on the pool; a step's the extension, on this thread.
+  if (most >= 256) {
+    const PartTimer t(stats_.parts.build, pool.size());
     pool.ParallelFor(shape().n_kv_heads, [&](size_t kvh, size_t) { fold(kvh); });
-  else
+  } else {
+    const PartTimer t(stats_.parts.extend);
     for (size_t kvh = 0; kvh < shape().n_kv_heads; ++kvh)
       fold(kvh);
-  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  if (most >= 256)
-    stats_.parts.build += s * double(pool.size());
-  else
-    stats_.parts.extend += s;
+  }
 }
 
 void BudgetAttention::ScanInChunks(size_t n_idx, size_t granule, ThreadPool &pool,
