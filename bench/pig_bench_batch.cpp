@@ -77,7 +77,7 @@ Options ParseOptions(int argc, char **argv) {
                "the step's byte and compute floors; then prefill tokens/s.",
                "pig-bench-batch"};
   pig::app::Init(app);
-  pig::app::AddModelOptions(app, o.model);
+  pig::app::AddModelOptions(app, o.model, false, /*rope=*/true);
   pig::app::AddThreadsOption(app, o.threads);
   pig::app::AddAttentionOptions(app, o.lsh);
   pig::app::AddKvOption(app, o.lsh.kv_dtype);
@@ -125,8 +125,7 @@ BatchRun RunBatch(const LlamaModel &model, ThreadPool &pool, const AttentionSpec
                   const KvCache &tiled, size_t context, size_t b, const std::vector<int32_t> &feed,
                   size_t budget, MatMulPath path, bool batch_hash) {
   const LlamaConfig &c = model.config();
-  const AttentionShape shape{c.n_layers, c.n_heads, c.n_kv_heads, c.head_dim,
-                             context + feed.size()};
+  const AttentionShape shape = c.Shape(context + feed.size());
   BatchRun r;
   LlamaBatch batch(model, pool,
                    LlamaBatch::Options{std::max<size_t>(b, 1), budget, path, batch_hash});
@@ -183,7 +182,7 @@ int main(int argc, char **argv) {
   std::setvbuf(stdout, nullptr, _IOLBF, 0); // each row as it is measured, into a file too
   try {
     pig::app::RegisterKernels();
-    auto model = LlamaModel::Load(o.model.path);
+    auto model = LlamaModel::Load(o.model.path, o.model.overrides);
     const LlamaConfig &c = model->config();
     o.lsh.Validate(c.n_layers);
     ThreadPool pool(o.threads);
@@ -310,9 +309,7 @@ int main(int argc, char **argv) {
         continue;
       const std::vector<int32_t> prompt(text.begin(), text.begin() + std::ptrdiff_t(n));
       for (MatMulPath path : {MatMulPath::kFloat, MatMulPath::kInteger}) {
-        LlamaSession s(*model, pool, n,
-                       MakeAttention(dense, AttentionShape{c.n_layers, c.n_heads, c.n_kv_heads,
-                                                           c.head_dim, n}));
+        LlamaSession s(*model, pool, n, MakeAttention(dense, c.Shape(n)));
         s.set_prefill_path(path);
         const auto t0 = Clock::now();
         s.Forward(prompt.data(), n, nullptr);

@@ -90,7 +90,7 @@ Options ParseOptions(int argc, char **argv) {
                "(docs/PERFORMANCE.md).",
                "pig-bench-context"};
   pig::app::Init(app);
-  pig::app::AddModelOptions(app, o.model);
+  pig::app::AddModelOptions(app, o.model, false, /*rope=*/true);
   pig::app::AddThreadsOption(app, o.threads);
   pig::app::AddTuningOptions(app, o.tuning);
   pig::app::AddLongContextOptions(app, o.ctx);
@@ -191,7 +191,7 @@ int main(int argc, char **argv) {
   const Options o = ParseOptions(argc, argv);
   try {
     pig::app::RegisterKernels();
-    auto model = LlamaModel::Load(o.model.path);
+    auto model = LlamaModel::Load(o.model.path, o.model.overrides);
     const LlamaConfig &c = model->config();
     // --tuning: loaded (and refused) before the prefill.
     std::optional<pig::app::Tuning> tuning;
@@ -235,8 +235,7 @@ int main(int argc, char **argv) {
     lsh.dense_below = o.dense_below;
     if (lsh.dense_below == AttentionSpec::kDenseBelowMeasured) {
       const auto m0 = std::chrono::steady_clock::now();
-      const size_t n = MeasuredDenseCrossover(
-          lsh, AttentionShape{c.n_layers, c.n_heads, c.n_kv_heads, c.head_dim, 0});
+      const size_t n = MeasuredDenseCrossover(lsh, c.Shape(0));
       std::printf("LSH decodes densely below %zu positions (measured in %.2f s; --dense-below "
                   "N pins it)\n",
                   n, std::chrono::duration<double>(std::chrono::steady_clock::now() - m0).count());
@@ -333,7 +332,7 @@ int main(int argc, char **argv) {
     for (const auto &[ctx, runs] : measured)
       pig::bench::PrintStepParts(ctx, floors, runs, specs, which);
     // Which kernel sets served LSH and, with --tuning, the point's configurations.
-    const AttentionShape probe_shape{c.n_layers, c.n_heads, c.n_kv_heads, c.head_dim, 16};
+    const AttentionShape probe_shape = c.Shape(16);
     std::printf("\nkernels: %s\n", MakeAttention(lsh, probe_shape)->stats().kernels.c_str());
     if (ti)
       std::printf("tuned kernels: %s\n",

@@ -62,8 +62,7 @@ double BatchStepRate(const LlamaModel &model, ThreadPool &pool, size_t b, size_t
   const size_t per_round = std::max<size_t>(1, steps / 3);
   std::vector<std::unique_ptr<Attention>> attn;
   for (size_t i = 0; i < b; ++i) {
-    attn.push_back(std::make_unique<DenseAttention>(
-        AttentionShape{c.n_layers, c.n_heads, c.n_kv_heads, c.head_dim, len[i] + 3 * per_round}));
+    attn.push_back(std::make_unique<DenseAttention>(c.Shape(len[i] + 3 * per_round)));
   }
   LlamaBatch batch(model, pool, std::move(attn));
   std::vector<int32_t> next(b);

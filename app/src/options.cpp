@@ -136,8 +136,24 @@ CLI::Validator IntegerList(std::uint64_t lo, std::uint64_t hi, bool allow_none) 
       [lo, hi, allow_none](std::string &s) { return CheckIntegerList(s, lo, hi, allow_none); }, "");
 }
 
-void AddModelOptions(CLI::App &app, ModelOptions &o, bool context) {
+void AddModelOptions(CLI::App &app, ModelOptions &o, bool context, bool rope) {
   app.add_option("--model", o.path, "GGUF model")->capture_default_str()->group(kModelGroup);
+  if (rope) {
+    app.add_option("--rope-scaling", o.overrides.rope_scaling,
+                   "RoPE scaling over the file's: none, linear or yarn (sets the trained context "
+                   "to the factor times the original one)")
+        ->check(CLI::IsMember({"none", "linear", "yarn"}))
+        ->group(kModelGroup);
+    app.add_option("--rope-scale", o.overrides.rope_scale,
+                   "the RoPE scaling factor (default: the file's rope.scaling.factor)")
+        ->check(CLI::Range(1e-3, 1024.0))
+        ->group(kModelGroup);
+    app.add_option("--yarn-orig-ctx", o.overrides.yarn_orig_ctx,
+                   "YaRN's original (trained) context (default: the file's, else its "
+                   "context_length)")
+        ->check(Integer(1, std::size_t(1) << 24))
+        ->group(kModelGroup);
+  }
   if (!context)
     return;
   app.add_option("--ctx", o.ctx, "KV cache positions (0: the prompt plus what is decoded)")

@@ -30,8 +30,7 @@ KeptPrefill PrefillKept(const LlamaModel &model, const std::string &model_path, 
   const LlamaConfig &c = model.config();
   const size_t n = tokens.size();
   KeptPrefill k;
-  k.pool = std::make_shared<KvPool>(
-      AttentionShape{c.n_layers, c.n_heads, c.n_kv_heads, c.head_dim, 0}, dtype, 0);
+  k.pool = std::make_shared<KvPool>(c.Shape(0), dtype, 0);
   // The rows depend on the model file, on the kernels that computed them (another target's
   // rounding differs) and on their element type: all three name the blocks (the files of an f32
   // prefill and of a bf16 one must not replace each other).
@@ -43,9 +42,8 @@ KeptPrefill PrefillKept(const LlamaModel &model, const std::string &model_path, 
     k.cache->SetDisk(dir, 0);
   AttentionSpec dense;
   dense.kv_dtype = dtype;
-  k.session = std::make_unique<LlamaSession>(
-      model, pool, n,
-      MakeAttention(dense, {c.n_layers, c.n_heads, c.n_kv_heads, c.head_dim, n}, k.pool));
+  k.session =
+      std::make_unique<LlamaSession>(model, pool, n, MakeAttention(dense, c.Shape(n), k.pool));
   std::vector<std::int32_t> blocks;
   k.from_disk = dir.empty() ? 0 : k.cache->Lookup(tokens.data(), n, blocks);
   if (k.from_disk > 0) {
@@ -99,7 +97,7 @@ TiledDecoder::TiledDecoder(const LlamaModel &model, ThreadPool &pool, const Atte
                            const KvCache &tiled, size_t context, size_t steps)
     : logits_(model.config().vocab), pool_(pool) {
   const LlamaConfig &c = model.config();
-  const AttentionShape shape{c.n_layers, c.n_heads, c.n_kv_heads, c.head_dim, context + steps};
+  const AttentionShape shape = c.Shape(context + steps);
   auto timed = std::make_unique<TimedAttention>(MakeAttention(spec, shape));
   timed_ = timed.get();
   timed_->LoadPrefix(tiled, context);

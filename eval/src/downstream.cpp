@@ -89,7 +89,7 @@ MethodRun DecodeWith(const LlamaModel &model, ThreadPool &pool, const KvCache &p
                      size_t capacity, const AttentionSpec &spec, const std::vector<float> &logits0,
                      Step step) {
   const auto t0 = Clock::now();
-  std::unique_ptr<Attention> attn = MakeAttention(spec, ShapeOf(model.config(), capacity));
+  std::unique_ptr<Attention> attn = MakeAttention(spec, model.config().Shape(capacity));
   attn->LoadPrefix(prefix, n);
   LlamaSession s(model, pool, capacity, std::move(attn));
   s.SetPosition(n);
@@ -256,7 +256,7 @@ void Downstream::RunTask(const TaskInstance &t, const std::vector<int32_t> &ids,
   const size_t capacity = ids.size() + max_new + 1;
   const auto t0 = Clock::now();
   LlamaSession base(model_, pool_, capacity,
-                    std::make_unique<DenseAttention>(ShapeOf(model_.config(), capacity), e_.kv));
+                    std::make_unique<DenseAttention>(model_.config().Shape(capacity), e_.kv));
   std::vector<float> logits0(model_.config().vocab);
   base.Forward(ids.data(), ids.size(), logits0.data());
   const double prefill_s = Since(t0);

@@ -34,7 +34,6 @@ using runtime::ThreadPool;
 using Clock = std::chrono::steady_clock;
 
 double Since(Clock::time_point t0);
-runtime::AttentionShape ShapeOf(const runtime::LlamaConfig &cfg, std::size_t capacity);
 
 /// One kv-head's cached rows (f32) and the decode step's queries of its group.
 using LoadGroup = std::function<void(std::size_t layer, std::size_t kvh, ref::OwnedMatrix &K,

@@ -27,16 +27,6 @@ double Since(Clock::time_point t0) {
   return std::chrono::duration<double>(Clock::now() - t0).count();
 }
 
-AttentionShape ShapeOf(const LlamaConfig &cfg, size_t capacity) {
-  AttentionShape s;
-  s.n_layers = cfg.n_layers;
-  s.n_heads = cfg.n_heads;
-  s.n_kv_heads = cfg.n_kv_heads;
-  s.head_dim = cfg.head_dim;
-  s.capacity = capacity;
-  return s;
-}
-
 std::vector<KL> DefaultTransformGrid() {
   std::vector<KL> g;
   for (int K = 7; K <= 14; ++K)
@@ -52,7 +42,7 @@ void Run(const EvalOptions &e, const AttentionErrorOptions *error, const Downstr
          const KvFormatsOptions *kvf) {
   const auto start = Clock::now();
   spec::MakeDirs(e.out);
-  auto model = LlamaModel::Load(e.model);
+  auto model = LlamaModel::Load(e.model, e.model_overrides);
   const LlamaConfig &cfg = model->config();
   ThreadPool pool(e.threads);
   const bool formats = kvf != nullptr;
@@ -181,7 +171,7 @@ void Run(const EvalOptions &e, const AttentionErrorOptions *error, const Downstr
                                " tokens, the contexts need " + std::to_string(need_tokens));
     // kv-formats quantises the exact rows itself: the capture keeps them in f32.
     auto owned = std::make_unique<app::CapturingAttention>(
-        std::make_unique<DenseAttention>(ShapeOf(cfg, capacity), formats ? lsh::DType::f32 : e.kv),
+        std::make_unique<DenseAttention>(cfg.Shape(capacity), formats ? lsh::DType::f32 : e.kv),
         e.layers);
     app::CapturingAttention &cap = *owned;
     cap.Arm(false); // only each checkpoint's decode step

@@ -755,8 +755,7 @@ public:
     for (auto &e : by_dtype_)
       if (e.pool->dtype() == dtype)
         return e.pool;
-    const pig::runtime::AttentionShape shape{config_.n_layers, config_.n_heads, config_.n_kv_heads,
-                                             config_.head_dim, 0};
+    const pig::runtime::AttentionShape shape = config_.Shape(0);
     Entry e;
     e.pool = std::make_shared<pig::runtime::KvPool>(shape, dtype, 0);
     std::uint64_t salt = 0x707974686f6eull; // the model's shape; sessions prefill on one path
@@ -803,8 +802,7 @@ public:
       spec.Validate(c.n_layers);
       session_ = std::make_unique<pig::runtime::LlamaSession>(
           *model_, pool_, capacity,
-          pig::runtime::MakeAttention(spec,
-                                      {c.n_layers, c.n_heads, c.n_kv_heads, c.head_dim, capacity},
+          pig::runtime::MakeAttention(spec, c.Shape(capacity),
                                       share_ ? share_->Pool(spec.kv_dtype) : nullptr));
     } catch (const std::invalid_argument &e) {
       Bad(e.what());

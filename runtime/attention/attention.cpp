@@ -32,10 +32,56 @@ void CausalDense(const KvCache &cache, const lsh::LshKernelSet &set, size_t laye
   });
 }
 
+// Soft-capped attention (AttentionShape::softcap, Gemma 2) of one query's group over [begin, end):
+// the kernels have no soft-capping, so this runs scalar, on rows read back as f32, in double like
+// pig::ref. Only the dense paths serve it (MakeAttention refuses the sparse methods).
+void SoftcappedDense(const KvCache &cache, size_t layer, size_t kvh, size_t begin, size_t end,
+                     const float *q, float *out) {
+  const AttentionShape &sh = cache.shape();
+  const size_t hd = sh.head_dim, G = sh.group(), n = end - begin;
+  const double scale = sh.ScaleD(), cap = double(sh.softcap);
+  thread_local std::vector<float> k, v;
+  thread_local std::vector<double> s, acc;
+  k.resize(n * hd);
+  v.resize(n * hd);
+  for (size_t j = 0; j < n; ++j) {
+    cache.KeyRow(layer, kvh, begin + j, &k[j * hd]);
+    cache.ValueRow(layer, kvh, begin + j, &v[j * hd]);
+  }
+  s.resize(n);
+  acc.resize(hd);
+  for (size_t h = 0; h < G; ++h) {
+    const float *qh = q + (kvh * G + h) * hd;
+    double mx = -INFINITY;
+    for (size_t j = 0; j < n; ++j) {
+      double dot = 0;
+      for (size_t e = 0; e < hd; ++e)
+        dot += double(qh[e]) * double(k[j * hd + e]);
+      s[j] = cap * std::tanh(dot * scale / cap);
+      mx = std::max(mx, s[j]);
+    }
+    std::fill(acc.begin(), acc.end(), 0.0);
+    double sum = 0;
+    for (size_t j = 0; j < n; ++j) {
+      const double p = std::exp(s[j] - mx);
+      sum += p;
+      for (size_t e = 0; e < hd; ++e)
+        acc[e] += p * double(v[j * hd + e]);
+    }
+    for (size_t e = 0; e < hd; ++e)
+      out[(kvh * G + h) * hd + e] = float(acc[e] / sum);
+  }
+}
+
 void CausalDenseItem(const KvCache &cache, const lsh::LshKernelSet &set, size_t layer, size_t pos,
                      size_t i, size_t kvh, const float *q, float *out) {
   const AttentionShape &sh = cache.shape();
   const size_t hd = sh.head_dim, nh = sh.n_heads, G = sh.group();
+  const size_t end = pos + i + 1, begin = sh.Begin(layer, end);
+  if (sh.softcap > 0) {
+    SoftcappedDense(cache, layer, kvh, begin, end, q + i * nh * hd, out + i * nh * hd);
+    return;
+  }
   const float scale = sh.Scale();
   float lse[lsh::kMaxGroup];
   // Groups larger than the kernels' limit run as several calls (each reads K/V again).
@@ -51,8 +97,8 @@ void CausalDenseItem(const KvCache &cache, const lsh::LshKernelSet &set, size_t 
     a.v = rows.v;
     a.paged = rows.paged;
     a.dtype = cache.dtype();
-    a.begin = 0;
-    a.end = pos + i + 1;
+    a.begin = begin;
+    a.end = end;
     a.out = out + (i * nh + kvh * G + h0) * hd;
     a.lse = lse;
     set.dense_attention(a);
@@ -62,7 +108,10 @@ void CausalDenseItem(const KvCache &cache, const lsh::LshKernelSet &set, size_t 
 DecodeItems DenseDecodeSplit::Begin(const KvCache &cache, const lsh::LshKernelSet &set,
                                     size_t layer, size_t n_tokens, const float *q, float *out) {
   const AttentionShape &sh = cache.shape();
-  const size_t H = sh.n_kv_heads, G = sh.group(), hd = sh.head_dim, P = Parts(n_tokens);
+  // A window attends its last positions only: the parts split [begin, n_tokens).
+  const size_t begin = sh.Begin(layer, n_tokens);
+  const size_t H = sh.n_kv_heads, G = sh.group(), hd = sh.head_dim,
+               P = sh.softcap > 0 ? 1 : Parts(n_tokens - begin);
   DecodeItems w;
   w.count = H * P;
   if (P == 1) { // CausalDense's item, bit for bit
@@ -74,7 +123,7 @@ DecodeItems DenseDecodeSplit::Begin(const KvCache &cache, const lsh::LshKernelSe
   }
   out_.resize(H * P * G * hd);
   lse_.resize(H * P * G);
-  w.run = [this, &cache, &set, layer, n_tokens, q, G, hd, P](size_t item, size_t) {
+  w.run = [this, &cache, &set, layer, begin, n_tokens, q, G, hd, P](size_t item, size_t) {
     const size_t kvh = item / P, part = item % P;
     const lsh::KvRows rows = cache.Rows(layer, kvh);
     for (size_t h0 = 0; h0 < G; h0 += size_t(lsh::kMaxGroup)) {
@@ -88,8 +137,8 @@ DecodeItems DenseDecodeSplit::Begin(const KvCache &cache, const lsh::LshKernelSe
       a.v = rows.v;
       a.paged = rows.paged;
       a.dtype = cache.dtype();
-      a.begin = n_tokens * part / P;
-      a.end = n_tokens * (part + 1) / P;
+      a.begin = begin + (n_tokens - begin) * part / P;
+      a.end = begin + (n_tokens - begin) * (part + 1) / P;
       a.out = out_.data() + ((kvh * P + part) * G + h0) * hd;
       a.lse = lse_.data() + (kvh * P + part) * G + h0;
       set.dense_attention(a);
@@ -469,6 +518,34 @@ size_t ReservedBytesOf(const AttentionSpec &spec, const AttentionShape &shape) {
   if (spec.method == spec::Method::magicpig)
     return LshAttention::ReservedBytesOf(spec, shape);
   return BudgetAttention::ReservedBytesOf(spec, shape);
+}
+
+void CheckSparseServes(const AttentionSpec &spec, const AttentionShape &shape) {
+  const std::string method = spec::name(spec.method);
+  if (shape.softcap > 0)
+    throw std::invalid_argument(method +
+                                " does not serve soft-capped attention logits yet (this model's "
+                                "attn_logit_softcapping; Gemma 2): use --attention dense");
+}
+
+AttentionSpec LocalLayersDense(const AttentionSpec &spec, const AttentionShape &shape) {
+  if (!shape.Windowed())
+    return spec;
+  AttentionSpec s = spec;
+  if (!s.layers.empty()) {
+    for (size_t l = 0; l < s.layers.size(); ++l)
+      if (shape.Window(l))
+        s.layers[l].dense = true;
+    return s;
+  }
+  std::vector<size_t> dense = s.DenseLayers(shape.n_layers);
+  for (size_t l = 0; l < shape.n_layers; ++l)
+    if (shape.Window(l) && std::find(dense.begin(), dense.end(), l) == dense.end())
+      dense.push_back(l);
+  std::sort(dense.begin(), dense.end());
+  s.dense_layers = dense;
+  s.dense_layers_set = true;
+  return s;
 }
 
 std::unique_ptr<Attention> MakeAttention(const AttentionSpec &spec, const AttentionShape &shape,

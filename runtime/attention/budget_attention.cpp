@@ -245,12 +245,14 @@ spec::Method ParseMethod(spec::Method method) {
 }
 
 // Validates before anything is allocated (the KV store may be large).
-const AttentionSpec &Checked(const AttentionSpec &spec, const AttentionShape &shape) {
+// Windowed layers become dense ones (LocalLayersDense).
+AttentionSpec Checked(const AttentionSpec &spec, const AttentionShape &shape) {
   ParseMethod(spec.method);
   spec.Validate(shape.n_layers);
+  CheckSparseServes(spec, shape);
   if (spec.quest_page == 0)
     throw std::invalid_argument("Quest page size must be >= 1, got 0");
-  return spec;
+  return LocalLayersDense(spec, shape);
 }
 
 } // namespace
@@ -307,7 +309,7 @@ BudgetAttention::BudgetAttention(const AttentionSpec &spec, const AttentionShape
       dense_layer_(shape.n_layers, false), qmin_(shape.n_layers * shape.n_kv_heads),
       qmax_(shape.n_layers * shape.n_kv_heads), quest_end_(shape.n_layers, spec.sink),
       head_count_(shape.n_heads) {
-  for (size_t l : spec.DenseLayers(shape.n_layers))
+  for (size_t l : spec_.DenseLayers(shape.n_layers)) // local (windowed) layers among them
     dense_layer_[l] = true;
   if (method_ == Method::lsh_hybrid) {
     hybrid_.resize(shape.n_layers * shape.n_kv_heads);
@@ -452,7 +454,7 @@ void BudgetAttention::DenseDecode(size_t layer, size_t n_tok, const float *q, fl
     a.v = rows.v;
     a.paged = rows.paged;
     a.dtype = cache_.dtype();
-    a.begin = 0;
+    a.begin = shape().Begin(layer, n_tok); // a local layer's window
     a.end = n_tok;
     a.out = out + (kvh * G + g0) * d;
     a.lse = lse;

@@ -20,14 +20,16 @@
 namespace pig::runtime {
 namespace {
 // Validates before any member is built from the spec (W and the log u table need a valid K, L).
-const AttentionSpec &Checked(const AttentionSpec &spec, const AttentionShape &shape) {
+// Windowed layers become dense ones (LocalLayersDense).
+AttentionSpec Checked(const AttentionSpec &spec, const AttentionShape &shape) {
   spec.Validate(shape.n_layers);
+  CheckSparseServes(spec, shape);
   if (shape.group() > size_t(lsh::kMaxGroup)) {
     throw std::invalid_argument("magicpig: a GQA group of " + std::to_string(shape.group()) +
                                 " query heads exceeds the kernels' limit of " +
                                 std::to_string(lsh::kMaxGroup));
   }
-  return spec;
+  return LocalLayersDense(spec, shape);
 }
 
 // The kernels of one (K, L) (throws std::invalid_argument when none can serve the head dim).
@@ -65,15 +67,14 @@ size_t TableBytes(const AttentionSpec &spec, const AttentionShape &shape) {
 
 size_t LshAttention::ReservedBytesOf(const AttentionSpec &spec, const AttentionShape &shape) {
   // The constructor's checks, in its order, without allocating.
-  Checked(spec, shape);
-  KvCache::Check(shape, spec.kv_dtype);
-  Resolve(spec, shape, spec.K, spec.L);
-  for (const LayerLsh &c : spec.LayerChoices(shape.n_layers))
+  const AttentionSpec s = Checked(spec, shape);
+  KvCache::Check(shape, s.kv_dtype);
+  Resolve(s, shape, s.K, s.L);
+  for (const LayerLsh &c : s.LayerChoices(shape.n_layers))
     if (!c.dense)
-      Resolve(spec, shape, c.K, c.L);
+      Resolve(s, shape, c.K, c.L);
   // What ReservedBytes() returns before the first Forward (no index, no scratch yet).
-  return detail::CheckedAdd(KvCache::BytesFor(shape, spec.kv_dtype), TableBytes(spec, shape),
-                            "magicpig");
+  return detail::CheckedAdd(KvCache::BytesFor(shape, s.kv_dtype), TableBytes(s, shape), "magicpig");
 }
 
 LshLayers::LshLayers(const AttentionSpec &spec, size_t n_layers, size_t head_dim)
@@ -154,7 +155,7 @@ std::string LshLayers::describe() const {
 LshAttention::LshAttention(const AttentionSpec &spec, const AttentionShape &shape,
                            std::shared_ptr<KvPool> pool)
     : spec_(Checked(spec, shape)), cache_(shape, spec.kv_dtype, std::move(pool)),
-      layers_(LshLayers::Shared(spec, shape.n_layers, shape.head_dim)), set_(layers_->dense_set()),
+      layers_(LshLayers::Shared(spec_, shape.n_layers, shape.head_dim)), set_(layers_->dense_set()),
       index_(shape.n_layers * shape.n_kv_heads), cached_(shape.n_layers, 0),
       per_kvh_(shape.n_kv_heads) {
   // What makes two sequences' codes of one key agree besides the key: the index parameters.
@@ -371,7 +372,7 @@ void LshAttention::DenseGroup(size_t layer, size_t kvh, size_t n_tokens, const f
   a.v = rows.v;
   a.paged = rows.paged;
   a.dtype = cache_.dtype();
-  a.begin = 0;
+  a.begin = sh.Begin(layer, n_tokens); // a local layer's window
   a.end = n_tokens;
   a.out = out;
   a.lse = pt.lse.data();

@@ -50,16 +50,60 @@ std::vector<float> Vector(const GgufFile &f, const std::string &name, size_t n) 
 
 const char *DefaultModelPath() { return PIG_DEFAULT_MODEL; }
 
-std::unique_ptr<LlamaModel> LlamaModel::Load(const std::string &path) {
+namespace {
+
+// What distinguishes the architectures the loader takes (llama.cpp's names and conventions: the
+// converter has already permuted the llama family's Q/K rows and added 1 to Gemma's norms).
+struct ArchRules {
+  const char *name;
+  bool neox;            // NEOX rotary layout
+  bool gemma;           // scaled embeddings, GeGLU, norms after each block
+  size_t local_pattern; // windowed layers: every layer but each n-th (0: every layer)
+  float local_base;     // default rotary base of local layers (0: the global one)
+};
+constexpr ArchRules kArchs[] = {
+    {"llama", false, false, 0, 0}, {"qwen2", true, false, 0, 0},
+    {"qwen3", true, false, 0, 0},  {"phi3", true, false, 0, 0},
+    {"gemma2", true, true, 2, 0},  {"gemma3", true, true, 6, 10000.0f},
+};
+
+} // namespace
+
+AttentionShape LlamaConfig::Shape(size_t capacity) const {
+  AttentionShape s{n_layers, n_heads, n_kv_heads, head_dim, capacity};
+  s.scale = attn_scale;
+  s.windows = windows;
+  s.softcap = attn_softcap;
+  return s;
+}
+
+std::unique_ptr<LlamaModel> LlamaModel::Load(const std::string &path, const ModelOverrides &o) {
   std::unique_ptr<LlamaModel> m(new LlamaModel());
   m->file_ = GgufFile::Open(path);
   const GgufFile &f = *m->file_;
   LlamaConfig &c = m->cfg_;
   c.arch = std::string(f.GetString("general.architecture"));
-  if (c.arch != "llama" && c.arch != "qwen2") {
-    throw GgufError(path + ": architecture '" + c.arch + "' is not supported (llama, qwen2)");
+  const ArchRules *rules = nullptr;
+  std::string known;
+  for (const ArchRules &r : kArchs) {
+    known += (known.empty() ? "" : ", ") + std::string(r.name);
+    if (c.arch == r.name)
+      rules = &r;
+  }
+  if (!rules) {
+    throw GgufError(path + ": architecture '" + c.arch + "' (general.architecture) is not " +
+                    "supported (" + known + ")");
   }
   const std::string a = c.arch + ".";
+  auto bad = [&](const std::string &what) { throw GgufError(path + ": " + what); };
+  // What changes the computation and is not served here: refused by its key.
+  if (f.GetUint(a + "expert_count", 0) > 0)
+    bad("mixture of experts (" + a + "expert_count) is not supported");
+  for (const char *k : {"attention.q_lora_rank", "attention.kv_lora_rank", "ssm.state_size",
+                        "rope.scaling.attn_factor", "rope.scaling.yarn_attn_factor",
+                        "rope.scaling.yarn_ext_factor"})
+    if (f.Find(a + k))
+      bad(a + k + " is not supported");
   c.n_layers = f.GetUint(a + "block_count");
   c.dim = f.GetUint(a + "embedding_length");
   c.ffn_dim = f.GetUint(a + "feed_forward_length");
@@ -68,52 +112,142 @@ std::unique_ptr<LlamaModel> LlamaModel::Load(const std::string &path) {
   c.context_length = f.GetUint(a + "context_length", 4096);
   c.rms_eps = float(f.GetFloat(a + "attention.layer_norm_rms_epsilon", 1e-5));
   c.rope_base = float(f.GetFloat(a + "rope.freq_base", 10000.0));
-  auto bad = [&](const std::string &what) { throw GgufError(path + ": " + what); };
   if (c.n_layers == 0 || c.n_layers > 1024 || c.dim == 0 || c.dim > (1 << 16) || c.n_heads == 0 ||
-      c.n_kv_heads == 0 || c.ffn_dim == 0 || c.ffn_dim > (1 << 18)) {
+      c.n_kv_heads == 0 || c.ffn_dim == 0 || c.ffn_dim > (1 << 18) || c.n_heads > 1024) {
     bad("implausible model dimensions in the metadata");
   }
-  if (c.dim % c.n_heads != 0 || c.n_heads % c.n_kv_heads != 0) {
-    bad("head counts do not divide the embedding size");
-  }
-  c.head_dim = c.dim / c.n_heads;
+  if (c.n_heads % c.n_kv_heads != 0)
+    bad("attention.head_count is not a multiple of attention.head_count_kv");
+  if (!f.Find(a + "attention.key_length") && c.dim % c.n_heads != 0)
+    bad("attention.head_count does not divide the embedding size");
+  c.head_dim = f.GetUint(a + "attention.key_length", c.dim / c.n_heads);
+  if (f.GetUint(a + "attention.value_length", c.head_dim) != c.head_dim)
+    bad(a + "attention.value_length differs from attention.key_length: not supported");
+  if (c.head_dim == 0 || c.head_dim > 1024)
+    bad("implausible attention.key_length");
+  c.q_dim = c.n_heads * c.head_dim;
   c.rope_dim = f.GetUint(a + "rope.dimension_count", c.head_dim);
   if (c.rope_dim > c.head_dim || c.rope_dim % 2)
     bad("invalid rope.dimension_count");
-  const std::string scaling(f.GetString(a + "rope.scaling.type", "none"));
-  if (scaling == "linear") {
-    c.rope_linear_scale = float(f.GetFloat(a + "rope.scaling.factor", 1.0));
-  } else if (scaling != "none" && scaling != "") {
-    bad("rope scaling '" + scaling + "' is not supported (none, linear, rope_freqs)");
+  c.rope_neox = rules->neox;
+  // RoPE scaling: the file's, or the flags' (which then extend the trained context by the
+  // factor, as a YaRN model's file says: original_context_length x factor).
+  c.rope_scaling = o.rope_scaling.empty()
+                       ? std::string(f.GetString(a + "rope.scaling.type", "none"))
+                       : o.rope_scaling;
+  if (c.rope_scaling.empty())
+    c.rope_scaling = "none";
+  const float factor =
+      o.rope_scale > 0 ? o.rope_scale : float(f.GetFloat(a + "rope.scaling.factor", 1.0));
+  if (!(factor > 0) || !std::isfinite(factor) || factor > 1024)
+    bad("rope scaling factor " + std::to_string(factor) + " (" + a +
+        "rope.scaling.factor or --rope-scale) outside (0, 1024]");
+  const bool from_flags = !o.rope_scaling.empty() || o.rope_scale > 0 || o.yarn_orig_ctx > 0;
+  if (c.rope_scaling == "linear") {
+    c.rope_linear_scale = factor;
+    if (from_flags)
+      c.context_length = size_t(double(c.context_length) * std::max(1.0f, factor));
+  } else if (c.rope_scaling == "yarn") {
+    c.yarn_factor = factor;
+    c.yarn_orig_ctx = o.yarn_orig_ctx > 0
+                          ? o.yarn_orig_ctx
+                          : f.GetUint(a + "rope.scaling.original_context_length", c.context_length);
+    if (c.yarn_orig_ctx == 0 || c.yarn_orig_ctx > (size_t(1) << 24))
+      bad("implausible YaRN original context (" + a + "rope.scaling.original_context_length or " +
+          "--yarn-orig-ctx)");
+    c.yarn_beta_fast = float(f.GetFloat(a + "rope.scaling.yarn_beta_fast", 32.0));
+    c.yarn_beta_slow = float(f.GetFloat(a + "rope.scaling.yarn_beta_slow", 1.0));
+    if (!(c.yarn_beta_fast > c.yarn_beta_slow && c.yarn_beta_slow > 0))
+      bad("YaRN needs yarn_beta_fast > yarn_beta_slow > 0");
+    c.rope_attn_factor = factor <= 1 ? 1.0f : float(0.1 * std::log(double(factor)) + 1.0);
+    c.context_length =
+        std::max(c.context_length, size_t(double(c.yarn_orig_ctx) * std::max(1.0f, factor)));
+  } else if (c.rope_scaling != "none") {
+    bad("rope scaling '" + c.rope_scaling + "' (" + a + "rope.scaling.type or --rope-scaling) " +
+        "is not supported (none, linear, yarn; llama3 through rope_freqs.weight)");
   }
   if (f.FindTensor("rope_freqs.weight")) {
     c.rope_freq_factors = Vector(f, "rope_freqs.weight", c.rope_dim / 2);
   }
+  for (const char *t : {"rope_factors_long.weight", "rope_factors_short.weight"})
+    if (f.FindTensor(t))
+      bad(std::string("LongRoPE (tensor ") + t + ") is not supported");
+  // Sliding windows: every layer (llama: Mistral; phi3), or all but every n-th (Gemma).
+  if (const uint64_t w = f.GetUint(a + "attention.sliding_window", 0); w > 0) {
+    if (w > (uint64_t(1) << 31))
+      bad("implausible " + a + "attention.sliding_window");
+    const uint64_t pattern =
+        f.GetUint(a + "attention.sliding_window_pattern", rules->local_pattern);
+    c.windows.assign(c.n_layers, 0);
+    for (size_t l = 0; l < c.n_layers; ++l)
+      if (pattern == 0 || (l + 1) % pattern != 0)
+        c.windows[l] = uint32_t(w);
+    c.rope_base_local = float(f.GetFloat(a + "rope.freq_base_swa", rules->local_base));
+  }
+  c.attn_scale = float(f.GetFloat(a + "attention.scale", 0.0));
+  c.attn_softcap = float(f.GetFloat(a + "attn_logit_softcapping", 0.0));
+  c.final_softcap = float(f.GetFloat(a + "final_logit_softcapping", 0.0));
+  if (c.attn_scale < 0 || c.attn_softcap < 0 || c.final_softcap < 0)
+    bad("negative attention.scale or logit soft-capping");
+  if (rules->gemma) {
+    c.embed_scale = std::sqrt(float(c.dim));
+    c.gelu = true;
+  }
 
   m->tokenizer_ = std::make_unique<Tokenizer>(Tokenizer::FromGguf(f));
   c.vocab = m->tokenizer_->vocab_size();
-  const size_t kv_dim = c.n_kv_heads * c.head_dim;
+  const size_t kv_dim = c.n_kv_heads * c.head_dim, qd = c.q_dim;
   m->tok_embd_ = Matrix(f, "token_embd.weight", c.vocab, c.dim);
   m->output_ = f.FindTensor("output.weight") ? Matrix(f, "output.weight", c.vocab, c.dim)
                                              : m->tok_embd_; // tied embeddings
   m->output_norm_ = Vector(f, "output_norm.weight", c.dim);
+  // Rows [r0, r0 + rows) of a matrix: one part of a fused projection.
+  auto rows_of = [](WeightMatrix w, size_t r0, size_t rows) {
+    w.data += r0 * w.row_bytes;
+    w.rows = rows;
+    return w;
+  };
   for (size_t l = 0; l < c.n_layers; ++l) {
     const std::string p = "blk." + std::to_string(l) + ".";
     LayerWeights w;
     w.attn_norm = Vector(f, p + "attn_norm.weight", c.dim);
     w.ffn_norm = Vector(f, p + "ffn_norm.weight", c.dim);
-    w.wq = Matrix(f, p + "attn_q.weight", c.dim, c.dim);
-    w.wk = Matrix(f, p + "attn_k.weight", kv_dim, c.dim);
-    w.wv = Matrix(f, p + "attn_v.weight", kv_dim, c.dim);
-    w.wo = Matrix(f, p + "attn_output.weight", c.dim, c.dim);
-    w.w_gate = Matrix(f, p + "ffn_gate.weight", c.ffn_dim, c.dim);
-    w.w_up = Matrix(f, p + "ffn_up.weight", c.ffn_dim, c.dim);
+    if (f.FindTensor(p + "attn_qkv.weight")) { // Phi-3: Q, K, V rows in one matrix
+      const WeightMatrix qkv = Matrix(f, p + "attn_qkv.weight", qd + 2 * kv_dim, c.dim);
+      w.wq = rows_of(qkv, 0, qd);
+      w.wk = rows_of(qkv, qd, kv_dim);
+      w.wv = rows_of(qkv, qd + kv_dim, kv_dim);
+    } else {
+      w.wq = Matrix(f, p + "attn_q.weight", qd, c.dim);
+      w.wk = Matrix(f, p + "attn_k.weight", kv_dim, c.dim);
+      w.wv = Matrix(f, p + "attn_v.weight", kv_dim, c.dim);
+    }
+    w.wo = Matrix(f, p + "attn_output.weight", c.dim, qd);
+    if (f.FindTensor(p + "ffn_gate.weight")) {
+      w.w_gate = Matrix(f, p + "ffn_gate.weight", c.ffn_dim, c.dim);
+      w.w_up = Matrix(f, p + "ffn_up.weight", c.ffn_dim, c.dim);
+    } else { // Phi-3: the gate's rows, then the up projection's, in ffn_up
+      const WeightMatrix up = Matrix(f, p + "ffn_up.weight", 2 * c.ffn_dim, c.dim);
+      w.w_gate = rows_of(up, 0, c.ffn_dim);
+      w.w_up = rows_of(up, c.ffn_dim, c.ffn_dim);
+    }
     w.w_down = Matrix(f, p + "ffn_down.weight", c.dim, c.ffn_dim);
     if (f.FindTensor(p + "attn_q.bias")) {
-      w.bq = Vector(f, p + "attn_q.bias", c.dim);
+      w.bq = Vector(f, p + "attn_q.bias", qd);
       w.bk = Vector(f, p + "attn_k.bias", kv_dim);
       w.bv = Vector(f, p + "attn_v.bias", kv_dim);
     }
+    if (f.FindTensor(p + "attn_q_norm.weight")) {
+      w.q_norm = Vector(f, p + "attn_q_norm.weight", c.head_dim);
+      w.k_norm = Vector(f, p + "attn_k_norm.weight", c.head_dim);
+    }
+    if (f.FindTensor(p + "attn_post_norm.weight"))
+      w.attn_post_norm = Vector(f, p + "attn_post_norm.weight", c.dim);
+    if (f.FindTensor(p + "ffn_post_norm.weight"))
+      w.ffn_post_norm = Vector(f, p + "ffn_post_norm.weight", c.dim);
+    for (const char *t : {"attn_output.bias", "ffn_up.bias", "ffn_down.bias", "attn_qkv.bias"})
+      if (f.FindTensor(p + t))
+        bad("tensor " + p + t + " is not supported (no bias on this projection)");
     m->layers_.push_back(std::move(w));
   }
   m->Pack();
@@ -190,19 +324,44 @@ LlamaForward::LlamaForward(const LlamaModel &model, ThreadPool &pool, size_t max
   if (max_rows == 0)
     throw std::invalid_argument("LlamaForward: max_rows must be at least 1");
   const LlamaConfig &c = model.config();
-  for (size_t i = 0; i < c.rope_dim / 2; ++i) {
-    float f = std::pow(c.rope_base, -2.0f * float(i) / float(c.rope_dim));
-    if (!c.rope_freq_factors.empty())
-      f /= c.rope_freq_factors[i];
-    inv_freq_.push_back(f / c.rope_linear_scale);
+  // Table 0 rotates the global layers (frequency factors and linear scaling); table 1, where the
+  // model has one, the local layers (their own base, unscaled: Gemma 3).
+  rope_tables_ = c.rope_base_local > 0 ? 2 : 1;
+  const size_t dim = c.rope_dim, pairs = dim / 2;
+  // YaRN: each pair's frequency between the interpolated one (divided by the factor) and the
+  // original, by a ramp over the pairs that make between beta_slow and beta_fast rotations in
+  // the trained context (transformers' _compute_yarn_parameters, truncated bounds).
+  double ramp_lo = 0, ramp_hi = 0;
+  if (c.rope_scaling == "yarn") {
+    auto correction = [&](double rotations) {
+      return double(dim) * std::log(double(c.yarn_orig_ctx) / (rotations * 2.0 * M_PI)) /
+             (2.0 * std::log(double(c.rope_base)));
+    };
+    ramp_lo = std::max(0.0, std::floor(correction(c.yarn_beta_fast)));
+    ramp_hi = std::min(double(dim - 1), std::ceil(correction(c.yarn_beta_slow)));
+    if (ramp_lo == ramp_hi)
+      ramp_hi += 0.001;
   }
+  for (size_t t = 0; t < rope_tables_; ++t)
+    for (size_t i = 0; i < pairs; ++i) {
+      const float base = t == 0 ? c.rope_base : c.rope_base_local;
+      float f = std::pow(base, -2.0f * float(i) / float(dim));
+      if (t == 0 && !c.rope_freq_factors.empty())
+        f /= c.rope_freq_factors[i];
+      if (t == 0 && c.rope_scaling == "yarn") {
+        const float ramp = float(std::clamp((double(i) - ramp_lo) / (ramp_hi - ramp_lo), 0.0, 1.0));
+        const float extrapolation = 1.0f - ramp;
+        f = f / c.yarn_factor * (1.0f - extrapolation) + f * extrapolation;
+      }
+      inv_freq_.push_back(t == 0 ? f / c.rope_linear_scale : f);
+    }
   const size_t n = max_rows, kv = c.n_kv_heads * c.head_dim;
   rope_cs_.resize(n * inv_freq_.size() * 2);
   decode_row_.resize(n);
   x_.resize(n * c.dim);
-  xb_.resize(n * c.dim);
-  q_.resize(n * c.dim);
-  att_.resize(n * c.dim);
+  xb_.resize(n * std::max(c.dim, c.q_dim));
+  q_.resize(n * c.q_dim);
+  att_.resize(n * c.q_dim);
   k_.resize(n * kv);
   v_.resize(n * kv);
   hb_.resize(n * c.ffn_dim);
@@ -233,19 +392,23 @@ void LlamaForward::CheckTokens(const int32_t *tokens, size_t n) const {
   }
 }
 
-// GGUF stores Q and K for ggml's "normal" rotary layout: each head rotates adjacent pairs
-// (x[2i], x[2i+1]) by pos * inv_freq[i]. The angles of a row are computed once per Run (every
-// layer rotates by the same ones).
-void LlamaForward::Rope(float *x, size_t n_heads, size_t row) const {
-  const size_t hd = model_.config().head_dim, pairs = inv_freq_.size();
-  const float *cs = &rope_cs_[row * pairs * 2];
+// GGUF stores Q and K of the llama family for ggml's "normal" rotary layout: each head rotates
+// adjacent pairs (x[2i], x[2i+1]) by pos * inv_freq[i]. The other families keep transformers'
+// NEOX layout: pair i is (x[i], x[i + rope_dim / 2]). The angles of a row are computed once per
+// Run for each table (every layer of a kind rotates by the same ones).
+void LlamaForward::Rope(float *x, size_t n_heads, size_t row, size_t layer) const {
+  const LlamaConfig &c = model_.config();
+  const size_t hd = c.head_dim, pairs = c.rope_dim / 2;
+  const size_t table = rope_tables_ > 1 && c.Local(layer) ? 1 : 0;
+  const float *cs = &rope_cs_[(row * rope_tables_ + table) * pairs * 2];
+  const size_t stride = c.rope_neox ? 1 : 2, other = c.rope_neox ? pairs : 1;
   for (size_t i = 0; i < pairs; ++i) {
-    const float c = cs[2 * i], s = cs[2 * i + 1];
+    const float co = cs[2 * i], si = cs[2 * i + 1];
     for (size_t h = 0; h < n_heads; ++h) {
-      float *p = x + h * hd + 2 * i;
-      const float a = p[0], b = p[1];
-      p[0] = a * c - b * s;
-      p[1] = a * s + b * c;
+      float *p = x + h * hd + stride * i;
+      const float a = p[0], b = p[other];
+      p[0] = a * co - b * si;
+      p[other] = a * si + b * co;
     }
   }
 }
@@ -289,7 +452,7 @@ void LlamaForward::Attend(size_t layer, const Span *spans, size_t n_spans) {
 void LlamaForward::Run(const int32_t *tokens, const Span *spans, size_t n_spans, Logits which,
                        float *logits) {
   const LlamaConfig &c = model_.config();
-  const size_t dim = c.dim, kv = c.n_kv_heads * c.head_dim, ffn = c.ffn_dim;
+  const size_t dim = c.dim, qd = c.q_dim, kv = c.n_kv_heads * c.head_dim, ffn = c.ffn_dim;
   size_t n = 0;
   for (size_t s = 0; s < n_spans; ++s) {
     if (spans[s].n == 0 || !spans[s].attention)
@@ -303,15 +466,17 @@ void LlamaForward::Run(const int32_t *tokens, const Span *spans, size_t n_spans,
     throw std::invalid_argument("LlamaForward: " + std::to_string(n) + " rows, at most " +
                                 std::to_string(max_rows_));
   }
-  const size_t pairs = inv_freq_.size();
+  const size_t angles = inv_freq_.size(); // every table's pairs
   for (size_t s = 0, row = 0; s < n_spans; ++s) {
     for (size_t i = 0; i < spans[s].n; ++i, ++row) {
       decode_row_[row] = spans[s].n == 1;
       const double pos = double(spans[s].pos + i);
-      for (size_t p = 0; p < pairs; ++p) {
+      for (size_t p = 0; p < angles; ++p) {
         const double angle = pos * double(inv_freq_[p]);
-        rope_cs_[(row * pairs + p) * 2] = float(std::cos(angle));
-        rope_cs_[(row * pairs + p) * 2 + 1] = float(std::sin(angle));
+        // YaRN's attention factor scales cos and sin of the global table (so q and k).
+        const float m = p < angles / rope_tables_ ? c.rope_attn_factor : 1.0f;
+        rope_cs_[(row * angles + p) * 2] = float(std::cos(angle)) * m;
+        rope_cs_[(row * angles + p) * 2 + 1] = float(std::sin(angle)) * m;
       }
     }
   }
@@ -319,6 +484,21 @@ void LlamaForward::Run(const int32_t *tokens, const Span *spans, size_t n_spans,
   for (size_t i = 0; i < n; ++i) {
     kern_.dequant_row(emb.type, emb.data + size_t(tokens[i]) * emb.row_bytes, &x_[i * dim], dim);
   }
+  if (c.embed_scale != 1.0f)
+    for (size_t i = 0; i < n * dim; ++i)
+      x_[i] *= c.embed_scale;
+  // RMSNorm of each of `count` vectors of `len` floats in place (through xb_'s tail when the
+  // kernel may not alias: q/k norms per head, Gemma's norms after a block).
+  auto norm_rows = [&](float *y, size_t count, size_t len, const std::vector<float> &w) {
+    if (w.empty())
+      return;
+    thread_local std::vector<float> tmp;
+    tmp.resize(len);
+    for (size_t r = 0; r < count; ++r) {
+      kern_.rms_norm(y + r * len, w.data(), tmp.data(), len, c.rms_eps);
+      std::copy(tmp.begin(), tmp.end(), y + r * len);
+    }
+  };
   auto add_bias = [n](float *y, const std::vector<float> &b) {
     if (b.empty())
       return;
@@ -337,13 +517,16 @@ void LlamaForward::Run(const int32_t *tokens, const Span *spans, size_t n_spans,
     add_bias(q_.data(), w.bq);
     add_bias(k_.data(), w.bk);
     add_bias(v_.data(), w.bv);
+    norm_rows(q_.data(), n * c.n_heads, c.head_dim, w.q_norm);
+    norm_rows(k_.data(), n * c.n_kv_heads, c.head_dim, w.k_norm);
     for (size_t i = 0; i < n; ++i) {
-      Rope(&q_[i * dim], c.n_heads, i);
-      Rope(&k_[i * kv], c.n_kv_heads, i);
+      Rope(&q_[i * qd], c.n_heads, i, l);
+      Rope(&k_[i * kv], c.n_kv_heads, i, l);
     }
     Attend(l, spans, n_spans);
     const MatMulJob wo{&w.wo, xb_.data()};
     MatMulRows(&wo, 1, att_.data(), n);
+    norm_rows(xb_.data(), n, dim, w.attn_post_norm);
     for (size_t i = 0; i < n * dim; ++i)
       x_[i] += xb_[i];
 
@@ -352,10 +535,19 @@ void LlamaForward::Run(const int32_t *tokens, const Span *spans, size_t n_spans,
     }
     const MatMulJob gate_up[] = {{&w.w_gate, hb_.data()}, {&w.w_up, hb2_.data()}};
     MatMulRows(gate_up, 2, xb_.data(), n);
-    for (size_t i = 0; i < n; ++i)
-      kern_.swiglu(&hb_[i * ffn], &hb2_[i * ffn], ffn);
+    if (c.gelu) { // GeGLU with GELU's tanh approximation, as transformers' gelu_pytorch_tanh
+      for (size_t i = 0; i < n * ffn; ++i) {
+        const float g = hb_[i];
+        hb_[i] = 0.5f * g * (1.0f + std::tanh(0.7978845608028654f * (g + 0.044715f * g * g * g))) *
+                 hb2_[i];
+      }
+    } else {
+      for (size_t i = 0; i < n; ++i)
+        kern_.swiglu(&hb_[i * ffn], &hb2_[i * ffn], ffn);
+    }
     const MatMulJob down{&w.w_down, xb_.data()};
     MatMulRows(&down, 1, hb_.data(), n);
+    norm_rows(xb_.data(), n, dim, w.ffn_post_norm);
     for (size_t i = 0; i < n * dim; ++i)
       x_[i] += xb_[i];
   }
@@ -376,6 +568,9 @@ void LlamaForward::Run(const int32_t *tokens, const Span *spans, size_t n_spans,
     return;
   const MatMulJob out{&model_.output(), logits};
   MatMulRows(&out, 1, xb_.data(), rows);
+  if (const float cap = c.final_softcap; cap > 0)
+    for (size_t i = 0; i < rows * c.vocab; ++i)
+      logits[i] = cap * std::tanh(logits[i] / cap);
 }
 
 void LlamaForward::RunSequence(Attention &attention, size_t pos, const int32_t *tokens, size_t n,
@@ -404,9 +599,7 @@ LlamaSession::LlamaSession(const LlamaModel &model, ThreadPool &pool, size_t cap
   if (!attn_) {
     // The exact configuration (f32 KV) that the parity tests compare with transformers; callers
     // that want the bf16 store pass an Attention (pig-run: MakeAttention with --kv).
-    attn_ = std::make_unique<DenseAttention>(
-        AttentionShape{c.n_layers, c.n_heads, c.n_kv_heads, c.head_dim, capacity_},
-        lsh::DType::f32);
+    attn_ = std::make_unique<DenseAttention>(c.Shape(capacity_), lsh::DType::f32);
   }
 }
 
@@ -466,7 +659,7 @@ std::shared_ptr<KvPool> LlamaBatch::KvPoolOf(lsh::DType dtype) {
     if (p->dtype() == dtype)
       return p;
   const LlamaConfig &c = model_.config();
-  const AttentionShape shape{c.n_layers, c.n_heads, c.n_kv_heads, c.head_dim, 0};
+  const AttentionShape shape = c.Shape(0);
   // The budget bounds the KV blocks of the sequences it admitted (they are part of
   // ReservedBytes); a candidate reserves its blocks before Add weighs it against the budget. So a
   // pool of twice the budget's blocks never refuses first a sequence that fits the budget alone,

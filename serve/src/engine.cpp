@@ -169,8 +169,7 @@ Engine::~Engine() {
 
 size_t Engine::ReservedBytes(const GenerationParams &p) const {
   const runtime::LlamaConfig &c = model_.config();
-  const runtime::AttentionShape shape{c.n_layers, c.n_heads, c.n_kv_heads, c.head_dim,
-                                      p.prompt.size() + p.max_tokens};
+  const runtime::AttentionShape shape = c.Shape(p.prompt.size() + p.max_tokens);
   try {
     return runtime::ReservedBytesOf(p.attention, shape);
   } catch (const std::invalid_argument &e) {
@@ -330,8 +329,7 @@ void Engine::Admit() {
   const runtime::LlamaConfig &c = model_.config();
   for (Waiting &w : admit) {
     const GenerationParams &p = w.req->params();
-    const runtime::AttentionShape shape{c.n_layers, c.n_heads, c.n_kv_heads, c.head_dim,
-                                        p.prompt.size() + p.max_tokens};
+    const runtime::AttentionShape shape = c.Shape(p.prompt.size() + p.max_tokens);
     auto a = std::make_unique<Active>(Active{
         w.req,
         0,

@@ -35,8 +35,7 @@ LlamaConfig Config() {
 TEST(PrintAttentionSummary, DenseKernelsAndMemory) {
   const LlamaConfig c = Config();
   AttentionSpec spec; // dense, bf16
-  const auto attn =
-      MakeAttention(spec, AttentionShape{c.n_layers, c.n_heads, c.n_kv_heads, c.head_dim, 1024});
+  const auto attn = MakeAttention(spec, c.Shape(1024));
   const std::string s = Summary(*attn, c, 0);
   EXPECT_EQ(s.rfind("kernels: " + attn->stats().kernels + "\n", 0), 0u) << s;
   // 2 layers x 1 kv-head x (K + V) x 64 x 2 bytes = 512 bytes a position; 1024 positions.
@@ -55,8 +54,7 @@ TEST(PrintAttentionSummary, KvElementType) {
   const LlamaConfig c = Config();
   AttentionSpec spec;
   spec.kv_dtype = lsh::DType::f32;
-  const auto attn =
-      MakeAttention(spec, AttentionShape{c.n_layers, c.n_heads, c.n_kv_heads, c.head_dim, 16});
+  const auto attn = MakeAttention(spec, c.Shape(16));
   EXPECT_NE(Summary(*attn, c, 0).find("(f32, 16 positions, 1024 bytes/token)\n"),
             std::string::npos);
 }

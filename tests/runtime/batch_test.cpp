@@ -24,7 +24,7 @@ using testing::LoadModel;
 
 AttentionShape Shape(const LlamaModel &m, size_t capacity) {
   const LlamaConfig &c = m.config();
-  return AttentionShape{c.n_layers, c.n_heads, c.n_kv_heads, c.head_dim, capacity};
+  return c.Shape(capacity);
 }
 
 std::vector<std::unique_ptr<Attention>> DenseAttentions(const LlamaModel &m, size_t n,

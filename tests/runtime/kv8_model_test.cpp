@@ -33,9 +33,7 @@ Logits Decode(const LlamaModel &m, ThreadPool &pool, const std::vector<int32_t> 
   spec.kv_dtype = kv;
   spec.seed = seed;
   const size_t cap = kPrefill + kSteps;
-  LlamaSession s(
-      m, pool, cap,
-      MakeAttention(spec, AttentionShape{c.n_layers, c.n_heads, c.n_kv_heads, c.head_dim, cap}));
+  LlamaSession s(m, pool, cap, MakeAttention(spec, c.Shape(cap)));
   std::vector<float> logits(c.vocab);
   s.Forward(tokens.data(), kPrefill, logits.data());
   Logits out;

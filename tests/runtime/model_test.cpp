@@ -87,7 +87,7 @@ TEST(PrefillChunk, NeverLeavesOneTokenBehind) {
 
 AttentionShape ShapeOf(const LlamaModel &m, size_t capacity) {
   const LlamaConfig &c = m.config();
-  return AttentionShape{c.n_layers, c.n_heads, c.n_kv_heads, c.head_dim, capacity};
+  return c.Shape(capacity);
 }
 
 // A prompt's logits (every position's) through LlamaForward::RunSequence in chunks of at most

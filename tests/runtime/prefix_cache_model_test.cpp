@@ -86,7 +86,7 @@ TEST(PrefixCache, AHitGivesTheLogitsOfPrefillingTheWholePrompt) {
     const std::string what = std::string(spec.method_name()) + " " + lsh::to_string(k.dtype) +
                              ", A's prompt " + std::to_string(k.cut);
     const size_t cap = qb.size() + n_new;
-    const AttentionShape shape{c.n_layers, c.n_heads, c.n_kv_heads, c.head_dim, cap};
+    const AttentionShape shape = c.Shape(cap);
     auto run = [&](LlamaBatch &batch, size_t seq, const std::vector<int32_t> &prompt, size_t from) {
       return Greedy(batch, seq, prompt, from, n_new, vocab);
     };
@@ -151,7 +151,7 @@ TEST(PrefixCache, SequencesOnOneDocumentShareItsLshIndex) {
     }
     const std::string what = "mean window " + spec.MeanWindowName();
     const size_t cap = 320;
-    const AttentionShape shape{c.n_layers, c.n_heads, c.n_kv_heads, c.head_dim, cap};
+    const AttentionShape shape = c.Shape(cap);
     // Greedy decoding of several sequences stepped together; logits of every step.
     auto decode = [&](LlamaBatch &batch, std::vector<size_t> seqs,
                       std::vector<std::vector<float>> first) {
@@ -247,7 +247,7 @@ TEST(PrefixCache, TheSharedIndexIsReadBackAfterARestart) {
   spec.method = spec::Method::magicpig;
   spec.local = 16;
   spec.mean_window = AttentionSpec::kMeanOfPrefix;
-  const AttentionShape shape{c.n_layers, c.n_heads, c.n_kv_heads, c.head_dim, 320};
+  const AttentionShape shape = c.Shape(320);
   const std::filesystem::path dir =
       std::filesystem::temp_directory_path() / ("pig-index-model-" + std::to_string(::getpid()));
   std::filesystem::remove_all(dir);

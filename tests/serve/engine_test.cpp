@@ -36,9 +36,7 @@ protected:
     const runtime::LlamaConfig &c = model_->config();
     runtime::ThreadPool pool(2);
     const size_t cap = p.prompt.size() + p.max_tokens;
-    runtime::LlamaSession s(*model_, pool, cap,
-                            runtime::MakeAttention(p.attention, {c.n_layers, c.n_heads,
-                                                                 c.n_kv_heads, c.head_dim, cap}));
+    runtime::LlamaSession s(*model_, pool, cap, runtime::MakeAttention(p.attention, c.Shape(cap)));
     std::vector<float> logits(c.vocab);
     s.Forward(p.prompt.data(), p.prompt.size(), logits.data());
     runtime::Sampler sampler(p.sampling);
@@ -185,7 +183,7 @@ TEST_F(EngineTest, ADocumentAskedTwiceIsPrefilledOnce) {
     }
     // The blocks the third attached count in the cache's bytes, not again in its reservation.
     const runtime::LlamaConfig &c = model_->config();
-    const runtime::AttentionShape shape{c.n_layers, c.n_heads, c.n_kv_heads, c.head_dim, 0};
+    const runtime::AttentionShape shape = c.Shape(0);
     EXPECT_EQ(held[0] - held[1], 4 * runtime::KvPool::BlockBytesFor(shape, spec.kv_dtype)) << what;
   }
 }

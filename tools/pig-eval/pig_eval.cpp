@@ -170,7 +170,7 @@ int main(int argc, char **argv) {
 
   pig::app::ModelOptions model;
   model.path = o.eval.model;
-  pig::app::AddModelOptions(app, model);
+  pig::app::AddModelOptions(app, model, false, /*rope=*/true);
   pig::app::AddThreadsOption(app, o.eval.threads, 1);
   pig::app::AddKvOption(app, o.eval.kv);
   std::vector<pig::spec::LshParams> lsh = ToLsh(o.down.lsh), grid = ToLsh(o.error.transform_grid);
@@ -372,6 +372,7 @@ int main(int argc, char **argv) {
   if (o.command.empty())
     pig::app::UsageError(app, "give a command: attention-error, downstream, all or kv-formats");
   o.eval.model = model.path;
+  o.eval.model_overrides = model.overrides;
   o.down.lsh = ToKL(app, "--lsh", lsh);
   o.error.transform_grid = ToKL(app, "--transform-grid", grid);
   if (transform_new->count() && transform_old->count())

@@ -30,8 +30,7 @@ int RunBatch(const Options &o) {
     const size_t drop = std::min(len - 1, i * len / (2 * B));
     prompts.emplace_back(p.prompt.begin() + std::ptrdiff_t(drop), p.prompt.end());
     const size_t cap = prompts.back().size() + size_t(o.generate.max_new);
-    attns.push_back(MakeAttention(
-        p.attention, AttentionShape{cfg.n_layers, cfg.n_heads, cfg.n_kv_heads, cfg.head_dim, cap}));
+    attns.push_back(MakeAttention(p.attention, cfg.Shape(cap)));
   }
   LlamaBatch batch(*p.model, pool, std::move(attns));
   if (p.tuning)

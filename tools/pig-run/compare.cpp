@@ -22,7 +22,7 @@ int RunCompare(const Options &o) {
   const LlamaConfig &cfg = p.model->config();
   const Tokenizer &tok = p.model->tokenizer();
   ThreadPool pool(o.threads);
-  const AttentionShape shape{cfg.n_layers, cfg.n_heads, cfg.n_kv_heads, cfg.head_dim, p.ctx};
+  const AttentionShape shape = cfg.Shape(p.ctx);
   AttentionSpec dense_spec = o.attention;
   dense_spec.method = pig::spec::Method::dense;
   LlamaSession prefill(*p.model, pool, p.ctx, MakeAttention(dense_spec, shape));

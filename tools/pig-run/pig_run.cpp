@@ -62,7 +62,7 @@ Options Parse(int argc, char **argv) {
   Options o;
   CLI::App app{kAbout, "pig-run"};
   pig::app::Init(app);
-  pig::app::AddModelOptions(app, o.model, true);
+  pig::app::AddModelOptions(app, o.model, true, /*rope=*/true);
   pig::app::AddThreadsOption(app, o.threads);
   const pig::app::AttentionFlags af = pig::app::AddAttentionOptions(app, o.attention);
   pig::app::AddKvOption(app, o.attention.kv_dtype);

@@ -31,7 +31,7 @@ void PrintTuning(const pig::app::Tuning &t) {
 Prepared Prepare(const Options &o) {
   pig::app::RegisterKernels();
   Prepared p;
-  p.model = LlamaModel::Load(o.model.path);
+  p.model = LlamaModel::Load(o.model.path, o.model.overrides);
   p.attention = o.attention;
   if (!o.tuning.file.empty()) {
     p.tuning = pig::app::LoadTuning(
@@ -77,7 +77,7 @@ int Run(const Options &o) {
   const LlamaConfig &cfg = p.model->config();
   const Tokenizer &tok = p.model->tokenizer();
   ThreadPool pool(o.threads);
-  const AttentionShape shape{cfg.n_layers, cfg.n_heads, cfg.n_kv_heads, cfg.head_dim, p.ctx};
+  const AttentionShape shape = cfg.Shape(p.ctx);
   LlamaSession session(*p.model, pool, p.ctx, MakeAttention(p.attention, shape));
   std::fprintf(stderr,
                "pig-run: %s (%s), %zu layers, dim %zu, %zu threads, %s kernels, weights by %s\n",
@@ -155,7 +155,7 @@ int RunThen(const Options &o) {
   }
   ThreadPool pool(o.threads);
   // One KV pool for the prompts' sequences and a prefix cache over it.
-  const AttentionShape shape0{cfg.n_layers, cfg.n_heads, cfg.n_kv_heads, cfg.head_dim, 0};
+  const AttentionShape shape0 = cfg.Shape(0);
   auto kv = std::make_shared<KvPool>(shape0, p.attention.kv_dtype, 0);
   PrefixCache cache(kv, 0x7069672d72756eull);
   std::fprintf(stderr,
@@ -166,10 +166,7 @@ int RunThen(const Options &o) {
   for (size_t i = 0; i < prompts.size(); ++i) {
     const std::vector<int32_t> &prompt = prompts[i];
     const size_t ctx = o.model.ctx ? o.model.ctx : prompt.size() + steps;
-    LlamaSession session(
-        *p.model, pool, ctx,
-        MakeAttention(p.attention, {cfg.n_layers, cfg.n_heads, cfg.n_kv_heads, cfg.head_dim, ctx},
-                      kv));
+    LlamaSession session(*p.model, pool, ctx, MakeAttention(p.attention, cfg.Shape(ctx), kv));
     std::vector<std::int32_t> blocks;
     const size_t hit = cache.Lookup(prompt.data(), prompt.size(), blocks);
     if (hit > 0) {

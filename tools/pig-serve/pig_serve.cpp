@@ -95,7 +95,7 @@ Options Parse(int argc, char **argv) {
   Options o;
   CLI::App app{kAbout, "pig-serve"};
   app::Init(app);
-  app::AddModelOptions(app, o.model, true);
+  app::AddModelOptions(app, o.model, true, /*rope=*/true);
   app::AddThreadsOption(app, o.threads);
   // A server shares prefixes: magicpig centring on the mean of a request's cached prefix makes
   // their indexes shareable too (index_share.h). pig-run keeps the paper's mean of every key.
@@ -309,7 +309,7 @@ int main(int argc, char **argv) {
   std::unique_ptr<serve::Engine> engine;
   try {
     app::RegisterKernels();
-    model = runtime::LlamaModel::Load(o.model.path);
+    model = runtime::LlamaModel::Load(o.model.path, o.model.overrides);
     const runtime::LlamaConfig &cfg = model->config();
     serve::Defaults d;
     d.attention = o.attention;
@@ -335,17 +335,16 @@ int main(int argc, char **argv) {
                                std::to_string(cfg.context_length) +
                                " tokens (--long-context serves it anyway; quality degrades)");
     // The default attention must be buildable for this model (kernels for its head dim).
-    runtime::MakeAttention(
-        d.tuned && d.attention.method == spec::Method::magicpig ? *d.tuned : d.attention,
-        runtime::AttentionShape{cfg.n_layers, cfg.n_heads, cfg.n_kv_heads, cfg.head_dim, 8});
+    runtime::MakeAttention(d.tuned && d.attention.method == spec::Method::magicpig ? *d.tuned
+                                                                                   : d.attention,
+                           cfg.Shape(8));
     // dense_below = measured: timed now (remembered for the process), not in the first
     // magicpig request's time to first token.
     if (d.attention.dense_below == runtime::AttentionSpec::kDenseBelowMeasured) {
       runtime::AttentionSpec m = d.tuned ? *d.tuned : d.attention;
       m.method = spec::Method::magicpig;
       const auto t0 = std::chrono::steady_clock::now();
-      const size_t n = runtime::MeasuredDenseCrossover(
-          m, runtime::AttentionShape{cfg.n_layers, cfg.n_heads, cfg.n_kv_heads, cfg.head_dim, 0});
+      const size_t n = runtime::MeasuredDenseCrossover(m, cfg.Shape(0));
       std::fprintf(stderr,
                    "pig-serve: magicpig decodes sequences shorter than %zu positions densely "
                    "(measured in %.2f s; --dense-below N pins it)\n",

@@ -157,8 +157,8 @@ int RunAccuracy(const CommonOptions &common, const AccuracyOptions &o) {
   // One dense prefill to the longest context, with `positions` decode steps before each
   // context's end: their queries are real decode steps' queries.
   const auto t_prefill = Clock::now();
-  auto owned = std::make_unique<app::CapturingAttention>(std::make_unique<DenseAttention>(
-      AttentionShape{cfg.n_layers, cfg.n_heads, cfg.n_kv_heads, d, contexts.back()}, kv));
+  auto owned = std::make_unique<app::CapturingAttention>(
+      std::make_unique<DenseAttention>(cfg.Shape(contexts.back()), kv));
   app::CapturingAttention &cap = *owned;
   LlamaSession session(*model, pool, contexts.back(), std::move(owned));
   std::vector<float> logits(cfg.vocab);

@@ -120,10 +120,7 @@ int RunHybrid(const CommonOptions &common, const HybridTuneOptions &o) {
 
   ThreadPool pool(common.threads);
   auto owned = std::make_unique<app::CapturingAttention>(
-      std::make_unique<DenseAttention>(
-          AttentionShape{cfg.n_layers, cfg.n_heads, cfg.n_kv_heads, d, contexts.back()},
-          lsh::DType::bf16),
-      layers);
+      std::make_unique<DenseAttention>(cfg.Shape(contexts.back()), lsh::DType::bf16), layers);
   app::CapturingAttention &cap = *owned;
   cap.Arm(false);
   LlamaSession session(*model, pool, contexts.back(), std::move(owned));

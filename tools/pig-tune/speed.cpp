@@ -56,7 +56,7 @@ int PerLayerSpeed(const LlamaModel &model, ThreadPool &pool, const Fingerprint &
   const LlamaConfig &c = model.config();
   const size_t nl = c.n_layers, d = c.head_dim;
   const lsh::DType kv = lsh::DType::bf16;
-  KvCache tiled(AttentionShape{c.n_layers, c.n_heads, c.n_kv_heads, d, ctx}, kv);
+  KvCache tiled(c.Shape(ctx), kv);
   tiled.Tile(prefix, o.prefill, ctx);
   AttentionSpec def;
   def.method = pig::spec::Method::magicpig;
@@ -181,7 +181,7 @@ int ComparePointLayers(const LlamaModel &model, ThreadPool &pool, const Fingerpr
     throw std::runtime_error("no per-layer times of this machine at " + std::to_string(ctx) +
                              " tokens in " + records + " (run speed --per-layer first)");
   const lsh::DType kv = lsh::DType::bf16;
-  KvCache tiled(AttentionShape{c.n_layers, c.n_heads, c.n_kv_heads, c.head_dim, ctx}, kv);
+  KvCache tiled(c.Shape(ctx), kv);
   tiled.Tile(prefix, o.prefill, ctx);
   AttentionSpec def;
   def.method = pig::spec::Method::magicpig;
@@ -389,9 +389,7 @@ int RunSpeed(const CommonOptions &common, SpeedRunOptions o) {
     tokens.insert(tokens.end(), tokens.begin(), tokens.end());
   AttentionSpec dense;
   dense.kv_dtype = kv;
-  LlamaSession pre(
-      *model, pool, o.prefill,
-      MakeAttention(dense, AttentionShape{c.n_layers, c.n_heads, c.n_kv_heads, d, o.prefill}));
+  LlamaSession pre(*model, pool, o.prefill, MakeAttention(dense, c.Shape(o.prefill)));
   std::vector<float> logits(c.vocab);
   pre.Forward(tokens.data(), o.prefill, logits.data());
   std::printf("pig-tune speed: %s on %s; %zu candidates; dense prefill of %zu tokens tiled to "
@@ -423,7 +421,7 @@ int RunSpeed(const CommonOptions &common, SpeedRunOptions o) {
   const size_t steps =
       size_t(o.harness.warmup_rounds + o.harness.max_rounds + o.harness.drift_samples + 4);
   for (size_t ctx : o.contexts) {
-    KvCache tiled(AttentionShape{c.n_layers, c.n_heads, c.n_kv_heads, d, ctx}, kv);
+    KvCache tiled(c.Shape(ctx), kv);
     tiled.Tile(pre.attention().cache(), o.prefill, ctx);
     std::vector<std::unique_ptr<TiledDecoder>> dec;
     for (const auto &sc : cands)

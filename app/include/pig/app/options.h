@@ -72,9 +72,12 @@ struct ModelOptions {
   std::string path = runtime::DefaultModelPath(); ///< --model
   std::size_t ctx = 0;                            ///< --ctx (0: what the run needs)
   bool long_context = false;                      ///< --long-context
+  runtime::ModelOverrides overrides;              ///< --rope-scaling, --rope-scale, --yarn-orig-ctx
 };
-/// --model FILE; with context also --ctx N and --long-context.
-void AddModelOptions(CLI::App &app, ModelOptions &o, bool context = false);
+/// --model FILE; with context also --ctx N and --long-context; with rope also --rope-scaling
+/// none|linear|yarn, --rope-scale F and --yarn-orig-ctx N (over the file's RoPE scaling; the
+/// tool passes o.overrides to LlamaModel::Load).
+void AddModelOptions(CLI::App &app, ModelOptions &o, bool context = false, bool rope = false);
 
 /// --text FILE, --tile, --prefill N (with --tile) and --kv-cache-dir DIR|none: where a
 /// long-context benchmark's contexts come from.

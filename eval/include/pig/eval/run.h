@@ -34,6 +34,7 @@ struct EvalOptions {
   std::string out = "eval-out"; ///< directory of CSV, PNG and markdown
   std::string update_doc;       ///< rewrite the pig-eval sections of this file; empty: no
   std::string model = runtime::DefaultModelPath();
+  runtime::ModelOverrides model_overrides;  // --rope-scaling, --rope-scale, --yarn-orig-ctx
   std::string text = app::kDefaultTextPath; ///< perplexity and attention-error text (.gz allowed)
   std::size_t threads = 1;
   std::uint64_t seed = 1; ///< task instances and sampling seeds

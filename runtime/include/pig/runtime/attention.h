@@ -445,6 +445,15 @@ spec::TransformSpec ParseServedTransform(std::string_view text);
 /// timings vary between runs, so a run that must be reproduced pins dense_below.
 size_t MeasuredDenseCrossover(const AttentionSpec &spec, const AttentionShape &shape);
 
+/// Throws std::invalid_argument naming what a sparse method (every method but dense) does not
+/// serve yet in `shape`: soft-capped logits (Gemma 2). Dense attention serves them.
+void CheckSparseServes(const AttentionSpec &spec, const AttentionShape &shape);
+
+/// The spec a sparse method decodes `shape` with: its layers with a sliding window (Mistral,
+/// Gemma's local layers) dense, so that they stay exact and windowed and sampling applies to the
+/// layers that attend globally. The spec itself when no layer has a window.
+AttentionSpec LocalLayersDense(const AttentionSpec &spec, const AttentionShape &shape);
+
 /// Builds the Attention a spec names for a model shape, its KV store over `pool` (a pool of the
 /// spec's kv_dtype several sequences share: LlamaBatch::KvPoolOf) or, when null, over a pool of
 /// its own. Throws std::invalid_argument as AttentionSpec::Validate, when no kernel serves the

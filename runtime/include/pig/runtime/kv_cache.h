@@ -42,7 +42,27 @@ struct AttentionShape {
   /// The logits' scale: 0 means 1 / sqrt(head_dim) (what every model pig loads uses; an engine
   /// may pass its own: PagedLshAttention).
   float scale = 0;
+  /// Per layer, the sliding window: the layer's query at position p attends [p + 1 - w, p], the
+  /// last w positions (Mistral, Gemma's local layers, transformers' sliding_window). Empty, or 0
+  /// for a layer: every cached position (a global layer). The cache still keeps every position.
+  std::vector<std::uint32_t> windows{};
+  /// Attention logit soft-capping (Gemma 2): each logit s becomes c tanh(s / c); 0: none.
+  float softcap = 0;
   size_t group() const { return n_kv_heads ? n_heads / n_kv_heads : 0; }
+  /// The window of `layer`, 0 for a global layer.
+  size_t Window(size_t layer) const { return layer < windows.size() ? windows[layer] : 0; }
+  /// Whether any layer attends within a window.
+  bool Windowed() const {
+    for (std::uint32_t w : windows)
+      if (w)
+        return true;
+    return false;
+  }
+  /// The first position a query of `layer` attends when it attends up to `end` (exclusive).
+  size_t Begin(size_t layer, size_t end) const {
+    const size_t w = Window(layer);
+    return w && end > w ? end - w : 0;
+  }
   /// The scale the kernels take (f32).
   float Scale() const { return scale > 0 ? scale : 1.0f / std::sqrt(float(head_dim)); }
   /// The scale in double (the budget methods' scores, as pig::ref computes them).

@@ -1,9 +1,13 @@
-// Llama-family model (llama, and qwen2's q/k/v biases) read from a GGUF file: configuration
-// from metadata, weights as views into the mapping (never dequantised as a whole), and the
-// forward pass: RMSNorm, RoPE, grouped-query attention through an Attention, SwiGLU, tied or
-// separate output embedding. Prefill runs whole chunks of tokens through matrix-matrix
-// kernels; decode runs one token per sequence, for one sequence (LlamaSession) or many together,
-// mixed with other sequences' prompt chunks (LlamaBatch).
+// The decoder-only transformers pig serves, read from a GGUF file: Llama 2/3 (and Mistral, which
+// llama.cpp writes as llama), Qwen 2/2.5 (q/k/v biases), Qwen 3 (q/k norms), Gemma 2/3 (local and
+// global layers, soft-capping, norms after each block, scaled embeddings, GeGLU) and Phi-3 (fused
+// projections). Configuration from metadata, weights as views into the mapping (never dequantised
+// as a whole), and one forward pass for all of them: RMSNorm, RoPE (ggml's adjacent pairs or the
+// NEOX halves), grouped-query attention through an Attention, a gated feed-forward, tied or
+// separate output embedding. What a file asks for that pig does not compute is refused at load,
+// naming the key. Prefill runs whole chunks of tokens through matrix-matrix kernels; decode runs
+// one token per sequence, for one sequence (LlamaSession) or many together, mixed with other
+// sequences' prompt chunks (LlamaBatch). docs/MODELS.md lists what is tested for each.
 #pragma once
 
 #include <cstddef>
@@ -30,22 +34,57 @@ const char *DefaultModelPath();
 struct LlamaConfig {
   std::string arch;
   size_t n_layers = 0, dim = 0, ffn_dim = 0, n_heads = 0, n_kv_heads = 0, head_dim = 0;
+  size_t q_dim = 0; // n_heads * head_dim: dim, unless the file gives attention.key_length
   size_t vocab = 0, context_length = 0, rope_dim = 0;
   float rms_eps = 1e-5f;
   float rope_base = 10000.0f;
+  std::string rope_scaling = "none";    // none, linear or yarn (rope.scaling.type, or flags)
   float rope_linear_scale = 1.0f;       // positions are divided by this ("linear" scaling)
   std::vector<float> rope_freq_factors; // per rotary pair (Llama 3.1 "rope_freqs"), or empty
+  // YaRN (transformers' rope_type "yarn"): the factor, the context trained before it, and the
+  // ramp's rotation bounds; cos and sin are multiplied by rope_attn_factor (0.1 ln factor + 1).
+  float yarn_factor = 1.0f, yarn_beta_fast = 32.0f, yarn_beta_slow = 1.0f;
+  size_t yarn_orig_ctx = 0;
+  float rope_attn_factor = 1.0f;
+  // Rotary layout: false, ggml's "normal" (adjacent pairs x[2i], x[2i+1]: llama, whose converter
+  // permutes Q and K's rows to it); true, NEOX (x[i], x[i + rope_dim / 2]: every other family).
+  bool rope_neox = false;
+  // Local (windowed) layers' rotary base, with neither linear scaling nor frequency factors
+  // (Gemma 3: rope.freq_base_swa, 10000); 0: every layer rotates as the global ones.
+  float rope_base_local = 0;
+  std::vector<std::uint32_t> windows; // per layer: sliding window (0: global); empty: none
+  float attn_scale = 0;               // the logits' scale; 0: 1 / sqrt(head_dim)
+  float attn_softcap = 0;             // attention logits c tanh(s / c) (Gemma 2); 0: none
+  float final_softcap = 0;            // output logits the same (Gemma 2); 0: none
+  float embed_scale = 1;              // the token embedding's factor (Gemma: sqrt(dim))
+  bool gelu = false; // the gate's activation: GELU (tanh approximation, Gemma), else SiLU
+
+  // The attention shape of this model for `capacity` positions (windows, scale, soft-capping).
+  AttentionShape Shape(size_t capacity) const;
+  bool Local(size_t layer) const { return layer < windows.size() && windows[layer] != 0; }
 };
 
 struct LayerWeights {
   std::vector<float> attn_norm, ffn_norm;
-  std::vector<float> bq, bk, bv; // empty when the model has no biases
-  WeightMatrix wq, wk, wv, wo, w_gate, w_up, w_down;
+  std::vector<float> bq, bk, bv;                     // empty when the model has no biases
+  std::vector<float> q_norm, k_norm;                 // per-head RMSNorm (head_dim), or empty
+  std::vector<float> attn_post_norm, ffn_post_norm;  // after each block (Gemma), or empty
+  WeightMatrix wq, wk, wv, wo, w_gate, w_up, w_down; // views (Phi-3: of the fused matrices)
+};
+
+/// What a user sets over the file's metadata at load (pig-run's --rope-scaling, --rope-scale,
+/// --yarn-orig-ctx): RoPE scaling as llama.cpp offers it. Unset fields keep the file's.
+struct ModelOverrides {
+  std::string rope_scaling; ///< none, linear or yarn; "": the file's rope.scaling.type
+  float rope_scale = 0;     ///< the factor; 0: the file's rope.scaling.factor
+  size_t yarn_orig_ctx = 0; ///< YaRN's trained context; 0: the file's, else its context_length
 };
 
 class LlamaModel {
 public:
-  static std::unique_ptr<LlamaModel> Load(const std::string &path);
+  /// Throws GgufError naming the file and the key of anything it does not serve.
+  static std::unique_ptr<LlamaModel> Load(const std::string &path,
+                                          const ModelOverrides &overrides = {});
 
   const LlamaConfig &config() const { return cfg_; }
   const Tokenizer &tokenizer() const { return *tokenizer_; }
@@ -159,8 +198,9 @@ public:
 private:
   // y_j (rows x w_j.rows) = x (rows x cols) * w_j^T for every job (MatMulShared on scratch_).
   void MatMulRows(const MatMulJob *jobs, size_t n_jobs, const float *x, size_t rows);
-  // Rotates the n_heads heads of x (one row) by the angles of row `row` (rope_cs_).
-  void Rope(float *x, size_t n_heads, size_t row) const;
+  // Rotates the n_heads heads of x (one row) by the angles of row `row` (rope_cs_) for `layer`
+  // (local layers may have rotary angles of their own).
+  void Rope(float *x, size_t n_heads, size_t row, size_t layer) const;
   // The attention of one layer for every span (q_, k_, v_ in, att_ out): model.cpp.
   void Attend(size_t layer, const Span *spans, size_t n_spans);
 
@@ -168,8 +208,9 @@ private:
   ThreadPool &pool_;
   const Kernels &kern_;
   size_t max_rows_;
-  std::vector<float> inv_freq_;
-  std::vector<float> rope_cs_; // per row of a Run: (cos, sin) of each rotary pair
+  std::vector<float> inv_freq_; // [table][pair]: table 0 global layers, 1 local ones
+  size_t rope_tables_ = 1;
+  std::vector<float> rope_cs_; // per row of a Run and table: (cos, sin) of each rotary pair
   std::vector<float> x_, xb_, q_, k_, v_, att_, hb_, hb2_;
   MatMulPath decode_path_ = MatMulPath::kInteger;
   bool batch_hash_ = true;
