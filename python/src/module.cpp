@@ -1183,6 +1183,10 @@ public:
     s["shared_index_builds"] = shared.builds;
     s["shared_index_hits"] = shared.hits;
     s["requests"] = impl_->Requests().size();
+    s["layers"] = shape_.n_layers; // what this process serves (a tensor-parallel rank: its share)
+    s["q_heads"] = shape_.n_heads;
+    s["kv_heads"] = shape_.n_kv_heads;
+    s["indexed"] = st.indexed; // indexed tokens each query head's decode rows saw, summed
     s["kernels"] = st.kernels;
     s["threads"] = pool_.size();
     return s;

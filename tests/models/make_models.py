@@ -88,6 +88,11 @@ def architectures():
             rope_theta=1000000.0, rope_local_base_freq=10000.0,
             rope_scaling=dict(rope_type="linear", factor=8.0),
             hidden_activation="gelu_pytorch_tanh")),
+        # For vLLM's tensor parallelism (python/pig_vllm/tests/test_tp.py): 2 kv-heads, so that
+        # each of 2 ranks holds one, and a head dim vLLM's CPU kernels take (64).
+        "llama_tp": ("LlamaConfig", "llama", dict(
+            common, hidden_size=256, intermediate_size=512, num_hidden_layers=4,
+            num_attention_heads=4, num_key_value_heads=2, rope_theta=100000.0)),
         # Phi-3: fused qkv and gate/up projections, NEOX rotary layout.
         "phi3": ("Phi3Config", "phi3", dict(
             common, num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=2,
@@ -125,6 +130,12 @@ def llama_permute(w, n_head):
             .reshape(w.shape))
 
 
+def rope_theta(cfg):
+    """The rotary base (transformers 5 keeps it in rope_parameters)."""
+    theta = getattr(cfg, "rope_theta", None)
+    return theta if theta is not None else cfg.rope_parameters["rope_theta"]
+
+
 def llama3_rope_factors(cfg, head_dim):
     """The per-pair divisors llama.cpp stores as rope_freqs.weight for 'llama3' scaling."""
     rs = cfg.rope_scaling
@@ -132,7 +143,7 @@ def llama3_rope_factors(cfg, head_dim):
     old = rs["original_max_position_embeddings"]
     out = []
     for i in range(0, head_dim, 2):
-        freq = 1.0 / (cfg.rope_theta ** (i / head_dim))
+        freq = 1.0 / (rope_theta(cfg) ** (i / head_dim))
         wavelen = 2 * math.pi / freq
         if wavelen < old / high:
             out.append(1.0)
@@ -161,7 +172,7 @@ def write_gguf(path, name, arch, cfg, model, tokenizer_gguf):
     w.add_uint32(a + "attention.key_length", hd)
     w.add_uint32(a + "attention.value_length", hd)
     w.add_float32(a + "attention.layer_norm_rms_epsilon", cfg.rms_norm_eps)
-    w.add_float32(a + "rope.freq_base", cfg.rope_theta)
+    w.add_float32(a + "rope.freq_base", rope_theta(cfg))
     w.add_uint32(a + "rope.dimension_count", hd)
     window = getattr(cfg, "sliding_window", None)
     if window and (name != "qwen2" and name != "qwen3"):
@@ -259,7 +270,7 @@ def make(name, out, seed, tokenizer_gguf):
                 prm.copy_(prm.half().float())  # stored as F16 in the GGUF file
     d = os.path.join(out, name)
     os.makedirs(d, exist_ok=True)
-    model.save_pretrained(os.path.join(d, "hf"), safe_serialization=True)
+    model.save_pretrained(os.path.join(d, "hf"))  # safetensors
     gen = torch.Generator().manual_seed(seed + 1)
     ids = torch.randint(3, VOCAB, (N_IDS,), generator=gen).tolist()
     with torch.no_grad():
@@ -282,11 +293,14 @@ def main():
     ap.add_argument("--out", required=True)
     ap.add_argument("--tokenizer-gguf", required=True, help="the default model's GGUF file")
     ap.add_argument("--seed", type=int, default=1234)
-    ap.add_argument("--arch", action="append", help="only these (default: all)")
+    ap.add_argument("--arch", action="append",
+                    help="only these (default: all but llama_tp, which the vLLM tests make)")
+    ap.add_argument("--hf-tokenizer", help="copy this Hugging Face model's tokenizer files into "
+                    "each hf/ (what vLLM loads)")
     ap.add_argument("--stamp", default=os.path.join(sys.prefix, ".parity.sha256"),
                     help="the file ./pig writes once the parity environment is installed")
     args = ap.parse_args()
-    names = args.arch or list(architectures())
+    names = args.arch or [n for n in architectures() if n != "llama_tp"]
     for n in names:
         if n not in architectures():
             print(f"FAIL: unknown architecture {n!r} (known: {', '.join(architectures())})")
@@ -319,6 +333,12 @@ def main():
     torch.set_num_threads(1)  # ctest runs this beside other tests
     for n in names:
         make(n, args.out, args.seed, args.tokenizer_gguf)
+        if args.hf_tokenizer:
+            import shutil
+            for f in ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
+                      "vocab.json", "merges.txt", "chat_template.jinja"):
+                if os.path.exists(os.path.join(args.hf_tokenizer, f)):
+                    shutil.copy(os.path.join(args.hf_tokenizer, f), os.path.join(args.out, n, "hf"))
     return 0
 
 

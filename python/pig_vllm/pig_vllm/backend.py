@@ -118,16 +118,18 @@ class PigAttentionImpl(CPUAttentionBackendImpl):
         # until the interpreter exits make nanobind report leaks; state owns the live ones.
         self.spec = None
         self.min_tokens = 0
+        # pig reads the cache's rows as they are: bf16, or f32 for a float32 model.
+        self.kv = {torch.bfloat16: "bf16", torch.float32: "f32"}.get(model_config.dtype)
         if self.cfg.method != "stock":
-            spec = self.cfg.attention_spec()  # raises here on a bad configuration
+            spec = self.cfg.attention_spec(self.kv or "bf16")  # raises on a bad configuration
             self.spec = repr(spec)
             self.min_tokens = self.cfg.effective_min_tokens(spec)
             del spec
-        # pig's decode serves plain causal self-attention over a bf16 cache only (pig also reads
-        # f32 caches, with kv="f32" in its spec: not wired here; fp16 it does not read).
+        # pig's decode serves plain causal self-attention over a bf16 or f32 cache (fp16 it does
+        # not read).
         self.pig_capable = (
             self.spec is not None and self.attn_type == AttentionType.DECODER
-            and model_config.dtype == torch.bfloat16
+            and self.kv is not None
             and self.alibi_slopes is None and self.sliding_window == -1
             and not self.logits_soft_cap and self.sinks is None)
         self._layer = None
@@ -254,8 +256,9 @@ class PigAttentionImpl(CPUAttentionBackendImpl):
         nb, nh, bs, d2 = kv_cache.shape
         if self._layer is None:
             self._layer = layer_index(layer.layer_name)
-        pa = state.paged_attention(self.cfg, self.num_layers, self.num_heads, self.num_kv_heads,
-                                   self.head_size, bs, self.max_tokens, self.cfg.threads)
+        pa = state.paged_attention(self.cfg, self.kv, self.num_layers, self.num_heads,
+                                   self.num_kv_heads, self.head_size, bs, self.max_tokens,
+                                   self.cfg.threads)
         n = plan.first
         if n:
             q = query[:n]

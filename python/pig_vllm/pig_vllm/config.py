@@ -68,13 +68,14 @@ class PigConfig:
     min_tokens: int | None = None
     threads: int = 0
 
-    def attention_spec(self):
-        """The pig.AttentionSpec of this configuration (not for method "stock")."""
+    def attention_spec(self, kv: str = "bf16"):
+        """The pig.AttentionSpec of this configuration (not for method "stock") over a cache of
+        `kv` rows (the model's dtype: bf16, or f32)."""
         import pig
 
-        return pig.AttentionSpec(self.method, lsh=self.lsh, sink=self.sink, local=self.local,
-                                 dense_layers=self.dense_layers, transform=self.transform,
-                                 budget=self.budget, hybrid=self.hybrid,
+        return pig.AttentionSpec(self.method, lsh=self.lsh, kv=kv, sink=self.sink,
+                                 local=self.local, dense_layers=self.dense_layers,
+                                 transform=self.transform, budget=self.budget, hybrid=self.hybrid,
                                  mean_window=self.mean_window)
 
     def effective_min_tokens(self, spec=None) -> int:

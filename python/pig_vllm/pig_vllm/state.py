@@ -51,11 +51,12 @@ def check_rows(req_ids: list[str], block_table) -> None:
                                f"the request's blocks {list(blocks)[:8]}...")
 
 
-def paged_attention(cfg, num_layers, num_q_heads, num_kv_heads, head_dim, block_size,
+def paged_attention(cfg, kv, num_layers, num_q_heads, num_kv_heads, head_dim, block_size,
                     max_tokens, threads):
-    """The process's pig.PagedAttention, created on first use (every layer shares it)."""
+    """The process's pig.PagedAttention over a cache of `kv` rows ("bf16" or "f32"), created on
+    first use (every layer shares it). A tensor-parallel rank's layers see its own heads only."""
     global _paged, _paged_key
-    key = (cfg, num_layers, num_q_heads, num_kv_heads, head_dim, block_size, max_tokens,
+    key = (cfg, kv, num_layers, num_q_heads, num_kv_heads, head_dim, block_size, max_tokens,
            threads)
     with _lock:
         if _paged is None:
@@ -65,7 +66,7 @@ def paged_attention(cfg, num_layers, num_q_heads, num_kv_heads, head_dim, block_
             # cores (VLLM_CPU_OMP_THREADS_BIND) before the model runs, and pig's pool threads
             # inherit that binding: more threads than those CPUs would only contend.
             n = threads or len(os.sched_getaffinity(0))
-            _paged = pig.PagedAttention(cfg.attention_spec(), num_layers, num_q_heads,
+            _paged = pig.PagedAttention(cfg.attention_spec(kv), num_layers, num_q_heads,
                                         num_kv_heads, head_dim, block_size,
                                         max_tokens=max_tokens, threads=n)
             from vllm.logger import init_logger

@@ -53,7 +53,7 @@ def tokenizer():
 def run_driver(tmp_path_factory, name: str, job: dict, timeout: int = 900, **env) -> dict:
     """Runs one configuration's tasks in a fresh vLLM (tests/driver.py); returns its results."""
     d = tmp_path_factory.mktemp(name)
-    job = dict(job, model=MODEL)
+    job = dict({"model": MODEL}, **job)  # the default model unless the job names one
     (d / "job.json").write_text(json.dumps(job))
     if job.get("pig") is None:
         env.setdefault("VLLM_PLUGINS", "none")  # vLLM's stock backend: pig_vllm not loaded

@@ -7,7 +7,8 @@ serves every task of its configuration), which keeps each configuration's enviro
 (VLLM_PLUGINS, the pig settings) to its own process tree. JOB: {"pig": null (vLLM's stock
 backend, the plugin not loaded) or {additional_config["pig"]}, "llm": {extra LLM arguments},
 "tasks": [{"name", "prompts": [token ids | {"chat": text}], "max_tokens", "ignore_eos",
-"solo": bool (also each prompt alone), "repeat": n, "logprobs": k (record the top k)}]}.
+"solo": bool (also each prompt alone), "repeat": n, "logprobs": k (record the top k)}],
+"all_ranks": bool (stats of every tensor-parallel rank, a list; default rank 0's)}.
 """
 import json
 import os
@@ -41,7 +42,8 @@ def main() -> int:
     def stats():
         if job.get("pig") is None:
             return {}
-        return llm.collective_rpc("pig_stats")[0]
+        ranks = llm.collective_rpc("pig_stats")
+        return ranks if job.get("all_ranks") else ranks[0]
 
     def run(prompts, params):
         inputs = []
