@@ -20,26 +20,13 @@
 #include <string>
 #include <vector>
 
+#include "parity_env.h"
 #include "pig/runtime/model.h"
 
 namespace pig::runtime {
 namespace {
 
-std::string Env(const char *name) {
-  const char *v = std::getenv(name);
-  return v ? v : "";
-}
-
-std::string RequiredBecause() {
-  if (Env("PIG_PARITY") == "0")
-    return "";
-  const std::string ci = Env("CI");
-  if (ci == "true" || ci == "TRUE" || ci == "True" || ci == "1")
-    return "CI=true";
-  if (std::filesystem::exists(PIG_PARITY_STAMP))
-    return std::string("the parity environment is installed (") + PIG_PARITY_STAMP + ")";
-  return "";
-}
+using testing::Env;
 
 size_t ArgMax(const float *x, size_t n) {
   size_t best = 0;
@@ -89,7 +76,7 @@ protected:
             const ModelOverrides &overrides = {}) {
     dir_ = Env("PIG_ARCH_DIR") + "/" + ref_name;
     if (Env("PIG_ARCH_DIR").empty() || !std::filesystem::exists(dir_ + "/logits.bin")) {
-      const std::string required = RequiredBecause();
+      const std::string required = testing::ParityRequiredBecause();
       if (!required.empty())
         FAIL() << "no generated model in " << dir_ << " (tests/models/make_models.py), and "
                << required << " (PIG_PARITY=0 skips the parity tests deliberately)";
@@ -123,18 +110,21 @@ protected:
     EXPECT_EQ(a.top1_same, n) << path;
   }
 
+  // Every position's logits of the reference ids, as one prompt.
+  std::vector<float> Prefill() {
+    ThreadPool pool;
+    LlamaSession session(*model_, pool, ref_.ids.size());
+    std::vector<float> got(ref_.logits.size());
+    session.Forward(ref_.ids.data(), ref_.ids.size(), got.data(), /*all_logits=*/true);
+    return got;
+  }
+
   std::string dir_;
   std::unique_ptr<LlamaModel> model_;
   Reference ref_;
 };
 
-TEST_P(ArchParity, PrefillLogitsMatchTransformers) {
-  ThreadPool pool;
-  LlamaSession session(*model_, pool, ref_.ids.size());
-  std::vector<float> got(ref_.logits.size());
-  session.Forward(ref_.ids.data(), ref_.ids.size(), got.data(), /*all_logits=*/true);
-  Check(got, "prefill");
-}
+TEST_P(ArchParity, PrefillLogitsMatchTransformers) { Check(Prefill(), "prefill"); }
 
 TEST_P(ArchParity, DecodeLogitsMatchTransformers) {
   ThreadPool pool;
@@ -164,22 +154,14 @@ TEST_F(RopeFlags, YarnByFlagsMatchesTransformers) {
     return;
   EXPECT_EQ(model_->config().rope_scaling, "yarn");
   EXPECT_EQ(model_->config().context_length, 4096u); // max(4096, 32 x 4)
-  ThreadPool pool;
-  LlamaSession session(*model_, pool, ref_.ids.size());
-  std::vector<float> got(ref_.logits.size());
-  session.Forward(ref_.ids.data(), ref_.ids.size(), got.data(), /*all_logits=*/true);
-  Check(got, "prefill, YaRN by flags");
+  Check(Prefill(), "prefill, YaRN by flags");
 }
 
 TEST_F(RopeFlags, NoneByFlagsUndoesTheFilesScaling) {
   Open("qwen2_yarn", "qwen2", ModelOverrides{"none", 0.0f, 0});
   if (!model_)
     return;
-  ThreadPool pool;
-  LlamaSession session(*model_, pool, ref_.ids.size());
-  std::vector<float> got(ref_.logits.size());
-  session.Forward(ref_.ids.data(), ref_.ids.size(), got.data(), /*all_logits=*/true);
-  Check(got, "prefill, scaling none by flags");
+  Check(Prefill(), "prefill, scaling none by flags");
 }
 
 } // namespace

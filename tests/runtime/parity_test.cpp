@@ -11,6 +11,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "parity_env.h"
 #include "pig/runtime/model.h"
 #include "pig/runtime/sampler.h"
 
@@ -22,22 +23,8 @@ std::string ParityDir() {
   return env ? env : "";
 }
 
-std::string Env(const char *name) {
-  const char *v = std::getenv(name);
-  return v ? v : "";
-}
-
-// Why a missing reference is a failure here, or "" where it may skip.
-std::string ParityRequiredBecause() {
-  if (Env("PIG_PARITY") == "0")
-    return "";
-  const std::string ci = Env("CI");
-  if (ci == "true" || ci == "TRUE" || ci == "True" || ci == "1")
-    return "CI=true";
-  if (std::filesystem::exists(PIG_PARITY_STAMP))
-    return std::string("the parity environment is installed (") + PIG_PARITY_STAMP + ")";
-  return "";
-}
+using testing::Env;
+using testing::ParityRequiredBecause;
 
 std::string FromHex(const std::string &hex) {
   std::string s;
