@@ -11,6 +11,7 @@ fuzz of request bodies that never crashes the server or gets a malformed answer.
 import concurrent.futures
 import http.client
 import json
+import os
 import random
 import re
 import signal
@@ -280,6 +281,25 @@ def test_greedy_text_equals_pig_runs(client):
         model="pig", messages=[{"role": "user", "content": "Name three colours."}], max_tokens=24,
         temperature=0)
     assert r.choices[0].message.content == want
+
+
+@pytest.mark.parametrize("arch", ["qwen3", "gemma3", "phi3", "mistral"])
+def test_other_architectures_serve_pig_runs_text(arch):
+    """pig-serve on generated models of other architectures (tests/models/make_models.py;
+    ctest's runtime.arch.models writes them): its greedy text is pig-run's, dense and magicpig
+    (Gemma 3 samples its global layer; Mistral's layers are all local: exact)."""
+    path = os.path.join(os.environ.get("PIG_ARCH_DIR", ""), arch, "model.gguf")
+    if not os.path.exists(path):
+        pytest.skip(f"no generated model at {path} (runtime.arch.models, the parity environment)")
+    s = Server("--model", path, "--parallel", "2")
+    try:
+        c = openai.OpenAI(base_url=s.base + "/v1", api_key="unused", max_retries=0, timeout=120)
+        for pig, flags in (({}, []), (LSH, ["--attention", "magicpig", "--local", "16"])):
+            want = pig_run("--model", path, "--prompt", LONG, "--max-new", "12", *flags)
+            r = complete(c, LONG, max_tokens=12, extra_body={"pig": pig} if pig else None)
+            assert r.choices[0].text == want, (arch, pig)
+    finally:
+        assert s.stop() == 0, s.log()
 
 
 def test_stop_strings(client):
