@@ -1,7 +1,8 @@
 # Installing pig as a library (`cmake --install build --prefix P`, `./pig install P`): the headers
 # of spec, reference and runtime, their static libraries and the generated kernel library, a
 # CMake package (find_package(pig CONFIG): pig::spec, pig::reference, pig::kernels, pig::runtime,
-# pig::generated_kernels) and a pkg-config file (pig.pc). A consumer needs neither MLIR nor LLVM:
+# pig::generated_kernels, and pig::c, the C interface libpig.so) and pkg-config files (pig.pc for
+# C++, pig-c.pc for the C interface). A consumer needs neither MLIR nor LLVM:
 # the installed libraries link Highway and the C++ runtime only. docs/LIBRARY.md shows both ways.
 include(GNUInstallDirs)
 include(CMakePackageConfigHelpers)
@@ -16,6 +17,16 @@ if(TARGET pig_generated_kernels)
   list(APPEND pig_install_targets pig_generated_kernels)
   set_target_properties(pig_generated_kernels PROPERTIES EXPORT_NAME generated_kernels)
   set(pig_pc_generated "-lpig_generated_kernels")
+endif()
+
+if(TARGET pig_c) # libpig.so and pig.h: the C interface (capi/)
+  list(APPEND pig_install_targets pig_c)
+  set_target_properties(pig_c PROPERTIES EXPORT_NAME c)
+  install(FILES ${PROJECT_SOURCE_DIR}/capi/include/pig.h DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}
+          COMPONENT library)
+  configure_file(${PROJECT_SOURCE_DIR}/cmake/pig-c.pc.in ${CMAKE_CURRENT_BINARY_DIR}/pig-c.pc @ONLY)
+  install(FILES ${CMAKE_CURRENT_BINARY_DIR}/pig-c.pc
+          DESTINATION ${CMAKE_INSTALL_LIBDIR}/pkgconfig COMPONENT library)
 endif()
 
 install(TARGETS ${pig_install_targets} EXPORT pigTargets

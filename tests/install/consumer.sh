@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # consumer.sh BUILD SOURCE CMAKE CXX: install BUILD into a temporary prefix, then build and run
-# examples/cpp_consumer against it twice, through find_package(pig) and through pkg-config, each
-# from a clean directory that sees nothing of the source tree but the example. The prefix holds
-# no MLIR or LLVM: the check below fails if an installed file names them.
+# examples/cpp_consumer (C++, the static libraries) and examples/c_consumer (C, pig.h and
+# libpig.so) against it, each through find_package(pig) and through pkg-config, from clean
+# directories that see nothing of the source tree but the example. The prefix holds no MLIR or
+# LLVM: the check below fails if an installed file names them.
 set -euo pipefail
 build=$1 src=$2 cmake=$3 cxx=$4
 tmp=$(mktemp -d)
@@ -13,7 +14,10 @@ if grep -rlE "mlir|llvm" "$prefix/lib/cmake" "$prefix/lib/pkgconfig"; then
   echo "consumer.sh: the installed package refers to MLIR or LLVM" >&2
   exit 1
 fi
+# the installed libpig.so exports pig.h's functions and nothing else
+bash "$src/tests/capi/symbols.sh" "$prefix/lib/libpig.so" "$prefix/include/pig.h"
 cp -r "$src/examples/cpp_consumer" "$tmp/example"
+cp -r "$src/examples/c_consumer" "$tmp/c_example"
 
 echo "== find_package(pig)"
 "$cmake" -S "$tmp/example" -B "$tmp/cmake-build" -G Ninja -DCMAKE_BUILD_TYPE=Release \
@@ -29,3 +33,15 @@ generated=""
 # shellcheck disable=SC2046
 "$cxx" -O2 $generated "$tmp/example/main.cpp" -o "$tmp/pc_consumer" $(pkg-config --cflags --libs pig)
 "$tmp/pc_consumer"
+
+echo "== find_package(pig): pig::c"
+"$cmake" -S "$tmp/c_example" -B "$tmp/c-build" -G Ninja -DCMAKE_BUILD_TYPE=Release \
+  -DCMAKE_CXX_COMPILER="$cxx" -DCMAKE_PREFIX_PATH="$prefix" >"$tmp/c-configure.log" 2>&1 ||
+  { cat "$tmp/c-configure.log"; exit 1; }
+"$cmake" --build "$tmp/c-build" >"$tmp/c-build.log" 2>&1 || { cat "$tmp/c-build.log"; exit 1; }
+"$tmp/c-build/pig_c_consumer"
+
+echo "== pkg-config pig-c"
+# shellcheck disable=SC2046
+cc -std=c11 -O2 "$tmp/c_example/main.c" -o "$tmp/pc_c_consumer" $(pkg-config --cflags --libs pig-c) -lm
+"$tmp/pc_c_consumer"

@@ -11,6 +11,7 @@ CMakeLists.txt's layer comment):
     passes     dialect, spec
     codegen    passes, dialect, spec
     runtime    reference, spec          (all of runtime/: model, attention, kernels, common, cuda)
+    capi       runtime, reference, spec (pig.h, the C interface over the runtime)
     tune       reference, spec          (records, frontier, points: runtime-free)
     app        everything above
     eval       app and everything above it
@@ -41,6 +42,7 @@ ALLOWED = {
     "passes": {"dialect", "spec"},
     "codegen": {"passes", "dialect", "spec"},
     "runtime": {"reference", "spec"},
+    "capi": {"runtime", "reference", "spec"},
     "tune": {"reference", "spec"},
 }
 ALLOWED["app"] = set(ALLOWED)
