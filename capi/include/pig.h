@@ -85,6 +85,7 @@ typedef struct pig_index_info {
   size_t indexed;  /* of them, in the tables */
   size_t bytes;    /* the index's memory */
   size_t capacity; /* the most rows pig_index_extend may reach */
+  int specialised; /* 1: kernels specialised for its (K, L, d, dtype) serve it; 0: generic */
 } pig_index_info;
 
 /* "0.1.0" */
@@ -122,10 +123,18 @@ PIG_API pig_status pig_index_info_get(const pig_index *index, pig_index_info *in
 /* Frees the index (NULL: nothing). */
 PIG_API void pig_index_free(pig_index *index);
 
-/* The kernel configurations this library serves specialised ("K=10 L=150 d=64 bf16", one per
- * line), into buf (at most len bytes, NUL-terminated); *needed is the length with the NUL. Any
- * other (K, L, d, dtype) runs pig's generic kernels. */
+/* The kernel configurations served specialised, one manifest line each with every schedule knob
+ * ("K=10 L=150 d=64 bf16 gqa=per_head block=64 ..."): those
+ * built into libpig.so, then those pig_load_kernels loaded; into buf (at most len bytes,
+ * NUL-terminated); *needed is the length with the NUL. Any other (K, L, d, dtype) runs pig's
+ * generic kernels. */
 PIG_API pig_status pig_kernel_configs(char *buf, size_t len, size_t *needed);
+/* Loads a deployment's kernel library (a shared object built from tools/pig-kernel-tree's
+ * output) and serves its configurations from then on, to indexes built after the call; *count:
+ * how many (optional). The same path again loads nothing new. Fails with PIG_ERR_INVALID naming
+ * the path when it cannot be loaded, has no pig_kernel_plugin entry point, or was built from
+ * other pig headers. Not to be called while another thread uses pig. */
+PIG_API pig_status pig_load_kernels(const char *path, size_t *count);
 
 #ifdef __cplusplus
 }

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "pig/runtime/attention.h"
+#include "pig/runtime/kernel_plugin.h"
 #include "pig/runtime/lsh_index.h"
 #include "pig/runtime/lsh_kernels.h"
 #include "pig/runtime/lsh_step.h"
@@ -366,7 +367,7 @@ pig_status pig_index_info_get(const pig_index *index, pig_index_info *info) {
     NotNull(index, "index");
     NotNull(info, "info");
     *info = pig_index_info{index->index->n(), index->index->count(), index->index->bytes(),
-                           index->capacity};
+                           index->capacity, index->set.specialised ? 1 : 0};
   });
 }
 
@@ -381,14 +382,33 @@ pig_status pig_kernel_configs(char *buf, size_t len, size_t *needed) {
 #ifdef PIG_CAPI_GENERATED
     RegisterGenerated();
     for (const lsh::KernelKey &key : pig_generated_kernel_keys())
-      s += key.config().str() + "\n";
+      s += key.config().str_with_schedule() + "\n";
 #endif
+    for (const lsh::KernelKey &key : lsh::LoadedKernelPluginKeys())
+      s += key.config().str_with_schedule() + "\n";
     *needed = s.size() + 1;
     if (len < s.size() + 1)
       Fail(PIG_ERR_RANGE, "the list needs " + std::to_string(s.size() + 1) + " bytes, buf has " +
                               std::to_string(len));
     NotNull(buf, "buf");
     std::memcpy(buf, s.c_str(), s.size() + 1);
+  });
+}
+
+pig_status pig_load_kernels(const char *path, size_t *count) {
+  if (count)
+    *count = 0;
+  return Guard("pig_load_kernels", [&] {
+    NotNull(path, "path");
+    RegisterGenerated(); // first, so that a library's configurations are not replaced by them
+    std::vector<lsh::KernelKey> keys;
+    try {
+      keys = lsh::LoadKernelPlugin(path);
+    } catch (const std::runtime_error &e) {
+      Fail(PIG_ERR_INVALID, e.what());
+    }
+    if (count)
+      *count = keys.size();
   });
 }
 

@@ -172,6 +172,9 @@ LogicalResult mlir::pig::emitCpuKernels(ModuleOp module, const KernelPlan &plan,
   os << "namespace " << ns << " {\n";
   os << "HWY_EXPORT(Make);\n";
   os << "pig::runtime::lsh::LshKernelSet Factory() { return HWY_DYNAMIC_DISPATCH(Make)(); }\n";
+  // A deployment's kernel library (PIG_KERNEL_PLUGIN) registers through its entry point, in
+  // the process that loads it: it references nothing of pig's libraries.
+  os << "#ifndef PIG_KERNEL_PLUGIN\n";
   os << "PIG_REGISTER_LSH_KERNELS_SCHEDULED(" << plan.symbol() << ", " << plan.k << ", " << plan.l
      << ", " << plan.d << ", " << plan.dtype << ", kSchedule, &Factory);\n";
   os << "void Register() {\n";
@@ -179,6 +182,7 @@ LogicalResult mlir::pig::emitCpuKernels(ModuleOp module, const KernelPlan &plan,
   os << "  KernelRegistry::global().add(KernelKey{" << plan.k << ", " << plan.l << ", " << plan.d
      << ", DType::" << plan.dtype << ", Target::cpu, kSchedule}, &Factory);\n";
   os << "}\n";
+  os << "#endif\n";
   os << "} // namespace " << ns << "\n";
   os << "#endif\n";
   return success();
@@ -211,6 +215,42 @@ LogicalResult mlir::pig::emitCpuRegistry(ModuleOp anchor, ArrayRef<KernelPlan> p
        << "      {" << plan->k << ", " << plan->l << ", " << plan->d << ", DType::" << plan->dtype
        << ", Target::cpu, " << scheduleLiteral(plan->schedule, "") << "},\n";
   os << "  };\n}\n";
+  return success();
+}
+
+LogicalResult mlir::pig::emitCpuPlugin(ModuleOp anchor, ArrayRef<KernelPlan> plans,
+                                       llvm::raw_ostream &os) {
+  if (failed(checkDistinct(anchor, plans)))
+    return failure();
+  const std::vector<const KernelPlan *> order = sorted(plans);
+  os << kBanner;
+  os << "// The entry point of a deployment's kernel library: its configurations' keys and\n"
+        "// factories, which lsh::LoadKernelPlugin registers in the loading process. Built with\n"
+        "// PIG_KERNEL_PLUGIN (the kernel TUs then register nothing themselves).\n";
+  os << "#include \"pig/runtime/kernel_plugin.h\"\n\n";
+  for (const KernelPlan *plan : order)
+    os << "namespace pig_lsh_" << plan->symbol()
+       << " {\npig::runtime::lsh::LshKernelSet Factory();\n}\n";
+  os << "\nextern \"C\" __attribute__((visibility(\"default\"))) const "
+        "pig::runtime::lsh::KernelPluginEntry *\n"
+        "pig_kernel_plugin(int abi, std::size_t set_bytes, std::size_t key_bytes, "
+        "std::size_t *count) {\n";
+  os << "  using pig::runtime::lsh::DType;\n";
+  os << "  using pig::runtime::lsh::GqaStrategy;\n";
+  os << "  using pig::runtime::lsh::Schedule;\n";
+  os << "  using pig::runtime::lsh::Target;\n";
+  os << "  static const pig::runtime::lsh::KernelPluginEntry entries[] = {\n";
+  for (const KernelPlan *plan : order)
+    os << "      // " << plan->strWithSchedule() << "\n"
+       << "      {{" << plan->k << ", " << plan->l << ", " << plan->d << ", DType::" << plan->dtype
+       << ", Target::cpu, " << scheduleLiteral(plan->schedule, "") << "}, &pig_lsh_"
+       << plan->symbol() << "::Factory},\n";
+  os << "  };\n";
+  os << "  *count = 0;\n";
+  os << "  if (!pig::runtime::lsh::KernelPluginCompatible(abi, set_bytes, key_bytes))\n";
+  os << "    return nullptr;\n";
+  os << "  *count = " << order.size() << ";\n";
+  os << "  return entries;\n}\n";
   return success();
 }
 

@@ -1,8 +1,13 @@
+#include <dlfcn.h>
+
 #include <algorithm>
+#include <map>
+#include <mutex>
 #include <optional>
 #include <stdexcept>
 #include <string>
 
+#include "pig/runtime/kernel_plugin.h"
 #include "pig/runtime/lsh_kernels.h"
 
 namespace pig::runtime::lsh {
@@ -89,6 +94,65 @@ std::string KernelRegistry::describe(const LshKernelSet &set) {
   if (set.schedule_fallback)
     s += " (schedule " + set.requested_schedule.str() + " not registered: default served)";
   return s;
+}
+
+} // namespace pig::runtime::lsh
+
+// --- kernel libraries of their own (kernel_plugin.h) ----------------------------------------
+namespace pig::runtime::lsh {
+namespace {
+std::mutex plugin_mu;
+std::map<std::string, std::vector<KernelKey>> &Plugins() { // path -> what it registered
+  static std::map<std::string, std::vector<KernelKey>> loaded;
+  return loaded;
+}
+std::vector<KernelKey> &PluginOrder() {
+  static std::vector<KernelKey> keys;
+  return keys;
+}
+} // namespace
+
+std::vector<KernelKey> LoadKernelPlugin(const std::string &path) {
+  std::lock_guard lock(plugin_mu);
+  if (auto it = Plugins().find(path); it != Plugins().end())
+    return it->second;
+  // RTLD_LOCAL: the library's own symbols (its Highway dispatch tables) stay its own.
+  void *handle = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+  if (!handle) {
+    const char *e = dlerror();
+    throw std::runtime_error("kernel library " + path + ": " + (e ? e : "dlopen failed"));
+  }
+  auto entry = reinterpret_cast<KernelPluginFn>(dlsym(handle, "pig_kernel_plugin"));
+  if (!entry) {
+    dlclose(handle);
+    throw std::runtime_error("kernel library " + path +
+                             ": no pig_kernel_plugin (not built from pig-kernel-tree's output)");
+  }
+  std::size_t count = 0;
+  const KernelPluginEntry *entries =
+      entry(kKernelPluginAbi, sizeof(LshKernelSet), sizeof(KernelKey), &count);
+  if (!entries) {
+    dlclose(handle);
+    throw std::runtime_error("kernel library " + path +
+                             ": built from other pig headers (kernel plugin ABI " +
+                             std::to_string(kKernelPluginAbi) +
+                             " or the kernel set's layout differ): regenerate it with this "
+                             "pig's pig-kernel-tree");
+  }
+  std::vector<KernelKey> keys;
+  for (std::size_t i = 0; i < count; ++i) {
+    KernelRegistry::global().add(entries[i].key, entries[i].factory);
+    keys.push_back(entries[i].key);
+  }
+  // Never dlclose'd: the registry holds the library's factories for the process's life.
+  Plugins()[path] = keys;
+  PluginOrder().insert(PluginOrder().end(), keys.begin(), keys.end());
+  return keys;
+}
+
+std::vector<KernelKey> LoadedKernelPluginKeys() {
+  std::lock_guard lock(plugin_mu);
+  return PluginOrder();
 }
 
 } // namespace pig::runtime::lsh

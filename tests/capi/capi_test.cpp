@@ -362,6 +362,12 @@ TEST(CApi, ErrorsAreStatusesWithMessages) {
   ASSERT_EQ(pig_kernel_configs(list.data(), list.size(), &needed), PIG_OK);
   expect(pig_kernel_configs(nullptr, 0, nullptr), PIG_ERR_NULL, "needed is NULL");
 
+  // kernel libraries: a missing file, and a shared object that is not one (libpig.so itself)
+  expect(pig_load_kernels(nullptr, &count), PIG_ERR_NULL, "path is NULL");
+  expect(pig_load_kernels("/nonexistent/libk.so", &count), PIG_ERR_INVALID, "/nonexistent/libk.so");
+  EXPECT_EQ(count, 0u);
+  expect(pig_load_kernels(PIG_TEST_LIBPIG, nullptr), PIG_ERR_INVALID, "no pig_kernel_plugin");
+
   // a success clears the thread's message; another thread's failure is its own
   pig_lsh_config ok;
   ASSERT_EQ(pig_lsh_config_default(&ok), PIG_OK);

@@ -51,11 +51,13 @@
 // D128-NEXT: namespace pig_lsh_k10_l150_d128_bf16_g0_b64_p8_dp64_ta8_pa0 {
 // D128-NEXT: HWY_EXPORT(Make);
 // D128-NEXT: pig::runtime::lsh::LshKernelSet Factory() { return HWY_DYNAMIC_DISPATCH(Make)(); }
+// D128-NEXT: #ifndef PIG_KERNEL_PLUGIN
 // D128-NEXT: PIG_REGISTER_LSH_KERNELS_SCHEDULED(k10_l150_d128_bf16_g0_b64_p8_dp64_ta8_pa0, 10, 150, 128, bf16, kSchedule, &Factory);
 // D128-NEXT: void Register() {
 // D128-NEXT:   using namespace pig::runtime::lsh;
 // D128-NEXT:   KernelRegistry::global().add(KernelKey{10, 150, 128, DType::bf16, Target::cpu, kSchedule}, &Factory);
 // D128-NEXT: }
+// D128-NEXT: #endif
 // D128-NEXT: } // namespace pig_lsh_k10_l150_d128_bf16_g0_b64_p8_dp64_ta8_pa0
 // D128-NEXT: #endif
 

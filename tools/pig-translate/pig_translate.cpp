@@ -2,6 +2,7 @@
 //
 //   pig-translate --emit=cpu step.mlir -o pig_lsh_k10_l150_d128_bf16.cpp
 //   pig-translate --emit=cpu-registry a.mlir b.mlir -o pig_register_generated_kernels.cpp
+//   pig-translate --emit=cpu-plugin a.mlir b.mlir -o pig_kernel_plugin.cpp   (pig-kernel-tree)
 //   pig-translate --emit=cuda a.mlir b.mlir -o pig_generated_cuda_kernels.cu
 //
 // Inputs are partitioned, fused pig IR (pig-opt --pig-decompose --pig-specialize=...
@@ -28,7 +29,7 @@
 using namespace mlir;
 
 namespace {
-enum class Emit { Cpu, CpuRegistry, Cuda };
+enum class Emit { Cpu, CpuRegistry, CpuPlugin, Cuda };
 
 // Our options only in --help: the linked LLVM libraries register hundreds of their own.
 llvm::cl::OptionCategory category("pig-translate options");
@@ -43,6 +44,9 @@ llvm::cl::opt<Emit>
              clEnumValN(Emit::Cpu, "cpu", "the Highway TU of one configuration (one input)"),
              clEnumValN(Emit::CpuRegistry, "cpu-registry",
                         "pig_register_generated_kernels() for the configurations of all inputs"),
+             clEnumValN(Emit::CpuPlugin, "cpu-plugin",
+                        "pig_kernel_plugin(), a deployment kernel library's entry point, for "
+                        "the configurations of all inputs (pig-kernel-tree)"),
              clEnumValN(Emit::Cuda, "cuda", "one CUDA TU for the GPU ops of all inputs")));
 llvm::cl::opt<std::string>
     selfInclude("hwy-self-include",
@@ -101,6 +105,7 @@ int main(int argc, char **argv) {
       emit == Emit::Cpu
           ? mlir::pig::emitCpuKernels(*modules.front(), plans.front(), os, {selfInclude})
       : emit == Emit::CpuRegistry ? mlir::pig::emitCpuRegistry(*modules.front(), plans, os)
+      : emit == Emit::CpuPlugin   ? mlir::pig::emitCpuPlugin(*modules.front(), plans, os)
                                   : mlir::pig::emitCudaKernels(*modules.front(), plans, os);
   if (failed(emitted))
     return 1;

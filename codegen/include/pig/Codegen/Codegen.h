@@ -93,6 +93,11 @@ LogicalResult emitCpuKernels(ModuleOp module, const KernelPlan &plan, llvm::raw_
 /// The registration TU of several plans (each configuration once).
 LogicalResult emitCpuRegistry(ModuleOp anchor, llvm::ArrayRef<KernelPlan> plans,
                               llvm::raw_ostream &os);
+/// The entry point of a deployment's kernel library (pig-kernel-tree): pig_kernel_plugin(), the
+/// plans' keys and factories for lsh::LoadKernelPlugin (pig/runtime/kernel_plugin.h). Its TUs
+/// are the plans' --emit=cpu TUs compiled with PIG_KERNEL_PLUGIN (no registration of their own).
+LogicalResult emitCpuPlugin(ModuleOp anchor, llvm::ArrayRef<KernelPlan> plans,
+                            llvm::raw_ostream &os);
 /// The CUDA TU of several plans. Fails when a plan places nothing on the GPU or places an op
 /// without a CUDA kernel there, or has an element type without CUDA kernels (q8).
 LogicalResult emitCudaKernels(ModuleOp anchor, llvm::ArrayRef<KernelPlan> plans,
