@@ -188,6 +188,14 @@ LogicalResult mlir::pig::emitCpuKernels(ModuleOp module, const KernelPlan &plan,
   return success();
 }
 
+namespace {
+// The names a function body that lists KernelKey literals (scheduleLiteral(.., "")) needs.
+void emitKeyUsings(llvm::raw_ostream &os) {
+  for (const char *name : {"DType", "GqaStrategy", "Schedule", "Target"})
+    os << "  using pig::runtime::lsh::" << name << ";\n";
+}
+} // namespace
+
 LogicalResult mlir::pig::emitCpuRegistry(ModuleOp anchor, ArrayRef<KernelPlan> plans,
                                          llvm::raw_ostream &os) {
   if (failed(checkDistinct(anchor, plans)))
@@ -205,10 +213,7 @@ LogicalResult mlir::pig::emitCpuRegistry(ModuleOp anchor, ArrayRef<KernelPlan> p
     os << "  pig_lsh_" << plan->symbol() << "::Register();\n";
   os << "  return " << order.size() << ";\n}\n\n";
   os << "std::vector<pig::runtime::lsh::KernelKey> pig_generated_kernel_keys() {\n";
-  os << "  using pig::runtime::lsh::DType;\n";
-  os << "  using pig::runtime::lsh::GqaStrategy;\n";
-  os << "  using pig::runtime::lsh::Schedule;\n";
-  os << "  using pig::runtime::lsh::Target;\n";
+  emitKeyUsings(os);
   os << "  return {\n";
   for (const KernelPlan *plan : order)
     os << "      // " << plan->strWithSchedule() << "\n"
@@ -235,10 +240,7 @@ LogicalResult mlir::pig::emitCpuPlugin(ModuleOp anchor, ArrayRef<KernelPlan> pla
         "pig::runtime::lsh::KernelPluginEntry *\n"
         "pig_kernel_plugin(int abi, std::size_t set_bytes, std::size_t key_bytes, "
         "std::size_t *count) {\n";
-  os << "  using pig::runtime::lsh::DType;\n";
-  os << "  using pig::runtime::lsh::GqaStrategy;\n";
-  os << "  using pig::runtime::lsh::Schedule;\n";
-  os << "  using pig::runtime::lsh::Target;\n";
+  emitKeyUsings(os);
   os << "  static const pig::runtime::lsh::KernelPluginEntry entries[] = {\n";
   for (const KernelPlan *plan : order)
     os << "      // " << plan->strWithSchedule() << "\n"

@@ -19,11 +19,15 @@ bash "$src/tests/capi/symbols.sh" "$prefix/lib/libpig.so" "$prefix/include/pig.h
 cp -r "$src/examples/cpp_consumer" "$tmp/example"
 cp -r "$src/examples/c_consumer" "$tmp/c_example"
 
+# find_package from a clean build directory: cmake_build EXAMPLE_DIR BUILD_DIR, then run PROGRAM
+cmake_build() {
+  "$cmake" -S "$1" -B "$2" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CXX_COMPILER="$cxx" \
+    -DCMAKE_PREFIX_PATH="$prefix" >"$2.configure.log" 2>&1 || { cat "$2.configure.log"; exit 1; }
+  "$cmake" --build "$2" >"$2.build.log" 2>&1 || { cat "$2.build.log"; exit 1; }
+}
+
 echo "== find_package(pig)"
-"$cmake" -S "$tmp/example" -B "$tmp/cmake-build" -G Ninja -DCMAKE_BUILD_TYPE=Release \
-  -DCMAKE_CXX_COMPILER="$cxx" -DCMAKE_PREFIX_PATH="$prefix" >"$tmp/configure.log" 2>&1 ||
-  { cat "$tmp/configure.log"; exit 1; }
-"$cmake" --build "$tmp/cmake-build" >"$tmp/build.log" 2>&1 || { cat "$tmp/build.log"; exit 1; }
+cmake_build "$tmp/example" "$tmp/cmake-build"
 "$tmp/cmake-build/pig_consumer"
 
 echo "== pkg-config pig"
@@ -35,10 +39,7 @@ generated=""
 "$tmp/pc_consumer"
 
 echo "== find_package(pig): pig::c"
-"$cmake" -S "$tmp/c_example" -B "$tmp/c-build" -G Ninja -DCMAKE_BUILD_TYPE=Release \
-  -DCMAKE_CXX_COMPILER="$cxx" -DCMAKE_PREFIX_PATH="$prefix" >"$tmp/c-configure.log" 2>&1 ||
-  { cat "$tmp/c-configure.log"; exit 1; }
-"$cmake" --build "$tmp/c-build" >"$tmp/c-build.log" 2>&1 || { cat "$tmp/c-build.log"; exit 1; }
+cmake_build "$tmp/c_example" "$tmp/c-build"
 "$tmp/c-build/pig_c_consumer"
 
 echo "== pkg-config pig-c"

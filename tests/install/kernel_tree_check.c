@@ -12,14 +12,13 @@
 #include "pig.h"
 
 static int failures = 0;
-#define CHECK(cond, ...)                                                                           \
-  do {                                                                                             \
-    if (!(cond)) {                                                                                 \
-      fprintf(stderr, "FAILED: " __VA_ARGS__);                                                     \
-      fprintf(stderr, " (%s)\n", pig_last_error());                                                \
-      ++failures;                                                                                  \
-    }                                                                                              \
-  } while (0)
+/* Counts a failed check and prints it with pig's last message. */
+static void check(int ok, const char *what) {
+  if (!ok) {
+    fprintf(stderr, "FAILED: %s (%s)\n", what, pig_last_error());
+    ++failures;
+  }
+}
 
 static unsigned long long state = 1234567ull;
 static float uniform(void) {
@@ -47,10 +46,11 @@ static void attend(int K, int L, pig_dtype t, size_t d, const void *k, const voi
   pig_rows keys = {k, t, d, n, 0, NULL, 0, 0, 0}, values = keys;
   values.data = v;
   pig_index *ix = NULL;
-  CHECK(pig_index_build(&cfg, &keys, 0, &ix) == PIG_OK, "build K=%d L=%d", K, L);
+  check(pig_index_build(&cfg, &keys, 0, &ix) == PIG_OK, "pig_index_build");
   if (!ix)
     return;
-  CHECK(pig_attend_sampled(ix, q, 2, 0.0f, &keys, &values, out, NULL) == PIG_OK, "attend");
+  check(pig_attend_sampled(ix, q, 2, 0.0f, &keys, &values, out, NULL) == PIG_OK,
+        "pig_attend_sampled");
   pig_index_info info;
   pig_index_info_get(ix, &info);
   *specialised = info.specialised;
@@ -84,32 +84,30 @@ int main(int argc, char **argv) {
   attend(12, 50, PIG_F32, 128, k128, v128, N, q, before12, &s_before12);
 
   size_t count = 0;
-  CHECK(pig_load_kernels(argv[1], &count) == PIG_OK, "pig_load_kernels(%s)", argv[1]);
-  CHECK(count == 2, "the library serves %zu configurations, the manifest lists 2", count);
+  check(pig_load_kernels(argv[1], &count) == PIG_OK, "pig_load_kernels");
+  check(count == 2, "the library serves the manifest's 2 configurations");
   size_t needed = 0;
   char list[4096];
-  CHECK(pig_kernel_configs(list, sizeof list, &needed) == PIG_OK, "pig_kernel_configs");
-  CHECK(strstr(list, "K=9 L=120 d=64 bf16") && strstr(list, "K=12 L=50 d=128 f32"),
-        "pig_kernel_configs lists the library's configurations:\n%s", list);
+  check(pig_kernel_configs(list, sizeof list, &needed) == PIG_OK, "pig_kernel_configs");
+  check(strstr(list, "K=9 L=120 d=64 bf16") && strstr(list, "K=12 L=50 d=128 f32"),
+        "pig_kernel_configs lists the library's configurations");
 
   attend(9, 120, PIG_BF16, 64, kb, vb, N, q, after9, &s_after9);
   attend(12, 50, PIG_F32, 128, k128, v128, N, q, after12, &s_after12);
-  CHECK(s_before9 == 0 && s_after9 == 1,
-        "K=9 L=120 d=64 bf16: specialised %d before the load, "
-        "%d after",
-        s_before9, s_after9);
-  CHECK(s_before12 == 0 && s_after12 == 1, "K=12 L=50 d=128 f32: specialised %d before, %d after",
-        s_before12, s_after12);
+  check(s_before9 == 0 && s_after9 == 1,
+        "K=9 L=120 d=64 bf16: generic kernels before the load, specialised after");
+  check(s_before12 == 0 && s_after12 == 1,
+        "K=12 L=50 d=128 f32: generic kernels before the load, specialised after");
   double worst = 0;
   for (int j = 0; j < 2 * 64; ++j)
     worst = fmax(worst, fabs(before9[j] - after9[j]) / (1 + fabs(before9[j])));
   for (int j = 0; j < 2 * 128; ++j)
     worst = fmax(worst, fabs(before12[j] - after12[j]) / (1 + fabs(before12[j])));
-  CHECK(worst <= 1e-4, "specialised and generic kernels differ by %g", worst);
+  check(worst <= 1e-4, "specialised and generic kernels agree within 1e-4");
 
   /* the same library again: nothing new; something else: refused by name */
-  CHECK(pig_load_kernels(argv[1], &count) == PIG_OK && count == 2, "a second load");
-  CHECK(pig_load_kernels("/nonexistent/libkernels.so", NULL) == PIG_ERR_INVALID &&
+  check(pig_load_kernels(argv[1], &count) == PIG_OK && count == 2, "a second load");
+  check(pig_load_kernels("/nonexistent/libkernels.so", NULL) == PIG_ERR_INVALID &&
             strstr(pig_last_error(), "/nonexistent/libkernels.so"),
         "a missing library is refused by name");
   printf("loaded 2 configurations; specialised after the load: %d, %d; max |specialised - "
