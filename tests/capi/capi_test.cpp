@@ -327,8 +327,11 @@ TEST(CApi, ErrorsAreStatusesWithMessages) {
   } else {
     EXPECT_EQ(rs, PIG_OK);
   }
-  expect(pig_index_build(&c, &first, 100, &ix), PIG_ERR_RANGE, "capacity 100 is below the 200");
-  EXPECT_EQ(ix, nullptr);
+  pig_index *none = nullptr;
+  expect(pig_index_build(&c, &first, 100, &none), PIG_ERR_RANGE, "capacity 100 is below the 200");
+  EXPECT_EQ(none, nullptr);
+  pig_index_free(ix);
+  ix = nullptr;
 
   // rows out of range and block tables too short
   expect(pig_attend_dense(x.q.data(), 1, 0, &keys, &values, 10, 10, out, lse), PIG_ERR_RANGE,
