@@ -278,8 +278,9 @@ pig_status pig_index_retrieve(pig_index *index, const float *q, size_t group, ui
     if (u > capacity)
       Fail(PIG_ERR_RANGE, "the group samples " + std::to_string(u) + " tokens, the buffer holds " +
                               std::to_string(capacity));
-    if (u > 0)
-      NotNull(tokens, "tokens");
+    if (u == 0)
+      return; // nothing sampled: tokens and masks are not touched (and may be NULL)
+    NotNull(tokens, "tokens");
     std::memcpy(tokens, index->buf.tokens.data(), u * sizeof(uint32_t));
     if (masks) {
       if (G == 1)
