@@ -42,8 +42,11 @@ typedef enum pig_status {
 } pig_status;
 
 typedef enum pig_dtype {
-  PIG_F32 = 0, /* float32 */
-  PIG_BF16 = 1 /* bfloat16, as uint16_t bits */
+  PIG_F32 = 0,  /* float32 */
+  PIG_BF16 = 1, /* bfloat16, as uint16_t bits */
+  /* Not a type: makes the enum int-sized, so that any int a caller stores in a pig_dtype field is
+   * a value pig can read and refuse (PIG_ERR_DTYPE), in C and C++ alike. */
+  PIG_DTYPE_MAX_ENUM = 0x7fffffff
 } pig_dtype;
 
 /* n rows of d elements of one kv-head (keys, or values).

@@ -84,6 +84,8 @@ lsh::DType DTypeOf(pig_dtype t, const char *what) {
     return lsh::DType::f32;
   case PIG_BF16:
     return lsh::DType::bf16;
+  case PIG_DTYPE_MAX_ENUM:
+    break;
   }
   Fail(PIG_ERR_DTYPE, std::string(what) + ": dtype " + std::to_string(int(t)) +
                           " is neither PIG_F32 nor PIG_BF16");
