@@ -3,8 +3,10 @@
 // a thread-local message. Only the pig_* functions leave libpig.so (capi/pig.map).
 #include "pig.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <initializer_list>
 #include <limits>
 #include <memory>
 #include <mutex>
@@ -98,8 +100,24 @@ struct KernelRows {
   lsh::DType dtype = lsh::DType::f32;
   size_t d = 0, n = 0;
   lsh::PagedRows paged;
-  std::vector<std::int32_t> identity; // the pages of a strided layout
+  bool strided = false; // one row per page: Bind sets the pages
 };
+
+// Pages 0, 1, 2, ...: a strided layout read as one row per page. One table per thread, grown as
+// needed and shared by every call, so a strided call does not rebuild it. Bind gives it to the
+// strided rows of one call once all of them are read (growing it moves it).
+void Bind(std::initializer_list<KernelRows *> rows) {
+  thread_local std::vector<std::int32_t> pages;
+  size_t n = 0;
+  for (const KernelRows *r : rows)
+    if (r->strided)
+      n = std::max(n, r->n);
+  for (size_t i = pages.size(); i < n; ++i)
+    pages.push_back(std::int32_t(i));
+  for (KernelRows *r : rows)
+    if (r->strided)
+      r->paged.pages = pages.data();
+}
 
 void Read(const pig_rows *r, const char *what, KernelRows &out) {
   NotNull(r, what);
@@ -113,7 +131,7 @@ void Read(const pig_rows *r, const char *what, KernelRows &out) {
                               ", pig serves even head dims from 2 to 1024");
   const size_t row_bytes = lsh::row_bytes(out.dtype, r->d);
   out.paged = {};
-  out.identity.clear();
+  out.strided = false;
   if (r->block_table) {
     if (r->block_tokens == 0)
       Fail(PIG_ERR_INVALID, std::string(what) + ": block_tokens is 0");
@@ -140,10 +158,8 @@ void Read(const pig_rows *r, const char *what, KernelRows &out) {
                                 " is below a row's " + std::to_string(row_bytes) + " bytes");
     if (r->n > size_t(std::numeric_limits<std::int32_t>::max()))
       Fail(PIG_ERR_RANGE, std::string(what) + ": too many strided rows");
-    out.identity.resize(r->n);
-    for (size_t i = 0; i < r->n; ++i)
-      out.identity[i] = std::int32_t(i);
-    out.paged = {out.identity.data(), 1, r->row_stride};
+    out.paged = {nullptr, 1, r->row_stride};
+    out.strided = true;
   }
 }
 
@@ -213,6 +229,7 @@ pig_status pig_index_build(const pig_lsh_config *cfg, const pig_rows *keys, size
     NotNull(out, "out");
     KernelRows k;
     Read(keys, "keys", k);
+    Bind({&k});
     {
       pig::spec::LshParams p;
       p.K = cfg->K;
@@ -249,6 +266,7 @@ pig_status pig_index_extend(pig_index *index, const pig_rows *keys) {
     NotNull(index, "index");
     KernelRows k;
     Read(keys, "keys", k);
+    Bind({&k});
     if (k.dtype != index->dtype || k.d != index->d)
       Fail(k.dtype != index->dtype ? PIG_ERR_DTYPE : PIG_ERR_INVALID,
            std::string("keys are ") + lsh::to_string(k.dtype) +
@@ -304,6 +322,7 @@ pig_status pig_attend_sampled(pig_index *index, const float *q, size_t group, fl
     KernelRows k, v;
     Read(keys, "keys", k);
     Read(values, "values", v);
+    Bind({&k, &v});
     for (const KernelRows *r : {&k, &v})
       if (r->dtype != index->dtype || r->d != index->d)
         Fail(r->dtype != index->dtype ? PIG_ERR_DTYPE : PIG_ERR_INVALID,
@@ -335,6 +354,7 @@ pig_status pig_attend_dense(const float *q, size_t group, float scale, const pig
     KernelRows k, v;
     Read(keys, "keys", k);
     Read(values, "values", v);
+    Bind({&k, &v});
     if (k.dtype != v.dtype)
       Fail(PIG_ERR_DTYPE, std::string("keys are ") + lsh::to_string(k.dtype) + ", values " +
                               lsh::to_string(v.dtype));

@@ -26,15 +26,23 @@ namespace {
 using namespace pig::runtime::lsh;
 namespace ref = pig::ref;
 
+// n rows of d standard normal keys from rng plus `offset` (a common direction, as a model's keys
+// have).
+std::vector<float> ShiftedKeys(std::mt19937 &rng, std::size_t n, std::size_t d, float offset) {
+  std::normal_distribution<float> nd;
+  std::vector<float> keys(n * d);
+  for (auto &x : keys)
+    x = nd(rng) + offset;
+  return keys;
+}
+
 TEST(LshIndexGrowth, RetrievalMatchesReferenceAcrossMergesAndSegments) {
   const std::size_t d = 8, sink = 4, local = 64;
   const int K = 4, L = 6, t = 2;
   const std::size_t n0 = 65200, n_end = 70000; // the first merge fills segment 0 and opens 1
   std::mt19937 rng(3);
-  std::normal_distribution<float> nd;
-  std::vector<float> keys(n_end * d);
-  for (auto &x : keys)
-    x = nd(rng) + 0.5f;
+  std::normal_distribution<float> nd; // the queries'
+  const std::vector<float> keys = ShiftedKeys(rng, n_end, d, 0.5f);
   const LshKernelSet set = generic_kernel_set();
   const SimHash W(11, d, K, L);
   LshIndex ix = LshIndex::build(set, keys.data(), DType::f32, n0, W, StaticTokens{sink, local});
@@ -171,10 +179,7 @@ TEST(LshIndexGrowth, FittedHashingKeepsItsTransformAsTheIndexGrows) {
 TEST(LshIndexGrowth, BuildOptionsGiveTheSameIndexAllocatedOnce) {
   const std::size_t d = 16, n0 = 3000, n_end = 4200;
   std::mt19937 rng(5);
-  std::normal_distribution<float> nd;
-  std::vector<float> keys(n_end * d);
-  for (auto &x : keys)
-    x = nd(rng) + 0.25f;
+  const std::vector<float> keys = ShiftedKeys(rng, n_end, d, 0.25f);
   const LshKernelSet set = generic_kernel_set();
   const SimHash W(13, d, 6, 20);
   const StaticTokens st{4, 64};
