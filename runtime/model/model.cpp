@@ -487,8 +487,8 @@ void LlamaForward::Run(const int32_t *tokens, const Span *spans, size_t n_spans,
   if (c.embed_scale != 1.0f)
     for (size_t i = 0; i < n * dim; ++i)
       x_[i] *= c.embed_scale;
-  // RMSNorm of each of `count` vectors of `len` floats in place (through xb_'s tail when the
-  // kernel may not alias: q/k norms per head, Gemma's norms after a block).
+  // RMSNorm of each of `count` vectors of `len` floats in place, through a row of scratch (the
+  // kernel's input and output may not alias): q/k norms per head, Gemma's norms after a block.
   auto norm_rows = [&](float *y, size_t count, size_t len, const std::vector<float> &w) {
     if (w.empty())
       return;
